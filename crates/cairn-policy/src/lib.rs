@@ -1,0 +1,48 @@
+//! Cache replacement and admission policies for Cairn.
+//!
+//! Every policy implements [`Policy`]: pure, I/O-free, keys and sizes only. The
+//! simulator (`cairn-sim`) and the engine's block cache (`cairn-store`) run
+//! the same objects, so what the simulator predicts is what the engine does.
+//!
+//! Each policy lives in its own module with a serde `Config` whose fields
+//! document their defaults and where the policy comes from; [`PolicyConfig`]
+//! names them all and builds any of them.
+//!
+//! What this crate is not: a cache of values (see `cairn-store`), or
+//! thread-safe (the engine shards policies and locks each shard).
+//!
+//! Limits: at most `u32::MAX - 1` resident keys per policy instance.
+
+mod access;
+mod capacity;
+mod config;
+pub mod list;
+mod policy;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub mod arc;
+pub mod clock;
+pub mod cost;
+pub mod dual;
+pub mod fbr;
+pub mod fifo;
+pub mod gdsf;
+pub mod lfu;
+pub mod lirs;
+pub mod lru;
+pub mod ons;
+pub mod opt;
+pub mod s3fifo;
+pub mod sieve;
+pub mod slru;
+pub mod tinylfu;
+pub mod twoq;
+
+pub use access::{Access, NEVER, Op};
+pub use capacity::Capacity;
+pub use config::{ConfigError, PolicyConfig};
+pub use policy::Policy;
+
+/// The hash map every policy uses for its key index: hashbrown with foldhash.
+pub type KeyMap<V> = hashbrown::HashMap<u64, V>;

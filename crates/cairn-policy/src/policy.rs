@@ -1,0 +1,70 @@
+//! The [`Policy`] trait: what every replacement and admission policy provides.
+
+use crate::{Access, Capacity};
+
+/// A cache replacement (and optionally admission) policy.
+///
+/// Policies hold keys and sizes only, never data, and do no I/O: the same
+/// object runs inside the simulator and inside the engine's block cache.
+///
+/// # Protocol
+/// For each access the caller first calls [`lookup`](Policy::lookup). On a
+/// hit the policy has updated its state and the access is done. On a miss the
+/// caller fetches the data and then calls [`admit`](Policy::admit) with the
+/// *same* access (the engine may skip `admit`, for instance when the fetch
+/// failed; the policy stays consistent). `lookup` on a miss may record the
+/// access in history that holds no data (ghost lists, frequency sketches),
+/// but never changes what is resident.
+///
+/// # Guarantees
+/// - After every call, `used() <= capacity().limit()`.
+/// - A key is resident after `admit` returned `true` and until it is named in
+///   a `victims` vector or removed with [`remove`](Policy::remove).
+/// - A unit larger than the whole capacity is never admitted.
+/// - In the steady state (no growth in the number of resident keys or of
+///   history), no call allocates.
+pub trait Policy: Send {
+    /// Short name as printed in tables (`lru`, `s3fifo`, `ons`).
+    fn name(&self) -> &'static str;
+
+    /// Looks `access.key` up. On a hit updates the policy's state and returns
+    /// `true`; on a miss returns `false` and leaves the resident set unchanged.
+    fn lookup(&mut self, access: &Access) -> bool;
+
+    /// Admits a key that [`lookup`](Policy::lookup) just reported missing.
+    /// Appends every key evicted to make room to `victims` (without clearing
+    /// it). Returns whether the key was admitted; an admission policy, or a
+    /// unit larger than the cache, may say no.
+    fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool;
+
+    /// Removes a resident key (invalidation). Returns whether it was resident.
+    fn remove(&mut self, key: u64) -> bool;
+
+    /// Whether `key` is resident. Changes nothing.
+    fn contains(&self, key: u64) -> bool;
+
+    /// Number of resident keys.
+    fn len(&self) -> usize;
+
+    /// Whether nothing is resident.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Occupancy, in the unit of [`capacity`](Policy::capacity).
+    fn used(&self) -> u64;
+
+    /// The capacity the policy was built with.
+    fn capacity(&self) -> Capacity;
+
+    /// `lookup`, then `admit` on a miss: the simulator's one call per access.
+    /// Returns whether the access hit.
+    fn access(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
+        if self.lookup(access) {
+            true
+        } else {
+            self.admit(access, victims);
+            false
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! [`Request`]: one I/O of a trace, before it is split into cache accesses.
+
+pub use cairn_policy::{NEVER, Op};
+
+/// One request of a trace: a byte range of an object (a disk, a volume, a
+/// file), or a whole object in object traces such as libCacheSim's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// Time of issue in microseconds, as the trace records it (not rebased).
+    pub time_us: u64,
+    /// The object: disk number for block traces, object id for object traces.
+    pub object: u64,
+    /// Byte offset within the object (0 for object traces).
+    pub offset: u64,
+    /// Length in bytes (the object's size for object traces).
+    pub size: u32,
+    /// Read or write.
+    pub op: Op,
+    /// Index (0-based) of the next request to the same object, or [`NEVER`],
+    /// when the trace carries it (libCacheSim's oracleGeneral does).
+    pub next: u64,
+}
