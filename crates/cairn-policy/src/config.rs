@@ -42,17 +42,20 @@ pub enum PolicyConfig {
     Fifo(crate::fifo::FifoConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
+    Ons(crate::ons::OnsConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             _ => return None,
         })
     }
@@ -62,6 +65,7 @@ impl PolicyConfig {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
         })
     }
 }
