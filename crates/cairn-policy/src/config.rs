@@ -44,11 +44,13 @@ pub enum PolicyConfig {
     Lru(crate::lru::LruConfig),
     /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
     Ons(crate::ons::OnsConfig),
+    /// Eviction-cost groups: per-group LRU, cheapest tail goes (papers/004).
+    Cost(crate::cost::CostConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "cost"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -56,6 +58,7 @@ impl PolicyConfig {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
+            "cost" => Self::Cost(crate::cost::CostConfig::default()),
             _ => return None,
         })
     }
@@ -66,6 +69,7 @@ impl PolicyConfig {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
+            Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
         })
     }
 }
