@@ -46,11 +46,13 @@ pub enum PolicyConfig {
     Ons(crate::ons::OnsConfig),
     /// Eviction-cost groups: per-group LRU, cheapest tail goes (papers/004).
     Cost(crate::cost::CostConfig),
+    /// Frequency-based replacement (Robinson & Devarakonda 1990).
+    Fbr(crate::fbr::FbrConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "cost"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "fbr", "cost"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -59,6 +61,7 @@ impl PolicyConfig {
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
+            "fbr" => Self::Fbr(crate::fbr::FbrConfig::default()),
             _ => return None,
         })
     }
@@ -70,6 +73,7 @@ impl PolicyConfig {
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
+            Self::Fbr(c) => Box::new(crate::fbr::Fbr::new(capacity, c)?),
         })
     }
 }
