@@ -48,11 +48,14 @@ pub enum PolicyConfig {
     Cost(crate::cost::CostConfig),
     /// Frequency-based replacement (Robinson & Devarakonda 1990).
     Fbr(crate::fbr::FbrConfig),
+    /// Dual cache: per-file prefaces in an FPC, the rest in any policy
+    /// (papers/001).
+    Dual(crate::dual::DualConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "fbr", "cost"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "fbr", "cost", "dual"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -62,6 +65,7 @@ impl PolicyConfig {
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
             "fbr" => Self::Fbr(crate::fbr::FbrConfig::default()),
+            "dual" => Self::Dual(crate::dual::DualConfig::default()),
             _ => return None,
         })
     }
@@ -74,6 +78,7 @@ impl PolicyConfig {
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
             Self::Fbr(c) => Box::new(crate::fbr::Fbr::new(capacity, c)?),
+            Self::Dual(c) => Box::new(crate::dual::Dual::new(capacity, c)?),
         })
     }
 }
