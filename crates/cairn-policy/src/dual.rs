@@ -120,8 +120,9 @@ pub struct Dual {
     files: Slab<File>,
     /// Active files, most recently accessed first.
     file_lru: List,
-    /// Sum of the active files' sizes, in blocks.
-    file_blocks: u64,
+    /// Sum of the active files' sizes, in blocks. `u128`: without file
+    /// information a block index is the key itself, up to `u64::MAX`.
+    file_blocks: u128,
 }
 
 impl std::fmt::Debug for Dual {
@@ -229,7 +230,7 @@ impl Dual {
         let record = self.files.get_mut(file);
         let blocks = access.block.saturating_add(1);
         if blocks > record.blocks {
-            self.file_blocks += blocks - record.blocks;
+            self.file_blocks += u128::from(blocks - record.blocks);
             record.blocks = blocks;
         }
         Some(file)
@@ -247,7 +248,7 @@ impl Dual {
         self.files.unlink(&mut self.file_lru, file);
         let record = *self.files.remove(file);
         self.file_map.remove(&record.object);
-        self.file_blocks -= record.blocks;
+        self.file_blocks -= u128::from(record.blocks);
     }
 
     /// Activates the file of an access (it must not be active), forgetting
@@ -266,7 +267,7 @@ impl Dual {
         });
         self.files.push_front(&mut self.file_lru, file);
         self.file_map.insert(access.object, file);
-        self.file_blocks += blocks;
+        self.file_blocks += u128::from(blocks);
         file
     }
 
@@ -460,6 +461,19 @@ mod tests {
         let victims = run(&mut dual, &file_trace(&[(1, 0), (2, 0), (3, 0)]));
         assert_eq!(victims, [1000], "file 1 is forgotten with its preface");
         assert_eq!(dual.active_files(), 2);
+    }
+
+    #[test]
+    fn plain_accesses_without_file_information_are_safe() {
+        // `Access::read` puts every key in object 0 with block = key.
+        let mut dual = Dual::new(Capacity::Objects(100), &DualConfig::default()).unwrap();
+        let mut victims = vec![];
+        for (time, key) in [u64::MAX, 0, u64::MAX - 1, 5, 0].into_iter().enumerate() {
+            dual.access(&Access::read(key, 1, time as u64), &mut victims);
+        }
+        assert_eq!(dual.active_files(), 1);
+        assert_eq!(dual.preface_blocks(), 10, "huge estimate: clamped to max");
+        assert!(dual.in_fpc(0) && dual.in_fpc(5));
     }
 
     #[test]

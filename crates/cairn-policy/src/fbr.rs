@@ -289,7 +289,7 @@ impl Fbr {
 
     /// Halves every count (rounding up) once the average exceeds `a_max`.
     fn maybe_age(&mut self) {
-        if self.count_sum <= self.a_max * self.map.len() as u64 {
+        if self.count_sum <= self.a_max.saturating_mul(self.map.len() as u64) {
             return;
         }
         self.count_sum = 0;
@@ -463,7 +463,7 @@ mod tests {
 
         fn age(&mut self) {
             let sum: u64 = self.stack.iter().map(|i| u64::from(i.2)).sum();
-            if sum > self.a_max * self.stack.len() as u64 {
+            if sum > self.a_max.saturating_mul(self.stack.len() as u64) {
                 for item in &mut self.stack {
                     item.2 = item.2.div_ceil(2);
                 }
