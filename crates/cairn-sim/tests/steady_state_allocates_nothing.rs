@@ -1,0 +1,98 @@
+//! Guards the design rule "no allocation per access on hot paths": once a
+//! policy's resident set and history have reached their bounds, replaying more
+//! accesses must not allocate at all. A counting global allocator sees every
+//! allocation in this test binary, so the test runs one policy at a time on one
+//! thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cairn_policy::{Access, Capacity, PolicyConfig};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// A skewed, deterministic key stream over `keys` keys (xorshift; no allocation).
+fn trace(len: usize, keys: u64, seed: u64) -> Vec<Access> {
+    let mut state = seed | 1;
+    (0..len as u64)
+        .map(|time| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let a = state % keys;
+            let b = (state >> 32) % keys;
+            let key = a.min(b);
+            let mut access = Access::read(key, 4096, time);
+            access.object = key / 64;
+            access.block = key % 64;
+            access.group = (key % 3) as u16;
+            access
+        })
+        .collect()
+}
+
+#[test]
+fn no_policy_allocates_in_the_steady_state() {
+    let warm = trace(400_000, 20_000, 7);
+    let measured = trace(200_000, 20_000, 11);
+    let mut failures = Vec::new();
+    for name in PolicyConfig::NAMES {
+        for capacity in [Capacity::Objects(2_000), Capacity::Bytes(2_000 * 4096)] {
+            let config = PolicyConfig::default_for(name).expect("every listed name builds");
+            let mut policy = config.build(capacity).expect("default config builds");
+            let mut victims = Vec::with_capacity(1024);
+            for access in &warm {
+                victims.clear();
+                policy.access(access, &mut victims);
+            }
+            ALLOCATIONS.store(0, Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+            for access in &measured {
+                victims.clear();
+                policy.access(access, &mut victims);
+            }
+            COUNTING.store(false, Ordering::Relaxed);
+            let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+            println!(
+                "{name:10} {capacity:?}: {allocations} allocations in {} accesses",
+                measured.len()
+            );
+            if allocations > 0 {
+                failures.push(format!("{name} {capacity:?}: {allocations}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "policies allocating in the steady state: {failures:?}"
+    );
+}
