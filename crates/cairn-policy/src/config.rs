@@ -42,19 +42,22 @@ pub enum PolicyConfig {
     Fifo(crate::fifo::FifoConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// LIRS: low inter-reference recency set (Jiang & Zhang, SIGMETRICS'02).
+    Lirs(crate::lirs::LirsConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
     S3fifo(crate::s3fifo::S3FifoConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "s3fifo"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             _ => return None,
         })
@@ -65,6 +68,7 @@ impl PolicyConfig {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
         })
     }
