@@ -44,13 +44,15 @@ pub enum PolicyConfig {
     Lru(crate::lru::LruConfig),
     /// LIRS: low inter-reference recency set (Jiang & Zhang, SIGMETRICS'02).
     Lirs(crate::lirs::LirsConfig),
+    /// Belady's offline optimum (needs next-access times).
+    Opt(crate::opt::OptConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
     S3fifo(crate::s3fifo::S3FifoConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo", "opt"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -58,6 +60,7 @@ impl PolicyConfig {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
+            "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             _ => return None,
         })
@@ -69,6 +72,7 @@ impl PolicyConfig {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
+            Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
         })
     }
