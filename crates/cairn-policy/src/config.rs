@@ -42,6 +42,8 @@ pub enum PolicyConfig {
     Fifo(crate::fifo::FifoConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// Greedy-Dual-Size-Frequency (Cherkasova 1998).
+    Gdsf(crate::gdsf::GdsfConfig),
     /// LIRS: low inter-reference recency set (Jiang & Zhang, SIGMETRICS'02).
     Lirs(crate::lirs::LirsConfig),
     /// Belady's offline optimum (needs next-access times).
@@ -52,13 +54,14 @@ pub enum PolicyConfig {
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo", "opt"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo", "gdsf", "opt"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "gdsf" => Self::Gdsf(crate::gdsf::GdsfConfig::default()),
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
@@ -71,6 +74,7 @@ impl PolicyConfig {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Gdsf(c) => Box::new(crate::gdsf::Gdsf::new(capacity, c)?),
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
