@@ -48,13 +48,16 @@ pub enum PolicyConfig {
     Lirs(crate::lirs::LirsConfig),
     /// Belady's offline optimum (needs next-access times).
     Opt(crate::opt::OptConfig),
+    /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
+    Tinylfu(crate::tinylfu::TinyLfuConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
     S3fifo(crate::s3fifo::S3FifoConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "lirs", "s3fifo", "gdsf", "opt"];
+    pub const NAMES: &'static [&'static str] =
+        &["fifo", "lru", "lirs", "s3fifo", "tinylfu", "gdsf", "opt"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -64,6 +67,7 @@ impl PolicyConfig {
             "gdsf" => Self::Gdsf(crate::gdsf::GdsfConfig::default()),
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
+            "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             _ => return None,
         })
@@ -77,6 +81,7 @@ impl PolicyConfig {
             Self::Gdsf(c) => Box::new(crate::gdsf::Gdsf::new(capacity, c)?),
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
+            Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
         })
     }
