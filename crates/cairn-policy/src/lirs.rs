@@ -34,11 +34,15 @@
 //! - miss on a new block: LIR while the LIR set has room, otherwise resident
 //!   HIR (in S and Q), evicting from Q's LRU end to make room.
 //!
-//! Differences from libCacheSim, none of which occurs in object mode with
-//! more than 199 blocks (so not in the reference runs):
-//! - A hit can evict (the quirk above). [`Policy::access`] reports such a
-//!   victim at once; a bare [`lookup`](Policy::lookup), which has no victims
-//!   vector, keeps it and the next [`admit`](Policy::admit) reports it.
+//! A hit can evict (the `hit_RD_HIRinQ` quirk above), which the
+//! [`Policy`] protocol has no victims vector for: [`Policy::access`]
+//! reports such a victim at once, while a bare [`lookup`](Policy::lookup)
+//! keeps it and the next [`admit`](Policy::admit) reports it (minus the key
+//! being admitted, if it is that one).
+//!
+//! Differences from libCacheSim's results, none of which occurs in object
+//! mode with more than 199 blocks (so not in the reference runs, which
+//! match libCacheSim's miss ratios exactly):
 //! - In `hit_RD_HIRinQ` libCacheSim can evict the very block being hit from
 //!   Q (when Q holds one block), leaving a "resident" HIR block that no
 //!   counter accounts for. We never evict the block being hit; Q may then

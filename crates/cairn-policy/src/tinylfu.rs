@@ -37,6 +37,13 @@
 //! adaptive window (hill climbing) and its random admission of warm
 //! candidates (hash-flooding defence) are not implemented.
 //!
+//! Measured on `cloudPhysicsIO` in object mode (1/5/10/20% of the distinct
+//! objects), miss ratios are 0.8335/0.8121/0.7922/0.7270 here against
+//! libCacheSim's 0.8473/0.8210/0.7761/0.6881: this trace rewards recency,
+//! which libCacheSim's extra counting of window candidates favours and a
+//! 1% window does not (on a Zipf 1.0 trace this policy is on par with
+//! S3-FIFO and LIRS).
+//!
 //! Nothing allocates per access once the slab and map have grown; the
 //! sketch is allocated once.
 
