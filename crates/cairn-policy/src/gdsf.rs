@@ -17,6 +17,9 @@
 //!   recently (its `(priority, last request)` ordered set), so the two give
 //!   the same results.
 //!
+//! Checked on `cloudPhysicsIO` in object mode: the same miss counts as
+//! libCacheSim at 1, 5, 10 and 20% of the distinct objects.
+//!
 //! Residents sit in an [`IndexedHeap`]; nothing allocates per access once the
 //! heap and map have grown to the cache's size.
 

@@ -7,6 +7,10 @@
 //! miss ratios agree exactly; it therefore keeps that implementation's
 //! structure and its departures from the paper.
 //!
+//! Checked on `cloudPhysicsIO` in object mode: the same miss counts as
+//! libCacheSim at 1, 5, 10 and 20% of the distinct objects (94680, 92673,
+//! 85609, 74687).
+//!
 //! Structure (as in libCacheSim):
 //! - stack **S**: an LRU list of LIR blocks, resident HIR blocks and
 //!   non-resident HIR blocks (history); its bottom is always an LIR block

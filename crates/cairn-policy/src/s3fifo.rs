@@ -24,6 +24,10 @@
 //!     frequency min(frequency, `frequency_cap`) − 1 (`frequency_cap` = 3:
 //!     a 2-bit counter) and look again; otherwise evict it.
 //!
+//! Checked on `cloudPhysicsIO`: the same miss counts as libCacheSim at 1, 5,
+//! 10 and 20% of the distinct objects, in object mode (94559, 91396, 85691,
+//! 77208) and in byte mode (93706, 91452, 83764, 76916).
+//!
 //! libCacheSim quirks kept on purpose (they change results only for units
 //! as large as the small queue, or caches under 20 objects):
 //! - a unit larger than the small queue is refused before any eviction;
