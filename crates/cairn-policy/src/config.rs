@@ -51,11 +51,23 @@ pub enum PolicyConfig {
     /// Dual cache: per-file prefaces in an FPC, the rest in any policy
     /// (papers/001).
     Dual(crate::dual::DualConfig),
+    /// Greedy-Dual-Size-Frequency (Cherkasova 1998).
+    Gdsf(crate::gdsf::GdsfConfig),
+    /// LIRS: low inter-reference recency set (Jiang & Zhang, SIGMETRICS'02).
+    Lirs(crate::lirs::LirsConfig),
+    /// Belady's offline optimum (needs next-access times).
+    Opt(crate::opt::OptConfig),
+    /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
+    Tinylfu(crate::tinylfu::TinyLfuConfig),
+    /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
+    S3fifo(crate::s3fifo::S3FifoConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "ons", "fbr", "cost", "dual"];
+    pub const NAMES: &'static [&'static str] = &[
+        "fifo", "lru", "lirs", "s3fifo", "tinylfu", "gdsf", "ons", "fbr", "cost", "dual", "opt",
+    ];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -66,6 +78,11 @@ impl PolicyConfig {
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
             "fbr" => Self::Fbr(crate::fbr::FbrConfig::default()),
             "dual" => Self::Dual(crate::dual::DualConfig::default()),
+            "gdsf" => Self::Gdsf(crate::gdsf::GdsfConfig::default()),
+            "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
+            "opt" => Self::Opt(crate::opt::OptConfig::default()),
+            "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
+            "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             _ => return None,
         })
     }
@@ -79,6 +96,11 @@ impl PolicyConfig {
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
             Self::Fbr(c) => Box::new(crate::fbr::Fbr::new(capacity, c)?),
             Self::Dual(c) => Box::new(crate::dual::Dual::new(capacity, c)?),
+            Self::Gdsf(c) => Box::new(crate::gdsf::Gdsf::new(capacity, c)?),
+            Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
+            Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
+            Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
+            Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
         })
     }
 }

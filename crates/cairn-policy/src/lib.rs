@@ -28,6 +28,7 @@ pub mod dual;
 pub mod fbr;
 pub mod fifo;
 pub mod gdsf;
+pub mod heap;
 pub mod lfu;
 pub mod lirs;
 pub mod lru;
