@@ -42,17 +42,26 @@ pub enum PolicyConfig {
     Fifo(crate::fifo::FifoConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// CLOCK / second chance (n-bit counter).
+    Clock(crate::clock::ClockConfig),
+    /// Least frequently used, least recently used among equals.
+    Lfu(crate::lfu::LfuConfig),
+    /// SIEVE.
+    Sieve(crate::sieve::SieveConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru"];
+    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "clock", "lfu", "sieve"];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "clock" => Self::Clock(crate::clock::ClockConfig::default()),
+            "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
+            "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
             _ => return None,
         })
     }
@@ -62,6 +71,9 @@ impl PolicyConfig {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
+            Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
+            Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
         })
     }
 }
