@@ -48,11 +48,19 @@ pub enum PolicyConfig {
     Lfu(crate::lfu::LfuConfig),
     /// SIEVE.
     Sieve(crate::sieve::SieveConfig),
+    /// Segmented LRU (n segments; `s4lru` is a preset with four).
+    Slru(crate::slru::SlruConfig),
+    /// 2Q (A1in FIFO, A1out ghosts, Am LRU).
+    Twoq(crate::twoq::TwoQConfig),
+    /// Adaptive Replacement Cache.
+    Arc(crate::arc::ArcConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
-    pub const NAMES: &'static [&'static str] = &["fifo", "lru", "clock", "lfu", "sieve"];
+    pub const NAMES: &'static [&'static str] = &[
+        "fifo", "lru", "clock", "lfu", "sieve", "slru", "s4lru", "twoq", "arc",
+    ];
 
     /// The default configuration of the policy called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -62,6 +70,10 @@ impl PolicyConfig {
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
+            "slru" => Self::Slru(crate::slru::SlruConfig::default()),
+            "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
+            "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
+            "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             _ => return None,
         })
     }
@@ -74,6 +86,9 @@ impl PolicyConfig {
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
+            Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
+            Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
+            Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
         })
     }
 }
