@@ -133,7 +133,19 @@ impl Policy for Lfu {
             return false;
         };
         let old = self.entries.get(index).bucket;
-        let frequency = self.buckets.get(old).frequency + 1;
+        let bucket = *self.buckets.get(old);
+        let frequency = bucket.frequency + 1;
+        // Alone in its bucket and no bucket of the next frequency: renumber
+        // the bucket in place (the common case for hot units under skew).
+        if bucket.units.len() == 1
+            && self
+                .buckets
+                .next(old)
+                .is_none_or(|next| self.buckets.get(next).frequency != frequency)
+        {
+            self.buckets.get_mut(old).frequency = frequency;
+            return true;
+        }
         // Find or make the target bucket before `old` may be freed.
         let new = self.bucket_after(Some(old), frequency);
         self.unlink_from_bucket(index);
