@@ -51,6 +51,13 @@ pub struct Lfu {
     map: KeyMap<Index>,
     entries: Slab<Entry>,
     buckets: Slab<Bucket>,
+    /// Bucket nodes not in use. Buckets are recycled here rather than freed
+    /// to the slab, and `grow_buckets` keeps one node per resident unit (plus
+    /// one) in existence: the number of buckets can then never outgrow the
+    /// nodes, so a hit never allocates, even when the frequencies spread out.
+    spare_buckets: Vec<Index>,
+    /// Bucket nodes ever created (in use + spare).
+    bucket_nodes: usize,
     /// Non-empty buckets in increasing frequency: front = lowest.
     bucket_list: List,
 }
@@ -64,6 +71,8 @@ impl Lfu {
             map: KeyMap::default(),
             entries: Slab::new(),
             buckets: Slab::new(),
+            spare_buckets: Vec::new(),
+            bucket_nodes: 0,
             bucket_list: List::new(),
         })
     }
@@ -83,7 +92,7 @@ impl Lfu {
         self.entries.unlink(&mut units, index);
         if units.is_empty() {
             self.buckets.unlink(&mut self.bucket_list, bucket);
-            self.buckets.remove(bucket);
+            self.spare_buckets.push(bucket);
         } else {
             self.buckets.get_mut(bucket).units = units;
         }
@@ -101,15 +110,38 @@ impl Lfu {
         {
             return next;
         }
-        let bucket = self.buckets.insert(Bucket {
+        let fresh = Bucket {
             frequency,
             units: List::new(),
-        });
+        };
+        let bucket = if let Some(spare) = self.spare_buckets.pop() {
+            *self.buckets.get_mut(spare) = fresh;
+            spare
+        } else {
+            self.bucket_nodes += 1;
+            self.buckets.insert(fresh)
+        };
         match after {
             Some(at) => self.buckets.insert_after(&mut self.bucket_list, at, bucket),
             None => self.buckets.push_front(&mut self.bucket_list, bucket),
         }
         bucket
+    }
+
+    /// Makes sure there are at least as many bucket nodes as resident units
+    /// plus one (a hit briefly holds one extra bucket), so that buckets only
+    /// allocate when the resident set grows.
+    fn grow_buckets(&mut self) {
+        while self.bucket_nodes < self.map.len() + 1 {
+            let spare = self.buckets.insert(Bucket {
+                frequency: 0,
+                units: List::new(),
+            });
+            self.spare_buckets.push(spare);
+            self.bucket_nodes += 1;
+        }
+        self.spare_buckets
+            .reserve(self.bucket_nodes - self.spare_buckets.len());
     }
 
     fn evict_one(&mut self) -> Option<Entry> {
@@ -173,6 +205,7 @@ impl Policy for Lfu {
         self.push_to_bucket(bucket, index);
         self.map.insert(access.key, index);
         self.used += charge;
+        self.grow_buckets();
         true
     }
 
