@@ -27,6 +27,11 @@
 //! paper's `|T1| + |T2| + |B1| + |B2| >= c` precondition for case IV(b) is
 //! implied. In object-count mode this reproduces libCacheSim's miss ratios
 //! exactly.
+//!
+//! [`Policy::remove`] of a key that only has a ghost forgets the ghost and
+//! returns `false` (it was not resident). libCacheSim's `ARC_remove` returns
+//! `true` there, and unlinks the ghost without deleting it from its hash
+//! table. Trace replay never removes, so the miss ratios are not affected.
 
 use serde::{Deserialize, Serialize};
 

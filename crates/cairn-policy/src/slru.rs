@@ -30,6 +30,12 @@
 //! and reported by the next [`Policy::admit`] (they are already not resident:
 //! `contains` is false for them). Either way the resident set evolves exactly
 //! as libCacheSim's, and in object-count mode the miss ratios match it.
+//!
+//! Difference: [`Policy::remove`] also takes the unit out of its segment's
+//! occupancy. libCacheSim's `SLRU_remove` unlinks the object but leaves
+//! `lru_n_bytes`/`lru_n_objs` unchanged, so after a removal its segment looks
+//! fuller than it is. Trace replay never removes, so the miss ratios are not
+//! affected.
 
 use serde::{Deserialize, Serialize};
 

@@ -25,6 +25,10 @@
 //!   units while Am alone is over its size), any other miss to A1in's head.
 //!
 //! In object-count mode this reproduces libCacheSim's miss ratios exactly.
+//!
+//! [`Policy::remove`] of a key that only has a ghost forgets the ghost and
+//! returns `false` (it was not resident); libCacheSim's `TwoQ_remove`
+//! returns `true` in that case.
 
 use serde::{Deserialize, Serialize};
 
