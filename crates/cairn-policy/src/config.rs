@@ -61,12 +61,25 @@ pub enum PolicyConfig {
     Tinylfu(crate::tinylfu::TinyLfuConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
     S3fifo(crate::s3fifo::S3FifoConfig),
+    /// CLOCK / second chance (n-bit counter).
+    Clock(crate::clock::ClockConfig),
+    /// Least frequently used, least recently used among equals.
+    Lfu(crate::lfu::LfuConfig),
+    /// SIEVE.
+    Sieve(crate::sieve::SieveConfig),
+    /// Segmented LRU (n segments; `s4lru` is a preset with four).
+    Slru(crate::slru::SlruConfig),
+    /// 2Q (A1in FIFO, A1out ghosts, Am LRU).
+    Twoq(crate::twoq::TwoQConfig),
+    /// Adaptive Replacement Cache.
+    Arc(crate::arc::ArcConfig),
 }
 
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
     pub const NAMES: &'static [&'static str] = &[
-        "fifo", "lru", "lirs", "s3fifo", "tinylfu", "gdsf", "ons", "fbr", "cost", "dual", "opt",
+        "fifo", "lru", "clock", "lfu", "sieve", "arc", "twoq", "slru", "s4lru", "lirs", "s3fifo",
+        "tinylfu", "gdsf", "ons", "fbr", "cost", "dual", "opt",
     ];
 
     /// The default configuration of the policy called `name`.
@@ -83,6 +96,13 @@ impl PolicyConfig {
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
+            "clock" => Self::Clock(crate::clock::ClockConfig::default()),
+            "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
+            "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
+            "slru" => Self::Slru(crate::slru::SlruConfig::default()),
+            "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
+            "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
+            "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             _ => return None,
         })
     }
@@ -101,6 +121,12 @@ impl PolicyConfig {
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
+            Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
+            Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
+            Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
+            Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
+            Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
+            Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
         })
     }
 }
