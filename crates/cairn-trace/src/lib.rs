@@ -8,6 +8,7 @@ pub mod error;
 pub mod read;
 mod request;
 pub mod split;
+pub mod write;
 
 pub use error::{Result, TraceError};
 pub use request::{NEVER, Op, Request};

@@ -8,19 +8,31 @@
 use std::path::{Path, PathBuf};
 
 use cairn_trace::read::{self, Format};
+use cairn_trace::write::{ObjectKey, OracleGeneralWriter, convert};
 use cairn_trace::{NEVER, Op, Request};
 use hashbrown::HashMap;
 
 const REQUESTS: usize = 113_872;
 
+/// The sample directory: `$CAIRN_SAMPLE_TRACES`, else the first
+/// `shared/traces` beside an ancestor of this crate (the repository sits at
+/// `/work/<name>` or in a worktree `/work/wt/<name>`, with `/work/shared`).
 fn samples() -> Option<PathBuf> {
-    let directory = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces");
-    if directory.join("cloudPhysicsIO.vscsi").exists() {
-        Some(directory)
-    } else {
-        println!("skipped: no sample traces at {}", directory.display());
-        None
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let candidates = std::env::var_os("CAIRN_SAMPLE_TRACES")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(manifest.ancestors().map(|a| a.join("shared/traces")));
+    for directory in candidates {
+        if directory.join("cloudPhysicsIO.vscsi").exists() {
+            return Some(directory);
+        }
     }
+    println!(
+        "skipped: no sample traces in a shared/traces above {}",
+        manifest.display()
+    );
+    None
 }
 
 fn read_all(path: &Path) -> Vec<Request> {
@@ -93,4 +105,34 @@ fn oracle_general_keys_objects_by_starting_sector() {
     }
     let next: Vec<u64> = oracle.iter().map(|r| r.next).collect();
     assert!(next == expected, "next-access indices disagree");
+}
+
+#[test]
+fn converting_vscsi_to_oracle_general_matches_libcachesim() {
+    let Some(directory) = samples() else { return };
+    let path = directory.join("cloudPhysicsIO.vscsi");
+    let reader = read::open(&path, &Format::Vscsi).expect("opens");
+    let mut bytes = vec![];
+    let mut writer = OracleGeneralWriter::new(&mut bytes, Path::new("mem"), ObjectKey::StartSector);
+    assert_eq!(
+        convert(reader, &mut writer).expect("converts"),
+        REQUESTS as u64
+    );
+    drop(writer);
+    let ours: Vec<Request> = read::from_source(
+        Box::new(std::io::Cursor::new(bytes)),
+        Path::new("mem"),
+        &Format::OracleGeneral,
+    )
+    .expect("reads")
+    .collect::<cairn_trace::Result<_>>()
+    .expect("every record reads");
+    let theirs = read_all(&directory.join("cloudPhysicsIO.oracleGeneral.bin"));
+    for (index, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!(
+            (o.object, o.time_us, o.next),
+            (t.object, t.time_us, t.next),
+            "{index}"
+        );
+    }
 }

@@ -119,6 +119,20 @@ impl Default for CsvConfig {
 }
 
 impl CsvConfig {
+    /// The map of the canonical CSV that [`crate::write::CsvWriter`] writes:
+    /// header `time_us,object,offset,size,op`, op `r`/`w`.
+    pub fn canonical() -> Self {
+        Self {
+            has_header: true,
+            time_column: Some(1),
+            object_column: Some(2),
+            offset_column: Some(3),
+            size_column: Some(4),
+            op_column: Some(5),
+            ..Self::default()
+        }
+    }
+
     /// Checks the map: columns are 1 to 64, and no op value means both.
     pub fn validate(&self) -> Result<(), String> {
         let columns = [

@@ -72,8 +72,9 @@ impl Format {
     ///
     /// `.vscsi` → VSCSI; a name containing `oracleGeneral` → oracleGeneral;
     /// `.txt` → text; `.csv` → `CloudPhysics` if the header is
-    /// [`cloudphysics::HEADER`], MSR if the first line has 7 fields with a
-    /// `Read`/`Write` fourth. A generic CSV needs its column map, so it is
+    /// [`cloudphysics::HEADER`], the canonical CSV if it is
+    /// [`crate::write::CSV_HEADER`], MSR if the first line has 7 fields with a
+    /// `Read`/`Write` fourth. Any other CSV needs its column map, so it is
     /// never guessed.
     pub fn detect(path: &Path) -> Result<Format> {
         let name = path
@@ -115,6 +116,9 @@ fn detect_content(head: &[u8]) -> Option<Format> {
     if let Some(line) = first_line {
         if line == cloudphysics::HEADER {
             return Some(Format::CloudPhysics);
+        }
+        if line == crate::write::CSV_HEADER {
+            return Some(Format::Csv(CsvConfig::canonical()));
         }
         let fields: Vec<&str> = line.split(',').collect();
         if fields.len() == 7
