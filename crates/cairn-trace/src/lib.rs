@@ -5,6 +5,7 @@
 //! record is an error naming the file, the line or record, and the field.
 
 pub mod error;
+pub mod generate;
 pub mod read;
 mod request;
 pub mod split;
