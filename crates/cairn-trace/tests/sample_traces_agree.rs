@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use cairn_trace::read::{self, Format};
 use cairn_trace::write::{ObjectKey, OracleGeneralWriter, convert};
-use cairn_trace::{NEVER, Op, Request};
+use cairn_trace::{NEVER, Request, TraceStats};
 use hashbrown::HashMap;
 
 const REQUESTS: usize = 113_872;
@@ -63,8 +63,12 @@ fn csv_and_vscsi_hold_the_same_requests() {
             "request {index}"
         );
     }
-    let writes = vscsi.iter().filter(|r| r.op == Op::Write).count();
-    assert_eq!((writes, REQUESTS - writes), (66_898, 46_974));
+    let stats = TraceStats::of(vscsi.iter().copied().map(Ok), 4096).expect("counts");
+    assert_eq!(
+        (stats.requests, stats.writes, stats.reads),
+        (113_872, 66_898, 46_974)
+    );
+    assert_eq!(stats.objects, 1);
     let span_s = (vscsi[REQUESTS - 1].time_us - vscsi[0].time_us) / 1_000_000;
     assert!(
         (7_100..=7_200).contains(&span_s),
