@@ -36,6 +36,49 @@ use serde::{Deserialize, Serialize};
 use crate::error::TraceError;
 use crate::{NEVER, Op, Request, Result};
 
+/// Any generator's config, for a CLI or an experiment file to choose one by
+/// name (`zipf`, `uniform`, `scan`, `hotspot`, `streams`, `files`), e.g. in
+/// TOML `[workload.zipf]` then the generator's own knobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum GeneratorConfig {
+    /// [`ZipfConfig`].
+    Zipf(ZipfConfig),
+    /// [`UniformConfig`].
+    Uniform(UniformConfig),
+    /// [`ScanConfig`].
+    Scan(ScanConfig),
+    /// [`HotSpotConfig`].
+    HotSpot(HotSpotConfig),
+    /// [`StreamsConfig`].
+    Streams(StreamsConfig),
+    /// [`FileWorkloadConfig`].
+    Files(FileWorkloadConfig),
+}
+
+/// A boxed stream of generated requests.
+pub type Generator = Box<dyn Iterator<Item = Request> + Send>;
+
+impl GeneratorConfig {
+    /// Checks the config and starts its stream.
+    pub fn generator(&self) -> Result<Generator> {
+        Ok(match self {
+            GeneratorConfig::Zipf(c) => Box::new(c.generator()?),
+            GeneratorConfig::Uniform(c) => Box::new(c.generator()?),
+            GeneratorConfig::Scan(c) => Box::new(c.generator()?),
+            GeneratorConfig::HotSpot(c) => Box::new(c.generator()?),
+            GeneratorConfig::Streams(c) => Box::new(c.generator()?),
+            GeneratorConfig::Files(c) => Box::new(c.generator()?),
+        })
+    }
+
+    /// The same stream as a trace [`crate::read::Reader`] (every item `Ok`),
+    /// so generated workloads go wherever a trace goes.
+    pub fn reader(&self) -> Result<crate::read::Reader> {
+        Ok(Box::new(self.generator()?.map(Ok)))
+    }
+}
+
 /// How an item number becomes a request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -153,5 +196,33 @@ impl Clock {
 fn invalid(reason: impl Into<String>) -> TraceError {
     TraceError::Config {
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_generator_reads_like_a_trace() {
+        let config = GeneratorConfig::Scan(ScanConfig {
+            items: 3,
+            pace: Pace {
+                requests: 7,
+                ..Pace::default()
+            },
+            ..ScanConfig::default()
+        });
+        let blocks: Vec<u64> = config
+            .reader()
+            .unwrap()
+            .map(|r| r.unwrap().offset / 4096)
+            .collect();
+        assert_eq!(blocks, [0, 1, 2, 0, 1, 2, 0]);
+        let bad = GeneratorConfig::Zipf(ZipfConfig {
+            items: 0,
+            ..ZipfConfig::default()
+        });
+        assert!(bad.generator().is_err());
     }
 }
