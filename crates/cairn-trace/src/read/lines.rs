@@ -181,3 +181,28 @@ pub(crate) fn split_fields<'a>(
     }
     count
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::LINE_BYTES_MAX;
+
+    #[test]
+    fn an_overlong_or_non_utf8_line_is_an_error_not_a_growing_buffer() {
+        let mut long = vec![b'7'; LINE_BYTES_MAX + 10];
+        long.push(b'\n');
+        let mut reader = super::super::text::reader(std::io::Cursor::new(long), Path::new("l"));
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!("l: line 1: field `line`: longer than {LINE_BYTES_MAX} bytes")
+        );
+        assert!(reader.next().is_none());
+        let bytes = b"1\n\xff\xfe\n".to_vec();
+        let mut reader = super::super::text::reader(std::io::Cursor::new(bytes), Path::new("u"));
+        assert_eq!(reader.next().unwrap().unwrap().object, 1);
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert_eq!(error, "u: line 2: field `line`: not UTF-8");
+    }
+}
