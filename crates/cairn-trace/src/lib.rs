@@ -14,6 +14,12 @@
 //! - [`TraceStats`]: counts, footprints, span and sizes in one pass.
 //! - [`Splitter`]: requests to the [`cairn_policy::Access`]es a policy sees.
 //!
+//! Limits: a text line holds at most [`read::LINE_BYTES_MAX`] (64 KiB); a
+//! request at most 4 GiB − 1 bytes; block keys hold 2^20 objects of 2^44
+//! blocks ([`split::BLOCK_INDEX_BITS`]); the oracleGeneral writer keeps 16
+//! bytes per request until it finishes; [`TraceStats`] keeps the distinct
+//! objects and blocks. Everything else streams in constant memory.
+//!
 //! Not here: timing models, replay and metrics (`cairn-sim`).
 
 pub mod error;
