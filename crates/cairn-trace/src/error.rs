@@ -65,6 +65,12 @@ pub enum TraceError {
         /// Why.
         reason: String,
     },
+    /// A generator or reader configuration is invalid.
+    #[error("invalid trace configuration: {reason}")]
+    Config {
+        /// What is wrong, naming the field.
+        reason: String,
+    },
 }
 
 /// Result of trace operations.

@@ -1,0 +1,11 @@
+//! Arbitrary bytes through the vscsi reader: requests or errors, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "common.rs"]
+mod common;
+
+fuzz_target!(|data: &[u8]| {
+    common::read_all(data, &cairn_trace::read::Format::Vscsi);
+});
