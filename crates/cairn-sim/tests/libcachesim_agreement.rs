@@ -2,7 +2,7 @@
 //!
 //! The numbers below are libCacheSim's exact miss counts (commit `aa0fc40`,
 //! `cachesim TRACE oracleGeneral ALGO 0.01,0.05,0.1,0.2 --ignore-obj-size 1`)
-//! on the sample CloudPhysics trace, in object-count mode at 1, 5, 10 and 20 %
+//! on the sample `CloudPhysics` trace, in object-count mode at 1, 5, 10 and 20 %
 //! of its 48,974 distinct objects and, without `--ignore-obj-size`, at the same
 //! fractions of its bytes (sizes truncated as libCacheSim truncates). A
 //! semantic drift of a few hundredths of a percent (where a hit promotes to,
@@ -26,8 +26,10 @@ const BYTES: [u64; 4] = [20_297_697, 101_488_486, 202_976_972, 405_953_945];
 
 /// (policy, libCacheSim's misses in object mode, in byte mode where measured),
 /// of 113,872 requests.
+type MissCounts = (&'static str, [u64; 4], Option<[u64; 4]>);
+
 #[rustfmt::skip]
-const LIBCACHESIM_MISSES: &[(&str, [u64; 4], Option<[u64; 4]>)] = &[
+const LIBCACHESIM_MISSES: &[MissCounts] = &[
     ("lru",    [95420, 93897, 91657, 82547], Some([94956, 93700, 92200, 83500])),
     ("fifo",   [96518, 94122, 91716, 81172], Some([95293, 93741, 91954, 84369])),
     ("clock",  [95332, 93829, 91599, 85213], Some([94828, 93652, 92082, 83212])),
@@ -43,9 +45,10 @@ const LIBCACHESIM_MISSES: &[(&str, [u64; 4], Option<[u64; 4]>)] = &[
 ];
 
 fn sample_trace() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/traces/cloudPhysicsIO.oracleGeneral.bin");
-    path.exists().then_some(path)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("shared/traces/cloudPhysicsIO.oracleGeneral.bin"))
+        .find(|path| path.is_file())
 }
 
 fn config(name: &str) -> PolicyConfig {
@@ -58,7 +61,7 @@ fn config(name: &str) -> PolicyConfig {
 }
 
 fn count_misses(name: &str, capacity: Capacity, accesses: &[Access]) -> u64 {
-    let mut policy = config(name).build(capacity).unwrap();
+    let mut policy = config(name).build(capacity).expect("default configs build");
     let mut victims = Vec::new();
     accesses
         .iter()
