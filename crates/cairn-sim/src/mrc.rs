@@ -17,7 +17,8 @@
 //! **SHARDS** (Waldspurger et al., FAST '15), fixed rate: only keys with
 //! `mix64(key) mod P < T` are tracked (`P = 2^24`, rate `R = T / P`); a sampled
 //! access's distance is scaled by `1 / R`, and miss ratios are taken over the
-//! sampled accesses. Memory and time shrink by `R`.
+//! sampled accesses. Memory and time shrink by `R`. The histogram gets the
+//! paper's `SHARDS_adj` correction (see [`MrcTracker::finish`]).
 //!
 //! **SHARDS fixed size** (`SHARDS_max`, same paper): at most `s_max` sampled keys
 //! are tracked; when one more arrives the key with the largest hash is dropped
@@ -350,8 +351,17 @@ impl MrcTracker {
         }
     }
 
-    /// The histogram.
-    pub fn finish(self) -> ReuseHistogram {
+    /// The histogram. Sampled histograms get SHARDS' adjustment
+    /// (`SHARDS_adj`): the difference between the accesses observed and the
+    /// accesses the sample stands for is added to the smallest distance, so the
+    /// curve is normalised by the true count and a sample that caught more or
+    /// fewer hot keys than its share does not shift the whole curve.
+    pub fn finish(mut self) -> ReuseHistogram {
+        if self.sampling != Sampling::All {
+            let difference = self.observed as f64 - self.histogram.accesses;
+            *self.histogram.distances.entry(0).or_insert(0.0) += difference;
+            self.histogram.accesses = self.observed as f64;
+        }
         self.histogram
     }
 }
