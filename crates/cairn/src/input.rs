@@ -45,8 +45,8 @@ pub enum OpArg {
 /// The trace flags, as typed.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TraceArgs {
-    /// Trace file to read. Without it, the `CloudPhysics` sample trace embedded in
-    /// the binary is used.
+    /// Trace file to read. Without it, the sample trace embedded in the binary
+    /// (a VM block trace from Cloud Physics, 113,872 requests) is used.
     #[arg(long, value_name = "PATH")]
     pub trace: Option<PathBuf>,
 

@@ -53,7 +53,7 @@ Examples:
       Two policies at 1% and 10% of the trace's distinct objects.
   cairn sim --capacity bytes --size 64MiB --size 1GiB --policy lru
       Byte capacity, absolute sizes.
-  cairn sim --unit block:4KiB --op read --csv - 
+  cairn sim --unit block:4KiB --op read --csv -
       Block mode (4 KiB blocks), reads only, CSV on stdout.
   cairn sim --policy 'lru' --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
       Miss ratio against size, plotted.
