@@ -19,7 +19,7 @@ impl Bar {
         } else if let Some(total) = total {
             let bar = ProgressBar::new(total);
             if let Ok(style) = ProgressStyle::with_template(
-                "{msg:12} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} accesses ({per_sec}, eta {eta})",
+                "{msg:12} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} accesses (eta {eta})",
             ) {
                 bar.set_style(style);
             }
@@ -27,7 +27,7 @@ impl Bar {
         } else {
             let bar = ProgressBar::new_spinner();
             if let Ok(style) = ProgressStyle::with_template(
-                "{msg:12} [{elapsed_precise}] {spinner} {human_pos} accesses ({per_sec})",
+                "{msg:12} [{elapsed_precise}] {spinner} {human_pos} accesses",
             ) {
                 bar.set_style(style);
             }
