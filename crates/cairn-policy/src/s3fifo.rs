@@ -34,7 +34,9 @@
 //! - a unit *exactly* as large as the small queue (and not a ghost hit) is
 //!   refused *after* the evictions made for it (`obj_size >=
 //!   fifo->cache_size` in `S3FIFO_insert`). In object mode this means a cache
-//!   of fewer than 20 objects (small queue of 0 or 1) admits nothing.
+//!   of fewer than 20 objects (small queue of 0 or 1) would admit nothing, so
+//!   in object mode such a capacity is refused with
+//!   [`ConfigError::CapacityTooSmall`] (libCacheSim builds it silently).
 //!
 //! [`remove`](Policy::remove) drops a resident unit without recording it in
 //! the ghost, and leaves a ghost key alone (libCacheSim's `S3FIFO_remove`
@@ -155,6 +157,15 @@ impl S3Fifo {
         // Same arithmetic as S3FIFO_init: truncating casts of size × ratio.
         let small_limit = (capacity.limit() as f64 * config.small_size_ratio) as u64;
         let ghost_limit = (capacity.limit() as f64 * config.ghost_size_ratio) as u64;
+        if matches!(capacity, Capacity::Objects(_)) && small_limit < 2 {
+            // libCacheSim builds such a cache and it silently admits nothing.
+            return Err(ConfigError::CapacityTooSmall {
+                policy: "s3fifo",
+                capacity: capacity.limit(),
+                reason: "the small FIFO would hold fewer than 2 objects and admit nothing \
+                         (raise the capacity or small_size_ratio)",
+            });
+        }
         Ok(Self {
             capacity,
             small_limit,
@@ -491,13 +502,15 @@ mod tests {
     }
 
     #[test]
-    fn tiny_caches_admit_nothing_like_libcachesim() {
-        let mut cache = s3fifo(Capacity::Objects(19));
-        let mut victims = vec![];
-        for access in testing::keys(&[1, 2, 1]) {
-            assert!(!cache.access(&access, &mut victims));
-        }
-        assert!(cache.is_empty());
+    fn tiny_caches_are_refused_rather_than_caching_nothing() {
+        // libCacheSim builds a 19-object S3-FIFO whose 1-object small queue
+        // admits nothing; we say so at build time instead.
+        let error = S3Fifo::new(Capacity::Objects(19), &S3FifoConfig::default()).unwrap_err();
+        assert!(matches!(
+            error,
+            ConfigError::CapacityTooSmall { capacity: 19, .. }
+        ));
+        assert!(S3Fifo::new(Capacity::Objects(20), &S3FifoConfig::default()).is_ok());
     }
 
     #[test]
@@ -532,7 +545,7 @@ mod tests {
     proptest! {
         #[test]
         fn matches_naive_model(trace in testing::trace_strategy(60, 500, 5), cap in 1u64..60, bytes: bool) {
-            let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
+            let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap + 20) };
             let mut naive = NaiveS3Fifo::new(capacity);
             testing::assert_matches_reference(&mut s3fifo(capacity), &mut naive, &trace);
             testing::replay_checked(&mut s3fifo(capacity), &trace);

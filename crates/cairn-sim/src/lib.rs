@@ -1,1 +1,40 @@
 //! Trace-driven cache simulation for Cairn.
+//!
+//! - [`replay()`]: one trace against many (policy × size) configurations,
+//!   reading the trace once, on every core, in bounded memory.
+//! - [`prepass()`]: working-set size (for sizes given as fractions, computed as
+//!   libCacheSim does) and next-access times (for OPT on traces without them).
+//! - [`metrics`] and [`cost`]: request and byte miss ratios, per-cost-group
+//!   counters, and a device cost model (latency + size / bandwidth per group)
+//!   giving modelled time and throughput, as papers/004 measures.
+//! - [`groups`]: cost groups by device and sequential/random pattern.
+//! - [`mrc`]: exact LRU miss-ratio curves in one pass, and SHARDS sampling.
+//!
+//! Input is any `cairn_trace::read::Reader` (a boxed iterator of requests)
+//! turned into accesses by [`AccessStream`].
+//!
+//! What this crate is not: a command line (see the `cairn` binary), or a model
+//! of queueing or device parallelism (the cost model serves one access at a
+//! time). Limits: cost groups are `u16`; the exact MRC keeps one map entry and
+//! about 40 bytes per distinct key; next-access times for OPT keep 8 bytes per
+//! access.
+
+mod error;
+
+pub mod cost;
+pub mod groups;
+pub mod metrics;
+pub mod mrc;
+mod prepass;
+pub mod replay;
+pub mod size;
+mod stream;
+
+pub use cost::{CostModel, GroupCost, ServiceCost};
+pub use error::{Result, SimError};
+pub use groups::{DeviceMap, GroupMap};
+pub use metrics::{GroupCounts, Metrics, Report};
+pub use prepass::{Prepass, next_access_times, prepass};
+pub use replay::{Configuration, NoProgress, Progress, ReplayOptions, policy_name, replay};
+pub use size::{CacheSize, CapacityUnit, WorkingSet, parse_bytes};
+pub use stream::{AccessStream, OpFilter, StreamOptions};

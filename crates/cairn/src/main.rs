@@ -1,12 +1,96 @@
-//! The `cairn` command.
+//! The `cairn` command: the storage cache engine's front end and its simulator.
+//!
+//! Arguments are parsed in two steps: clap structs mirror the flags (one
+//! module per command under `commands/`), then each command validates them
+//! into the configuration it runs. Errors carry context with `anyhow`; logs go
+//! to stderr through `tracing`; results go to stdout.
 
-use clap::Parser;
+mod commands;
+mod input;
+mod output;
+mod plot;
+mod policy_spec;
+mod progress;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+const LONG_ABOUT: &str = "\
+Cairn is a storage cache engine for heterogeneous storage (DRAM, persistent
+memory, SSD, HDD, network storage) and the trace-driven simulator that chooses
+its policies. The same policy code runs in the simulator and in the engine.
+
+`cairn sim` replays a trace against policies and cache sizes; `cairn mrc` computes
+LRU miss-ratio curves. Both run with no arguments on a sample trace embedded in
+the binary.";
+
+const EXAMPLES: &str = "\
+Examples:
+  cairn sim                         miss ratios of the default policies on the sample trace
+  cairn sim --policy lru --size 10% --json -
+  cairn mrc --shards 0.01           exact LRU curve and its SHARDS estimate
+  cairn help sim                    every flag of `sim`, with examples
+
+Logging: RUST_LOG (e.g. RUST_LOG=debug) overrides -q/-v.";
 
 /// Cairn: a storage cache engine for heterogeneous storage, and its simulator.
 #[derive(Parser, Debug)]
-#[command(version, about)]
-struct Args {}
+#[command(version, about, long_about = LONG_ABOUT, after_long_help = EXAMPLES, propagate_version = true)]
+struct Cli {
+    /// Print only results and errors: no progress bar, no informational logs.
+    #[arg(long, short, global = true)]
+    quiet: bool,
 
-fn main() {
-    let _args = Args::parse();
+    /// More logging on stderr (-v debug, -vv trace).
+    #[arg(long, short, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Replay a trace against policies × cache sizes and report miss ratios.
+    Sim(commands::sim::SimArgs),
+    /// Compute LRU miss-ratio curves: exact, and estimated with SHARDS.
+    Mrc(commands::mrc::MrcArgs),
+    /// Trace tools: generate, inspect, convert (not in this build yet).
+    #[command(subcommand, hide = true)]
+    Trace(commands::trace::TraceCommand),
+}
+
+fn init_logging(quiet: bool, verbose: u8) {
+    let default = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.quiet, cli.verbose);
+    let result = match cli.command {
+        Command::Sim(args) => commands::sim::run(args, cli.quiet),
+        Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
+        Command::Trace(command) => commands::trace::run(&command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

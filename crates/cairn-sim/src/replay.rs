@@ -1,0 +1,256 @@
+//! Replay: one trace against many (policy × size) configurations, reading the
+//! trace once, on every core.
+//!
+//! ```text
+//!             ┌──────── Arc<[Access]> chunk ───────┐
+//! reader ─────┼─► bounded queue ─► worker 0: configs 0, W, 2W, …
+//! (caller's   ├─► bounded queue ─► worker 1: configs 1, W+1, …
+//!  thread)    └─► bounded queue ─► worker W-1
+//! ```
+//!
+//! The calling thread pulls accesses from the stream, packs them into chunks of
+//! [`ReplayOptions::chunk_accesses`], and hands every worker a reference to the
+//! same chunk. Each worker owns a fixed subset of the policy instances and runs
+//! each of them over the whole chunk before the next (the policy's state stays
+//! in cache). Queues hold at most [`ReplayOptions::queue_chunks`] chunks, so
+//! memory is bounded by `W × queue_chunks × chunk_accesses × 48 bytes` however
+//! long the trace. Every configuration sees every access in trace order, so
+//! results do not depend on the number of threads.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use cairn_policy::{Access, Capacity, Policy, PolicyConfig};
+use cairn_trace::TraceError;
+
+use crate::cost::CostModel;
+use crate::metrics::{Metrics, Report};
+use crate::{Result, SimError};
+
+/// One configuration to simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Configuration {
+    /// The name shown in reports, usually the policy spec as given.
+    pub label: String,
+    /// The policy and its knobs.
+    pub policy: PolicyConfig,
+    /// The cache size as given (`10%`), for reports.
+    pub size: String,
+    /// The resolved capacity.
+    pub capacity: Capacity,
+}
+
+/// Receives progress from the reader thread, once per chunk.
+pub trait Progress: Sync {
+    /// `accesses` more accesses totalling `bytes` bytes were handed to the workers.
+    fn advance(&self, accesses: u64, bytes: u64);
+}
+
+/// Progress that goes nowhere.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn advance(&self, _accesses: u64, _bytes: u64) {}
+}
+
+/// How to run a replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Worker threads; 0 means `std::thread::available_parallelism()`. Never
+    /// more than the number of configurations.
+    pub threads: usize,
+    /// Accesses per chunk. Default 65,536 (3 MiB a chunk).
+    pub chunk_accesses: usize,
+    /// Chunks each worker's queue holds before the reader waits. Default 4.
+    pub queue_chunks: usize,
+    /// The device cost model applied to the counters.
+    pub cost: CostModel,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            chunk_accesses: 1 << 16,
+            queue_chunks: 4,
+            cost: CostModel::default(),
+        }
+    }
+}
+
+impl ReplayOptions {
+    /// The number of workers for `configurations` configurations.
+    pub fn workers(&self, configurations: usize) -> usize {
+        let threads = if self.threads == 0 {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        } else {
+            self.threads
+        };
+        threads.clamp(1, configurations.max(1))
+    }
+}
+
+/// One policy instance and its counters, owned by one worker.
+struct Slot {
+    index: usize,
+    policy: Box<dyn Policy>,
+    metrics: Metrics,
+}
+
+impl Slot {
+    fn run(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
+        for access in chunk {
+            victims.clear();
+            let hit = self.policy.access(access, victims);
+            self.metrics.record(access, hit, victims.len());
+        }
+    }
+}
+
+/// Replays `accesses` against every configuration. Reports come back in the
+/// order of `configurations`.
+pub fn replay(
+    configurations: &[Configuration],
+    accesses: impl Iterator<Item = Result<Access, TraceError>>,
+    options: &ReplayOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<Report>> {
+    if configurations.is_empty() {
+        return Err(SimError::NoConfigurations);
+    }
+    let workers = options.workers(configurations.len());
+    let mut owned: Vec<Vec<Slot>> = (0..workers).map(|_| Vec::new()).collect();
+    for (index, configuration) in configurations.iter().enumerate() {
+        let policy = configuration
+            .policy
+            .build(configuration.capacity)
+            .map_err(|source| SimError::Policy {
+                label: configuration.label.clone(),
+                source,
+            })?;
+        owned[index % workers].push(Slot {
+            index,
+            policy,
+            metrics: Metrics::default(),
+        });
+    }
+    let chunk_accesses = options.chunk_accesses.max(1);
+    let slots = std::thread::scope(|scope| -> Result<Vec<Slot>> {
+        let mut senders = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for slots in owned {
+            let (sender, receiver) = sync_channel::<Arc<[Access]>>(options.queue_chunks.max(1));
+            senders.push(sender);
+            let first = slots.first().map(|s| configurations[s.index].label.clone());
+            handles.push((first, scope.spawn(move || work(slots, &receiver))));
+        }
+        let read = read_chunks(accesses, chunk_accesses, &senders, progress);
+        drop(senders);
+        let mut done = Vec::with_capacity(configurations.len());
+        for (label, handle) in handles {
+            match handle.join() {
+                Ok(slots) => done.extend(slots),
+                Err(_) => {
+                    return Err(SimError::WorkerPanicked {
+                        label: label.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+        read?;
+        Ok(done)
+    })?;
+    let mut reports: Vec<Option<Report>> = vec![None; configurations.len()];
+    for slot in slots {
+        let configuration = &configurations[slot.index];
+        reports[slot.index] = Some(report(
+            configuration,
+            slot.policy.name(),
+            slot.metrics,
+            &options.cost,
+        ));
+    }
+    Ok(reports.into_iter().flatten().collect())
+}
+
+/// The reader: chunks the stream and broadcasts each chunk to every worker.
+fn read_chunks(
+    accesses: impl Iterator<Item = Result<Access, TraceError>>,
+    chunk_accesses: usize,
+    senders: &[SyncSender<Arc<[Access]>>],
+    progress: &dyn Progress,
+) -> Result<(), TraceError> {
+    let mut chunk: Vec<Access> = Vec::with_capacity(chunk_accesses);
+    let mut accesses = accesses.fuse();
+    loop {
+        let mut bytes = 0u64;
+        for access in accesses.by_ref().take(chunk_accesses) {
+            let access = access?;
+            bytes += u64::from(access.size);
+            chunk.push(access);
+        }
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        let shared: Arc<[Access]> = Arc::from(chunk.as_slice());
+        progress.advance(chunk.len() as u64, bytes);
+        chunk.clear();
+        for sender in senders {
+            // A closed queue means its worker panicked; `replay` reports that.
+            if sender.send(Arc::clone(&shared)).is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A worker: every chunk through every owned policy.
+fn work(mut slots: Vec<Slot>, chunks: &Receiver<Arc<[Access]>>) -> Vec<Slot> {
+    let mut victims = Vec::new();
+    while let Ok(chunk) = chunks.recv() {
+        for slot in &mut slots {
+            slot.run(&chunk, &mut victims);
+        }
+    }
+    slots
+}
+
+fn report(
+    configuration: &Configuration,
+    policy: &str,
+    metrics: Metrics,
+    cost: &CostModel,
+) -> Report {
+    let seconds = metrics.modelled_seconds(cost);
+    let throughput = if seconds > 0.0 {
+        metrics.bytes as f64 / seconds / crate::cost::BYTES_PER_MB
+    } else {
+        0.0
+    };
+    let (capacity, unit) = match configuration.capacity {
+        Capacity::Objects(n) => (n, "objects"),
+        Capacity::Bytes(n) => (n, "bytes"),
+    };
+    Report {
+        label: configuration.label.clone(),
+        policy: policy.to_owned(),
+        size: configuration.size.clone(),
+        capacity,
+        capacity_unit: unit.to_owned(),
+        miss_ratio: metrics.miss_ratio(),
+        byte_miss_ratio: metrics.byte_miss_ratio(),
+        modelled_seconds: seconds,
+        modelled_throughput_mb_s: throughput,
+        metrics,
+    }
+}
+
+/// The name a policy configuration is listed under (its `policy = "…"` tag),
+/// without building it.
+pub fn policy_name(config: &PolicyConfig) -> String {
+    serde_json::to_value(config)
+        .ok()
+        .and_then(|v| v.get("policy").and_then(|p| p.as_str().map(str::to_owned)))
+        .unwrap_or_default()
+}

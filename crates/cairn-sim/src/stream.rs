@@ -1,0 +1,143 @@
+//! From requests to the accesses a policy sees: split, filter, group, and
+//! (for OPT) stamp next-access times.
+//!
+//! Any reader plugs in: [`AccessStream::new`] takes a
+//! `Box<dyn Iterator<Item = Result<Request>> + Send>` (`cairn_trace::read::Reader`).
+
+use std::sync::Arc;
+
+use cairn_policy::{Access, NEVER, Op};
+use cairn_trace::read::Reader;
+use cairn_trace::{Request, Splitter, TraceError, Unit};
+use serde::{Deserialize, Serialize};
+
+use crate::groups::{GroupAssigner, GroupMap};
+
+/// Which requests to keep.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpFilter {
+    /// Reads and writes.
+    #[default]
+    All,
+    /// Reads only.
+    Read,
+    /// Writes only.
+    Write,
+}
+
+impl OpFilter {
+    /// Whether a request with `op` passes.
+    #[inline]
+    pub fn keeps(self, op: Op) -> bool {
+        match self {
+            OpFilter::All => true,
+            OpFilter::Read => op == Op::Read,
+            OpFilter::Write => op == Op::Write,
+        }
+    }
+}
+
+/// How a trace's requests become accesses. Filtering happens before splitting,
+/// so logical time counts only the accesses kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamOptions {
+    /// Objects or blocks.
+    pub unit: Unit,
+    /// Which operations to keep.
+    pub ops: OpFilter,
+    /// How accesses are put into cost groups.
+    pub groups: GroupMap,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            unit: Unit::Object,
+            ops: OpFilter::All,
+            groups: GroupMap::default(),
+        }
+    }
+}
+
+/// The accesses of a trace, in order, as an iterator.
+pub struct AccessStream {
+    requests: Reader,
+    ops: OpFilter,
+    splitter: Splitter,
+    groups: GroupAssigner,
+    next_times: Option<Arc<[u64]>>,
+    buffer: Vec<Access>,
+    at: usize,
+    requests_read: u64,
+}
+
+impl AccessStream {
+    /// Streams the accesses of `requests`.
+    pub fn new(requests: Reader, options: &StreamOptions) -> Self {
+        Self {
+            requests,
+            ops: options.ops,
+            splitter: Splitter::new(options.unit),
+            groups: GroupAssigner::new(options.groups.clone()),
+            next_times: None,
+            buffer: Vec::new(),
+            at: 0,
+            requests_read: 0,
+        }
+    }
+
+    /// Stamps each access's `next` from `next_times[access.time]` (computed by
+    /// [`crate::prepass`] over the same trace with the same options).
+    #[must_use]
+    pub fn with_next_times(mut self, next_times: Arc<[u64]>) -> Self {
+        self.next_times = Some(next_times);
+        self
+    }
+
+    /// Requests read from the trace so far (including those filtered out).
+    pub fn requests_read(&self) -> u64 {
+        self.requests_read
+    }
+
+    fn refill(&mut self) -> Option<Result<(), TraceError>> {
+        self.buffer.clear();
+        self.at = 0;
+        while self.buffer.is_empty() {
+            let request: Request = match self.requests.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            self.requests_read += 1;
+            if self.ops.keeps(request.op) {
+                self.splitter.split(&request, &mut self.buffer);
+            }
+        }
+        for access in &mut self.buffer {
+            self.groups.assign(access);
+            if let Some(next) = &self.next_times {
+                access.next = usize::try_from(access.time)
+                    .ok()
+                    .and_then(|t| next.get(t))
+                    .copied()
+                    .unwrap_or(NEVER);
+            }
+        }
+        Some(Ok(()))
+    }
+}
+
+impl Iterator for AccessStream {
+    type Item = Result<Access, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at == self.buffer.len()
+            && let Err(e) = self.refill()?
+        {
+            return Some(Err(e));
+        }
+        let access = self.buffer[self.at];
+        self.at += 1;
+        Some(Ok(access))
+    }
+}

@@ -1,0 +1,5 @@
+//! One module per `cairn` command: its clap flags, their validation, and the run.
+
+pub mod mrc;
+pub mod sim;
+pub mod trace;

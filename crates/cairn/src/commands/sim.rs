@@ -1,0 +1,437 @@
+//! `cairn sim`: replay a trace against policies × cache sizes.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use cairn_policy::PolicyConfig;
+use cairn_sim::{
+    CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, ReplayOptions, Report, WorkingSet,
+    policy_name, prepass, replay,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::input::{TraceArgs, TraceInput};
+use crate::output::{Destination, csv_field, table};
+use crate::plot;
+use crate::policy_spec;
+use crate::progress::Bar;
+
+/// The default policy set; names not (yet) in the policy crate are skipped.
+const DEFAULT_POLICIES: &[&str] = &[
+    "lru", "fifo", "clock", "lfu", "arc", "s3fifo", "sieve", "opt",
+];
+/// The default sizes: fractions of the working set.
+const DEFAULT_SIZES: &[&str] = &["1%", "5%", "10%", "20%"];
+
+const LONG_ABOUT: &str = "\
+Replay a trace against every combination of policy and cache size, and print
+the miss ratio of each as a table (rows: policies, columns: sizes).
+
+The trace is read once: a reader thread splits requests into accesses and hands
+chunks of them to one worker per core, each owning some of the simulated caches.
+Sizes given as fractions of the working set (10%, 0.1) need a first pass over
+the trace to count distinct objects (or bytes, with --capacity bytes); the size
+is then (uint64)(working_set × fraction), exactly as libCacheSim computes it.
+
+With no arguments, replays the CloudPhysics sample trace embedded in the binary
+against the default policies (lru fifo clock lfu arc s3fifo sieve opt, those
+built into this binary) at 1%, 5%, 10% and 20% of the working set, counting
+capacity in objects.
+
+Besides miss ratios, every run models service time: each cost group has a hit
+cost and a miss cost (latency + size / bandwidth). By default there is one group,
+an HDD (5 ms + 150 MB/s per miss) behind a DRAM cache (1 µs + 10,000 MB/s per
+hit). --cost FILE.toml sets groups, device mapping and costs; --metric chooses
+what the table shows; --csv and --json carry every counter.";
+
+const EXAMPLES: &str = "\
+Examples:
+  cairn sim
+      The sample trace, default policies, 1% 5% 10% 20% of the working set.
+  cairn sim --trace w44.oracleGeneral.bin --policy lru --policy fifo --size 0.01,0.1
+      Two policies at 1% and 10% of the trace's distinct objects.
+  cairn sim --capacity bytes --size 64MiB --size 1GiB --policy lru
+      Byte capacity, absolute sizes.
+  cairn sim --unit block:4KiB --op read --csv -
+      Block mode (4 KiB blocks), reads only, CSV on stdout.
+  cairn sim --policy 'lru' --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
+      Miss ratio against size, plotted.
+  cairn sim --cost ssd-hdd.toml --metric throughput --json run.json
+      Modelled throughput under a custom cost model (see docs/simulator.md).";
+
+/// Which number the stdout table shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Metric {
+    /// Misses over requests.
+    MissRatio,
+    /// Missed bytes over requested bytes.
+    ByteMissRatio,
+    /// Modelled throughput in MB/s under the cost model.
+    Throughput,
+}
+
+/// How capacity is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CapacityArg {
+    /// The number of resident units, whatever their sizes (libCacheSim's
+    /// `ignore_obj_size`).
+    Objects,
+    /// The sum of the resident units' sizes.
+    Bytes,
+}
+
+impl From<CapacityArg> for CapacityUnit {
+    fn from(value: CapacityArg) -> Self {
+        match value {
+            CapacityArg::Objects => CapacityUnit::Objects,
+            CapacityArg::Bytes => CapacityUnit::Bytes,
+        }
+    }
+}
+
+/// `cairn sim` flags, as typed.
+#[derive(clap::Args, Debug)]
+#[command(long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
+pub struct SimArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
+
+    /// A policy to simulate: `name`, or `name:key=value,key=value` to set its
+    /// parameters (e.g. `s3fifo:small_ratio=0.2`). Repeat for several policies.
+    /// Default: lru fifo clock lfu arc s3fifo sieve opt (those available).
+    #[arg(long = "policy", short = 'p', value_name = "SPEC")]
+    policies: Vec<String>,
+
+    /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
+    /// (objects or bytes, per --capacity) or `64MiB`. Repeat, or separate with
+    /// commas. Default: 1%,5%,10%,20%.
+    #[arg(long = "size", short = 's', value_name = "SIZE", value_delimiter = ',')]
+    sizes: Vec<String>,
+
+    /// How cache capacity is counted.
+    #[arg(long, value_enum, value_name = "UNIT", default_value = "objects")]
+    capacity: CapacityArg,
+
+    /// What the table on stdout shows.
+    #[arg(long, value_enum, value_name = "METRIC", default_value = "miss-ratio")]
+    metric: Metric,
+
+    /// Write every configuration's counters as CSV to FILE (`-` for stdout,
+    /// which then replaces the table).
+    #[arg(long, value_name = "FILE|-")]
+    csv: Option<PathBuf>,
+
+    /// Write the run (trace, working set, cost model, every report with
+    /// per-group counters) as JSON to FILE (`-` for stdout, replacing the table).
+    #[arg(long, value_name = "FILE|-")]
+    json: Option<PathBuf>,
+
+    /// Plot miss ratio against cache size, one line per policy, to FILE.svg or
+    /// FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+
+    /// A TOML file with the cost model and the cost-group map (see
+    /// docs/simulator.md). Default: one HDD group behind DRAM.
+    #[arg(long, value_name = "FILE")]
+    cost: Option<PathBuf>,
+
+    /// Worker threads. 0 uses every core.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    threads: usize,
+}
+
+/// The cost file's shape.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CostFile {
+    /// How accesses map to cost groups.
+    #[serde(default)]
+    group_map: GroupMap,
+    /// What each group costs.
+    #[serde(default)]
+    cost: CostModel,
+}
+
+/// The validated run.
+struct SimConfig {
+    input: TraceInput,
+    policies: Vec<(String, PolicyConfig)>,
+    sizes: Vec<(String, CacheSize)>,
+    unit: CapacityUnit,
+    metric: Metric,
+    csv: Option<Destination>,
+    json: Option<Destination>,
+    plot: Option<PathBuf>,
+    cost: CostModel,
+    threads: usize,
+}
+
+impl SimConfig {
+    fn from_args(args: SimArgs) -> Result<Self> {
+        let cost_file = match &args.cost {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading cost file {}", path.display()))?;
+                toml::from_str::<CostFile>(&text)
+                    .with_context(|| format!("cost file {}", path.display()))?
+            }
+            None => CostFile::default(),
+        };
+        cost_file.group_map.validate()?;
+        cost_file.cost.validate(cost_file.group_map.groups())?;
+        let specs: Vec<String> = if args.policies.is_empty() {
+            DEFAULT_POLICIES
+                .iter()
+                .filter(|n| PolicyConfig::NAMES.contains(n))
+                .map(|n| (*n).to_owned())
+                .collect()
+        } else {
+            args.policies
+        };
+        let policies = specs
+            .into_iter()
+            .map(|spec| Ok((spec.clone(), policy_spec::parse(&spec)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let sizes: Vec<String> = if args.sizes.is_empty() {
+            DEFAULT_SIZES.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            args.sizes
+        };
+        let sizes = sizes
+            .into_iter()
+            .map(|text| {
+                let size = text.parse::<CacheSize>()?;
+                Ok((text, size))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outputs_to_stdout = [&args.csv, &args.json]
+            .iter()
+            .filter(|d| d.as_deref().is_some_and(|p| p.as_os_str() == "-"))
+            .count();
+        if outputs_to_stdout > 1 {
+            bail!("only one of --csv and --json can write to stdout (`-`)");
+        }
+        Ok(Self {
+            input: TraceInput::from_args(&args.trace, cost_file.group_map)?,
+            policies,
+            sizes,
+            unit: args.capacity.into(),
+            metric: args.metric,
+            csv: args.csv.as_deref().map(Destination::parse),
+            json: args.json.as_deref().map(Destination::parse),
+            plot: args.plot,
+            cost: cost_file.cost,
+            threads: args.threads,
+        })
+    }
+}
+
+/// What the JSON output holds.
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    trace: String,
+    accesses: Option<u64>,
+    working_set: Option<WorkingSet>,
+    capacity_unit: CapacityUnit,
+    cost_model: &'a CostModel,
+    reports: &'a [Report],
+}
+
+/// Runs `cairn sim`.
+pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
+    let config = SimConfig::from_args(args)?;
+    let has_opt = config.policies.iter().any(|(_, p)| policy_name(p) == "opt");
+    let needs_working_set = config.sizes.iter().any(|(_, s)| s.needs_working_set());
+
+    let mut working_set = None;
+    let mut accesses_total = config.input.accesses_hint();
+    let mut next_times = None;
+    if needs_working_set || has_opt {
+        let bar = Bar::new(accesses_total, "first pass", quiet);
+        let stream = counted(config.input.accesses()?, &bar);
+        let pass = prepass(stream, has_opt, config.input.working_set_scaling())?;
+        bar.finish();
+        tracing::info!(
+            trace = %config.input.name(),
+            accesses = pass.accesses,
+            working_set_objects = pass.working_set.objects,
+            working_set_bytes = pass.working_set.bytes,
+            "first pass"
+        );
+        if has_opt && pass.carries_next {
+            tracing::info!("opt uses the trace's own next-access times");
+        } else {
+            next_times = pass.next_times;
+        }
+        working_set = Some(pass.working_set);
+        accesses_total = Some(pass.accesses);
+    }
+
+    let mut configurations = Vec::new();
+    for (label, policy) in &config.policies {
+        for (text, size) in &config.sizes {
+            let capacity = size.resolve(config.unit, working_set.unwrap_or_default());
+            if capacity.limit() == 0 {
+                tracing::warn!(
+                    "{label} at {text}: the capacity resolves to 0; every access misses"
+                );
+            }
+            configurations.push(Configuration {
+                label: label.clone(),
+                policy: policy.clone(),
+                size: text.clone(),
+                capacity,
+            });
+        }
+    }
+
+    let options = ReplayOptions {
+        threads: config.threads,
+        cost: config.cost.clone(),
+        ..ReplayOptions::default()
+    };
+    tracing::info!(
+        configurations = configurations.len(),
+        workers = options.workers(configurations.len()),
+        "replaying"
+    );
+    let mut stream = config.input.accesses()?;
+    if let Some(next) = next_times {
+        stream = stream.with_next_times(next);
+    }
+    let bar = Bar::new(accesses_total, "replay", quiet);
+    let started = std::time::Instant::now();
+    let reports = replay(&configurations, stream, &options, &bar)?;
+    bar.finish();
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "replay done");
+
+    write_outputs(&config, &reports, working_set, accesses_total)
+}
+
+/// Counts accesses on `bar` in steps of 64 Ki (the bar is cheap, not free).
+pub fn counted<'a, T>(
+    iter: impl Iterator<Item = T> + 'a,
+    bar: &'a Bar,
+) -> impl Iterator<Item = T> + 'a {
+    const STEP: u64 = 1 << 16;
+    let mut n = 0u64;
+    iter.inspect(move |_| {
+        n += 1;
+        if n.is_multiple_of(STEP) {
+            bar.inc(STEP);
+        }
+    })
+}
+
+fn write_outputs(
+    config: &SimConfig,
+    reports: &[Report],
+    working_set: Option<WorkingSet>,
+    accesses: Option<u64>,
+) -> Result<()> {
+    let stdout_taken = [&config.csv, &config.json]
+        .iter()
+        .any(|d| matches!(d, Some(Destination::Stdout)));
+    if !stdout_taken {
+        Destination::Stdout.write("table", |out| print_table(out, config, reports))?;
+    }
+    if let Some(destination) = &config.csv {
+        destination.write("CSV", |out| write_csv(out, reports))?;
+    }
+    if let Some(destination) = &config.json {
+        let run = JsonRun {
+            trace: config.input.name(),
+            accesses,
+            working_set,
+            capacity_unit: config.unit,
+            cost_model: &config.cost,
+            reports,
+        };
+        destination.write("JSON", |out| {
+            serde_json::to_writer_pretty(&mut *out, &run)?;
+            writeln!(out)
+        })?;
+    }
+    if let Some(path) = &config.plot {
+        let series: Vec<plot::Series> = config
+            .policies
+            .iter()
+            .map(|(label, _)| {
+                let mut points: Vec<(f64, f64)> = reports
+                    .iter()
+                    .filter(|r| &r.label == label)
+                    .map(|r| (r.capacity as f64, r.miss_ratio))
+                    .collect();
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                plot::Series {
+                    name: label.clone(),
+                    points,
+                }
+            })
+            .collect();
+        let unit = match config.unit {
+            CapacityUnit::Objects => "cache size (objects)",
+            CapacityUnit::Bytes => "cache size (bytes)",
+        };
+        let title = format!("Miss ratio — {}", config.input.name());
+        plot::miss_ratio_curves(path, &title, unit, &series)?;
+        tracing::info!(path = %path.display(), "plot written");
+    }
+    Ok(())
+}
+
+fn print_table(out: &mut dyn Write, config: &SimConfig, reports: &[Report]) -> std::io::Result<()> {
+    let mut header = vec!["policy".to_owned()];
+    header.extend(config.sizes.iter().map(|(text, _)| text.clone()));
+    let columns = config.sizes.len();
+    let rows: Vec<Vec<String>> = reports
+        .chunks(columns.max(1))
+        .map(|row| {
+            let mut cells = vec![row.first().map(|r| r.label.clone()).unwrap_or_default()];
+            cells.extend(row.iter().map(|r| match config.metric {
+                Metric::MissRatio => format!("{:.4}", r.miss_ratio),
+                Metric::ByteMissRatio => format!("{:.4}", r.byte_miss_ratio),
+                Metric::Throughput => format!("{:.2}", r.modelled_throughput_mb_s),
+            }));
+            cells
+        })
+        .collect();
+    table(out, &header, &rows)
+}
+
+fn write_csv(out: &mut dyn Write, reports: &[Report]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "label,policy,size,capacity,capacity_unit,requests,hits,misses,miss_ratio,bytes,miss_bytes,\
+         byte_miss_ratio,reads,writes,read_hits,write_hits,evictions,modelled_seconds,modelled_throughput_mb_s"
+    )?;
+    for r in reports {
+        let m = &r.metrics;
+        writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3}",
+            csv_field(&r.label),
+            csv_field(&r.policy),
+            csv_field(&r.size),
+            r.capacity,
+            r.capacity_unit,
+            m.requests,
+            m.hits,
+            m.misses,
+            r.miss_ratio,
+            m.bytes,
+            m.miss_bytes,
+            r.byte_miss_ratio,
+            m.reads,
+            m.writes,
+            m.read_hits,
+            m.write_hits,
+            m.evictions,
+            r.modelled_seconds,
+            r.modelled_throughput_mb_s,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! Where accesses come from: the trace arguments shared by `sim` and `mrc`,
+//! validated into a [`TraceInput`] that can open the trace as often as a
+//! command needs (a first pass for the working set, then the replay).
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use cairn_sim::{AccessStream, GroupMap, OpFilter, StreamOptions};
+use cairn_trace::Unit;
+use cairn_trace::read::{Reader, oracle_general};
+
+/// The sample trace (`CloudPhysics` VM block trace in libCacheSim's oracleGeneral
+/// format, 113,872 requests), zstd-compressed, so `cairn sim` works anywhere.
+static SAMPLE_TRACE_ZST: &[u8] = include_bytes!("../data/cloudPhysicsIO.oracleGeneral.bin.zst");
+
+/// What `--trace` names when it is not given.
+pub const SAMPLE_TRACE_NAME: &str = "cloudPhysicsIO (embedded sample)";
+
+/// Trace formats `cairn` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// libCacheSim's oracleGeneral: 24-byte little-endian records (time, object
+    /// id, size, next access).
+    #[value(
+        name = "oracle-general",
+        alias = "oracleGeneral",
+        alias = "oraclegeneral"
+    )]
+    OracleGeneral,
+}
+
+/// Which operations to keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpArg {
+    /// Reads only.
+    Read,
+    /// Writes only.
+    Write,
+    /// Reads and writes.
+    All,
+}
+
+/// The trace flags, as typed.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceArgs {
+    /// Trace file to read. Without it, the sample trace embedded in the binary
+    /// (a VM block trace from Cloud Physics, 113,872 requests) is used.
+    #[arg(long, value_name = "PATH")]
+    pub trace: Option<PathBuf>,
+
+    /// Format of the trace file.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        default_value = "oracle-general"
+    )]
+    pub format: Format,
+
+    /// What a cached unit is: `object` (each request is one access to the whole
+    /// object, as libCacheSim does it) or `block:SIZE` (each request touches
+    /// every block of SIZE bytes it overlaps, e.g. `block:4KiB`).
+    #[arg(long, value_name = "UNIT", default_value = "object", value_parser = parse_unit)]
+    pub unit: Unit,
+
+    /// Which requests to replay: `read`, `write` or `all`. Filtering happens
+    /// before splitting into accesses.
+    #[arg(long, value_enum, value_name = "OP", default_value = "all")]
+    pub op: OpArg,
+}
+
+/// Parses `object` or `block:SIZE`.
+pub fn parse_unit(text: &str) -> Result<Unit, String> {
+    if text == "object" {
+        return Ok(Unit::Object);
+    }
+    let Some(size) = text.strip_prefix("block:") else {
+        return Err(format!(
+            "`{text}`: expected `object` or `block:SIZE` (e.g. block:4KiB)"
+        ));
+    };
+    let bytes = cairn_sim::parse_bytes(size).map_err(|e| e.to_string())?;
+    match u32::try_from(bytes) {
+        Ok(block_size) if block_size > 0 => Ok(Unit::Block { block_size }),
+        _ => Err(format!("`{text}`: the block size must be 1 B to 4 GiB - 1")),
+    }
+}
+
+/// Where the bytes are.
+#[derive(Clone, Debug)]
+enum Source {
+    Embedded(Arc<[u8]>),
+    File(PathBuf),
+}
+
+/// A validated trace input.
+#[derive(Clone, Debug)]
+pub struct TraceInput {
+    source: Source,
+    format: Format,
+    /// How requests become accesses.
+    pub stream: StreamOptions,
+}
+
+impl TraceInput {
+    /// Validates the flags; decompresses the sample trace when no file is named.
+    pub fn from_args(args: &TraceArgs, groups: GroupMap) -> Result<Self> {
+        let source = match &args.trace {
+            Some(path) => {
+                let meta = std::fs::metadata(path)
+                    .with_context(|| format!("cannot read trace {}", path.display()))?;
+                if !meta.is_file() {
+                    bail!("trace {} is not a file", path.display());
+                }
+                Source::File(path.clone())
+            }
+            None => Source::Embedded(
+                zstd::decode_all(SAMPLE_TRACE_ZST)
+                    .context("decompressing the embedded sample trace")?
+                    .into(),
+            ),
+        };
+        let ops = match args.op {
+            OpArg::Read => OpFilter::Read,
+            OpArg::Write => OpFilter::Write,
+            OpArg::All => OpFilter::All,
+        };
+        Ok(Self {
+            source,
+            format: args.format,
+            stream: StreamOptions {
+                unit: args.unit,
+                ops,
+                groups,
+            },
+        })
+    }
+
+    /// The trace's name for reports.
+    pub fn name(&self) -> String {
+        match &self.source {
+            Source::Embedded(_) => SAMPLE_TRACE_NAME.to_owned(),
+            Source::File(path) => path.display().to_string(),
+        }
+    }
+
+    /// Size of the trace's bytes, when known.
+    pub fn byte_len(&self) -> Option<u64> {
+        match &self.source {
+            Source::Embedded(bytes) => Some(bytes.len() as u64),
+            Source::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+        }
+    }
+
+    /// The number of accesses, when it is known without reading the trace
+    /// (fixed-size records in object mode, no filter).
+    pub fn accesses_hint(&self) -> Option<u64> {
+        let all = self.stream.ops == OpFilter::All && self.stream.unit == Unit::Object;
+        match self.format {
+            Format::OracleGeneral if all => self
+                .byte_len()
+                .map(|n| n / oracle_general::RECORD_BYTES as u64),
+            Format::OracleGeneral => None,
+        }
+    }
+
+    /// libCacheSim's working-set sampling factor for this trace file's size
+    /// (`cal_working_set_size`: 11 above 1 GiB, 101 above 5 GiB), object mode
+    /// only (it samples by object id).
+    pub fn working_set_scaling(&self) -> u64 {
+        const GIB: u64 = 1 << 30;
+        if self.stream.unit != Unit::Object {
+            return 1;
+        }
+        match self.byte_len().unwrap_or(0) {
+            n if n > 5 * GIB => 101,
+            n if n > GIB => 11,
+            _ => 1,
+        }
+    }
+
+    /// Opens the trace as a stream of requests.
+    pub fn requests(&self) -> Result<Reader> {
+        Ok(match (&self.source, self.format) {
+            (Source::Embedded(bytes), Format::OracleGeneral) => {
+                Box::new(oracle_general::OracleGeneralReader::new(
+                    Cursor::new(Arc::clone(bytes)),
+                    Path::new(SAMPLE_TRACE_NAME),
+                ))
+            }
+            (Source::File(path), Format::OracleGeneral) => Box::new(oracle_general::open(path)?),
+        })
+    }
+
+    /// Opens the trace as a stream of accesses.
+    pub fn accesses(&self) -> Result<AccessStream> {
+        Ok(AccessStream::new(self.requests()?, &self.stream))
+    }
+}

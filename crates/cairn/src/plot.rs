@@ -1,0 +1,119 @@
+//! Miss-ratio curves as SVG or PNG (by the file's extension).
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// One line of a plot.
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// (cache size, miss ratio) points, sizes ascending.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Writes `series` to `path` (`.svg` or `.png`), x = cache size in `x_label`, y = miss ratio.
+pub fn miss_ratio_curves(path: &Path, title: &str, x_label: &str, series: &[Series]) -> Result<()> {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let size = (1000, 640);
+    let result = match extension.as_deref() {
+        Some("svg") => draw(
+            &SVGBackend::new(path, size).into_drawing_area(),
+            title,
+            x_label,
+            series,
+        ),
+        Some("png") => draw(
+            &BitMapBackend::new(path, size).into_drawing_area(),
+            title,
+            x_label,
+            series,
+        ),
+        _ => bail!(
+            "plot file {}: the name must end in .svg or .png",
+            path.display()
+        ),
+    };
+    result.with_context(|| format!("drawing plot {}", path.display()))
+}
+
+fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    series: &[Series],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let failed = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    area.fill(&WHITE).map_err(|e| failed(&e))?;
+    let x_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(0.0_f64, f64::max)
+        .max(1.0);
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0_f64, f64::max);
+    let y_max = (y_max * 1.05).clamp(0.05, 1.0);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 26))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max * 1.02, 0.0..y_max)
+        .map_err(|e| failed(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("miss ratio")
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .x_label_formatter(&|x| human(*x))
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = ShapeStyle::from(&color).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), style))
+            .map_err(|e| failed(&e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        if s.points.len() <= 32 {
+            chart
+                .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(|e| failed(&e))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    area.present().map_err(|e| failed(&e))?;
+    Ok(())
+}
+
+/// `1500` → `1.5K`, `2_000_000` → `2M`: short axis labels.
+fn human(x: f64) -> String {
+    let (value, suffix) = match x.abs() {
+        v if v >= 1e9 => (x / 1e9, "G"),
+        v if v >= 1e6 => (x / 1e6, "M"),
+        v if v >= 1e3 => (x / 1e3, "K"),
+        _ => (x, ""),
+    };
+    let text = format!("{value:.1}");
+    format!("{}{suffix}", text.trim_end_matches(".0"))
+}
