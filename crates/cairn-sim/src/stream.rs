@@ -70,7 +70,13 @@ pub struct AccessStream {
     buffer: Vec<Access>,
     at: usize,
     requests_read: u64,
+    /// An error met while filling a batch, reported after the batch.
+    pending: Option<TraceError>,
 }
+
+/// Accesses gathered per refill: enough to amortise the per-request
+/// plumbing, few enough to stay in L1.
+const BATCH_ACCESSES: usize = 256;
 
 impl AccessStream {
     /// Streams the accesses of `requests`.
@@ -84,6 +90,7 @@ impl AccessStream {
             buffer: Vec::new(),
             at: 0,
             requests_read: 0,
+            pending: None,
         }
     }
 
@@ -103,10 +110,19 @@ impl AccessStream {
     fn refill(&mut self) -> Option<Result<(), TraceError>> {
         self.buffer.clear();
         self.at = 0;
-        while self.buffer.is_empty() {
-            let request: Request = match self.requests.next()? {
-                Ok(r) => r,
-                Err(e) => return Some(Err(e)),
+        if let Some(error) = self.pending.take() {
+            return Some(Err(error));
+        }
+        while self.buffer.len() < BATCH_ACCESSES {
+            let request: Request = match self.requests.next() {
+                Some(Ok(r)) => r,
+                Some(Err(e)) if self.buffer.is_empty() => return Some(Err(e)),
+                Some(Err(e)) => {
+                    self.pending = Some(e);
+                    break;
+                }
+                None if self.buffer.is_empty() => return None,
+                None => break,
             };
             self.requests_read += 1;
             if self.ops.keeps(request.op) {

@@ -10,7 +10,7 @@
 //!            same object; -1 or 0 for never)
 //! ```
 
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Position, TraceError};
@@ -62,7 +62,7 @@ pub struct OracleGeneralReader<R> {
     done: bool,
 }
 
-impl<R: Read> OracleGeneralReader<R> {
+impl<R: BufRead> OracleGeneralReader<R> {
     /// Reads records from `source`; `path` names it in errors.
     pub fn new(source: R, path: &Path) -> Self {
         Self {
@@ -86,13 +86,24 @@ pub fn open(path: &Path) -> Result<OracleGeneralReader<BufReader<std::fs::File>>
     ))
 }
 
-impl<R: Read> Iterator for OracleGeneralReader<R> {
+impl<R: BufRead> Iterator for OracleGeneralReader<R> {
     type Item = Result<Request>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done {
             return None;
         }
+        // Fast path: decode in place from the reader's buffer, no copy.
+        if let Ok(buffer) = self.source.fill_buf()
+            && let Some(record) = buffer.first_chunk::<RECORD_BYTES>()
+        {
+            let request = decode(record);
+            self.source.consume(RECORD_BYTES);
+            self.index += 1;
+            return Some(Ok(request));
+        }
+        // A record straddles the buffer's end, the input ended, or an error:
+        // assemble it byte-exactly and report what happened.
         let mut record = [0u8; RECORD_BYTES];
         let mut got = 0;
         while got < RECORD_BYTES {
