@@ -52,6 +52,14 @@ enum Which {
     B2,
 }
 
+/// A ghost hit awaiting its `admit`.
+#[derive(Clone, Copy, Debug)]
+struct GhostHit {
+    key: u64,
+    index: Index,
+    in_b2: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: u64,
@@ -79,8 +87,10 @@ pub struct Arc {
     b2: Sized,
     /// Target size of T1, in the capacity's unit.
     p: f64,
-    /// The key whose ghost the last `lookup` consumed, and whether it was in B2.
-    ghost_hit: Option<(u64, bool)>,
+    /// The ghost the last `lookup` hit: unlinked from B1/B2 but kept in the
+    /// slab and the map, so that `admit` can move it into T2 without a
+    /// hash-table remove and insert. Released if `admit` does not follow.
+    ghost_hit: Option<GhostHit>,
 }
 
 impl Arc {
@@ -141,6 +151,14 @@ impl Arc {
         entry
     }
 
+    /// Frees the node of a ghost hit that no `admit` claimed.
+    fn release_ghost_hit(&mut self) {
+        if let Some(ghost) = self.ghost_hit.take() {
+            self.slab.remove(ghost.index);
+            self.map.remove(&ghost.key);
+        }
+    }
+
     /// Moves the LRU unit of `from` (T1 or T2) to the front of its ghost list.
     fn demote(&mut self, from: Which, to: Which, victims: &mut Vec<u64>) -> bool {
         let Some(index) = self.list_mut(from).list.back() else {
@@ -198,7 +216,7 @@ impl Policy for Arc {
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
-        self.ghost_hit = None;
+        self.release_ghost_hit();
         let Some(&index) = self.map.get(&access.key) else {
             return false;
         };
@@ -215,55 +233,70 @@ impl Policy for Arc {
             Which::B1 => {
                 let delta = (self.b2.used as f64 / self.b1.used as f64).max(1.0);
                 self.p = (self.p + delta).min(self.capacity.limit() as f64);
-                self.drop_node(index);
-                self.ghost_hit = Some((access.key, false));
+                self.unlink(index);
+                self.ghost_hit = Some(GhostHit {
+                    key: access.key,
+                    index,
+                    in_b2: false,
+                });
                 false
             }
             Which::B2 => {
                 let delta = (self.b1.used as f64 / self.b2.used as f64).max(1.0);
                 self.p = (self.p - delta).max(0.0);
-                self.drop_node(index);
-                self.ghost_hit = Some((access.key, true));
+                self.unlink(index);
+                self.ghost_hit = Some(GhostHit {
+                    key: access.key,
+                    index,
+                    in_b2: true,
+                });
                 false
             }
         }
     }
 
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
-        let ghost_hit = self.ghost_hit.take().filter(|g| g.0 == access.key);
+        if self.ghost_hit.is_some_and(|g| g.key != access.key) {
+            self.release_ghost_hit();
+        }
         let charge = self.capacity.charge(access.size);
         if charge > self.capacity.limit() {
+            self.release_ghost_hit();
             return false;
         }
+        let ghost_hit = self.ghost_hit.take();
         while self.t1.used + self.t2.used + charge > self.capacity.limit() {
             let made_room = match ghost_hit {
-                Some((_, hit_in_b2)) => self.replace(hit_in_b2, victims),
+                Some(ghost) => self.replace(ghost.in_b2, victims),
                 None => self.evict_on_complete_miss(charge, victims),
             };
             if !made_room {
                 break;
             }
         }
-        let index = self.slab.insert(Entry {
-            key: access.key,
-            charge,
-            which: Which::T1,
-        });
-        self.link_front(
-            index,
-            if ghost_hit.is_some() {
-                Which::T2
-            } else {
-                Which::T1
-            },
-        );
-        self.map.insert(access.key, index);
+        if let Some(ghost) = ghost_hit {
+            // The ghost's node and map entry become the resident unit's.
+            self.slab.get_mut(ghost.index).charge = charge;
+            self.link_front(ghost.index, Which::T2);
+        } else {
+            let index = self.slab.insert(Entry {
+                key: access.key,
+                charge,
+                which: Which::T1,
+            });
+            self.link_front(index, Which::T1);
+            self.map.insert(access.key, index);
+        }
         true
     }
 
     /// Removes a resident key; a ghost of `key` is forgotten too (returning
     /// `false`, as it was not resident).
     fn remove(&mut self, key: u64) -> bool {
+        if self.ghost_hit.is_some_and(|g| g.key == key) {
+            self.release_ghost_hit();
+            return false;
+        }
         let Some(&index) = self.map.get(&key) else {
             return false;
         };
@@ -403,6 +436,34 @@ mod tests {
         assert_eq!(a.slab.get(a.map[&4]).which, Which::T2);
         assert_eq!(a.slab.get(a.map[&3]).which, Which::B2);
         assert!(!a.contains(3) && a.contains(4) && a.contains(5));
+    }
+
+    #[test]
+    fn a_ghost_hit_without_admit_is_forgotten_cleanly() {
+        let mut a = arc(Capacity::Objects(2));
+        let mut victims = vec![];
+        for access in testing::keys(&[1, 2, 3, 4, 3, 5]) {
+            a.access(&access, &mut victims);
+        }
+        assert_eq!(a.slab.get(a.map[&4]).which, Which::B1, "4 is a ghost");
+        let four = testing::keys(&[4])[0];
+        assert!(!a.lookup(&four), "a ghost hit is a miss");
+        assert!(!a.contains(4), "a ghost hit awaiting admit is not resident");
+        // The engine gives up on 4 (no admit) and removes it: still not resident.
+        assert!(!a.remove(4));
+        assert!(!a.map.contains_key(&4) && a.ghost_hit.is_none());
+        // A ghost hit followed by the lookup of another key frees the node too.
+        for access in testing::keys(&[6, 7, 3]) {
+            a.access(&access, &mut victims);
+        }
+        let three = testing::keys(&[3])[0];
+        if !a.lookup(&three) {
+            let other = testing::keys(&[8])[0];
+            assert!(!a.lookup(&other));
+            assert!(a.ghost_hit.is_none());
+        }
+        assert_eq!(a.slab.len(), a.map.len(), "every node has exactly one key");
+        testing::check_invariants(&a);
     }
 
     proptest! {
