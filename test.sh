@@ -2,6 +2,10 @@
 # Runs every test Cairn has, after installing what the tests need.
 # Usage: ./test.sh            full run (formatting, lints, unit + integration tests, fuzz smoke)
 #        ./test.sh --quick    unit + integration tests only
+# Environment: CAIRN_FUZZ_SECONDS (default 5) seconds per fuzz target; 0 skips
+# the fuzz smoke. It needs a nightly toolchain and cargo-fuzz, which it installs
+# when missing (a skip is printed if that is impossible; the stable
+# readers_never_panic property tests run regardless).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -30,3 +34,30 @@ fi
 
 echo "== cargo test" >&2
 cargo test --workspace --locked --release
+
+fuzz_smoke() {
+  local seconds=${CAIRN_FUZZ_SECONDS:-5}
+  [ "$seconds" = 0 ] && { echo "== fuzz smoke: skipped (CAIRN_FUZZ_SECONDS=0)" >&2; return 0; }
+  if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "test.sh: installing the nightly toolchain for cargo-fuzz" >&2
+    rustup toolchain install nightly --profile minimal >/dev/null 2>&1 ||
+      { echo "== fuzz smoke: skipped (no nightly toolchain can be installed)" >&2; return 0; }
+  fi
+  if ! command -v cargo-fuzz >/dev/null; then
+    echo "test.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked -q ||
+      { echo "== fuzz smoke: skipped (cargo-fuzz cannot be installed)" >&2; return 0; }
+  fi
+  echo "== fuzz smoke: ${seconds}s per decoder" >&2
+  (
+    cd fuzz
+    cargo +nightly fuzz build -O
+    for target in $(cargo +nightly fuzz list); do
+      cargo +nightly fuzz run -O "$target" -- -max_total_time="$seconds" 2>&1 |
+        grep -E "^(Done|INFO: -max_total_time)|ERROR|panicked" || true
+      [ "${PIPESTATUS[0]}" = 0 ] || { echo "fuzz target $target failed" >&2; exit 1; }
+    done
+  )
+}
+[ $quick = 0 ] && fuzz_smoke
+exit 0
