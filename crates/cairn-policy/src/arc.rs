@@ -35,8 +35,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, KeyMap, Policy};
+use crate::{Access, Capacity, ConfigError, Policy};
 
 /// ARC has no knobs: it tunes itself.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -67,6 +68,12 @@ struct Entry {
     which: Which,
 }
 
+impl Keyed for Entry {
+    fn key(&self) -> u64 {
+        self.key
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Sized {
     /// Front = most recently used (or most recently evicted, for ghosts).
@@ -79,7 +86,7 @@ struct Sized {
 pub struct Arc {
     capacity: Capacity,
     /// Every key in any of the four lists.
-    map: KeyMap<Index>,
+    map: KeyIndex,
     slab: Slab<Entry>,
     t1: Sized,
     t2: Sized,
@@ -98,7 +105,7 @@ impl Arc {
     pub fn new(capacity: Capacity, _config: &ArcConfig) -> Result<Self, ConfigError> {
         Ok(Self {
             capacity,
-            map: KeyMap::default(),
+            map: KeyIndex::default(),
             slab: Slab::new(),
             t1: Sized::default(),
             t2: Sized::default(),
@@ -146,16 +153,16 @@ impl Arc {
     /// Unlinks and frees node `index` and its key.
     fn drop_node(&mut self, index: Index) -> Entry {
         let entry = self.unlink(index);
+        self.map.remove(entry.key, &self.slab);
         self.slab.remove(index);
-        self.map.remove(&entry.key);
         entry
     }
 
     /// Frees the node of a ghost hit that no `admit` claimed.
     fn release_ghost_hit(&mut self) {
         if let Some(ghost) = self.ghost_hit.take() {
+            self.map.remove(ghost.key, &self.slab);
             self.slab.remove(ghost.index);
-            self.map.remove(&ghost.key);
         }
     }
 
@@ -217,7 +224,7 @@ impl Policy for Arc {
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.release_ghost_hit();
-        let Some(&index) = self.map.get(&access.key) else {
+        let Some(index) = self.map.get(access.key, &self.slab) else {
             return false;
         };
         match self.slab.get(index).which {
@@ -285,7 +292,7 @@ impl Policy for Arc {
                 which: Which::T1,
             });
             self.link_front(index, Which::T1);
-            self.map.insert(access.key, index);
+            self.map.insert(access.key, index, &self.slab);
         }
         true
     }
@@ -297,7 +304,7 @@ impl Policy for Arc {
             self.release_ghost_hit();
             return false;
         }
-        let Some(&index) = self.map.get(&key) else {
+        let Some(index) = self.map.get(key, &self.slab) else {
             return false;
         };
         matches!(self.drop_node(index).which, Which::T1 | Which::T2)
@@ -305,8 +312,8 @@ impl Policy for Arc {
 
     fn contains(&self, key: u64) -> bool {
         self.map
-            .get(&key)
-            .is_some_and(|&index| matches!(self.slab.get(index).which, Which::T1 | Which::T2))
+            .get(key, &self.slab)
+            .is_some_and(|index| matches!(self.slab.get(index).which, Which::T1 | Which::T2))
     }
 
     fn len(&self) -> usize {
@@ -433,8 +440,8 @@ mod tests {
         }
         assert_eq!(victims, [1, 2, 4, 3]);
         assert!((a.p - 1.0).abs() < f64::EPSILON);
-        assert_eq!(a.slab.get(a.map[&4]).which, Which::T2);
-        assert_eq!(a.slab.get(a.map[&3]).which, Which::B2);
+        assert_eq!(a.slab.get(a.map.get(4, &a.slab).unwrap()).which, Which::T2);
+        assert_eq!(a.slab.get(a.map.get(3, &a.slab).unwrap()).which, Which::B2);
         assert!(!a.contains(3) && a.contains(4) && a.contains(5));
     }
 
@@ -445,13 +452,17 @@ mod tests {
         for access in testing::keys(&[1, 2, 3, 4, 3, 5]) {
             a.access(&access, &mut victims);
         }
-        assert_eq!(a.slab.get(a.map[&4]).which, Which::B1, "4 is a ghost");
+        assert_eq!(
+            a.slab.get(a.map.get(4, &a.slab).unwrap()).which,
+            Which::B1,
+            "4 is a ghost"
+        );
         let four = testing::keys(&[4])[0];
         assert!(!a.lookup(&four), "a ghost hit is a miss");
         assert!(!a.contains(4), "a ghost hit awaiting admit is not resident");
         // The engine gives up on 4 (no admit) and removes it: still not resident.
         assert!(!a.remove(4));
-        assert!(!a.map.contains_key(&4) && a.ghost_hit.is_none());
+        assert!(a.map.get(4, &a.slab).is_none() && a.ghost_hit.is_none());
         // A ghost hit followed by the lookup of another key frees the node too.
         for access in testing::keys(&[6, 7, 3]) {
             a.access(&access, &mut victims);

@@ -16,6 +16,7 @@
 mod access;
 mod capacity;
 mod config;
+pub mod index;
 pub mod list;
 mod policy;
 #[cfg(test)]

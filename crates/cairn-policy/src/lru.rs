@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, KeyMap, Policy};
+use crate::index::{KeyIndex, Keyed};
+use crate::list::{List, Slab};
+use crate::{Access, Capacity, ConfigError, Policy};
 
 /// LRU has no knobs; the struct exists so every policy is configured alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -20,6 +21,12 @@ struct Entry {
     charge: u64,
 }
 
+impl Keyed for Entry {
+    fn key(&self) -> u64 {
+        self.key
+    }
+}
+
 /// Least-recently-used replacement.
 #[derive(Debug)]
 pub struct Lru {
@@ -28,7 +35,7 @@ pub struct Lru {
     promote_on_hit: bool,
     capacity: Capacity,
     used: u64,
-    map: KeyMap<Index>,
+    map: KeyIndex,
     slab: Slab<Entry>,
     queue: List,
 }
@@ -50,7 +57,7 @@ impl Lru {
             promote_on_hit,
             capacity,
             used: 0,
-            map: KeyMap::default(),
+            map: KeyIndex::default(),
             slab: Slab::new(),
             queue: List::new(),
         }
@@ -63,8 +70,8 @@ impl Policy for Lru {
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
-        match self.map.get(&access.key) {
-            Some(&index) => {
+        match self.map.get(access.key, &self.slab) {
+            Some(index) => {
                 if self.promote_on_hit {
                     self.slab.move_to_front(&mut self.queue, index);
                 }
@@ -83,8 +90,9 @@ impl Policy for Lru {
             let Some(index) = self.slab.pop_back(&mut self.queue) else {
                 break;
             };
-            let victim = *self.slab.remove(index);
-            self.map.remove(&victim.key);
+            let victim = *self.slab.get(index);
+            self.map.remove(victim.key, &self.slab);
+            self.slab.remove(index);
             self.used -= victim.charge;
             victims.push(victim.key);
         }
@@ -93,13 +101,13 @@ impl Policy for Lru {
             charge,
         });
         self.slab.push_front(&mut self.queue, index);
-        self.map.insert(access.key, index);
+        self.map.insert(access.key, index, &self.slab);
         self.used += charge;
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.map.remove(&key) else {
+        let Some(index) = self.map.remove(key, &self.slab) else {
             return false;
         };
         self.slab.unlink(&mut self.queue, index);
@@ -108,7 +116,7 @@ impl Policy for Lru {
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.map.contains_key(&key)
+        self.map.get(key, &self.slab).is_some()
     }
 
     fn len(&self) -> usize {
