@@ -25,20 +25,67 @@ pub fn parse(spec: &str) -> Result<PolicyConfig> {
             known()
         );
     }
-    let mut table = toml::Table::new();
-    table.insert("policy".into(), toml::Value::String(name.to_owned()));
-    for pair in pairs.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    // Start from the name's defaults, so presets such as `s4lru` (an `slru`
+    // with four equal segments) keep their settings under the overrides.
+    let defaults = PolicyConfig::default_for(name)
+        .ok_or_else(|| anyhow!("policy `{name}` has no default configuration"))?;
+    let mut table = match toml::Value::try_from(defaults)
+        .with_context(|| format!("policy `{name}`: encoding its defaults"))?
+    {
+        toml::Value::Table(table) => table,
+        _ => bail!("policy `{name}`: defaults are not a table"),
+    };
+    overlay(
+        &mut table,
+        pairs,
+        &format!("policy spec `{spec}`"),
+        &["policy"],
+    )?;
+    PolicyConfig::deserialize(toml::Value::Table(table))
+        .with_context(|| format!("policy spec `{spec}`: invalid parameters for `{name}`"))
+}
+
+/// Sets `key=value` pairs (separated by commas outside brackets, so lists such
+/// as `costs=[1,3]` work) in `table`. `reserved` keys may not be set.
+pub fn overlay(
+    table: &mut toml::Table,
+    pairs: &str,
+    context: &str,
+    reserved: &[&str],
+) -> Result<()> {
+    for pair in split_pairs(pairs) {
         let (key, value) = pair
             .split_once('=')
-            .ok_or_else(|| anyhow!("policy spec `{spec}`: `{pair}` is not key=value"))?;
+            .ok_or_else(|| anyhow!("{context}: `{pair}` is not key=value"))?;
         let key = key.trim();
-        if key.is_empty() || key == "policy" {
-            bail!("policy spec `{spec}`: `{pair}` needs a parameter name other than `policy`");
+        if key.is_empty() || reserved.contains(&key) {
+            bail!("{context}: `{pair}` needs a parameter name (not {reserved:?})");
         }
         table.insert(key.to_owned(), parse_value(value.trim()));
     }
-    PolicyConfig::deserialize(toml::Value::Table(table))
-        .with_context(|| format!("policy spec `{spec}`: invalid parameters for `{name}`"))
+    Ok(())
+}
+
+/// Splits at commas that are not inside `[...]` or `{...}`.
+fn split_pairs(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (at, c) in text.char_indices() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn parse_value(text: &str) -> toml::Value {
@@ -77,5 +124,21 @@ mod tests {
         assert_eq!(parse_value("7"), toml::Value::Integer(7));
         assert_eq!(parse_value("true"), toml::Value::Boolean(true));
         assert_eq!(parse_value("abc"), toml::Value::String("abc".into()));
+    }
+
+    #[test]
+    fn presets_and_lists_are_reachable() {
+        assert_eq!(
+            parse("s4lru").unwrap(),
+            PolicyConfig::default_for("s4lru").unwrap(),
+            "a preset keeps its settings"
+        );
+        assert_ne!(parse("s4lru").unwrap(), parse("slru").unwrap());
+        assert_eq!(
+            split_pairs("a=1, costs=[1,3],b={x=1,y=2}"),
+            ["a=1", "costs=[1,3]", "b={x=1,y=2}"]
+        );
+        parse("cost:costs=[1.0,3.0]").unwrap();
+        parse("s3fifo:small_size_ratio=0.2").unwrap();
     }
 }

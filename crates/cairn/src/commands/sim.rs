@@ -98,7 +98,7 @@ pub struct SimArgs {
     trace: TraceArgs,
 
     /// A policy to simulate: `name`, or `name:key=value,key=value` to set its
-    /// parameters (e.g. `s3fifo:small_ratio=0.2`). Repeat for several policies.
+    /// parameters (e.g. `s3fifo:small_size_ratio=0.2`). Repeat for several policies.
     /// Default: lru fifo clock lfu arc s3fifo sieve opt (those available).
     #[arg(long = "policy", short = 'p', value_name = "SPEC")]
     policies: Vec<String>,
