@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use cairn_sim::{AccessStream, GroupMap, OpFilter, StreamOptions};
 use cairn_trace::Unit;
-use cairn_trace::read::{Reader, oracle_general};
+use cairn_trace::read::{self, CsvConfig, Reader, oracle_general};
 
 /// The sample trace (`CloudPhysics` VM block trace in libCacheSim's oracleGeneral
 /// format, 113,872 requests), zstd-compressed, so `cairn sim` works anywhere.
@@ -17,19 +17,6 @@ static SAMPLE_TRACE_ZST: &[u8] = include_bytes!("../data/cloudPhysicsIO.oracleGe
 
 /// What `--trace` names when it is not given.
 pub const SAMPLE_TRACE_NAME: &str = "cloudPhysicsIO (embedded sample)";
-
-/// Trace formats `cairn` reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// libCacheSim's oracleGeneral: 24-byte little-endian records (time, object
-    /// id, size, next access).
-    #[value(
-        name = "oracle-general",
-        alias = "oracleGeneral",
-        alias = "oraclegeneral"
-    )]
-    OracleGeneral,
-}
 
 /// Which operations to keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -50,14 +37,20 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH")]
     pub trace: Option<PathBuf>,
 
-    /// Format of the trace file.
-    #[arg(
-        long,
-        value_enum,
-        value_name = "FORMAT",
-        default_value = "oracle-general"
-    )]
-    pub format: Format,
+    /// Format of the trace file: `auto` (from the file name, then its first
+    /// bytes), `oracle` (libCacheSim oracleGeneral), `msr` (MSR Cambridge
+    /// CSV), `vscsi` (VSCSI v1 binary), `cloudphysics` (`CloudPhysics` CSV),
+    /// `text` (one object id per line) or `csv` (any delimited text, with
+    /// --csv-map). A `.zst` file is decompressed on the fly.
+    #[arg(long, value_name = "FORMAT", default_value = "auto")]
+    pub format: String,
+
+    /// With `--format csv`: a TOML file mapping columns to fields (`delimiter`,
+    /// `has_header`, `time_column`, `object_column`, `offset_column`,
+    /// `size_column`, `op_column`, `read_values`, `write_values`, `time_unit`,
+    /// `offset_unit`; see docs/traces.md).
+    #[arg(long, value_name = "FILE.toml")]
+    pub csv_map: Option<PathBuf>,
 
     /// What a cached unit is: `object` (each request is one access to the whole
     /// object, as libCacheSim does it) or `block:SIZE` (each request touches
@@ -99,7 +92,7 @@ enum Source {
 #[derive(Clone, Debug)]
 pub struct TraceInput {
     source: Source,
-    format: Format,
+    format: read::Format,
     /// How requests become accesses.
     pub stream: StreamOptions,
 }
@@ -122,6 +115,7 @@ impl TraceInput {
                     .into(),
             ),
         };
+        let format = resolve_format(args)?;
         let ops = match args.op {
             OpArg::Read => OpFilter::Read,
             OpArg::Write => OpFilter::Write,
@@ -129,7 +123,7 @@ impl TraceInput {
         };
         Ok(Self {
             source,
-            format: args.format,
+            format,
             stream: StreamOptions {
                 unit: args.unit,
                 ops,
@@ -158,12 +152,16 @@ impl TraceInput {
     /// (fixed-size records in object mode, no filter).
     pub fn accesses_hint(&self) -> Option<u64> {
         let all = self.stream.ops == OpFilter::All && self.stream.unit == Unit::Object;
-        match self.format {
-            Format::OracleGeneral if all => self
-                .byte_len()
-                .map(|n| n / oracle_general::RECORD_BYTES as u64),
-            Format::OracleGeneral => None,
-        }
+        let plain = match &self.source {
+            Source::Embedded(_) => true,
+            Source::File(path) => path.extension().is_none_or(|e| e != "zst"),
+        };
+        (all && plain && self.format == read::Format::OracleGeneral)
+            .then(|| {
+                self.byte_len()
+                    .map(|n| n / oracle_general::RECORD_BYTES as u64)
+            })
+            .flatten()
     }
 
     /// libCacheSim's working-set sampling factor for this trace file's size
@@ -183,14 +181,12 @@ impl TraceInput {
 
     /// Opens the trace as a stream of requests.
     pub fn requests(&self) -> Result<Reader> {
-        Ok(match (&self.source, self.format) {
-            (Source::Embedded(bytes), Format::OracleGeneral) => {
-                Box::new(oracle_general::OracleGeneralReader::new(
-                    Cursor::new(Arc::clone(bytes)),
-                    Path::new(SAMPLE_TRACE_NAME),
-                ))
-            }
-            (Source::File(path), Format::OracleGeneral) => Box::new(oracle_general::open(path)?),
+        Ok(match &self.source {
+            Source::Embedded(bytes) => Box::new(oracle_general::OracleGeneralReader::new(
+                Cursor::new(Arc::clone(bytes)),
+                Path::new(SAMPLE_TRACE_NAME),
+            )),
+            Source::File(path) => read::open(path, &self.format)?,
         })
     }
 
@@ -198,4 +194,28 @@ impl TraceInput {
     pub fn accesses(&self) -> Result<AccessStream> {
         Ok(AccessStream::new(self.requests()?, &self.stream))
     }
+}
+
+/// `--format` and `--csv-map` → a reader format (the sample trace is oracleGeneral).
+fn resolve_format(args: &TraceArgs) -> Result<read::Format> {
+    let Some(path) = &args.trace else {
+        return Ok(read::Format::OracleGeneral);
+    };
+    let format = match args.format.as_str() {
+        "auto" => read::Format::detect(path)?,
+        name => name
+            .parse::<read::Format>()
+            .map_err(|e| anyhow::anyhow!("--format: {e}"))?,
+    };
+    Ok(match (format, &args.csv_map) {
+        (read::Format::Csv(_), Some(map)) => {
+            let text = std::fs::read_to_string(map)
+                .with_context(|| format!("reading --csv-map {}", map.display()))?;
+            let config: CsvConfig =
+                toml::from_str(&text).with_context(|| format!("--csv-map {}", map.display()))?;
+            read::Format::Csv(config)
+        }
+        (_, Some(_)) => bail!("--csv-map goes with --format csv"),
+        (format, None) => format,
+    })
 }

@@ -57,8 +57,8 @@ enum Command {
     Sim(commands::sim::SimArgs),
     /// Compute LRU miss-ratio curves: exact, and estimated with SHARDS.
     Mrc(commands::mrc::MrcArgs),
-    /// Trace tools: generate, inspect, convert (not in this build yet).
-    #[command(subcommand, hide = true)]
+    /// Trace tools: generate, inspect, convert.
+    #[command(subcommand)]
     Trace(commands::trace::TraceCommand),
 }
 
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
-        Command::Trace(command) => commands::trace::run(&command),
+        Command::Trace(command) => commands::trace::run(&command, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

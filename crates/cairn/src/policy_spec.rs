@@ -29,11 +29,10 @@ pub fn parse(spec: &str) -> Result<PolicyConfig> {
     // with four equal segments) keep their settings under the overrides.
     let defaults = PolicyConfig::default_for(name)
         .ok_or_else(|| anyhow!("policy `{name}` has no default configuration"))?;
-    let mut table = match toml::Value::try_from(defaults)
+    let toml::Value::Table(mut table) = toml::Value::try_from(defaults)
         .with_context(|| format!("policy `{name}`: encoding its defaults"))?
-    {
-        toml::Value::Table(table) => table,
-        _ => bail!("policy `{name}`: defaults are not a table"),
+    else {
+        bail!("policy `{name}`: defaults are not a table");
     };
     overlay(
         &mut table,

@@ -89,7 +89,7 @@ impl Format {
         if extension.eq_ignore_ascii_case("vscsi") {
             return Ok(Format::Vscsi);
         }
-        if base.contains("oracleGeneral") {
+        if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
             return Ok(Format::OracleGeneral);
         }
         if extension.eq_ignore_ascii_case("txt") {

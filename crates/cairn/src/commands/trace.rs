@@ -1,23 +1,297 @@
-//! `cairn trace gen|stats|convert`: the hook for the trace tools.
-//!
-//! The library side (generators, statistics, writers) is being built in
-//! `cairn-trace`; this module is where its subcommands get their flags and
-//! call it. Until then the command says so and exits non-zero.
+//! `cairn trace gen|stats|convert`: generate, inspect and convert traces.
 
-use anyhow::{Result, bail};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow, bail};
+use cairn_trace::generate::GeneratorConfig;
+use cairn_trace::read::{self, Format};
+use cairn_trace::stats::TraceStats;
+use cairn_trace::write::{self, ObjectKey, OracleGeneralWriter, TraceWriter};
+use serde::Deserialize;
+
+use crate::policy_spec;
+use crate::progress::Bar;
+
+/// Generators `cairn trace gen` knows.
+const KINDS: &[&str] = &["zipf", "uniform", "scan", "hotspot", "streams", "files"];
+/// Knobs every generator shares, kept in its nested `pace` table.
+const PACE_KEYS: &[&str] = &[
+    "requests",
+    "size_bytes",
+    "write_fraction",
+    "interval_us",
+    "seed",
+];
 
 /// `cairn trace` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum TraceCommand {
-    /// Generate a synthetic trace (zipf, scan, hot-spot mix, streams).
-    Gen,
-    /// Print a trace's statistics (requests, working set, read/write mix).
-    Stats,
-    /// Convert a trace between formats.
-    Convert,
+    /// Generate a synthetic trace (seeded, deterministic).
+    #[command(long_about = GEN_ABOUT)]
+    Gen(GenArgs),
+    /// Print a trace's statistics: requests, read/write mix, working set, sizes, time span.
+    Stats(StatsArgs),
+    /// Convert a trace from any readable format to oracleGeneral, CSV or text.
+    Convert(ConvertArgs),
+}
+
+const GEN_ABOUT: &str = "\
+Generate a synthetic trace (seeded, deterministic) and write it to a file.
+
+KIND is one of zipf, uniform, scan, hotspot, streams, files (papers/001's file
+workloads). Parameters are KEY=VALUE pairs naming the generator's config fields
+(docs/traces.md lists them with defaults); values are TOML (numbers, true,
+[lists], \"strings\"). The shared pace knobs requests, size_bytes,
+write_fraction, interval_us and seed may be given flat. --config FILE.toml
+gives the same fields as a file; pairs override it.
+
+Examples:
+  cairn trace gen zipf items=1000000 alpha=1.0 requests=10000000 seed=42 -o zipf.bin
+  cairn trace gen scan blocks=4096 requests=100000 -o scan.csv
+  cairn trace gen hotspot --config hotspot.toml -o hot.bin";
+
+/// `cairn trace gen` flags.
+#[derive(clap::Args, Debug)]
+pub struct GenArgs {
+    /// Generator: zipf, uniform, scan, hotspot, streams, files.
+    pub kind: String,
+    /// Generator parameters, KEY=VALUE.
+    pub params: Vec<String>,
+    /// A TOML file with the generator's fields.
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
+    /// Output file.
+    #[arg(short, long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Output format: oracle, csv or text. Default: from the output's extension
+    /// (.csv → csv, .txt → text, anything else → oracle).
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+}
+
+/// `cairn trace stats` flags.
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// The trace file.
+    pub trace: PathBuf,
+    /// Its format (auto, oracle, msr, vscsi, cloudphysics, text, csv).
+    #[arg(long, default_value = "auto")]
+    pub format: String,
+    /// Block size for the distinct-block count, e.g. 4KiB.
+    #[arg(long, default_value = "4KiB", value_name = "SIZE")]
+    pub block_size: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cairn trace convert` flags.
+#[derive(clap::Args, Debug)]
+pub struct ConvertArgs {
+    /// The trace to read.
+    pub input: PathBuf,
+    /// The file to write.
+    pub output: PathBuf,
+    /// Input format (auto, oracle, msr, vscsi, cloudphysics, text, csv).
+    #[arg(long, default_value = "auto")]
+    pub from: String,
+    /// Output format (oracle, csv, text). Default: from the output's extension.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// oracleGeneral object ids: `object` (the request's object) or
+    /// `start-sector` (the first 512-byte sector, as libCacheSim keys block traces).
+    #[arg(long, default_value = "object", value_name = "KEY")]
+    pub oracle_key: String,
 }
 
 /// Runs `cairn trace …`.
-pub fn run(command: &TraceCommand) -> Result<()> {
-    bail!("`cairn trace {command:?}` is not available in this build yet")
+pub fn run(command: &TraceCommand, quiet: bool) -> Result<()> {
+    match command {
+        TraceCommand::Gen(args) => generate(args, quiet),
+        TraceCommand::Stats(args) => stats(args),
+        TraceCommand::Convert(args) => convert(args, quiet),
+    }
+}
+
+fn input_format(text: &str, path: &Path) -> Result<Format> {
+    if text == "auto" {
+        return Ok(Format::detect(path)?);
+    }
+    text.parse::<Format>().map_err(|e| anyhow!("{e}"))
+}
+
+fn output_format(text: Option<&str>, path: &Path) -> Result<Format> {
+    let name = text.unwrap_or_else(|| match path.extension().and_then(|e| e.to_str()) {
+        Some("csv") => "csv",
+        Some("txt") => "text",
+        _ => "oracle",
+    });
+    match name.parse::<Format>().map_err(|e| anyhow!("{e}"))? {
+        format @ (Format::OracleGeneral | Format::Csv(_) | Format::Text) => Ok(format),
+        other => bail!("cannot write {other} traces: choose oracle, csv or text"),
+    }
+}
+
+fn generate(args: &GenArgs, quiet: bool) -> Result<()> {
+    if !KINDS.contains(&args.kind.as_str()) {
+        bail!(
+            "unknown generator `{}` (known: {})",
+            args.kind,
+            KINDS.join(", ")
+        );
+    }
+    let mut fields = match &args.config {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .parse::<toml::Table>()
+            .with_context(|| format!("{}", path.display()))?,
+        None => toml::Table::new(),
+    };
+    let context = format!("cairn trace gen {}", args.kind);
+    let (pace, own): (Vec<&String>, Vec<&String>) = args
+        .params
+        .iter()
+        .partition(|p| PACE_KEYS.contains(&p.split('=').next().unwrap_or("").trim()));
+    let join = |pairs: Vec<&String>| {
+        pairs
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    policy_spec::overlay(&mut fields, &join(own), &context, &["pace"])?;
+    if !pace.is_empty() {
+        let entry = fields
+            .entry("pace")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(pace_table) = entry else {
+            bail!("{context}: `pace` must be a table");
+        };
+        policy_spec::overlay(pace_table, &join(pace), &context, &[])?;
+    }
+    let mut wrapper = toml::Table::new();
+    wrapper.insert(args.kind.clone(), toml::Value::Table(fields));
+    let config = GeneratorConfig::deserialize(toml::Value::Table(wrapper))
+        .with_context(|| format!("{context}: invalid parameters"))?;
+    let total = toml::Value::try_from(&config)
+        .ok()
+        .and_then(|v| {
+            v.get(&args.kind)?
+                .get("pace")?
+                .get("requests")?
+                .as_integer()
+        })
+        .map(|n| n as u64);
+    let format = output_format(args.format.as_deref(), &args.output)?;
+    let mut writer = write::create(&args.output, &format)?;
+    let bar = Bar::new(total, "generating", quiet);
+    let mut count = 0u64;
+    for request in config.generator()? {
+        writer.write(&request)?;
+        count += 1;
+        if count.is_multiple_of(65_536) {
+            bar.inc(65_536);
+        }
+    }
+    writer.finish()?;
+    bar.finish();
+    println!(
+        "wrote {count} requests to {} ({format})",
+        args.output.display()
+    );
+    Ok(())
+}
+
+fn stats(args: &StatsArgs) -> Result<()> {
+    let format = input_format(&args.format, &args.trace)?;
+    let block_size = u32::try_from(cairn_sim::parse_bytes(&args.block_size)?)
+        .map_err(|_| anyhow!("--block-size {} is over 4 GiB", args.block_size))?;
+    let stats = TraceStats::of(read::open(&args.trace, &format)?, block_size)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(());
+    }
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let rows: Vec<(&str, String)> = vec![
+        ("trace", format!("{} ({format})", args.trace.display())),
+        ("requests", stats.requests.to_string()),
+        (
+            "reads",
+            format!("{} ({} bytes)", stats.reads, stats.bytes_read),
+        ),
+        (
+            "writes",
+            format!("{} ({} bytes)", stats.writes, stats.bytes_written),
+        ),
+        ("distinct objects", stats.objects.to_string()),
+        (
+            "object working set",
+            format!("{} bytes", stats.object_bytes),
+        ),
+        (
+            "distinct blocks",
+            format!("{} of {} bytes", stats.blocks, stats.block_size_bytes),
+        ),
+        ("block working set", format!("{} bytes", stats.block_bytes)),
+        (
+            "time span",
+            format!("{:.3} s", stats.span_us() as f64 / 1e6),
+        ),
+        (
+            "request size",
+            format!(
+                "min {} / mean {:.0} / max {} bytes",
+                stats.size_min_bytes,
+                stats.size_mean_bytes(),
+                stats.size_max_bytes
+            ),
+        ),
+    ];
+    for (name, value) in rows {
+        writeln!(out, "{name:<20} {value}")?;
+    }
+    writeln!(out, "sizes (log2 buckets, bytes ≤ bound: requests)")?;
+    for (i, count) in stats
+        .size_histogram
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+    {
+        writeln!(out, "  ≤ {:>12}  {count}", 1u64 << i)?;
+    }
+    Ok(())
+}
+
+fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
+    let from = input_format(&args.from, &args.input)?;
+    let to = output_format(args.to.as_deref(), &args.output)?;
+    let key = match args.oracle_key.as_str() {
+        "object" => ObjectKey::Object,
+        "start-sector" => ObjectKey::StartSector,
+        other => bail!("--oracle-key `{other}`: expected object or start-sector"),
+    };
+    let reader = read::open(&args.input, &from)?;
+    let mut writer: Box<dyn TraceWriter> = match (&to, key) {
+        (Format::OracleGeneral, ObjectKey::StartSector) => {
+            let file = std::fs::File::create(&args.output)
+                .with_context(|| format!("creating {}", args.output.display()))?;
+            Box::new(OracleGeneralWriter::new(
+                BufWriter::with_capacity(1 << 20, file),
+                &args.output,
+                key,
+            ))
+        }
+        (_, ObjectKey::StartSector) => bail!("--oracle-key start-sector goes with oracle output"),
+        _ => write::create(&args.output, &to)?,
+    };
+    let bar = Bar::new(None, "converting", quiet);
+    let count = write::convert(reader, writer.as_mut())?;
+    bar.finish();
+    println!(
+        "converted {count} requests: {} ({from}) -> {} ({to})",
+        args.input.display(),
+        args.output.display()
+    );
+    Ok(())
 }
