@@ -64,7 +64,7 @@ struct GhostHit {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: u64,
-    charge: u64,
+    charge: u32,
     which: Which,
 }
 
@@ -130,7 +130,7 @@ impl Arc {
         let entry = *self.slab.get(index);
         let sized = self.list_mut(entry.which);
         let mut list = sized.list;
-        sized.used -= entry.charge;
+        sized.used -= u64::from(entry.charge);
         self.slab.unlink(&mut list, index);
         self.list_mut(entry.which).list = list;
         entry
@@ -141,7 +141,7 @@ impl Arc {
         let charge = {
             let entry = self.slab.get_mut(index);
             entry.which = which;
-            entry.charge
+            u64::from(entry.charge)
         };
         let sized = self.list_mut(which);
         let mut list = sized.list;
@@ -283,12 +283,12 @@ impl Policy for Arc {
         }
         if let Some(ghost) = ghost_hit {
             // The ghost's node and map entry become the resident unit's.
-            self.slab.get_mut(ghost.index).charge = charge;
+            self.slab.get_mut(ghost.index).charge = charge as u32; // ≤ u32::MAX: a size or 1
             self.link_front(ghost.index, Which::T2);
         } else {
             let index = self.slab.insert(Entry {
                 key: access.key,
-                charge,
+                charge: charge as u32,
                 which: Which::T1,
             });
             self.link_front(index, Which::T1);
