@@ -1,0 +1,273 @@
+//! A device backed by a regular file or a block device: `pread`/`pwrite`,
+//! `fdatasync` on flush, hole punching on discard, optional `O_DIRECT`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{Device, DeviceError, DeviceOp, SECTOR, check_range};
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Default)]
+pub struct FileOptions {
+    /// Create the file if missing and set its length to this many bytes (a
+    /// sparse file). `None` opens an existing file or block device at its size.
+    pub create_len: Option<u64>,
+    /// Open with `O_DIRECT` (bypass the page cache). Buffers, offsets and lengths
+    /// must then be aligned to [`FileDevice::alignment`]; unaligned I/O is an
+    /// error, not a silent copy.
+    pub direct: bool,
+    /// Open read-only; writes, flushes and discards are refused.
+    pub read_only: bool,
+}
+
+/// A file or block device used through positional I/O; thread-safe with no lock
+/// (the kernel orders concurrent `pread`/`pwrite`).
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    len: u64,
+    direct: bool,
+    read_only: bool,
+}
+
+impl FileDevice {
+    /// Open (or create, see [`FileOptions::create_len`]) `path`.
+    pub fn open(path: impl AsRef<Path>, options: &FileOptions) -> io::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut open = OpenOptions::new();
+        open.read(true);
+        if !options.read_only {
+            open.write(true);
+        }
+        if options.create_len.is_some() {
+            open.create(true);
+        }
+        if options.direct {
+            open.custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
+        }
+        let mut file = open
+            .open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        if let Some(len) = options.create_len {
+            let current = file.metadata()?.len();
+            if current < len {
+                file.set_len(len)?;
+            }
+        }
+        // Block devices report a metadata length of 0; seeking to the end works
+        // for both.
+        let len = file.seek(SeekFrom::End(0))?;
+        Ok(Self {
+            file,
+            path,
+            len,
+            direct: options.direct,
+            read_only: options.read_only,
+        })
+    }
+
+    /// The path this device was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io_error(&self, op: DeviceOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
+        DeviceError::Io {
+            op,
+            offset,
+            len,
+            device: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    fn check_direct(
+        &self,
+        op: DeviceOp,
+        addr: usize,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), DeviceError> {
+        let align = self.alignment();
+        if self.direct && !(addr as u64 | offset | len).is_multiple_of(align) {
+            return Err(DeviceError::Unaligned {
+                op,
+                offset,
+                len,
+                align,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Device for FileDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        let len = buf.len() as u64;
+        check_range(DeviceOp::Read, offset, len, self.len)?;
+        self.check_direct(DeviceOp::Read, buf.as_ptr() as usize, offset, len)?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.io_error(DeviceOp::Read, offset, len, e))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        let len = buf.len() as u64;
+        if self.read_only {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Write,
+            });
+        }
+        check_range(DeviceOp::Write, offset, len, self.len)?;
+        self.check_direct(DeviceOp::Write, buf.as_ptr() as usize, offset, len)?;
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| self.io_error(DeviceOp::Write, offset, len, e))
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| self.io_error(DeviceOp::Flush, 0, 0, e))
+    }
+
+    /// Punches a hole (the range then reads as zeroes). Where the file system
+    /// cannot punch holes the call succeeds and the old contents stay: discard is
+    /// advice.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Discard,
+            });
+        }
+        check_range(DeviceOp::Discard, offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(&self.file, flags, offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(()),
+            Err(e) => Err(self.io_error(DeviceOp::Discard, offset, len, e.into())),
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn alignment(&self) -> u64 {
+        if self.direct { 4096 } else { SECTOR }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "file {}{} ({} bytes)",
+            self.path.display(),
+            if self.direct { " (O_DIRECT)" } else { "" },
+            self.len
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(dir: &tempfile::TempDir, len: u64) -> FileDevice {
+        FileDevice::open(
+            dir.path().join("dev.img"),
+            &FileOptions {
+                create_len: Some(len),
+                ..FileOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn conforms() {
+        let dir = tempfile::tempdir().unwrap();
+        super::super::conformance::check(&create(&dir, 1 << 20));
+    }
+
+    #[test]
+    fn discard_punches_a_hole_where_supported() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, 1 << 20);
+        dev.write_at(&[0xFF; 8192], 0).unwrap();
+        dev.discard(0, 4096).unwrap();
+        let mut buf = [0u8; 4096];
+        dev.read_at(&mut buf, 0).unwrap();
+        // Either zeroes (hole punched) or the old bytes (unsupported): never a mix.
+        assert!(buf.iter().all(|&b| b == 0) || buf.iter().all(|&b| b == 0xFF));
+        dev.read_at(&mut buf, 4096).unwrap();
+        assert!(buf.iter().all(|&b| b == 0xFF));
+    }
+
+    #[test]
+    fn reopen_keeps_data_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        create(&dir, 65536).write_at(b"cairn", 100).unwrap();
+        let dev = FileDevice::open(dir.path().join("dev.img"), &FileOptions::default()).unwrap();
+        assert_eq!(dev.len(), 65536);
+        let mut buf = [0u8; 5];
+        dev.read_at(&mut buf, 100).unwrap();
+        assert_eq!(&buf, b"cairn");
+    }
+
+    #[test]
+    fn read_only_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(create(&dir, 65536));
+        let dev = FileDevice::open(
+            dir.path().join("dev.img"),
+            &FileOptions {
+                read_only: true,
+                ..FileOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(matches!(
+            dev.write_at(&[1], 0),
+            Err(DeviceError::ReadOnly { .. })
+        ));
+        assert!(dev.discard(0, 512).is_err());
+    }
+
+    #[test]
+    fn missing_file_names_the_path() {
+        let err = FileDevice::open("/nonexistent/cairn.img", &FileOptions::default())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent/cairn.img"), "{err}");
+    }
+
+    #[test]
+    fn direct_io_refuses_unaligned_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("direct.img");
+        let options = FileOptions {
+            create_len: Some(1 << 20),
+            direct: true,
+            read_only: false,
+        };
+        // tmpfs refuses O_DIRECT; then there is nothing to test here.
+        let Ok(dev) = FileDevice::open(&path, &options) else {
+            return;
+        };
+        assert!(matches!(
+            dev.write_at(&[0u8; 100], 0),
+            Err(DeviceError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            dev.read_at(&mut [0u8; 4096], 7),
+            Err(DeviceError::Unaligned { .. })
+        ));
+    }
+}

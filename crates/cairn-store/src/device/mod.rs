@@ -1,0 +1,253 @@
+//! The `Device` trait: a fixed-size byte-addressed store with explicit durability.
+//!
+//! Contract (every implementation upholds it, every layer relies on it):
+//!
+//! - `read_at`/`write_at` transfer exactly `buf.len()` bytes at `offset` or fail;
+//!   a range past [`Device::len`] is [`DeviceError::OutOfRange`], never a short
+//!   transfer.
+//! - A completed `write_at` is visible to every later `read_at` (from any thread),
+//!   but is *durable* only after a later [`Device::flush`] returns `Ok`. A crash
+//!   may lose or tear (at [`SECTOR`] granularity) any write not yet flushed.
+//! - `discard` says the range's contents are no longer needed; afterwards the
+//!   range reads back as zeroes or as its old contents (devices document which).
+//! - Methods take `&self`: devices are `Send + Sync` and do their own locking, so
+//!   many threads can issue I/O concurrently with no lock above them.
+
+mod file;
+mod memory;
+
+pub use file::{FileDevice, FileOptions};
+pub use memory::MemoryDevice;
+
+use std::io;
+
+/// The sector size: the unit a crash may tear a write at, and the smallest
+/// alignment any device reports.
+pub const SECTOR: u64 = 512;
+
+/// Which device operation failed (for error messages and fault injection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceOp {
+    /// `read_at`
+    Read,
+    /// `write_at`
+    Write,
+    /// `flush`
+    Flush,
+    /// `discard`
+    Discard,
+}
+
+impl std::fmt::Display for DeviceOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Flush => "flush",
+            Self::Discard => "discard",
+        })
+    }
+}
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The range `offset..offset+len` does not fit in a device of `size` bytes.
+    #[error("{op} of {len} bytes at offset {offset} is out of range (device is {size} bytes)")]
+    OutOfRange {
+        /// The operation.
+        op: DeviceOp,
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// Device size in bytes.
+        size: u64,
+    },
+    /// The operating system reported an error.
+    #[error("{op} of {len} bytes at offset {offset} on {device}: {source}")]
+    Io {
+        /// The operation.
+        op: DeviceOp,
+        /// First byte of the range (0 for flush).
+        offset: u64,
+        /// Length of the range (0 for flush).
+        len: u64,
+        /// Which device (its path or kind).
+        device: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// An injected fault (the faulty device's EIO).
+    #[error("{op} of {len} bytes at offset {offset}: injected I/O error")]
+    Injected {
+        /// The operation.
+        op: DeviceOp,
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+    },
+    /// The device has crashed (fault injection) and refuses I/O until recovered.
+    #[error("{op} refused: the device has crashed")]
+    Crashed {
+        /// The operation.
+        op: DeviceOp,
+    },
+    /// The device was opened read-only.
+    #[error("{op} refused: the device is read-only")]
+    ReadOnly {
+        /// The operation.
+        op: DeviceOp,
+    },
+    /// Direct I/O needs aligned buffers, offsets and lengths.
+    #[error("{op} of {len} bytes at offset {offset} is not aligned to {align} bytes (direct I/O)")]
+    Unaligned {
+        /// The operation.
+        op: DeviceOp,
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// Required alignment.
+        align: u64,
+    },
+}
+
+/// A fixed-size, byte-addressed store with explicit durability. See the module docs
+/// for the contract.
+pub trait Device: Send + Sync {
+    /// Fill `buf` with the bytes at `offset..offset + buf.len()`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError>;
+    /// Write `buf` at `offset`. Visible at once, durable after the next `flush`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError>;
+    /// Make every write completed before this call durable.
+    fn flush(&self) -> Result<(), DeviceError>;
+    /// The range's contents are no longer needed.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError>;
+    /// Size in bytes.
+    fn len(&self) -> u64;
+    /// True when the device has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Preferred I/O alignment in bytes (a power of two, at least [`SECTOR`]).
+    fn alignment(&self) -> u64 {
+        SECTOR
+    }
+    /// A short human-readable description (kind and path), for errors and `inspect`.
+    fn describe(&self) -> String;
+}
+
+/// Check that `offset..offset+len` lies within a device of `size` bytes.
+pub fn check_range(op: DeviceOp, offset: u64, len: u64, size: u64) -> Result<(), DeviceError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            op,
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
+impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        (**self).discard(offset, len)
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn alignment(&self) -> u64 {
+        (**self).alignment()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        (**self).discard(offset, len)
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn alignment(&self) -> u64 {
+        (**self).alignment()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! Checks every `Device` implementation must pass; each device's tests call
+    //! [`check`].
+    use super::{Device, DeviceError};
+
+    /// Round trips, range errors, flush and discard on a device of at least 64 KiB
+    /// whose contents start as zeroes.
+    pub fn check(dev: &dyn Device) {
+        let len = dev.len();
+        assert!(len >= 65536, "conformance needs 64 KiB");
+        let mut buf = vec![0xAAu8; 4096];
+        dev.read_at(&mut buf, 0).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "fresh device reads zeroes");
+        let pattern: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+        dev.write_at(&pattern, 4096).unwrap();
+        let mut back = vec![0u8; 8192];
+        dev.read_at(&mut back, 4096).unwrap();
+        assert_eq!(back, pattern);
+        // Unaligned byte ranges inside what was written.
+        let mut mid = vec![0u8; 100];
+        dev.read_at(&mut mid, 4096 + 1000).unwrap();
+        assert_eq!(mid[..], pattern[1000..1100]);
+        // The last byte is reachable; one past it is not.
+        dev.write_at(&[9], len - 1).unwrap();
+        let mut one = [0u8];
+        dev.read_at(&mut one, len - 1).unwrap();
+        assert_eq!(one, [9]);
+        assert!(matches!(
+            dev.read_at(&mut one, len),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.write_at(&[1, 2], len - 1),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            dev.read_at(&mut one, u64::MAX),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        dev.flush().unwrap();
+        dev.discard(4096, 4096).unwrap();
+        assert!(dev.discard(len, 1).is_err());
+        // After discard the rest of the write is intact.
+        let mut tail = vec![0u8; 4096];
+        dev.read_at(&mut tail, 8192).unwrap();
+        assert_eq!(tail[..], pattern[4096..]);
+        assert!(!dev.describe().is_empty());
+    }
+}

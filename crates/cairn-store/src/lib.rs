@@ -1,0 +1,14 @@
+//! Cairn's storage engine.
+//!
+//! Layers, bottom up (see `docs/architecture.md`):
+//!
+//! - [`device`]: the [`Device`] trait every layer speaks, and the concrete devices
+//!   (file, memory). Every storage layer above is itself a `Device`, so layers
+//!   stack: a cache over a log disk over a file.
+//!
+//! What this crate is not: a network server (`cairn-nbd`) or a simulator
+//! (`cairn-sim`). Nothing here panics on input; errors are values.
+
+pub mod device;
+
+pub use device::{Device, DeviceError, DeviceOp, FileDevice, MemoryDevice};
