@@ -222,6 +222,10 @@ impl Policy for Arc {
         "arc"
     }
 
+    fn prefetch(&self, key: u64) {
+        self.map.prefetch(key, &self.slab);
+    }
+
     fn lookup(&mut self, access: &Access) -> bool {
         self.release_ghost_hit();
         let Some(index) = self.map.get(access.key, &self.slab) else {

@@ -46,6 +46,17 @@ impl KeyIndex {
             .copied()
     }
 
+    /// Hints that `key` will be looked up soon: probes the table (its control
+    /// bytes and slots are small enough to sit in L2) and prefetches the slab
+    /// node of every slot whose hash tag matches, without reading the nodes.
+    #[inline]
+    pub fn prefetch<T: Keyed>(&self, key: u64, slab: &Slab<T>) {
+        let _ = self.table.find(self.hash(key), |&i| {
+            slab.prefetch(i);
+            false
+        });
+    }
+
     /// Indexes node `index`, whose value must already hold `key`, which must
     /// not be indexed yet.
     #[inline]

@@ -19,6 +19,7 @@ mod config;
 pub mod index;
 pub mod list;
 mod policy;
+pub mod prefetch;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -147,6 +147,15 @@ impl<T> Slab<T> {
         &self.nodes[index as usize].value
     }
 
+    /// Hints that node `index` will be read soon (see [`crate::prefetch`]).
+    /// An index past the end is ignored.
+    #[inline]
+    pub fn prefetch(&self, index: Index) {
+        if let Some(node) = self.nodes.get(index as usize) {
+            crate::prefetch::prefetch(node);
+        }
+    }
+
     /// The value in a node, mutably.
     #[inline]
     pub fn get_mut(&mut self, index: Index) -> &mut T {

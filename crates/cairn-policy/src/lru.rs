@@ -69,6 +69,10 @@ impl Policy for Lru {
         self.name
     }
 
+    fn prefetch(&self, key: u64) {
+        self.map.prefetch(key, &self.slab);
+    }
+
     fn lookup(&mut self, access: &Access) -> bool {
         match self.map.get(access.key, &self.slab) {
             Some(index) => {

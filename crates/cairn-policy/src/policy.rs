@@ -57,6 +57,14 @@ pub trait Policy: Send {
     /// The capacity the policy was built with.
     fn capacity(&self) -> Capacity;
 
+    /// Hints that `key` will be accessed soon, so the policy may start loading
+    /// what that access will touch. Changes nothing observable; the default does
+    /// nothing. A replay calls it a few accesses ahead.
+    #[inline]
+    fn prefetch(&self, key: u64) {
+        let _ = key;
+    }
+
     /// `lookup`, then `admit` on a miss: the simulator's one call per access.
     /// Returns whether the access hit.
     fn access(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {

@@ -44,8 +44,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, KeyMap, Policy};
+use crate::{Access, Capacity, ConfigError, Policy};
 
 /// S3-FIFO parameters; the defaults are libCacheSim's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,10 +59,10 @@ pub struct S3FifoConfig {
     /// the ghost. Default 0.90 (libCacheSim `ghost-size-ratio`).
     pub ghost_size_ratio: f64,
     /// Hits a unit needs while in the small FIFO to move to main instead of
-    /// being evicted, at least 1. Default 2 (libCacheSim
+    /// being evicted, 1 to 65,535. Default 2 (libCacheSim
     /// `move-to-main-threshold`).
     pub move_to_main_threshold: u32,
-    /// Cap of the main FIFO's frequency counter at reinsertion, at least 1.
+    /// Cap of the main FIFO's frequency counter at reinsertion, 1 to 65,535.
     /// Default 3 (a 2-bit CLOCK counter, as in libCacheSim).
     pub frequency_cap: u32,
 }
@@ -99,15 +100,19 @@ impl S3FifoConfig {
                 "a fraction in [0, 1]",
             ));
         }
-        if self.move_to_main_threshold == 0 {
+        if !(1..=u32::from(u16::MAX)).contains(&self.move_to_main_threshold) {
             return Err(out_of_range(
                 "move_to_main_threshold",
-                "0".into(),
-                "at least 1",
+                self.move_to_main_threshold.to_string(),
+                "1 to 65535",
             ));
         }
-        if self.frequency_cap == 0 {
-            return Err(out_of_range("frequency_cap", "0".into(), "at least 1"));
+        if !(1..=u32::from(u16::MAX)).contains(&self.frequency_cap) {
+            return Err(out_of_range(
+                "frequency_cap",
+                self.frequency_cap.to_string(),
+                "1 to 65535",
+            ));
         }
         Ok(())
     }
@@ -123,9 +128,18 @@ enum Queue {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: u64,
-    charge: u64,
-    freq: u32,
+    /// A size or 1, so at most `u32::MAX`.
+    charge: u32,
+    /// Hits, saturating; thresholds and caps are at most `u16::MAX`, so a
+    /// saturated counter compares like an exact one. 16-byte entries.
+    freq: u16,
     queue: Queue,
+}
+
+impl Keyed for Entry {
+    fn key(&self) -> u64 {
+        self.key
+    }
 }
 
 /// S3-FIFO replacement.
@@ -135,13 +149,13 @@ pub struct S3Fifo {
     small_limit: u64,
     main_limit: u64,
     ghost_limit: u64,
-    move_to_main_threshold: u32,
-    frequency_cap: u32,
+    move_to_main_threshold: u16,
+    frequency_cap: u16,
     small_used: u64,
     main_used: u64,
     ghost_used: u64,
     /// Every key resident or in the ghost.
-    map: KeyMap<Index>,
+    map: KeyIndex,
     slab: Slab<Entry>,
     small: List,
     main: List,
@@ -171,12 +185,12 @@ impl S3Fifo {
             small_limit,
             main_limit: capacity.limit() - small_limit,
             ghost_limit,
-            move_to_main_threshold: config.move_to_main_threshold,
-            frequency_cap: config.frequency_cap,
+            move_to_main_threshold: config.move_to_main_threshold as u16, // validated
+            frequency_cap: config.frequency_cap as u16,
             small_used: 0,
             main_used: 0,
             ghost_used: 0,
-            map: KeyMap::default(),
+            map: KeyIndex::default(),
             slab: Slab::new(),
             small: List::new(),
             main: List::new(),
@@ -187,18 +201,20 @@ impl S3Fifo {
 
     fn remove_ghost(&mut self, index: Index) {
         self.slab.unlink(&mut self.ghost, index);
-        let entry = *self.slab.remove(index);
-        self.ghost_used -= entry.charge;
-        self.map.remove(&entry.key);
+        let entry = *self.slab.get(index);
+        self.map.remove(entry.key, &self.slab);
+        self.slab.remove(index);
+        self.ghost_used -= u64::from(entry.charge);
     }
 
     /// Turns the (already unlinked) node `index` into a ghost entry, or frees
     /// it when the ghost cannot hold it.
     fn insert_ghost(&mut self, index: Index) {
-        let charge = self.slab.get(index).charge;
+        let charge = u64::from(self.slab.get(index).charge);
         if charge > self.ghost_limit {
-            let key = self.slab.remove(index).key;
-            self.map.remove(&key);
+            let key = self.slab.get(index).key;
+            self.map.remove(key, &self.slab);
+            self.slab.remove(index);
             return;
         }
         while self.ghost_used + charge > self.ghost_limit {
@@ -218,11 +234,12 @@ impl S3Fifo {
     fn evict_small(&mut self, victims: &mut Vec<u64>) {
         while let Some(index) = self.slab.pop_back(&mut self.small) {
             let entry = self.slab.get_mut(index);
-            self.small_used -= entry.charge;
+            let charge = u64::from(entry.charge);
+            self.small_used -= charge;
             if entry.freq >= self.move_to_main_threshold {
                 entry.freq = 0;
                 entry.queue = Queue::Main;
-                self.main_used += entry.charge;
+                self.main_used += charge;
                 self.slab.push_front(&mut self.main, index);
             } else {
                 victims.push(entry.key);
@@ -240,9 +257,10 @@ impl S3Fifo {
                 entry.freq = entry.freq.min(self.frequency_cap) - 1;
                 self.slab.push_front(&mut self.main, index);
             } else {
-                self.main_used -= entry.charge;
-                let key = self.slab.remove(index).key;
-                self.map.remove(&key);
+                self.main_used -= u64::from(entry.charge);
+                let key = entry.key;
+                self.map.remove(key, &self.slab);
+                self.slab.remove(index);
                 victims.push(key);
                 return;
             }
@@ -255,9 +273,13 @@ impl Policy for S3Fifo {
         "s3fifo"
     }
 
+    fn prefetch(&self, key: u64) {
+        self.map.prefetch(key, &self.slab);
+    }
+
     fn lookup(&mut self, access: &Access) -> bool {
         self.ghost_hit = None;
-        let Some(&index) = self.map.get(&access.key) else {
+        let Some(index) = self.map.get(access.key, &self.slab) else {
             return false;
         };
         let entry = self.slab.get_mut(index);
@@ -273,7 +295,7 @@ impl Policy for S3Fifo {
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         let charge = self.capacity.charge(access.size);
         let mut to_main = self.ghost_hit.take() == Some(access.key);
-        if let Some(&index) = self.map.get(&access.key) {
+        if let Some(index) = self.map.get(access.key, &self.slab) {
             // `admit` without a `lookup` first: still honour the ghost.
             debug_assert_eq!(
                 self.slab.get(index).queue,
@@ -302,7 +324,7 @@ impl Policy for S3Fifo {
         let queue = if to_main { Queue::Main } else { Queue::Small };
         let index = self.slab.insert(Entry {
             key: access.key,
-            charge,
+            charge: charge as u32, // a size or 1
             freq: 0,
             queue,
         });
@@ -313,35 +335,36 @@ impl Policy for S3Fifo {
             self.small_used += charge;
             self.slab.push_front(&mut self.small, index);
         }
-        self.map.insert(access.key, index);
+        self.map.insert(access.key, index, &self.slab);
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(&index) = self.map.get(&key) else {
+        let Some(index) = self.map.get(key, &self.slab) else {
             return false;
         };
         let entry = *self.slab.get(index);
+        let charge = u64::from(entry.charge);
         match entry.queue {
             Queue::Ghost => return false,
             Queue::Small => {
                 self.slab.unlink(&mut self.small, index);
-                self.small_used -= entry.charge;
+                self.small_used -= charge;
             }
             Queue::Main => {
                 self.slab.unlink(&mut self.main, index);
-                self.main_used -= entry.charge;
+                self.main_used -= charge;
             }
         }
+        self.map.remove(key, &self.slab);
         self.slab.remove(index);
-        self.map.remove(&key);
         true
     }
 
     fn contains(&self, key: u64) -> bool {
         self.map
-            .get(&key)
-            .is_some_and(|&index| self.slab.get(index).queue != Queue::Ghost)
+            .get(key, &self.slab)
+            .is_some_and(|index| self.slab.get(index).queue != Queue::Ghost)
     }
 
     fn len(&self) -> usize {
@@ -478,7 +501,10 @@ mod tests {
         assert!(!cache.access(&trace[trace.len() - 1], &mut victims));
         assert_eq!(victims, [3], "the small queue's oldest, 3, makes room");
         assert_eq!(cache.main.len(), 2);
-        assert_eq!(cache.slab.get(cache.map[&2]).queue, Queue::Main);
+        assert_eq!(
+            cache.slab.get(cache.map.get(2, &cache.slab).unwrap()).queue,
+            Queue::Main
+        );
     }
 
     #[test]
@@ -492,13 +518,17 @@ mod tests {
                 queue: Queue::Main,
             });
             cache.slab.push_front(&mut cache.main, index);
-            cache.map.insert(key, index);
+            cache.map.insert(key, index, &cache.slab);
             cache.main_used += 1;
         }
         let mut victims = vec![];
         cache.evict_main(&mut victims);
         assert_eq!(victims, [11], "10 (older) was hit, so it is reinserted");
-        assert_eq!(cache.slab.get(cache.map[&10]).freq, 2, "min(5, 3) - 1");
+        assert_eq!(
+            cache.slab.get(cache.map.get(10, &cache.slab).unwrap()).freq,
+            2,
+            "min(5, 3) - 1"
+        );
     }
 
     #[test]

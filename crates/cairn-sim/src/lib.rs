@@ -37,4 +37,4 @@ pub use metrics::{GroupCounts, Metrics, Report};
 pub use prepass::{Prepass, next_access_times, prepass};
 pub use replay::{Configuration, NoProgress, Progress, ReplayOptions, policy_name, replay};
 pub use size::{CacheSize, CapacityUnit, WorkingSet, parse_bytes};
-pub use stream::{AccessStream, OpFilter, StreamOptions};
+pub use stream::{AccessSource, AccessStream, FromIter, OpFilter, StreamOptions};

@@ -107,29 +107,33 @@ impl AccessStream {
         self.requests_read
     }
 
-    fn refill(&mut self) -> Option<Result<(), TraceError>> {
-        self.buffer.clear();
-        self.at = 0;
+    /// Appends the next accesses to `out`, stopping after the request that
+    /// brings it to at least `max` (a request split into blocks is never cut).
+    /// Returns how many were appended; 0 means the trace has ended. An error
+    /// met after some accesses were appended is returned by the next call, so
+    /// nothing before it is lost.
+    pub fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
         if let Some(error) = self.pending.take() {
-            return Some(Err(error));
+            return Err(error);
         }
-        while self.buffer.len() < BATCH_ACCESSES {
+        let first = out.len();
+        let want = first + max.max(1);
+        while out.len() < want {
             let request: Request = match self.requests.next() {
                 Some(Ok(r)) => r,
-                Some(Err(e)) if self.buffer.is_empty() => return Some(Err(e)),
+                Some(Err(e)) if out.len() == first => return Err(e),
                 Some(Err(e)) => {
                     self.pending = Some(e);
                     break;
                 }
-                None if self.buffer.is_empty() => return None,
                 None => break,
             };
             self.requests_read += 1;
             if self.ops.keeps(request.op) {
-                self.splitter.split(&request, &mut self.buffer);
+                self.splitter.split(&request, out);
             }
         }
-        for access in &mut self.buffer {
+        for access in &mut out[first..] {
             self.groups.assign(access);
             if let Some(next) = &self.next_times {
                 access.next = usize::try_from(access.time)
@@ -139,7 +143,49 @@ impl AccessStream {
                     .unwrap_or(NEVER);
             }
         }
-        Some(Ok(()))
+        Ok(out.len() - first)
+    }
+
+    fn refill(&mut self) -> Option<Result<(), TraceError>> {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.clear();
+        self.at = 0;
+        let filled = self.fill(&mut buffer, BATCH_ACCESSES);
+        self.buffer = buffer;
+        match filled {
+            Ok(0) => None,
+            Ok(_) => Some(Ok(())),
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+/// Where a replay gets its accesses: in batches, written straight into the
+/// replay's own buffer (no per-access `Option<Result<…>>` plumbing).
+pub trait AccessSource {
+    /// Appends about `max` accesses to `out` (see [`AccessStream::fill`]);
+    /// `Ok(0)` at the end of the trace.
+    fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError>;
+}
+
+impl AccessSource for AccessStream {
+    fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
+        AccessStream::fill(self, out, max)
+    }
+}
+
+/// Any iterator of accesses as an [`AccessSource`] (for tests and in-memory
+/// traces).
+#[derive(Debug)]
+pub struct FromIter<I>(pub I);
+
+impl<I: Iterator<Item = Result<Access, TraceError>>> AccessSource for FromIter<I> {
+    fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
+        let first = out.len();
+        for access in self.0.by_ref().take(max.max(1)) {
+            out.push(access?);
+        }
+        Ok(out.len() - first)
     }
 }
 

@@ -9,7 +9,7 @@
 mod common;
 
 use cairn_policy::{Capacity, PolicyConfig};
-use cairn_sim::{Configuration, Metrics, NoProgress, ReplayOptions, replay};
+use cairn_sim::{Configuration, FromIter, Metrics, NoProgress, ReplayOptions, replay};
 
 fn configurations() -> Vec<Configuration> {
     let mut out = vec![];
@@ -54,7 +54,7 @@ fn replay_reports_what_a_direct_loop_reports() {
     };
     let reports = replay(
         &configurations,
-        trace.iter().copied().map(Ok),
+        FromIter(trace.iter().copied().map(Ok)),
         &options,
         &NoProgress,
     )
@@ -88,7 +88,7 @@ fn replay_is_deterministic_across_threads_and_chunk_sizes() {
         };
         replay(
             &configurations,
-            trace.iter().copied().map(Ok),
+            FromIter(trace.iter().copied().map(Ok)),
             &options,
             &NoProgress,
         )
@@ -103,22 +103,23 @@ fn replay_is_deterministic_across_threads_and_chunk_sizes() {
 #[test]
 fn a_trace_error_ends_the_replay_with_that_error() {
     let trace = common::skewed(3, 100, 10, 1..=1);
-    let broken =
-        trace
-            .into_iter()
-            .map(Ok)
-            .chain(std::iter::once(Err(cairn_trace::TraceError::Format {
+    let broken = || {
+        trace.clone().into_iter().map(Ok).chain(std::iter::once(Err(
+            cairn_trace::TraceError::Format {
                 path: "t.bin".into(),
                 reason: "boom".into(),
-            })));
-    let error = replay(
-        &configurations(),
-        broken,
-        &ReplayOptions::default(),
-        &NoProgress,
-    )
-    .unwrap_err();
-    assert_eq!(error.to_string(), "t.bin: boom");
+            },
+        )))
+    };
+    for threads in [0, 1, 2] {
+        let options = ReplayOptions {
+            threads,
+            ..ReplayOptions::default()
+        };
+        let error =
+            replay(&configurations(), FromIter(broken()), &options, &NoProgress).unwrap_err();
+        assert_eq!(error.to_string(), "t.bin: boom", "threads = {threads}");
+    }
 }
 
 #[test]
@@ -126,7 +127,7 @@ fn no_configurations_is_an_error() {
     let configurations = Vec::<Configuration>::new();
     let error = replay(
         &configurations,
-        std::iter::empty(),
+        FromIter(std::iter::empty()),
         &ReplayOptions::default(),
         &NoProgress,
     )

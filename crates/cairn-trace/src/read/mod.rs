@@ -34,7 +34,7 @@ pub type Source = Box<dyn BufRead + Send>;
 pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Bytes of read buffer per open trace.
-const BUFFER_BYTES: usize = 1 << 20;
+const BUFFER_BYTES: usize = 1 << 16;
 
 /// A trace format.
 #[derive(Clone, Debug, PartialEq, Eq)]

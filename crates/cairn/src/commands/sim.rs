@@ -137,7 +137,10 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     cost: Option<PathBuf>,
 
-    /// Worker threads. 0 uses every core.
+    /// Simulation threads. 0 uses every core (one worker per core, never more
+    /// than the configurations, and the trace decoded on a thread of its own).
+    /// 1 runs everything on one thread, decoding included: the strictly
+    /// single-threaded mode, for comparisons with single-threaded simulators.
     #[arg(long, value_name = "N", default_value_t = 0)]
     threads: usize,
 }
