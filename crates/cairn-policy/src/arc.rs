@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// ARC has no knobs: it tunes itself.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -222,8 +222,8 @@ impl Policy for Arc {
         "arc"
     }
 
-    fn prefetch(&self, key: u64) {
-        self.map.prefetch(key, &self.slab);
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.map.prefetch_stage(key, &self.slab, ahead, true);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {

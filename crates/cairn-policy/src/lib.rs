@@ -45,7 +45,7 @@ pub mod twoq;
 pub use access::{Access, NEVER, Op};
 pub use capacity::Capacity;
 pub use config::{ConfigError, PolicyConfig};
-pub use policy::Policy;
+pub use policy::{Ahead, Policy};
 
 /// The hash map every policy uses for its key index: hashbrown with foldhash.
 pub type KeyMap<V> = hashbrown::HashMap<u64, V>;

@@ -156,6 +156,16 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Hints that node `index`'s list neighbours will be written soon (an
+    /// unlink or a move to the front).
+    #[inline]
+    pub fn prefetch_links(&self, index: Index) {
+        if let Some(node) = self.nodes.get(index as usize) {
+            self.prefetch(node.prev);
+            self.prefetch(node.next);
+        }
+    }
+
     /// The value in a node, mutably.
     #[inline]
     pub fn get_mut(&mut self, index: Index) -> &mut T {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
 use crate::list::{List, Slab};
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// LRU has no knobs; the struct exists so every policy is configured alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -69,8 +69,9 @@ impl Policy for Lru {
         self.name
     }
 
-    fn prefetch(&self, key: u64) {
-        self.map.prefetch(key, &self.slab);
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.map
+            .prefetch_stage(key, &self.slab, ahead, self.promote_on_hit);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {

@@ -2,6 +2,19 @@
 
 use crate::{Access, Capacity};
 
+/// How far ahead a [`Policy::prefetch`] hint is, and so what it may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ahead {
+    /// Far: start loading the index slots where the key would be; read nothing.
+    Far,
+    /// Nearer: read the index (warmed by `Far`) and start loading the key's
+    /// entry.
+    Near,
+    /// Next: read the entry (warmed by `Near`) and start loading what the
+    /// access will change around it (list neighbours).
+    Next,
+}
+
 /// A cache replacement (and optionally admission) policy.
 ///
 /// Policies hold keys and sizes only, never data, and do no I/O: the same
@@ -57,12 +70,14 @@ pub trait Policy: Send {
     /// The capacity the policy was built with.
     fn capacity(&self) -> Capacity;
 
-    /// Hints that `key` will be accessed soon, so the policy may start loading
-    /// what that access will touch. Changes nothing observable; the default does
-    /// nothing. A replay calls it a few accesses ahead.
+    /// A hint that `key` will be accessed `ahead` accesses from now, so the
+    /// policy may start loading what that access will touch. A replay gives
+    /// each future key three hints, [`Ahead::Far`] first, so each stage can
+    /// read what the one before loaded. Changes nothing observable; the
+    /// default does nothing.
     #[inline]
-    fn prefetch(&self, key: u64) {
-        let _ = key;
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        let _ = (key, ahead);
     }
 
     /// `lookup`, then `admit` on a miss: the simulator's one call per access.

@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// S3-FIFO parameters; the defaults are libCacheSim's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -273,8 +273,8 @@ impl Policy for S3Fifo {
         "s3fifo"
     }
 
-    fn prefetch(&self, key: u64) {
-        self.map.prefetch(key, &self.slab);
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.map.prefetch_stage(key, &self.slab, ahead, false);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, NIL, Slab};
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// SIEVE has no knobs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -105,8 +105,8 @@ impl Policy for Sieve {
         "sieve"
     }
 
-    fn prefetch(&self, key: u64) {
-        self.map.prefetch(key, &self.slab);
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.map.prefetch_stage(key, &self.slab, ahead, false);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {

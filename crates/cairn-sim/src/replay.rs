@@ -26,7 +26,7 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use cairn_policy::{Access, Capacity, Policy, PolicyConfig};
+use cairn_policy::{Access, Ahead, Capacity, Policy, PolicyConfig};
 use cairn_trace::TraceError;
 
 use crate::cost::CostModel;
@@ -107,10 +107,10 @@ const INLINE_BATCH: usize = 1024;
 /// request), so the buffer rarely grows.
 const BLOCKS_PER_REQUEST_SLACK: usize = 256;
 
-/// How many accesses ahead a policy is asked to [`Policy::prefetch`]: far
-/// enough to hide a memory access (~100 ns) behind the work of the accesses
-/// in between.
-const PREFETCH_AHEAD: usize = 16;
+/// The spacing of the three [`Policy::prefetch`] hints (`Next` this many
+/// accesses ahead, `Near` twice, `Far` three times): far enough to hide a
+/// memory access (~100 ns) behind the work of the accesses in between.
+const PREFETCH_AHEAD: usize = 6;
 
 /// One policy instance and its counters, owned by one worker.
 struct Slot {
@@ -122,8 +122,14 @@ struct Slot {
 impl Slot {
     fn run(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
         for (at, access) in chunk.iter().enumerate() {
+            if let Some(far) = chunk.get(at + 3 * PREFETCH_AHEAD) {
+                self.policy.prefetch(far.key, Ahead::Far);
+            }
+            if let Some(near) = chunk.get(at + 2 * PREFETCH_AHEAD) {
+                self.policy.prefetch(near.key, Ahead::Near);
+            }
             if let Some(next) = chunk.get(at + PREFETCH_AHEAD) {
-                self.policy.prefetch(next.key);
+                self.policy.prefetch(next.key, Ahead::Next);
             }
             victims.clear();
             let hit = self.policy.access(access, victims);
