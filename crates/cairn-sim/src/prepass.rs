@@ -10,10 +10,15 @@
 
 use std::sync::Arc;
 
+use cairn_policy::prefetch::prefetch;
 use cairn_policy::{Access, KeyMap, NEVER};
 use cairn_trace::TraceError;
+use hashbrown::DefaultHashBuilder;
+use std::hash::BuildHasher;
 
+use crate::replay::Progress;
 use crate::size::WorkingSet;
+use crate::stream::AccessSource;
 
 /// What the first pass found.
 #[derive(Clone, Debug, Default)]
@@ -39,26 +44,39 @@ pub struct Prepass {
 /// (libCacheSim uses 11 above 1 GiB of trace file and 101 above 5 GiB); pass 1
 /// to count exactly.
 pub fn prepass(
-    accesses: impl Iterator<Item = Result<Access, TraceError>>,
+    mut accesses: impl AccessSource,
     want_next_times: bool,
     scaling_factor: u64,
+    progress: &dyn Progress,
 ) -> Result<Prepass, TraceError> {
     let scaling_factor = scaling_factor.max(1);
-    let mut seen: KeyMap<()> = KeyMap::default();
+    let mut seen = KeySet::default();
     let mut keys: Vec<u64> = Vec::new();
     let mut out = Prepass::default();
-    for access in accesses {
-        let access = access?;
-        out.accesses += 1;
-        out.bytes += u64::from(access.size);
-        out.carries_next |= access.next != NEVER;
-        if want_next_times {
-            keys.push(access.key);
+    let mut batch: Vec<Access> = Vec::with_capacity(BATCH + 256);
+    loop {
+        batch.clear();
+        if accesses.fill(&mut batch, BATCH)? == 0 {
+            break;
         }
-        if access.object % scaling_factor == 0 && seen.insert(access.key, ()).is_none() {
-            out.working_set.objects += 1;
-            out.working_set.bytes += u64::from(access.size);
+        let mut bytes = 0;
+        for (at, access) in batch.iter().enumerate() {
+            if let Some(ahead) = batch.get(at + PREFETCH_AHEAD) {
+                seen.prefetch(ahead.key);
+            }
+            bytes += u64::from(access.size);
+            out.carries_next |= access.next != NEVER;
+            if want_next_times {
+                keys.push(access.key);
+            }
+            if access.object % scaling_factor == 0 && seen.insert(access.key) {
+                out.working_set.objects += 1;
+                out.working_set.bytes += u64::from(access.size);
+            }
         }
+        out.accesses += batch.len() as u64;
+        out.bytes += bytes;
+        progress.advance(batch.len() as u64, bytes);
     }
     out.working_set.objects *= scaling_factor;
     out.working_set.bytes *= scaling_factor;
@@ -66,6 +84,84 @@ pub fn prepass(
         out.next_times = Some(next_access_times(keys).into());
     }
     Ok(out)
+}
+
+/// Accesses per batch of the first pass.
+const BATCH: usize = 4096;
+
+/// How far ahead the first pass prefetches the key set's slot.
+const PREFETCH_AHEAD: usize = 16;
+
+/// The set of distinct keys: linear probing over the keys themselves, at most
+/// half full, so a future key's slot can be prefetched (one cache line) while
+/// the keys before it are counted. Key 0 marks an empty slot and is tracked
+/// apart. Only grows; the first pass never removes.
+struct KeySet {
+    slots: Vec<u64>,
+    mask: usize,
+    len: usize,
+    has_zero: bool,
+    hasher: DefaultHashBuilder,
+}
+
+impl Default for KeySet {
+    fn default() -> Self {
+        Self {
+            slots: vec![0; 1024],
+            mask: 1023,
+            len: 0,
+            has_zero: false,
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+}
+
+impl KeySet {
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        (self.hasher.hash_one(key) >> 32) as usize & self.mask
+    }
+
+    #[inline]
+    fn prefetch(&self, key: u64) {
+        prefetch(&self.slots[self.home(key)]);
+    }
+
+    /// Adds `key`; returns whether it was new.
+    #[inline]
+    fn insert(&mut self, key: u64) -> bool {
+        if key == 0 {
+            return !std::mem::replace(&mut self.has_zero, true);
+        }
+        let mut at = self.home(key);
+        loop {
+            match self.slots[at] {
+                0 => break,
+                k if k == key => return false,
+                _ => at = (at + 1) & self.mask,
+            }
+        }
+        self.slots[at] = key;
+        self.len += 1;
+        if self.len * 2 > self.slots.len() {
+            self.grow();
+        }
+        true
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let size = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, vec![0; size]);
+        self.mask = self.slots.len() - 1;
+        for key in old.into_iter().filter(|&k| k != 0) {
+            let mut at = self.home(key);
+            while self.slots[at] != 0 {
+                at = (at + 1) & self.mask;
+            }
+            self.slots[at] = key;
+        }
+    }
 }
 
 /// Turns a key sequence into next-access times, in place: element `t` becomes
@@ -83,6 +179,18 @@ pub fn next_access_times(mut keys: Vec<u64>) -> Vec<u64> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        #[test]
+        fn key_set_counts_distinct_keys(keys in proptest::collection::vec(0u64..5000, 0..20_000)) {
+            let mut set = KeySet::default();
+            let mut model = std::collections::HashSet::new();
+            for key in keys {
+                set.prefetch(key);
+                proptest::prop_assert_eq!(set.insert(key), model.insert(key));
+            }
+        }
+    }
+
     #[test]
     fn next_access_times_point_at_the_next_occurrence() {
         assert_eq!(
@@ -97,7 +205,13 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(t, (k, s))| Ok(Access::read(k, s, t as u64)));
-        let p = prepass(accesses, true, 1).unwrap();
+        let p = prepass(
+            crate::FromIter(accesses),
+            true,
+            1,
+            &crate::replay::NoProgress,
+        )
+        .unwrap();
         assert_eq!(
             p.working_set,
             WorkingSet {

@@ -43,7 +43,7 @@ fn block_mode_next_access_times_point_at_the_next_touch_of_the_block() {
         unit: Unit::Block { block_size: 4096 },
         ..StreamOptions::default()
     };
-    let pass = prepass(stream(&options), true, 1).unwrap();
+    let pass = prepass(stream(&options), true, 1, &cairn_sim::NoProgress).unwrap();
     assert!(
         !pass.carries_next,
         "block mode has no next times of its own"

@@ -253,8 +253,12 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
     let mut next_times = None;
     if needs_working_set || has_opt {
         let bar = Bar::new(accesses_total, "first pass", quiet);
-        let stream = counted(config.input.accesses()?, &bar);
-        let pass = prepass(stream, has_opt, config.input.working_set_scaling())?;
+        let pass = prepass(
+            config.input.accesses()?,
+            has_opt,
+            config.input.working_set_scaling(),
+            &bar,
+        )?;
         bar.finish();
         tracing::info!(
             trace = %config.input.name(),
