@@ -140,6 +140,13 @@ impl GroupAssigner {
         }
     }
 
+    /// Whether every access lands in group 0 (one device, no sequential
+    /// split), so [`assign`](Self::assign) has nothing to do.
+    #[inline]
+    pub fn is_trivial(&self) -> bool {
+        matches!(self.map.devices, DeviceMap::Single) && !self.map.split_sequential
+    }
+
     /// Sets `access.group`.
     #[inline]
     pub fn assign(&mut self, access: &mut Access) {

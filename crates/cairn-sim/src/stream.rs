@@ -133,9 +133,13 @@ impl AccessStream {
                 self.splitter.split(&request, out);
             }
         }
-        for access in &mut out[first..] {
-            self.groups.assign(access);
-            if let Some(next) = &self.next_times {
+        if !self.groups.is_trivial() {
+            for access in &mut out[first..] {
+                self.groups.assign(access);
+            }
+        }
+        if let Some(next) = &self.next_times {
+            for access in &mut out[first..] {
                 access.next = usize::try_from(access.time)
                     .ok()
                     .and_then(|t| next.get(t))

@@ -38,6 +38,7 @@ impl Splitter {
     /// Appends the accesses of `request` to `out` (without clearing it).
     /// In object mode the request's `next` carries over; block mode leaves
     /// [`NEVER`] (the simulator computes next-access times itself when OPT runs).
+    #[inline]
     pub fn split(&mut self, request: &Request, out: &mut Vec<Access>) {
         match self.unit {
             Unit::Object => {

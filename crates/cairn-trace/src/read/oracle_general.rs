@@ -54,12 +54,23 @@ pub fn encode(request: &Request) -> [u8; RECORD_BYTES] {
     record
 }
 
+/// Records decoded per turn from the source's buffer.
+const DECODE_BATCH: usize = 256;
+
 /// Streams the records of any byte source.
+///
+/// Records are decoded in batches of up to 256 straight from the source's
+/// buffer (one `fill_buf`/`consume` pair per batch rather than per record, which
+/// matters when the source is a `Box<dyn BufRead>`); a record that straddles the
+/// buffer's end is assembled byte by byte.
 pub struct OracleGeneralReader<R> {
     source: R,
     path: PathBuf,
+    /// Records taken from the source so far.
     index: u64,
     done: bool,
+    decoded: Vec<Request>,
+    at: usize,
 }
 
 impl<R: BufRead> OracleGeneralReader<R> {
@@ -70,7 +81,26 @@ impl<R: BufRead> OracleGeneralReader<R> {
             path: path.to_path_buf(),
             index: 0,
             done: false,
+            decoded: Vec::with_capacity(DECODE_BATCH),
+            at: 0,
         }
+    }
+
+    /// Decodes every whole record in the source's buffer (up to
+    /// [`DECODE_BATCH`]); returns how many.
+    fn decode_batch(&mut self) -> usize {
+        self.decoded.clear();
+        self.at = 0;
+        let Ok(buffer) = self.source.fill_buf() else {
+            return 0; // the slow path reports the error
+        };
+        let (records, _) = buffer.as_chunks::<RECORD_BYTES>();
+        let records = &records[..records.len().min(DECODE_BATCH)];
+        self.decoded.extend(records.iter().map(decode));
+        let n = records.len();
+        self.source.consume(n * RECORD_BYTES);
+        self.index += n as u64;
+        n
     }
 }
 
@@ -90,17 +120,17 @@ impl<R: BufRead> Iterator for OracleGeneralReader<R> {
     type Item = Result<Request>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(&request) = self.decoded.get(self.at) {
+            self.at += 1;
+            return Some(Ok(request));
+        }
         if self.done {
             return None;
         }
-        // Fast path: decode in place from the reader's buffer, no copy.
-        if let Ok(buffer) = self.source.fill_buf()
-            && let Some(record) = buffer.first_chunk::<RECORD_BYTES>()
-        {
-            let request = decode(record);
-            self.source.consume(RECORD_BYTES);
-            self.index += 1;
-            return Some(Ok(request));
+        // Fast path: decode a batch in place from the reader's buffer.
+        if self.decode_batch() > 0 {
+            self.at = 1;
+            return Some(Ok(self.decoded[0]));
         }
         // A record straddles the buffer's end, the input ended, or an error:
         // assemble it byte-exactly and report what happened.
