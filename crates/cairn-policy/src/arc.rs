@@ -150,12 +150,31 @@ impl Arc {
         self.list_mut(which).list = list;
     }
 
-    /// Unlinks and frees node `index` and its key.
+    /// Unlinks and frees node `index` (the back of its list) and its key.
     fn drop_node(&mut self, index: Index) -> Entry {
         let entry = self.unlink(index);
         self.map.remove(entry.key, &self.slab);
         self.slab.remove(index);
+        self.warm_back(entry.which);
         entry
+    }
+
+    /// After the back of `which` was taken: start loading what taking the next
+    /// back will touch (the new back's index slots and its predecessor node;
+    /// the new back itself was warmed the same way one eviction earlier).
+    fn warm_back(&self, which: Which) {
+        let list = match which {
+            Which::T1 => &self.t1.list,
+            Which::T2 => &self.t2.list,
+            Which::B1 => &self.b1.list,
+            Which::B2 => &self.b2.list,
+        };
+        if let Some(back) = list.back() {
+            self.map.prefetch_slots(self.slab.get(back).key);
+            if let Some(prev) = self.slab.prev(back) {
+                self.slab.prefetch(prev);
+            }
+        }
     }
 
     /// Frees the node of a ghost hit that no `admit` claimed.
@@ -173,6 +192,7 @@ impl Arc {
         };
         let entry = self.unlink(index);
         self.link_front(index, to);
+        self.warm_back(from);
         victims.push(entry.key);
         true
     }

@@ -100,6 +100,14 @@ impl Policy for Lru {
             self.slab.remove(index);
             self.used -= victim.charge;
             victims.push(victim.key);
+            // Warm the next eviction: the new back's index slots (its node was
+            // warmed one eviction ago) and the node after it.
+            if let Some(back) = self.queue.back() {
+                self.map.prefetch_slots(self.slab.get(back).key);
+                if let Some(prev) = self.slab.prev(back) {
+                    self.slab.prefetch(prev);
+                }
+            }
         }
         let index = self.slab.insert(Entry {
             key: access.key,

@@ -96,6 +96,13 @@ impl Sieve {
         self.map.remove(victim.key, &self.slab);
         self.slab.remove(index);
         self.used -= u64::from(victim.charge);
+        // Warm where the hand goes next: its node's successor and its slots.
+        if let Some(hand) = self.hand_or_back() {
+            self.map.prefetch_slots(self.slab.get(hand).key);
+            if let Some(prev) = self.slab.prev(hand) {
+                self.slab.prefetch(prev);
+            }
+        }
         Some(victim)
     }
 }
