@@ -31,6 +31,7 @@ Examples:
   cairn sim                         miss ratios of the default policies on the sample trace
   cairn sim --policy lru --size 10% --json -
   cairn mrc --shards 0.01           exact LRU curve and its SHARDS estimate
+  cairn reproduce all               the papers' experiments, claims confirmed or not
   cairn help sim                    every flag of `sim`, with examples
 
 Logging: RUST_LOG (e.g. RUST_LOG=debug) overrides -q/-v.";
@@ -60,6 +61,10 @@ enum Command {
     /// Trace tools: generate, inspect, convert.
     #[command(subcommand)]
     Trace(commands::trace::TraceCommand),
+    /// The papers' experiments: tables beside the papers' numbers, CSV, plots,
+    /// and each claim confirmed or not.
+    #[command(subcommand)]
+    Reproduce(commands::reproduce::ReproduceCommand),
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
+        Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! Miss-ratio curves as SVG or PNG (by the file's extension).
+//! Line plots (miss-ratio curves, reproduction figures) as SVG or PNG (by the
+//! file's extension).
 
 use std::path::Path;
 
@@ -14,8 +15,37 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
+/// The y axis of a plot.
+#[derive(Clone, Copy, Debug)]
+pub struct YAxis<'a> {
+    /// Axis title.
+    pub label: &'a str,
+    /// Whether y is a ratio in `[0, 1]` (the axis then stops at 1).
+    pub ratio: bool,
+}
+
 /// Writes `series` to `path` (`.svg` or `.png`), x = cache size in `x_label`, y = miss ratio.
 pub fn miss_ratio_curves(path: &Path, title: &str, x_label: &str, series: &[Series]) -> Result<()> {
+    lines(
+        path,
+        title,
+        x_label,
+        YAxis {
+            label: "miss ratio",
+            ratio: true,
+        },
+        series,
+    )
+}
+
+/// Writes `series` to `path` (`.svg` or `.png`) as lines with points.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y: YAxis<'_>,
+    series: &[Series],
+) -> Result<()> {
     let extension = path
         .extension()
         .and_then(|e| e.to_str())
@@ -26,12 +56,14 @@ pub fn miss_ratio_curves(path: &Path, title: &str, x_label: &str, series: &[Seri
             &SVGBackend::new(path, size).into_drawing_area(),
             title,
             x_label,
+            y,
             series,
         ),
         Some("png") => draw(
             &BitMapBackend::new(path, size).into_drawing_area(),
             title,
             x_label,
+            y,
             series,
         ),
         _ => bail!(
@@ -46,6 +78,7 @@ fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     title: &str,
     x_label: &str,
+    y: YAxis<'_>,
     series: &[Series],
 ) -> Result<()>
 where
@@ -62,7 +95,11 @@ where
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0_f64, f64::max);
-    let y_max = (y_max * 1.05).clamp(0.05, 1.0);
+    let y_max = if y.ratio {
+        (y_max * 1.05).clamp(0.05, 1.0)
+    } else {
+        (y_max * 1.1).max(1.0)
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 26))
         .margin(16)
@@ -73,11 +110,17 @@ where
     chart
         .configure_mesh()
         .x_desc(x_label)
-        .y_desc("miss ratio")
+        .y_desc(y.label)
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .x_label_formatter(&|x| human(*x))
-        .y_label_formatter(&|y| format!("{y:.2}"))
+        .y_label_formatter(&|v| {
+            if y.ratio {
+                format!("{v:.2}")
+            } else {
+                human(*v)
+            }
+        })
         .draw()
         .map_err(|e| failed(&e))?;
     for (i, s) in series.iter().enumerate() {

@@ -1,0 +1,141 @@
+//! `cairn reproduce`: the papers' experiments, each from a TOML spec in
+//! `reproduce/` (embedded in the binary; `--spec` runs an edited copy), printing
+//! tables shaped like the paper's, writing CSV and SVG, and stating for each of
+//! the paper's claims whether our run confirms it, with both numbers.
+
+pub mod ons;
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use crate::output::csv_field;
+
+/// `cairn reproduce …`
+#[derive(Subcommand, Debug)]
+pub enum ReproduceCommand {
+    /// papers/000: ONS against FIFO, LRU and LFU for N concurrent readers of one
+    /// file (Figs. 5, 6, 8 and Table 1), simulated.
+    #[command(long_about = ons::LONG_ABOUT, after_long_help = ons::EXAMPLES)]
+    Ons(ons::OnsArgs),
+    /// Every reproduction this build has, one after another, then a summary of
+    /// every claim.
+    All(AllArgs),
+}
+
+/// Flags shared by every reproduction.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Directory for the CSV files and plots (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "out/reproduce")]
+    pub out: PathBuf,
+
+    /// Scale the experiment's sizes (file, cache) by this factor, for a quick
+    /// look; 1 is the paper's scale. The claims are still judged, but the
+    /// paper's numbers are for scale 1.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub scale: f64,
+}
+
+/// `cairn reproduce all`
+#[derive(Args, Debug)]
+pub struct AllArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+/// One claim of a paper, judged against our run.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    /// Which paper and figure.
+    pub source: String,
+    /// What the paper says.
+    pub text: String,
+    /// The paper's number, as text with units.
+    pub paper: String,
+    /// Our number, as text with units.
+    pub ours: String,
+    /// Whether our run shows the same.
+    pub confirmed: bool,
+}
+
+impl Claim {
+    /// `confirmed` / `not confirmed`.
+    pub fn verdict(&self) -> &'static str {
+        if self.confirmed {
+            "confirmed"
+        } else {
+            "not confirmed"
+        }
+    }
+}
+
+/// Prints claims as one block of lines.
+pub fn print_claims(out: &mut dyn Write, claims: &[Claim]) -> std::io::Result<()> {
+    writeln!(out, "Claims")?;
+    for c in claims {
+        writeln!(
+            out,
+            "  [{}] {}: {}\n      paper: {}; ours: {}",
+            c.verdict(),
+            c.source,
+            c.text,
+            c.paper,
+            c.ours
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes claims as CSV (`source,claim,paper,ours,verdict`).
+pub fn write_claims_csv(path: &Path, claims: &[Claim]) -> Result<()> {
+    let mut text = String::from("source,claim,paper,ours,verdict\n");
+    for c in claims {
+        let _ = writeln!(
+            text,
+            "{},{},{},{},{}",
+            csv_field(&c.source),
+            csv_field(&c.text),
+            csv_field(&c.paper),
+            csv_field(&c.ours),
+            c.verdict()
+        );
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Creates the output directory.
+pub fn prepare_out(common: &Common) -> Result<()> {
+    if !(common.scale > 0.0 && common.scale <= 1.0) {
+        anyhow::bail!("--scale {}: expected a factor in (0, 1]", common.scale);
+    }
+    std::fs::create_dir_all(&common.out)
+        .with_context(|| format!("creating output directory {}", common.out.display()))
+}
+
+/// Runs `cairn reproduce`.
+pub fn run(command: &ReproduceCommand, quiet: bool) -> Result<()> {
+    match command {
+        ReproduceCommand::Ons(args) => ons::run(args, quiet).map(|_| ()),
+        ReproduceCommand::All(args) => {
+            let mut claims = Vec::new();
+            claims.extend(ons::run(&ons::OnsArgs::with(args.common.clone()), quiet)?);
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            writeln!(out, "\n== Summary of every claim")?;
+            print_claims(&mut out, &claims)?;
+            let confirmed = claims.iter().filter(|c| c.confirmed).count();
+            writeln!(
+                out,
+                "{confirmed} of {} claims confirmed. Not yet reproduced here: papers/001 \
+                 (dual cache), papers/004 (eviction cost), papers/003 (log disk), \
+                 papers/002 (NTL); see docs/reproductions.md.",
+                claims.len()
+            )?;
+            write_claims_csv(&args.common.out.join("claims.csv"), &claims)
+        }
+    }
+}
