@@ -64,6 +64,20 @@ pub struct TraceArgs {
     pub op: OpArg,
 }
 
+impl Default for TraceArgs {
+    /// The flags' defaults: the embedded sample, format auto, object unit, all
+    /// operations.
+    fn default() -> Self {
+        Self {
+            trace: None,
+            format: "auto".into(),
+            csv_map: None,
+            unit: Unit::Object,
+            op: OpArg::All,
+        }
+    }
+}
+
 /// Parses `object` or `block:SIZE`.
 pub fn parse_unit(text: &str) -> Result<Unit, String> {
     if text == "object" {

@@ -68,6 +68,41 @@ fn ons_at_a_quarter_scale_is_deterministic_and_upholds_its_design_claims() {
 }
 
 #[test]
+fn cost_groups_never_lose_to_lru_and_gain_most_at_mixed_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = reproduce(&["cost", "--scale", "0.5"], dir.path());
+    let csv = std::fs::read_to_string(dir.path().join("cost.csv")).unwrap();
+    // 2 sizes × 6 splits × 3 policies, plus the header.
+    assert_eq!(csv.lines().count(), 1 + 2 * 6 * 3, "{csv}");
+    // All on the SSD, LRU is 100 % by definition; all on the HDD it is a third
+    // (50 vs 150 MB/s, misses dominate).
+    let lru_all_ssd = csv
+        .lines()
+        .find(|l| l.contains(",1,lru,"))
+        .expect("LRU at 100:0");
+    assert!(lru_all_ssd.ends_with(",100.000"), "{lru_all_ssd}");
+    for line in stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with('[') && l.contains("papers/004"))
+    {
+        assert!(line.contains("[confirmed]"), "{line}\n{stdout}");
+    }
+    assert!(dir.path().join("cost-throughput.svg").exists());
+}
+
+#[test]
+fn all_runs_every_reproduction_and_summarises_the_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = reproduce(&["all", "--scale", "0.25"], dir.path());
+    assert!(stdout.contains("claims confirmed"), "{stdout}");
+    let claims = std::fs::read_to_string(dir.path().join("claims.csv")).unwrap();
+    assert!(
+        claims.contains("papers/000") && claims.contains("papers/004"),
+        "{claims}"
+    );
+}
+
+#[test]
 fn a_bad_spec_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("ons.toml");
