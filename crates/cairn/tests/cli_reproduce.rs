@@ -91,6 +91,23 @@ fn cost_groups_never_lose_to_lru_and_gain_most_at_mixed_splits() {
 }
 
 #[test]
+fn the_dual_cache_hits_more_and_answers_faster_on_workload_a() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = reproduce(&["dual", "--scale", "0.2"], dir.path());
+    for claim in [
+        "workload A: the dual cache (α = 20) hits at least as often",
+        "workload A: the dual cache lowers mean response time",
+    ] {
+        let line = claim_line(&stdout, claim);
+        assert!(line.contains("[confirmed]"), "{line}\n{stdout}");
+    }
+    let csv = std::fs::read_to_string(dir.path().join("dual.csv")).unwrap();
+    // 4 workloads × (single + 11 α values), plus the header.
+    assert_eq!(csv.lines().count(), 1 + 4 * 12, "{csv}");
+    assert!(dir.path().join("dual-alpha.svg").exists());
+}
+
+#[test]
 fn all_runs_every_reproduction_and_summarises_the_claims() {
     let dir = tempfile::tempdir().unwrap();
     let stdout = reproduce(&["all", "--scale", "0.25"], dir.path());
