@@ -3,7 +3,7 @@
 //! Layers, bottom up (see `docs/architecture.md`):
 //!
 //! - [`device`]: the [`Device`] trait every layer speaks, and the concrete devices
-//!   (file, memory). Every storage layer above is itself a `Device`, so layers
+//!   (file, memory, throttled, faulty). Every storage layer above is itself a `Device`, so layers
 //!   stack: a cache over a log disk over a file.
 //!
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
@@ -11,4 +11,7 @@
 
 pub mod device;
 
-pub use device::{Device, DeviceError, DeviceOp, FileDevice, MemoryDevice};
+pub use device::{
+    CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,
+    Throttle, ThrottledDevice,
+};
