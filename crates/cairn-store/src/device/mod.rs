@@ -13,11 +13,13 @@
 //! - Methods take `&self`: devices are `Send + Sync` and do their own locking, so
 //!   many threads can issue I/O concurrently with no lock above them.
 
+mod compose;
 mod faulty;
 mod file;
 mod memory;
 mod throttled;
 
+pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
 pub use memory::MemoryDevice;
