@@ -5,11 +5,14 @@
 //! - [`device`]: the [`Device`] trait every layer speaks, and the concrete devices
 //!   (file, memory, throttled, faulty). Every storage layer above is itself a `Device`, so layers
 //!   stack: a cache over a log disk over a file.
+//! - [`logdisk`]: the log-structured disk's on-disk format (the disk itself is
+//!   being built).
 //!
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
 //! (`cairn-sim`). Nothing here panics on input; errors are values.
 
 pub mod device;
+pub mod logdisk;
 
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,

@@ -1,0 +1,710 @@
+//! The log disk's on-disk structures, as pure encode/decode functions.
+//!
+//! Layout of a log-disk image (block size `B`, `S` segments of `N` blocks,
+//! `C` blocks per checkpoint slot); byte diagrams in `docs/formats.md`:
+//!
+//! ```text
+//! block 0            superblock
+//! blocks 1 .. 1+C    checkpoint slot A
+//! blocks 1+C .. 1+2C checkpoint slot B
+//! then S segments of N blocks each
+//! ```
+//!
+//! A segment is filled by *segment writes*: `k` data blocks followed by one
+//! summary block naming them, written as one sequential I/O. A flush in the
+//! volatile-buffer mode closes a partial write (`k < N − 1`) and the next write
+//! continues in the same segment after its summary, as Sprite LFS's partial
+//! segments. Every structure carries a magic, a version and a CRC32C; a summary
+//! also carries the CRC32C of each data block it names, so a write torn or
+//! reordered by the device is recognised at roll-forward (some block's CRC does
+//! not match) and dropped as a whole — it was never acknowledged by a flush.
+//!
+//! Everything is little-endian and decoded by explicit offsets; decoding never
+//! panics on any input (tested by flipping every byte).
+
+use thiserror::Error;
+
+/// Format version written by this code.
+pub const VERSION: u32 = 1;
+
+/// `CAIRNLD1`: the superblock.
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"CAIRNLD1";
+/// `CAIRNCP1`: a checkpoint slot.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"CAIRNCP1";
+/// `CAIRNSS1`: a segment summary.
+pub const SUMMARY_MAGIC: [u8; 8] = *b"CAIRNSS1";
+
+/// "No physical block": an unmapped logical block.
+pub const UNMAPPED: u64 = u64::MAX;
+
+/// Bytes of a summary's header; entries follow.
+const SUMMARY_HEADER: usize = 40;
+/// Bytes per summary entry: logical block (8), data CRC32C (4), reserved (4).
+const SUMMARY_ENTRY: usize = 16;
+/// Bytes of a checkpoint's header; the map and the usage table follow.
+const CHECKPOINT_HEADER: usize = 64;
+/// Bytes per map entry: physical block (8), write sequence (8).
+const MAP_ENTRY: usize = 16;
+/// Bytes per usage entry: live blocks (4), reserved (4), last write sequence (8).
+const USAGE_ENTRY: usize = 16;
+
+/// Why a structure did not decode.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FormatError {
+    /// The buffer is not the structure's size.
+    #[error("{what}: {got} bytes, expected {want}")]
+    Size {
+        /// Which structure.
+        what: &'static str,
+        /// Bytes given.
+        got: usize,
+        /// Bytes expected.
+        want: usize,
+    },
+    /// Wrong magic: not this structure at all (or never written).
+    #[error("{what}: bad magic {found:02x?}")]
+    Magic {
+        /// Which structure.
+        what: &'static str,
+        /// The first 8 bytes found.
+        found: [u8; 8],
+    },
+    /// A version this code does not read.
+    #[error("{what}: version {found}, this build reads version {VERSION}")]
+    Version {
+        /// Which structure.
+        what: &'static str,
+        /// The version found.
+        found: u32,
+    },
+    /// Checksum mismatch: torn or corrupted.
+    #[error(
+        "{what}: checksum {stored:#010x} stored, {computed:#010x} computed (torn or corrupted)"
+    )]
+    Checksum {
+        /// Which structure.
+        what: &'static str,
+        /// CRC32C stored in the structure.
+        stored: u32,
+        /// CRC32C of the bytes read.
+        computed: u32,
+    },
+    /// Fields that decode but make no sense together.
+    #[error("{what}: {reason}")]
+    Invalid {
+        /// Which structure.
+        what: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Checks size, magic, version and the CRC32C stored at `crc_at` over every
+/// other byte (the CRC field counts as zero).
+fn check(
+    what: &'static str,
+    b: &[u8],
+    want: usize,
+    magic: [u8; 8],
+    crc_at: usize,
+) -> Result<(), FormatError> {
+    if b.len() != want {
+        return Err(FormatError::Size {
+            what,
+            got: b.len(),
+            want,
+        });
+    }
+    let mut found = [0u8; 8];
+    found.copy_from_slice(&b[..8]);
+    if found != magic {
+        return Err(FormatError::Magic { what, found });
+    }
+    let version = u32_at(b, 8);
+    if version != VERSION {
+        return Err(FormatError::Version {
+            what,
+            found: version,
+        });
+    }
+    let stored = u32_at(b, crc_at);
+    let computed = crc_skipping(b, crc_at);
+    if stored != computed {
+        return Err(FormatError::Checksum {
+            what,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// CRC32C of `b` with the 4 bytes at `crc_at` taken as zero.
+fn crc_skipping(b: &[u8], crc_at: usize) -> u32 {
+    let crc = crc32c::crc32c(&b[..crc_at]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    crc32c::crc32c_append(crc, &b[crc_at + 4..])
+}
+
+fn seal(b: &mut [u8], crc_at: usize) {
+    put_u32(b, crc_at, 0);
+    let crc = crc_skipping(b, crc_at);
+    put_u32(b, crc_at, crc);
+}
+
+/// The image's geometry, fixed at format time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes per block: a power of two, 512 to 65,536. Default 4,096.
+    pub block_size: u32,
+    /// Blocks per segment, summary slots included: 2 to what one summary block
+    /// can name + 1. Default 128.
+    pub segment_blocks: u32,
+    /// Segments on the device.
+    pub segments: u32,
+    /// Logical blocks the log disk exports.
+    pub logical_blocks: u64,
+}
+
+impl Geometry {
+    /// Most data blocks one summary block can name.
+    pub fn max_entries(block_size: u32) -> u32 {
+        ((block_size as usize - SUMMARY_HEADER - 4) / SUMMARY_ENTRY) as u32
+    }
+
+    /// Bytes of one checkpoint: header, map, usage table.
+    pub fn checkpoint_bytes(&self) -> u64 {
+        CHECKPOINT_HEADER as u64
+            + self.logical_blocks * MAP_ENTRY as u64
+            + u64::from(self.segments) * USAGE_ENTRY as u64
+    }
+
+    /// Blocks of one checkpoint slot.
+    pub fn checkpoint_blocks(&self) -> u64 {
+        self.checkpoint_bytes().div_ceil(u64::from(self.block_size))
+    }
+
+    /// First block of segment `segment`.
+    pub fn segment_start(&self, segment: u32) -> u64 {
+        1 + 2 * self.checkpoint_blocks() + u64::from(segment) * u64::from(self.segment_blocks)
+    }
+
+    /// Blocks the whole image needs.
+    pub fn image_blocks(&self) -> u64 {
+        self.segment_start(self.segments)
+    }
+
+    /// Checks the geometry's invariants; the reason names the field.
+    pub fn validate(&self) -> Result<(), FormatError> {
+        let invalid = |reason: String| FormatError::Invalid {
+            what: "geometry",
+            reason,
+        };
+        if !self.block_size.is_power_of_two() || !(512..=65_536).contains(&self.block_size) {
+            return Err(invalid(format!(
+                "block_size {} is not a power of two from 512 to 65536",
+                self.block_size
+            )));
+        }
+        let max = Self::max_entries(self.block_size) + 1;
+        if !(2..=max).contains(&self.segment_blocks) {
+            return Err(invalid(format!(
+                "segment_blocks {} is outside 2..={max} for {}-byte blocks",
+                self.segment_blocks, self.block_size
+            )));
+        }
+        if self.segments < 4 {
+            return Err(invalid(format!(
+                "{} segments: at least 4 are needed (one open, cleaner room)",
+                self.segments
+            )));
+        }
+        if self.logical_blocks == 0 {
+            return Err(invalid("logical_blocks is 0".into()));
+        }
+        let physical = u64::from(self.segments) * u64::from(self.segment_blocks - 1);
+        if self.logical_blocks >= physical {
+            return Err(invalid(format!(
+                "{} logical blocks do not fit in {physical} data slots with room to clean",
+                self.logical_blocks
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Encodes the superblock (one block).
+pub fn encode_superblock(g: &Geometry) -> Vec<u8> {
+    let mut b = vec![0u8; g.block_size as usize];
+    b[..8].copy_from_slice(&SUPERBLOCK_MAGIC);
+    put_u32(&mut b, 8, VERSION);
+    put_u32(&mut b, 12, g.block_size);
+    put_u32(&mut b, 16, g.segment_blocks);
+    put_u32(&mut b, 20, g.segments);
+    put_u64(&mut b, 24, g.logical_blocks);
+    let crc_at = b.len() - 4;
+    seal(&mut b, crc_at);
+    b
+}
+
+/// Decodes a superblock; `b` is the image's first block (its size is read
+/// from the block itself, so pass at least 512 bytes; the rest is checked).
+pub fn decode_superblock(b: &[u8]) -> Result<Geometry, FormatError> {
+    const WHAT: &str = "superblock";
+    if b.len() < 512 {
+        return Err(FormatError::Size {
+            what: WHAT,
+            got: b.len(),
+            want: 512,
+        });
+    }
+    let block_size = u32_at(b, 12);
+    let size = usize::try_from(block_size).unwrap_or(usize::MAX);
+    if !block_size.is_power_of_two() || !(512..=65_536).contains(&block_size) || b.len() < size {
+        // Judge the magic first, so a foreign image says so.
+        let mut found = [0u8; 8];
+        found.copy_from_slice(&b[..8]);
+        if found != SUPERBLOCK_MAGIC {
+            return Err(FormatError::Magic { what: WHAT, found });
+        }
+        return Err(FormatError::Invalid {
+            what: WHAT,
+            reason: format!("block size {block_size} (buffer {} bytes)", b.len()),
+        });
+    }
+    let b = &b[..size];
+    check(WHAT, b, size, SUPERBLOCK_MAGIC, size - 4)?;
+    let g = Geometry {
+        block_size,
+        segment_blocks: u32_at(b, 16),
+        segments: u32_at(b, 20),
+        logical_blocks: u64_at(b, 24),
+    };
+    g.validate().map_err(|e| FormatError::Invalid {
+        what: WHAT,
+        reason: e.to_string(),
+    })?;
+    Ok(g)
+}
+
+/// One entry of a segment summary: a data block of the segment write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SummaryEntry {
+    /// The logical block the data block holds.
+    pub logical: u64,
+    /// CRC32C of the data block.
+    pub crc: u32,
+}
+
+/// A segment summary: closes one segment write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// Write sequence number, increasing across the whole log.
+    pub sequence: u64,
+    /// The segment written.
+    pub segment: u32,
+    /// Slot (block within the segment) of the first data block; the summary
+    /// sits right after the last one.
+    pub first_slot: u32,
+    /// Whether a flush closed this write before the segment was full.
+    pub partial: bool,
+    /// The data blocks, in slot order.
+    pub entries: Vec<SummaryEntry>,
+}
+
+/// Encodes a summary into one block of `block_size` bytes.
+pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatError> {
+    if s.entries.len() > Geometry::max_entries(block_size) as usize {
+        return Err(FormatError::Invalid {
+            what: "summary",
+            reason: format!("{} entries do not fit one block", s.entries.len()),
+        });
+    }
+    let mut b = vec![0u8; block_size as usize];
+    b[..8].copy_from_slice(&SUMMARY_MAGIC);
+    put_u32(&mut b, 8, VERSION);
+    put_u32(&mut b, 12, s.entries.len() as u32);
+    put_u64(&mut b, 16, s.sequence);
+    put_u32(&mut b, 24, s.segment);
+    put_u32(&mut b, 28, s.first_slot);
+    put_u32(&mut b, 32, u32::from(s.partial));
+    for (i, e) in s.entries.iter().enumerate() {
+        let at = SUMMARY_HEADER + i * SUMMARY_ENTRY;
+        put_u64(&mut b, at, e.logical);
+        put_u32(&mut b, at + 8, e.crc);
+    }
+    let crc_at = b.len() - 4;
+    seal(&mut b, crc_at);
+    Ok(b)
+}
+
+/// Decodes a summary block.
+pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError> {
+    const WHAT: &str = "segment summary";
+    let size = block_size as usize;
+    check(WHAT, b, size, SUMMARY_MAGIC, size.saturating_sub(4))?;
+    let count = u32_at(b, 12);
+    if count > Geometry::max_entries(block_size) {
+        return Err(FormatError::Invalid {
+            what: WHAT,
+            reason: format!("{count} entries do not fit one block"),
+        });
+    }
+    let flags = u32_at(b, 32);
+    if flags > 1 {
+        return Err(FormatError::Invalid {
+            what: WHAT,
+            reason: format!("unknown flags {flags:#x}"),
+        });
+    }
+    let entries = (0..count as usize)
+        .map(|i| {
+            let at = SUMMARY_HEADER + i * SUMMARY_ENTRY;
+            SummaryEntry {
+                logical: u64_at(b, at),
+                crc: u32_at(b, at + 8),
+            }
+        })
+        .collect();
+    Ok(Summary {
+        sequence: u64_at(b, 16),
+        segment: u32_at(b, 24),
+        first_slot: u32_at(b, 28),
+        partial: flags == 1,
+        entries,
+    })
+}
+
+/// Where a logical block lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    /// Physical block, or [`UNMAPPED`].
+    pub physical: u64,
+    /// Sequence of the write that put it there (its "write time").
+    pub sequence: u64,
+}
+
+/// One segment's line of the usage table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Data blocks of the segment still mapped.
+    pub live: u32,
+    /// Sequence of the segment's newest write (its age, for the cleaner).
+    pub last_sequence: u64,
+}
+
+/// A checkpoint: the block address table and segment usage table as of
+/// `sequence`, and where the log continues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Checkpoint number; of the two slots, the valid one with the larger
+    /// number is current.
+    pub number: u64,
+    /// Every write with a sequence up to this is in the tables.
+    pub sequence: u64,
+    /// The segment the log was writing.
+    pub head_segment: u32,
+    /// The next free slot in it.
+    pub head_slot: u32,
+    /// Logical → physical, one entry per logical block.
+    pub map: Vec<MapEntry>,
+    /// One entry per segment.
+    pub usage: Vec<Usage>,
+}
+
+/// Encodes a checkpoint into whole blocks of `g`.
+pub fn encode_checkpoint(c: &Checkpoint, g: &Geometry) -> Result<Vec<u8>, FormatError> {
+    if c.map.len() as u64 != g.logical_blocks || c.usage.len() != g.segments as usize {
+        return Err(FormatError::Invalid {
+            what: "checkpoint",
+            reason: format!(
+                "{} map and {} usage entries for a geometry of {} and {}",
+                c.map.len(),
+                c.usage.len(),
+                g.logical_blocks,
+                g.segments
+            ),
+        });
+    }
+    let mut b = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
+    b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
+    put_u32(&mut b, 8, VERSION);
+    put_u64(&mut b, 16, c.number);
+    put_u64(&mut b, 24, c.sequence);
+    put_u32(&mut b, 32, c.head_segment);
+    put_u32(&mut b, 36, c.head_slot);
+    put_u64(&mut b, 40, g.logical_blocks);
+    put_u32(&mut b, 48, g.segments);
+    let mut at = CHECKPOINT_HEADER;
+    for e in &c.map {
+        put_u64(&mut b, at, e.physical);
+        put_u64(&mut b, at + 8, e.sequence);
+        at += MAP_ENTRY;
+    }
+    for u in &c.usage {
+        put_u32(&mut b, at, u.live);
+        put_u64(&mut b, at + 8, u.last_sequence);
+        at += USAGE_ENTRY;
+    }
+    seal(&mut b, 12);
+    Ok(b)
+}
+
+/// Decodes a checkpoint slot of `g` and checks every entry against it.
+pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatError> {
+    const WHAT: &str = "checkpoint";
+    let size = (g.checkpoint_blocks() * u64::from(g.block_size)) as usize;
+    check(WHAT, b, size, CHECKPOINT_MAGIC, 12)?;
+    let invalid = |reason: String| FormatError::Invalid { what: WHAT, reason };
+    if u64_at(b, 40) != g.logical_blocks || u32_at(b, 48) != g.segments {
+        return Err(invalid("written for another geometry".into()));
+    }
+    let head_segment = u32_at(b, 32);
+    let head_slot = u32_at(b, 36);
+    if head_segment >= g.segments || head_slot >= g.segment_blocks {
+        return Err(invalid(format!(
+            "log head {head_segment}:{head_slot} is outside the segments"
+        )));
+    }
+    let first_data = g.segment_start(0);
+    let end = g.image_blocks();
+    let mut at = CHECKPOINT_HEADER;
+    let mut map = Vec::with_capacity(g.logical_blocks as usize);
+    for logical in 0..g.logical_blocks {
+        let e = MapEntry {
+            physical: u64_at(b, at),
+            sequence: u64_at(b, at + 8),
+        };
+        if e.physical != UNMAPPED && !(first_data..end).contains(&e.physical) {
+            return Err(invalid(format!(
+                "logical block {logical} maps to block {}, outside the segments",
+                e.physical
+            )));
+        }
+        map.push(e);
+        at += MAP_ENTRY;
+    }
+    let mut usage = Vec::with_capacity(g.segments as usize);
+    for segment in 0..g.segments {
+        let u = Usage {
+            live: u32_at(b, at),
+            last_sequence: u64_at(b, at + 8),
+        };
+        if u.live >= g.segment_blocks {
+            return Err(invalid(format!(
+                "segment {segment} claims {} live blocks of {}",
+                u.live, g.segment_blocks
+            )));
+        }
+        usage.push(u);
+        at += USAGE_ENTRY;
+    }
+    Ok(Checkpoint {
+        number: u64_at(b, 16),
+        sequence: u64_at(b, 24),
+        head_segment,
+        head_slot,
+        map,
+        usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn geometry() -> Geometry {
+        Geometry {
+            block_size: 4096,
+            segment_blocks: 128,
+            segments: 16,
+            logical_blocks: 1000,
+        }
+    }
+
+    fn checkpoint(g: &Geometry) -> Checkpoint {
+        Checkpoint {
+            number: 3,
+            sequence: 77,
+            head_segment: 2,
+            head_slot: 5,
+            map: (0..g.logical_blocks)
+                .map(|i| MapEntry {
+                    physical: if i % 3 == 0 {
+                        UNMAPPED
+                    } else {
+                        g.segment_start(0) + i
+                    },
+                    sequence: i,
+                })
+                .collect(),
+            usage: (0..g.segments)
+                .map(|s| Usage {
+                    live: s,
+                    last_sequence: u64::from(s) * 10,
+                })
+                .collect(),
+        }
+    }
+
+    /// Every single-byte corruption is an error, never a different value.
+    fn every_flip_is_detected<T: PartialEq + std::fmt::Debug>(
+        bytes: &[u8],
+        decode: impl Fn(&[u8]) -> Result<T, FormatError>,
+    ) {
+        let good = decode(bytes).unwrap();
+        let mut b = bytes.to_vec();
+        for at in 0..b.len() {
+            b[at] ^= 0x5a;
+            match decode(&b) {
+                Err(_) => {}
+                Ok(value) => panic!("flip at byte {at} decoded as {value:?} (was {good:?})"),
+            }
+            b[at] ^= 0x5a;
+        }
+    }
+
+    #[test]
+    fn superblock_round_trips_and_detects_every_flip() {
+        let g = geometry();
+        let b = encode_superblock(&g);
+        assert_eq!(decode_superblock(&b).unwrap(), g);
+        every_flip_is_detected(&b, decode_superblock);
+        assert!(matches!(
+            decode_superblock(&[0u8; 4096]),
+            Err(FormatError::Magic { .. })
+        ));
+    }
+
+    #[test]
+    fn checkpoint_round_trips_and_detects_every_flip() {
+        let g = Geometry {
+            logical_blocks: 40,
+            segments: 4,
+            segment_blocks: 16,
+            block_size: 512,
+        };
+        let c = checkpoint(&g);
+        let b = encode_checkpoint(&c, &g).unwrap();
+        assert_eq!(b.len() as u64, g.checkpoint_blocks() * 512);
+        assert_eq!(decode_checkpoint(&b, &g).unwrap(), c);
+        every_flip_is_detected(&b, |b| decode_checkpoint(b, &g));
+    }
+
+    #[test]
+    fn checkpoint_entries_out_of_range_are_refused_even_with_a_good_crc() {
+        let g = geometry();
+        let mut c = checkpoint(&g);
+        c.map[5].physical = 1; // a checkpoint block, not a segment block
+        let b = encode_checkpoint(&c, &g).unwrap();
+        let error = decode_checkpoint(&b, &g).unwrap_err();
+        assert!(error.to_string().contains("logical block 5"), "{error}");
+        let mut c = checkpoint(&g);
+        c.head_segment = g.segments;
+        let b = encode_checkpoint(&c, &g).unwrap();
+        assert!(decode_checkpoint(&b, &g).is_err());
+    }
+
+    #[test]
+    fn geometry_validation_names_the_field() {
+        let mut g = geometry();
+        g.block_size = 3000;
+        assert!(g.validate().unwrap_err().to_string().contains("block_size"));
+        let mut g = geometry();
+        g.segment_blocks = 1000;
+        assert!(
+            g.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("segment_blocks")
+        );
+        let mut g = geometry();
+        g.logical_blocks = u64::from(g.segments) * 127;
+        assert!(
+            g.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("logical blocks")
+        );
+        assert!(geometry().validate().is_ok());
+        assert_eq!(Geometry::max_entries(4096), 253);
+    }
+
+    proptest! {
+        #[test]
+        fn summaries_round_trip(
+            sequence: u64,
+            segment: u32,
+            first_slot in 0u32..128,
+            partial: bool,
+            entries in proptest::collection::vec((any::<u64>(), any::<u32>()), 0..=253),
+        ) {
+            let s = Summary {
+                sequence,
+                segment,
+                first_slot,
+                partial,
+                entries: entries
+                    .into_iter()
+                    .map(|(logical, crc)| SummaryEntry { logical, crc })
+                    .collect(),
+            };
+            let b = encode_summary(&s, 4096).unwrap();
+            prop_assert_eq!(decode_summary(&b, 4096).unwrap(), s);
+        }
+
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            let g = Geometry { logical_blocks: 40, segments: 4, segment_blocks: 16, block_size: 512 };
+            let _ = decode_superblock(&bytes);
+            let _ = decode_summary(&bytes, 512);
+            let _ = decode_summary(&bytes, 4096);
+            let _ = decode_checkpoint(&bytes, &g);
+        }
+    }
+
+    #[test]
+    fn summary_detects_every_flip_and_refuses_too_many_entries() {
+        let s = Summary {
+            sequence: 9,
+            segment: 1,
+            first_slot: 0,
+            partial: true,
+            entries: vec![
+                SummaryEntry {
+                    logical: 4,
+                    crc: 0xdead_beef
+                };
+                3
+            ],
+        };
+        let b = encode_summary(&s, 512).unwrap();
+        every_flip_is_detected(&b, |b| decode_summary(b, 512));
+        let too_many = Summary {
+            entries: vec![SummaryEntry { logical: 0, crc: 0 }; 254],
+            ..s
+        };
+        assert!(encode_summary(&too_many, 4096).is_err());
+    }
+}
