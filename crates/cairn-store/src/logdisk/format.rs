@@ -10,11 +10,12 @@
 //! then S segments of N blocks each
 //! ```
 //!
-//! A segment is filled by *segment writes*: `k` data blocks followed by one
-//! summary block naming them, written as one sequential I/O. A flush in the
-//! volatile-buffer mode closes a partial write (`k < N − 1`) and the next write
-//! continues in the same segment after its summary, as Sprite LFS's partial
-//! segments. Every structure carries a magic, a version and a CRC32C; a summary
+//! A segment is filled by *segment writes*: one summary block followed by the
+//! `k` data blocks it names, written as one sequential I/O. The summary comes
+//! first so that a segment can be walked from slot 0 (each summary says where
+//! the next one is: `k + 1` slots on). A flush in the volatile-buffer mode
+//! closes a partial write (`k < N − 1`) and the next write continues in the same
+//! segment after it, as Sprite LFS's partial segments. Every structure carries a magic, a version and a CRC32C; a summary
 //! also carries the CRC32C of each data block it names, so a write torn or
 //! reordered by the device is recognised at roll-forward (some block's CRC does
 //! not match) and dropped as a whole — it was never acknowledged by a flush.
@@ -323,8 +324,8 @@ pub struct Summary {
     pub sequence: u64,
     /// The segment written.
     pub segment: u32,
-    /// Slot (block within the segment) of the first data block; the summary
-    /// sits right after the last one.
+    /// Slot (block within the segment) of this summary; its data blocks are
+    /// the `entries.len()` slots after it.
     pub first_slot: u32,
     /// Whether a flush closed this write before the segment was full.
     pub partial: bool,
