@@ -159,53 +159,37 @@ pub fn check_range(op: DeviceOp, offset: u64, len: u64, size: u64) -> Result<(),
     }
 }
 
-impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        (**self).discard(offset, len)
-    }
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn alignment(&self) -> u64 {
-        (**self).alignment()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
+/// `Arc<D>` and `Box<D>` are devices too, so layers can own or share theirs.
+macro_rules! forward_device {
+    ($($pointer:ident)::+) => {
+        impl<D: Device + ?Sized> Device for $($pointer)::+<D> {
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+                (**self).read_at(buf, offset)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+                (**self).write_at(buf, offset)
+            }
+            fn flush(&self) -> Result<(), DeviceError> {
+                (**self).flush()
+            }
+            fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+                (**self).discard(offset, len)
+            }
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn alignment(&self) -> u64 {
+                (**self).alignment()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+        }
+    };
 }
 
-impl<D: Device + ?Sized> Device for Box<D> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        (**self).discard(offset, len)
-    }
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn alignment(&self) -> u64 {
-        (**self).alignment()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-}
+forward_device!(std::sync::Arc);
+forward_device!(Box);
 
 #[cfg(test)]
 pub(crate) mod conformance {

@@ -13,7 +13,7 @@ use cairn_sim::{
 use clap::Args;
 use serde::Deserialize;
 
-use super::{Claim, Common, prepare_out, print_claims, write_claims_csv};
+use super::{Claim, Common, prepare_out, print_claims, read_spec, write_claims_csv};
 use crate::input::{TraceArgs, TraceInput};
 use crate::output::{csv_field, table};
 use crate::plot::{self, Series, YAxis};
@@ -93,18 +93,7 @@ struct Row {
 }
 
 fn load_spec(path: Option<&PathBuf>) -> Result<Spec> {
-    let (text, name) = match path {
-        Some(path) => (
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading spec {}", path.display()))?,
-            path.display().to_string(),
-        ),
-        None => (
-            DEFAULT_SPEC.to_owned(),
-            "reproduce/cost.toml (embedded)".into(),
-        ),
-    };
-    let spec: Spec = toml::from_str(&text).with_context(|| format!("spec {name}"))?;
+    let (spec, name): (Spec, String) = read_spec(path, DEFAULT_SPEC, "cost.toml")?;
     if spec.ssd_shares.is_empty() || spec.ssd_shares.iter().any(|s| !(0.0..=1.0).contains(s)) {
         bail!("spec {name}: ssd_shares must be a non-empty list of shares in [0, 1]");
     }

@@ -14,7 +14,7 @@ use cairn_trace::{Request, Splitter, Unit};
 use clap::Args;
 use serde::Deserialize;
 
-use super::{Claim, Common, prepare_out, print_claims, write_claims_csv};
+use super::{Claim, Common, prepare_out, print_claims, read_spec, write_claims_csv};
 use crate::output::{csv_field, table};
 use crate::plot::{self, Series, YAxis};
 use crate::policy_spec;
@@ -96,18 +96,7 @@ struct Row {
 }
 
 fn load_spec(path: Option<&PathBuf>) -> Result<Spec> {
-    let (text, name) = match path {
-        Some(path) => (
-            std::fs::read_to_string(path)
-                .with_context(|| format!("reading spec {}", path.display()))?,
-            path.display().to_string(),
-        ),
-        None => (
-            DEFAULT_SPEC.to_owned(),
-            "reproduce/dual.toml (embedded)".into(),
-        ),
-    };
-    let spec: Spec = toml::from_str(&text).with_context(|| format!("spec {name}"))?;
+    let (spec, name): (Spec, String) = read_spec(path, DEFAULT_SPEC, "dual.toml")?;
     if spec.workloads.is_empty() || spec.requests == 0 || spec.servers == 0 {
         bail!("spec {name}: workloads, requests and servers must be non-empty / at least 1");
     }

@@ -117,6 +117,25 @@ pub fn write_claims_csv(path: &Path, claims: &[Claim]) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Reads a spec: the file at `path`, or the embedded `default` (the text of
+/// `reproduce/<file>`). Returns it with the name errors should use.
+pub fn read_spec<T: serde::de::DeserializeOwned>(
+    path: Option<&PathBuf>,
+    default: &str,
+    file: &str,
+) -> Result<(T, String)> {
+    let (text, name) = match path {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading spec {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (default.to_owned(), format!("reproduce/{file} (embedded)")),
+    };
+    let spec = toml::from_str(&text).with_context(|| format!("spec {name}"))?;
+    Ok((spec, name))
+}
+
 /// Creates the output directory.
 pub fn prepare_out(common: &Common) -> Result<()> {
     if !(common.scale > 0.0 && common.scale <= 1.0) {
