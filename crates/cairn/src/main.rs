@@ -24,7 +24,8 @@ its policies. The same policy code runs in the simulator and in the engine.
 
 `cairn sim` replays a trace against policies and cache sizes; `cairn mrc` computes
 LRU miss-ratio curves. Both run with no arguments on a sample trace embedded in
-the binary.";
+the binary. `cairn reproduce` reruns the source papers' experiments and judges
+each of their claims against our numbers.";
 
 const EXAMPLES: &str = "\
 Examples:
