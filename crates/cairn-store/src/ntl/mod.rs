@@ -1,0 +1,19 @@
+//! NVM translation layer (NTL): persistent memory exposed as a block device with a
+//! byte-granular API (paper 002; design technique 3).
+//!
+//! Built bottom up. What exists today:
+//!
+//! - [`region`]: the [`Region`] trait — a byte-addressed persistent-memory range with
+//!   aligned 8-byte atomic stores, "flush many ranges, fence once", and a reported
+//!   [`Persistence`] level.
+//! - [`pmem`]: [`MmapRegion`], a `Region` over a memory-mapped file (`/dev/shm`/tmpfs,
+//!   fs-DAX with `MAP_SYNC`, or device-DAX), and the cache-line flush primitives.
+//!
+//! Not built yet: the simulated crash model, memory manager, mapping table, lanes,
+//! atomic block writes and the `Device` implementation.
+
+pub mod pmem;
+pub mod region;
+
+pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
+pub use region::Region;
