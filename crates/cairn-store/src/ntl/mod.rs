@@ -14,6 +14,8 @@
 
 pub mod pmem;
 pub mod region;
+pub mod sim;
 
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;
+pub use sim::SimRegion;
