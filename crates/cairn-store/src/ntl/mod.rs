@@ -9,13 +9,18 @@
 //! - [`pmem`]: [`MmapRegion`], a `Region` over a memory-mapped file (`/dev/shm`/tmpfs,
 //!   fs-DAX with `MAP_SYNC`, or device-DAX), and the cache-line flush primitives.
 //!
-//! Not built yet: the simulated crash model, memory manager, mapping table, lanes,
+//! - [`sim`]: [`SimRegion`], the seeded crash model for tests.
+//! - [`alloc`]: [`BlockAllocator`], `nm_alloc`/`nm_free` over a DRAM bitmap.
+//!
+//! Not built yet: the mapping table, lanes,
 //! atomic block writes and the `Device` implementation.
 
+pub mod alloc;
 pub mod pmem;
 pub mod region;
 pub mod sim;
 
+pub use alloc::{AllocError, BlockAllocator};
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;
 pub use sim::SimRegion;
