@@ -8,19 +8,22 @@
 //!   [`Persistence`] level.
 //! - [`pmem`]: [`MmapRegion`], a `Region` over a memory-mapped file (`/dev/shm`/tmpfs,
 //!   fs-DAX with `MAP_SYNC`, or device-DAX), and the cache-line flush primitives.
-//!
 //! - [`sim`]: [`SimRegion`], the seeded crash model for tests.
 //! - [`alloc`]: [`BlockAllocator`], `nm_alloc`/`nm_free` over a DRAM bitmap.
 //!
-//! Not built yet: the mapping table, lanes,
-//! atomic block writes and the `Device` implementation.
+//! - [`map`]: [`BlockMap`], the flat persistent map and its DRAM mirror.
+//!
+//! Not built yet: lanes and atomic block writes, byte I/O, the `Device`
+//! implementation, the info block, fsck/inspect and the benchmark.
 
 pub mod alloc;
+pub mod map;
 pub mod pmem;
 pub mod region;
 pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
+pub use map::{BlockMap, MapError};
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;
 pub use sim::SimRegion;
