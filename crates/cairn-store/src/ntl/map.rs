@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(m.get(3), None);
         assert_eq!(m.set(&r, 3, 7).expect("set"), None);
         assert_eq!(m.set(&r, 3, 9).expect("set"), Some(7));
-        r.fence();
+        r.fence().expect("fence");
         r.crash(1);
         let m = BlockMap::load(&r, 64, 16, 32).expect("reload");
         assert_eq!(m.get(3), Some(9));

@@ -12,17 +12,21 @@
 //! - [`alloc`]: [`BlockAllocator`], `nm_alloc`/`nm_free` over a DRAM bitmap.
 //!
 //! - [`map`]: [`BlockMap`], the flat persistent map and its DRAM mirror.
+//! - [`btt`]: [`Btt`], atomic whole-block writes (copy to a free block, fence,
+//!   flip the map entry, fence).
 //!
-//! Not built yet: lanes and atomic block writes, byte I/O, the `Device`
+//! Not built yet: non-atomic mode, byte I/O, the `Device`
 //! implementation, the info block, fsck/inspect and the benchmark.
 
 pub mod alloc;
+pub mod btt;
 pub mod map;
 pub mod pmem;
 pub mod region;
 pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
+pub use btt::{Btt, Geometry};
 pub use map::{BlockMap, MapError};
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;

@@ -361,7 +361,7 @@ impl Region for MmapRegion {
         }
     }
 
-    fn fence(&self) {
+    fn fence(&self) -> Result<(), DeviceError> {
         #[cfg(target_arch = "x86_64")]
         if let Persistence::CacheLine(_) = self.persistence {
             // SAFETY: SFENCE is part of SSE, which every x86-64 CPU has; it only
@@ -371,6 +371,7 @@ impl Region for MmapRegion {
             }
         }
         std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -406,7 +407,7 @@ mod tests {
             r.write(100, b"hello pmem").expect("write");
             r.store_u64(4096, 0xdead_beef_0123_4567).expect("store");
             r.flush(&[(100, 10), (4096, 8)]).expect("flush");
-            r.fence();
+            r.fence().expect("fence");
             let mut buf = [0u8; 10];
             r.read(100, &mut buf).expect("read");
             assert_eq!(&buf, b"hello pmem");

@@ -36,8 +36,9 @@ pub trait Region: Send + Sync {
     /// Starts writing back every `(offset, len)` range; durable after [`Region::fence`].
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError>;
 
-    /// Orders and completes every earlier flush.
-    fn fence(&self);
+    /// Orders and completes every earlier flush. Fails only on a simulated crash
+    /// (the crash model), never on real memory.
+    fn fence(&self) -> Result<(), DeviceError>;
 
     /// One-line description (path, size, persistence level).
     fn describe(&self) -> String;

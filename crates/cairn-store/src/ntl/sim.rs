@@ -194,11 +194,9 @@ impl Region for SimRegion {
         Ok(())
     }
 
-    fn fence(&self) {
+    fn fence(&self) -> Result<(), DeviceError> {
         let mut st = self.lock();
-        if st.tick(DeviceOp::Flush).is_err() {
-            return;
-        }
+        st.tick(DeviceOp::Flush)?;
         let flushed: Vec<(u64, usize)> = st.flushed.drain().collect();
         for (w, n) in flushed {
             let Some(history) = st.pending.get_mut(&w) else {
@@ -214,6 +212,7 @@ impl Region for SimRegion {
             }
             State::set_word(&mut st.durable, w, v);
         }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -232,7 +231,7 @@ mod tests {
             r.write(3, b"durable bytes").expect("write");
             r.store_u64(64, 7).expect("store");
             r.flush(&[(3, 13), (64, 8)]).expect("flush");
-            r.fence();
+            r.fence().expect("fence");
             r.crash(seed);
             let mut b = [0u8; 13];
             r.read(3, &mut b).expect("read");
@@ -248,7 +247,7 @@ mod tests {
             let r = SimRegion::new(64);
             r.store_u64(0, 1).expect("store");
             r.flush(&[(0, 8)]).expect("flush");
-            r.fence();
+            r.fence().expect("fence");
             r.store_u64(0, 2).expect("store");
             r.store_u64(0, 0xffff_ffff_ffff_ffff).expect("store");
             r.flush(&[(0, 8)]).expect("flush"); // flushed but never fenced
@@ -274,7 +273,7 @@ mod tests {
             r.store_u64(8, 5).expect("store");
             r.flush(&[(8, 8)]).expect("flush");
             r.store_u64(8, 6).expect("store");
-            r.fence();
+            r.fence().expect("fence");
             r.crash(seed);
             let v = r.load_u64(8).expect("load");
             assert!(v == 5 || v == 6, "seed {seed}: {v}");
