@@ -121,45 +121,105 @@ impl<R: Region> Btt<R> {
     /// Reads logical block `lba` into `buf` (exactly one block).
     pub fn read_block(&self, lba: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         self.check(DeviceOp::Read, lba, buf.len())?;
+        self.read_bytes(lba, 0, buf)
+    }
+
+    /// Atomically replaces logical block `lba` with `data` (exactly one block).
+    pub fn write_block(&self, lba: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.check(DeviceOp::Write, lba, data.len())?;
+        self.write_bytes(lba, 0, data)
+    }
+
+    fn check_bytes(
+        &self,
+        op: DeviceOp,
+        lba: u64,
+        within: u64,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        if lba >= self.geo.lbas || within.saturating_add(len as u64) > self.geo.block_size {
+            return Err(DeviceError::OutOfRange {
+                op,
+                offset: lba
+                    .saturating_mul(self.geo.block_size)
+                    .saturating_add(within),
+                len: len as u64,
+                size: self.geo.lbas * self.geo.block_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at byte `within` of logical block `lba`.
+    pub fn read_bytes(&self, lba: u64, within: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.check_bytes(DeviceOp::Read, lba, within, buf.len())?;
         let _g = self.stripe(lba);
         if let Some(b) = self.map.get(lba) {
             self.region
-                .read(self.geo.data_base() + b * self.geo.block_size, buf)
+                .read(self.geo.data_base() + b * self.geo.block_size + within, buf)
         } else {
             buf.fill(0);
             Ok(())
         }
     }
 
-    /// Atomically replaces logical block `lba` with `data` (exactly one block).
-    pub fn write_block(&self, lba: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.check(DeviceOp::Write, lba, data.len())?;
+    /// Copies `len` bytes from region offset `from` (or zeros when `None`) to `to`,
+    /// through a stack buffer (no heap allocation).
+    fn copy(&self, from: Option<u64>, to: u64, len: u64) -> Result<(), DeviceError> {
+        let mut chunk = [0u8; 512];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            if let Some(f) = from {
+                self.region.read(f + done, &mut chunk[..n])?;
+            }
+            self.region.write(to + done, &chunk[..n])?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Atomically replaces bytes `within..within+data.len()` of logical block `lba`:
+    /// the rest of the block is copied from the old block (or zero-filled) into a free
+    /// block, so the whole block flips old → new in one map store.
+    pub fn write_bytes(&self, lba: u64, within: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.check_bytes(DeviceOp::Write, lba, within, data.len())?;
+        let bs = self.geo.block_size;
         let _g = self.stripe(lba);
         let Some(new) = self.alloc.alloc(lba) else {
             return Err(DeviceError::Io {
                 op: DeviceOp::Write,
-                offset: lba * self.geo.block_size,
+                offset: lba * bs + within,
                 len: data.len() as u64,
                 device: self.region.describe(),
                 source: std::io::Error::other("no free NVM block"),
             });
         };
-        let off = self.geo.data_base() + new * self.geo.block_size;
+        let base = self.geo.data_base();
+        let off = base + new * bs;
+        let old_off = self.map.get(lba).map(|b| base + b * bs);
+        let end = within + data.len() as u64;
         let staged = self
-            .region
-            .write(off, data)
-            .and_then(|()| self.region.flush(&[(off, self.geo.block_size)]));
+            .copy(old_off, off, within)
+            .and_then(|()| self.region.write(off + within, data))
+            .and_then(|()| self.copy(old_off.map(|o| o + end), off + end, bs - end))
+            .and_then(|()| self.region.flush(&[(off, bs)]))
+            .and_then(|()| self.region.fence());
         if let Err(e) = staged {
             self.alloc.free(new);
             return Err(e);
         }
-        self.region.fence()?;
         let old = self.map.set(&self.region, lba, new)?;
         self.region.fence()?;
         if let Some(old) = old {
             self.alloc.free(old);
         }
         Ok(())
+    }
+
+    /// Geometry of the image.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
     }
 }
 

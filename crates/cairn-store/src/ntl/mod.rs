@@ -15,11 +15,13 @@
 //! - [`btt`]: [`Btt`], atomic whole-block writes (copy to a free block, fence,
 //!   flip the map entry, fence).
 //!
-//! Not built yet: non-atomic mode, byte I/O, the `Device`
-//! implementation, the info block, fsck/inspect and the benchmark.
+//! - [`device`]: [`NtlDevice`], the `Device` trait at any byte offset and length.
+//!
+//! Not built yet: non-atomic mode, the info block, fsck/inspect and the benchmark.
 
 pub mod alloc;
 pub mod btt;
+pub mod device;
 pub mod map;
 pub mod pmem;
 pub mod region;
@@ -27,6 +29,7 @@ pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
 pub use btt::{Btt, Geometry};
+pub use device::NtlDevice;
 pub use map::{BlockMap, MapError};
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;
