@@ -95,6 +95,12 @@ impl<R: Region> Btt<R> {
         })
     }
 
+    /// Closes the layer and hands back the region (nothing is cached in DRAM that the
+    /// region does not already hold durably).
+    pub fn into_region(self) -> R {
+        self.region
+    }
+
     /// The region underneath.
     pub fn region(&self) -> &R {
         &self.region

@@ -85,6 +85,8 @@ impl<R: Region> Device for NtlDevice<R> {
 mod tests {
     use super::*;
     use crate::ntl::{Geometry, MmapRegion, PersistenceRequest, SimRegion};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
 
     const GEO: Geometry = Geometry {
         block_size: 4096,
@@ -121,5 +123,64 @@ mod tests {
         let mut want = a.clone();
         want[4090..4100].fill(0xEE);
         assert_eq!(back, want);
+    }
+
+    #[test]
+    fn crash_at_every_store_during_byte_writes_leaves_blocks_old_or_new() {
+        const G: Geometry = Geometry {
+            block_size: 64,
+            lbas: 6,
+            data_blocks: 9,
+        };
+        let size = (G.lbas * G.block_size) as usize;
+        for seed in 0..6u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let ops: Vec<(u64, Vec<u8>)> = (1..=12u8)
+                .map(|t| {
+                    let off = rng.random_range(0..size as u64 - 1);
+                    let len = rng.random_range(1..=(size as u64 - off).min(150));
+                    (off, vec![t; len as usize])
+                })
+                .collect();
+            let fresh =
+                || NtlDevice::new(Btt::format(SimRegion::new(G.region_len()), G).expect("format"));
+            let probe = fresh();
+            let start = probe.btt().region().events();
+            for (off, d) in &ops {
+                probe.write_at(d, *off).expect("write");
+            }
+            let total = probe.btt().region().events() - start;
+            for point in 0..=total {
+                let dev = fresh();
+                dev.btt().region().crash_after(start + point);
+                let mut done = vec![0u8; size];
+                let mut next = done.clone();
+                for (off, d) in &ops {
+                    next.clone_from(&done);
+                    next[*off as usize..*off as usize + d.len()].copy_from_slice(d);
+                    if dev.write_at(d, *off).is_err() {
+                        break;
+                    }
+                    done.clone_from(&next);
+                }
+                let NtlDevice { btt } = dev;
+                let region = btt.into_region();
+                region.crash(seed ^ (point << 8));
+                let dev = NtlDevice::new(
+                    Btt::open(region, G)
+                        .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}")),
+                );
+                let mut got = vec![0u8; size];
+                dev.read_at(&mut got, 0).expect("read");
+                for b in 0..G.lbas as usize {
+                    let r = b * 64..(b + 1) * 64;
+                    assert!(
+                        got[r.clone()] == done[r.clone()] || got[r.clone()] == next[r.clone()],
+                        "seed {seed} point {point}: block {b} is neither old nor new: {:?}",
+                        &got[r]
+                    );
+                }
+            }
+        }
     }
 }
