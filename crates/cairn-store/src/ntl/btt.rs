@@ -12,12 +12,13 @@
 //! to replay. Writers and readers of one block serialise on a striped lock (no
 //! global lock); the allocator is lock-free.
 //!
-//! Layout inside the region (the info block is not built yet; geometry is passed in):
-//! `[map: lbas × 8 bytes, rounded to block size][data: data_blocks × block_size]`.
+//! Layout inside the region: `[info: 64 bytes][map: lbas × 8 bytes]`, padded to the
+//! block size, then `[data: data_blocks × block_size]`.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::alloc::BlockAllocator;
+use super::info::{self, INFO_LEN, InfoError};
 use super::map::{BlockMap, MapError};
 use super::region::Region;
 use crate::device::{DeviceError, DeviceOp};
@@ -37,12 +38,45 @@ pub struct Geometry {
 
 impl Geometry {
     fn data_base(&self) -> u64 {
-        (self.lbas * 8).div_ceil(self.block_size) * self.block_size
+        (INFO_LEN + self.lbas * 8).div_ceil(self.block_size) * self.block_size
     }
 
-    /// Region bytes the image needs.
+    /// Region bytes the image needs (saturating, so absurd geometry fails `validate`).
     pub fn region_len(&self) -> u64 {
-        self.data_base() + self.data_blocks * self.block_size
+        self.data_base()
+            .saturating_add(self.data_blocks.saturating_mul(self.block_size))
+    }
+
+    /// Checks the geometry is usable in a region of `region_len` bytes.
+    pub fn validate(&self, region_len: u64) -> Result<(), String> {
+        if self.block_size < 64 || !self.block_size.is_power_of_two() {
+            return Err(format!(
+                "block size {} is not a power of two >= 64",
+                self.block_size
+            ));
+        }
+        if self.lbas == 0 || self.data_blocks <= self.lbas || self.data_blocks >= 1 << 48 {
+            return Err(format!(
+                "{} data blocks for {} logical blocks (need more data blocks than logical, < 2^48)",
+                self.data_blocks, self.lbas
+            ));
+        }
+        let need = self
+            .lbas
+            .checked_mul(8)
+            .and_then(|m| m.checked_add(INFO_LEN + self.block_size))
+            .and_then(|m| {
+                self.data_blocks
+                    .checked_mul(self.block_size)?
+                    .checked_add(m)
+            });
+        match need {
+            Some(_) if self.region_len() <= region_len => Ok(()),
+            _ => Err(format!(
+                "image needs {} bytes, region has {region_len}",
+                self.region_len()
+            )),
+        }
     }
 }
 
@@ -56,27 +90,29 @@ pub struct Btt<R: Region> {
 }
 
 impl<R: Region> Btt<R> {
-    /// Zeroes the map (every block reads as zeros) and opens.
+    /// Zeroes the map (every block reads as zeros), writes the info block last, and
+    /// opens.
     pub fn format(region: R, geo: Geometry) -> Result<Self, MapError> {
+        geo.validate(region.len())
+            .map_err(|e| MapError::Info(InfoError::Geometry(e)))?;
         for lba in 0..geo.lbas {
-            region.store_u64(lba * 8, 0)?;
+            region.store_u64(INFO_LEN + lba * 8, 0)?;
         }
-        region.flush(&[(0, geo.lbas * 8)])?;
+        region.flush(&[(INFO_LEN, geo.lbas * 8)])?;
         region.fence()?;
-        Self::open(region, geo)
+        region.write(0, &info::encode(&geo))?;
+        region.flush(&[(0, INFO_LEN)])?;
+        region.fence()?;
+        Self::open(region)
     }
 
-    /// Loads the map and rebuilds free space from it.
-    pub fn open(region: R, geo: Geometry) -> Result<Self, MapError> {
-        if geo.block_size == 0 || geo.data_blocks <= geo.lbas || geo.region_len() > region.len() {
-            return Err(MapError::Region(DeviceError::OutOfRange {
-                op: DeviceOp::Read,
-                offset: 0,
-                len: geo.region_len(),
-                size: region.len(),
-            }));
-        }
-        let map = BlockMap::load(&region, 0, geo.lbas, geo.data_blocks)?;
+    /// Validates the info block, loads the map (refusing bad entries) and rebuilds
+    /// free space from it.
+    pub fn open(region: R) -> Result<Self, MapError> {
+        let mut raw = [0u8; 64];
+        region.read(0, &mut raw)?;
+        let geo = info::decode(&raw, region.len())?;
+        let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
         let alloc = BlockAllocator::from_used(geo.data_blocks, map.used()).map_err(|e| {
             MapError::Region(DeviceError::Io {
                 op: DeviceOp::Read,
@@ -278,7 +314,7 @@ mod tests {
                 run(&b, &ops, &mut done, &mut inflight);
                 let Btt { region, .. } = b;
                 region.crash(seed ^ point);
-                let b = Btt::open(region, GEO)
+                let b = Btt::open(region)
                     .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}"));
                 for lba in 0..GEO.lbas {
                     let mut buf = [0u8; 64];
@@ -307,6 +343,22 @@ mod tests {
         let mut buf = [1u8; 64];
         b.read_block(3, &mut buf).expect("read");
         assert_eq!(buf, [0; 64], "unwritten blocks read as zeros");
-        assert!(Btt::open(SimRegion::new(64), GEO).is_err());
+        assert!(Btt::open(SimRegion::new(64)).is_err());
+        // A flipped info byte or an out-of-range map entry refuses the image.
+        let Btt { region, .. } = b;
+        region.write(20, &[0xff]).expect("corrupt");
+        assert!(matches!(
+            Btt::open(region),
+            Err(MapError::Info(InfoError::Checksum { .. }))
+        ));
+        let region = SimRegion::new(GEO.region_len());
+        let region = Btt::format(region, GEO).expect("format").into_region();
+        region
+            .store_u64(INFO_LEN + 8, crate::ntl::map::encode(GEO.data_blocks))
+            .expect("store");
+        assert!(matches!(
+            Btt::open(region),
+            Err(MapError::BadEntry { lba: 1, .. })
+        ));
     }
 }

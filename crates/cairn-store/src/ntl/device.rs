@@ -167,7 +167,7 @@ mod tests {
                 let region = btt.into_region();
                 region.crash(seed ^ (point << 8));
                 let dev = NtlDevice::new(
-                    Btt::open(region, G)
+                    Btt::open(region)
                         .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}")),
                 );
                 let mut got = vec![0u8; size];

@@ -62,6 +62,9 @@ pub enum MapError {
         /// Number of data blocks.
         data_blocks: u64,
     },
+    /// The info block was refused.
+    #[error(transparent)]
+    Info(#[from] super::info::InfoError),
     /// Reading the region failed.
     #[error(transparent)]
     Region(#[from] DeviceError),

@@ -17,11 +17,15 @@
 //!
 //! - [`device`]: [`NtlDevice`], the `Device` trait at any byte offset and length.
 //!
-//! Not built yet: non-atomic mode, the info block, fsck/inspect and the benchmark.
+//! - [`info`]: the info block (magic [`MAGIC`], version, geometry, CRC32C).
+//!
+//! Not built yet: non-atomic mode, fsck/inspect, the radix-vs-flat measurement and
+//! the benchmark.
 
 pub mod alloc;
 pub mod btt;
 pub mod device;
+pub mod info;
 pub mod map;
 pub mod pmem;
 pub mod region;
@@ -30,6 +34,7 @@ pub mod sim;
 pub use alloc::{AllocError, BlockAllocator};
 pub use btt::{Btt, Geometry};
 pub use device::NtlDevice;
+pub use info::{InfoError, MAGIC};
 pub use map::{BlockMap, MapError};
 pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
 pub use region::Region;
