@@ -113,15 +113,7 @@ impl<R: Region> Btt<R> {
         region.read(0, &mut raw)?;
         let geo = info::decode(&raw, region.len())?;
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
-        let alloc = BlockAllocator::from_used(geo.data_blocks, map.used()).map_err(|e| {
-            MapError::Region(DeviceError::Io {
-                op: DeviceOp::Read,
-                offset: 0,
-                len: 0,
-                device: region.describe(),
-                source: std::io::Error::other(e.to_string()),
-            })
-        })?;
+        let alloc = BlockAllocator::from_used(geo.data_blocks, map.used())?;
         Ok(Self {
             region,
             geo,

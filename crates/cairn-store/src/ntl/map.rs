@@ -65,6 +65,9 @@ pub enum MapError {
     /// The info block was refused.
     #[error(transparent)]
     Info(#[from] super::info::InfoError),
+    /// Two entries name one data block (or the used set is otherwise inconsistent).
+    #[error(transparent)]
+    Alloc(#[from] super::alloc::AllocError),
     /// Reading the region failed.
     #[error(transparent)]
     Region(#[from] DeviceError),

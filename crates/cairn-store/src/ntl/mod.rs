@@ -19,11 +19,14 @@
 //!
 //! - [`info`]: the info block (magic [`MAGIC`], version, geometry, CRC32C).
 //!
-//! Not built yet: non-atomic mode, fsck/inspect, the radix-vs-flat measurement and
+//! - [`check`]: [`fsck`] and [`inspect`] over an image file.
+//!
+//! Not built yet: non-atomic mode, the radix-vs-flat measurement and
 //! the benchmark.
 
 pub mod alloc;
 pub mod btt;
+pub mod check;
 pub mod device;
 pub mod info;
 pub mod map;
@@ -33,6 +36,7 @@ pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
 pub use btt::{Btt, Geometry};
+pub use check::{Report, fsck, inspect};
 pub use device::NtlDevice;
 pub use info::{InfoError, MAGIC};
 pub use map::{BlockMap, MapError};
