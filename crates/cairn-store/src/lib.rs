@@ -13,6 +13,7 @@
 
 pub mod device;
 pub mod logdisk;
+pub mod ntl;
 
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,

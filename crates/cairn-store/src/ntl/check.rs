@@ -1,0 +1,107 @@
+//! `fsck` and `inspect` for NTL images (library functions; the CLI wires them later).
+
+use std::fmt;
+use std::path::Path;
+
+use super::alloc::BlockAllocator;
+use super::btt::Geometry;
+use super::info::{self, INFO_LEN};
+use super::map::{BlockMap, MapError};
+use super::pmem::{MmapRegion, PersistenceRequest};
+use super::region::Region;
+
+/// What `fsck`/`inspect` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Image geometry from the info block.
+    pub geometry: Geometry,
+    /// Logical blocks that are mapped.
+    pub mapped: u64,
+    /// Free data blocks (named by no map entry).
+    pub free: u64,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        writeln!(
+            f,
+            "NTL image v{}: block size {} bytes",
+            info::VERSION,
+            g.block_size
+        )?;
+        writeln!(f, "  logical blocks {} ({} mapped)", g.lbas, self.mapped)?;
+        write!(f, "  data blocks {} ({} free)", g.data_blocks, self.free)
+    }
+}
+
+fn examine<R: Region + ?Sized>(region: &R) -> Result<Report, MapError> {
+    let mut raw = [0u8; 64];
+    region.read(0, &mut raw)?;
+    let geometry = info::decode(&raw, region.len())?;
+    let map = BlockMap::load(region, INFO_LEN, geometry.lbas, geometry.data_blocks)?;
+    let alloc = BlockAllocator::from_used(geometry.data_blocks, map.used())?;
+    Ok(Report {
+        geometry,
+        mapped: map.used().count() as u64,
+        free: alloc.free_blocks(),
+    })
+}
+
+/// Checks an image: info-block magic/version/CRC/geometry, every map entry valid, and
+/// every data block mapped at most once (the rest free, so each is mapped or free
+/// exactly once). Does not modify the file.
+pub fn fsck(path: &Path) -> Result<Report, MapError> {
+    let region = MmapRegion::open(path, 0, false, PersistenceRequest::None)?;
+    examine(&region)
+}
+
+/// Describes an image (the same checks as [`fsck`]; both refuse a corrupt image).
+pub fn inspect(path: &Path) -> Result<Report, MapError> {
+    fsck(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::ntl::{Btt, NtlDevice};
+
+    #[test]
+    fn fsck_counts_and_refuses_corruption() {
+        let geo = Geometry {
+            block_size: 4096,
+            lbas: 16,
+            data_blocks: 20,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("img");
+        {
+            let r = MmapRegion::open(&path, geo.region_len(), true, PersistenceRequest::Auto)
+                .expect("map");
+            let dev = NtlDevice::new(Btt::format(r, geo).expect("format"));
+            dev.write_at(&[7; 5000], 100).expect("write");
+        }
+        let rep = fsck(&path).expect("clean image");
+        assert_eq!(rep.mapped, 2);
+        assert_eq!(rep.free, 18);
+        assert!(
+            inspect(&path)
+                .expect("inspect")
+                .to_string()
+                .contains("2 mapped")
+        );
+        {
+            let r = MmapRegion::open(&path, 0, false, PersistenceRequest::None).expect("map");
+            // Two entries naming the same data block.
+            let e = r.load_u64(INFO_LEN).expect("load");
+            r.store_u64(INFO_LEN + 8 * 5, e).expect("store");
+        }
+        assert!(matches!(fsck(&path), Err(MapError::Alloc(_))));
+        {
+            let r = MmapRegion::open(&path, 0, false, PersistenceRequest::None).expect("map");
+            r.write(0, b"NOTANTL!").expect("write");
+        }
+        assert!(matches!(fsck(&path), Err(MapError::Info(_))));
+    }
+}

@@ -1,0 +1,125 @@
+//! The NTL info block: the first 64 bytes of the region.
+//!
+//! ```text
+//! 0   8  magic  "CAIRNNTL"
+//! 8   4  version (u32 LE, 1)
+//! 12  4  flags (u32 LE, 0)
+//! 16  8  block_size (u64 LE)
+//! 24  8  lbas (u64 LE)
+//! 32  8  data_blocks (u64 LE)
+//! 40 20  reserved, zero
+//! 60  4  CRC32C of bytes 0..60 (u32 LE)
+//! ```
+
+use super::btt::Geometry;
+
+/// Magic at offset 0 of an NTL image.
+pub const MAGIC: [u8; 8] = *b"CAIRNNTL";
+/// Format version written and accepted.
+pub const VERSION: u32 = 1;
+/// Bytes of the info block.
+pub const INFO_LEN: u64 = 64;
+
+/// Why an info block was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InfoError {
+    /// Not an NTL image.
+    #[error("bad magic {0:02x?} (not an NTL image)")]
+    Magic([u8; 8]),
+    /// Unknown version.
+    #[error("unsupported NTL version {0}")]
+    Version(u32),
+    /// Checksum mismatch.
+    #[error("info block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Checksum {
+        /// Stored CRC.
+        stored: u32,
+        /// Computed CRC.
+        computed: u32,
+    },
+    /// Geometry is impossible.
+    #[error("invalid geometry: {0}")]
+    Geometry(String),
+}
+
+/// Encodes `geo` as an info block.
+pub fn encode(geo: &Geometry) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    b[0..8].copy_from_slice(&MAGIC);
+    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[16..24].copy_from_slice(&geo.block_size.to_le_bytes());
+    b[24..32].copy_from_slice(&geo.lbas.to_le_bytes());
+    b[32..40].copy_from_slice(&geo.data_blocks.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..60]);
+    b[60..64].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn u64_at(b: &[u8; 64], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn u32_at(b: &[u8; 64], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+/// Decodes and validates an info block (magic, version, CRC, then geometry against
+/// `region_len`).
+pub fn decode(b: &[u8; 64], region_len: u64) -> Result<Geometry, InfoError> {
+    let mut magic = [0u8; 8];
+    magic.copy_from_slice(&b[0..8]);
+    if magic != MAGIC {
+        return Err(InfoError::Magic(magic));
+    }
+    let stored = u32_at(b, 60);
+    let computed = crc32c::crc32c(&b[..60]);
+    if stored != computed {
+        return Err(InfoError::Checksum { stored, computed });
+    }
+    let version = u32_at(b, 8);
+    if version != VERSION {
+        return Err(InfoError::Version(version));
+    }
+    let geo = Geometry {
+        block_size: u64_at(b, 16),
+        lbas: u64_at(b, 24),
+        data_blocks: u64_at(b, 32),
+    };
+    geo.validate(region_len).map_err(InfoError::Geometry)?;
+    Ok(geo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: Geometry = Geometry {
+        block_size: 4096,
+        lbas: 10,
+        data_blocks: 12,
+    };
+
+    #[test]
+    fn round_trip_and_every_byte_flip_is_detected() {
+        let b = encode(&G);
+        assert_eq!(decode(&b, G.region_len()), Ok(G));
+        for i in 0..64 {
+            for bit in 0..8 {
+                let mut c = b;
+                c[i] ^= 1 << bit;
+                assert!(
+                    decode(&c, G.region_len()).is_err(),
+                    "flip byte {i} bit {bit}"
+                );
+            }
+        }
+        assert!(matches!(
+            decode(&b, G.region_len() - 1),
+            Err(InfoError::Geometry(_))
+        ));
+    }
+}

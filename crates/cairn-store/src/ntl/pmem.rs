@@ -1,0 +1,467 @@
+//! Memory-mapped persistent-memory regions and the cache-line persistence primitives.
+//!
+//! This is one of the two modules allowed `unsafe` (raw access to the mapping and the
+//! flush instructions); every block carries a `SAFETY:` comment.
+//!
+//! Mapping kinds, detected at open:
+//!
+//! - **device-DAX** (`/dev/daxX.Y`, a character device): loads and stores reach the
+//!   media directly; persistence is cache-line flush + fence.
+//! - **fs-DAX**: the file is mapped with `MAP_SHARED_VALIDATE | MAP_SYNC`. The kernel
+//!   accepts `MAP_SYNC` only when the mapping is truly DAX (it fails with
+//!   `EOPNOTSUPP` otherwise), which is the detection: success means metadata is kept
+//!   synchronous by the kernel and cache-line flush + fence suffices.
+//! - **page cache** (tmpfs, `/dev/shm`, any other file): a plain `MAP_SHARED` mapping;
+//!   persistence is `msync(MS_SYNC)` over the flushed pages (a no-op on tmpfs, whose
+//!   "media" is DRAM, but the path is the real one for disk-backed files).
+
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
+
+use super::region::{Region, check, check_word};
+use crate::device::{DeviceError, DeviceOp};
+
+/// Cache-line size assumed for flushing.
+pub const CACHE_LINE: u64 = 64;
+const PAGE: u64 = 4096;
+
+/// The cache-line write-back instruction in use, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushInstr {
+    /// `CLWB`: writes back, keeps the line cached.
+    Clwb,
+    /// `CLFLUSHOPT`: writes back and evicts, weakly ordered.
+    Clflushopt,
+    /// `CLFLUSH`: writes back and evicts, serialised.
+    Clflush,
+}
+
+impl FlushInstr {
+    /// The best instruction this CPU has, or `None` off x86-64.
+    pub fn detect() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // CPUID leaf 7 sub-leaf 0, EBX bit 23 = CLFLUSHOPT, bit 24 = CLWB.
+            // (`is_x86_feature_detected!` has no names for these two.)
+            let ebx = std::arch::x86_64::__cpuid_count(7, 0).ebx;
+            if ebx & (1 << 24) != 0 {
+                return Some(Self::Clwb);
+            }
+            if ebx & (1 << 23) != 0 {
+                return Some(Self::Clflushopt);
+            }
+            if std::arch::is_x86_feature_detected!("sse2") {
+                return Some(Self::Clflush);
+            }
+        }
+        None
+    }
+}
+
+/// How stores are made durable; chosen at open and reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// Cache-line write-back per 64 bytes, then `SFENCE` (DAX mappings).
+    CacheLine(FlushInstr),
+    /// `msync(MS_SYNC)` over the touched pages (page-cache mappings).
+    Msync,
+    /// Nothing (eADR platforms, or benchmarking the upper bound). Not crash-safe
+    /// unless the platform flushes caches on power loss.
+    None,
+}
+
+impl std::fmt::Display for Persistence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CacheLine(i) => write!(f, "cache-line flush ({i:?}) + sfence"),
+            Self::Msync => f.write_str("msync"),
+            Self::None => f.write_str("none (eADR/benchmark)"),
+        }
+    }
+}
+
+/// What the opener asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PersistenceRequest {
+    /// Cache-line flush on DAX mappings, `msync` otherwise.
+    #[default]
+    Auto,
+    /// Force cache-line flushing (falls back to `msync` if the CPU has none).
+    CacheLine,
+    /// Force `msync`.
+    Msync,
+    /// No persistence work at all.
+    None,
+}
+
+/// A `Region` over a shared memory mapping of a file or DAX device.
+pub struct MmapRegion {
+    ptr: NonNull<u8>,
+    len: u64,
+    persistence: Persistence,
+    dax: bool,
+    path: PathBuf,
+    _file: File,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value for its whole life;
+// all access goes through raw-pointer copies and atomics, never through `&mut`
+// references, so sharing the pointer between threads is sound.
+unsafe impl Send for MmapRegion {}
+// SAFETY: see `Send` above.
+unsafe impl Sync for MmapRegion {}
+
+fn io_err(op: DeviceOp, path: &Path, e: impl Into<std::io::Error>) -> DeviceError {
+    DeviceError::Io {
+        op,
+        offset: 0,
+        len: 0,
+        device: path.display().to_string(),
+        source: e.into(),
+    }
+}
+
+impl MmapRegion {
+    /// Maps `path`, creating or growing it to `len` bytes when `create` is set (files
+    /// only; a device-DAX node is used at its own size).
+    pub fn open(
+        path: &Path,
+        len: u64,
+        create: bool,
+        request: PersistenceRequest,
+    ) -> Result<Self, DeviceError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| io_err(DeviceOp::Read, path, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| io_err(DeviceOp::Read, path, e))?;
+        let device_dax = meta.file_type().is_char_device();
+        let len = if device_dax {
+            len
+        } else {
+            if create && meta.len() < len {
+                file.set_len(len)
+                    .map_err(|e| io_err(DeviceOp::Write, path, e))?;
+            }
+            let have = if create {
+                meta.len().max(len)
+            } else {
+                meta.len()
+            };
+            if len == 0 {
+                have
+            } else if len <= have {
+                len
+            } else {
+                return Err(io_err(
+                    DeviceOp::Read,
+                    path,
+                    std::io::Error::other(format!("file is {have} bytes, region needs {len}")),
+                ));
+            }
+        };
+        let map_len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(|| {
+                io_err(
+                    DeviceOp::Read,
+                    path,
+                    std::io::Error::other("bad region length"),
+                )
+            })?;
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // Try MAP_SYNC first: its success is the fs-DAX detection.
+        // SAFETY: a fresh shared mapping of a file we hold open; no existing memory is
+        // replaced (null hint, no MAP_FIXED).
+        let synced = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                prot,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                &file,
+                0,
+            )
+        };
+        let (raw, dax) = if let Ok(p) = synced {
+            (p, true)
+        } else {
+            // SAFETY: as above, plain MAP_SHARED.
+            let p = unsafe {
+                rustix::mm::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    prot,
+                    MapFlags::SHARED,
+                    &file,
+                    0,
+                )
+            }
+            .map_err(|e| io_err(DeviceOp::Read, path, e))?;
+            (p, device_dax)
+        };
+        let ptr = NonNull::new(raw.cast::<u8>())
+            .ok_or_else(|| io_err(DeviceOp::Read, path, std::io::Error::other("null mapping")))?;
+        let persistence = match request {
+            PersistenceRequest::None => Persistence::None,
+            PersistenceRequest::CacheLine => {
+                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+            }
+            PersistenceRequest::Auto if dax => {
+                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+            }
+            PersistenceRequest::Msync | PersistenceRequest::Auto => Persistence::Msync,
+        };
+        Ok(Self {
+            ptr,
+            len,
+            persistence,
+            dax,
+            path: path.to_path_buf(),
+            _file: file,
+        })
+    }
+
+    /// The persistence level chosen at open.
+    pub fn persistence(&self) -> Persistence {
+        self.persistence
+    }
+
+    /// Whether the mapping is DAX (fs-DAX with `MAP_SYNC`, or device-DAX).
+    pub fn is_dax(&self) -> bool {
+        self.dax
+    }
+
+    fn at(&self, offset: u64) -> *mut u8 {
+        // SAFETY: callers checked `offset` (plus their length) against `self.len`, so
+        // the result stays inside the mapping.
+        unsafe { self.ptr.as_ptr().add(offset as usize) }
+    }
+
+    fn flush_lines(&self, instr: FlushInstr, offset: u64, len: u64) {
+        let start = offset - offset % CACHE_LINE;
+        let end = offset + len;
+        let mut line = start;
+        while line < end {
+            let p = self.at(line);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `p` points into the mapping (line < end <= len); the flush
+            // instructions only write back the cache line and never fault on mapped,
+            // readable memory. The instruction was detected by CPUID at open.
+            unsafe {
+                match instr {
+                    FlushInstr::Clwb => {
+                        std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags));
+                    }
+                    FlushInstr::Clflushopt => {
+                        std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags));
+                    }
+                    FlushInstr::Clflush => std::arch::x86_64::_mm_clflush(p),
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (instr, p);
+            line += CACHE_LINE;
+        }
+    }
+}
+
+impl Drop for MmapRegion {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `open`, and no
+        // reference into it outlives `self`.
+        let _ =
+            unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len as usize) };
+    }
+}
+
+impl Region for MmapRegion {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        check(DeviceOp::Read, offset, buf.len() as u64, self.len)?;
+        // SAFETY: the range is inside the mapping (checked); `buf` is a distinct
+        // Rust allocation, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.at(offset), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        check(DeviceOp::Write, offset, data.len() as u64, self.len)?;
+        // SAFETY: the range is inside the mapping (checked) and does not overlap `data`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.at(offset), data.len()) };
+        Ok(())
+    }
+
+    #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
+    fn load_u64(&self, offset: u64) -> Result<u64, DeviceError> {
+        check_word(DeviceOp::Read, offset, self.len)?;
+        // SAFETY: in range and 8-byte aligned (checked; the mapping is page aligned),
+        // and all concurrent access to this word is atomic.
+        let word = unsafe { AtomicU64::from_ptr(self.at(offset).cast::<u64>()) };
+        Ok(u64::from_le(word.load(Ordering::Acquire)))
+    }
+
+    #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+        check_word(DeviceOp::Write, offset, self.len)?;
+        // SAFETY: as in `load_u64`.
+        let word = unsafe { AtomicU64::from_ptr(self.at(offset).cast::<u64>()) };
+        word.store(value.to_le(), Ordering::Release);
+        Ok(())
+    }
+
+    fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
+        for &(offset, len) in ranges {
+            check(DeviceOp::Flush, offset, len, self.len)?;
+        }
+        match self.persistence {
+            Persistence::None => Ok(()),
+            Persistence::CacheLine(instr) => {
+                for &(offset, len) in ranges {
+                    self.flush_lines(instr, offset, len);
+                }
+                Ok(())
+            }
+            Persistence::Msync => {
+                for &(offset, len) in ranges {
+                    if len == 0 {
+                        continue;
+                    }
+                    let start = offset - offset % PAGE;
+                    let end = (offset + len).min(self.len);
+                    // SAFETY: page-aligned start inside the mapping, length within it.
+                    unsafe {
+                        rustix::mm::msync(
+                            self.at(start).cast::<c_void>(),
+                            (end - start) as usize,
+                            MsyncFlags::SYNC,
+                        )
+                    }
+                    .map_err(|e| io_err(DeviceOp::Flush, &self.path, e))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn fence(&self) -> Result<(), DeviceError> {
+        #[cfg(target_arch = "x86_64")]
+        if let Persistence::CacheLine(_) = self.persistence {
+            // SAFETY: SFENCE is part of SSE, which every x86-64 CPU has; it only
+            // orders stores.
+            unsafe {
+                std::arch::x86_64::_mm_sfence();
+            }
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "pmem {} ({} bytes, {}, persistence: {})",
+            self.path.display(),
+            self.len,
+            if self.dax { "DAX" } else { "page cache" },
+            self.persistence
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(len: u64, req: PersistenceRequest) -> (tempfile::TempDir, MmapRegion) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = MmapRegion::open(&dir.path().join("pm"), len, true, req).expect("open");
+        (dir, r)
+    }
+
+    #[test]
+    fn bytes_and_words_round_trip_and_survive_reopen() {
+        for req in [
+            PersistenceRequest::Auto,
+            PersistenceRequest::CacheLine,
+            PersistenceRequest::Msync,
+            PersistenceRequest::None,
+        ] {
+            let (dir, r) = region(64 * 1024, req);
+            r.write(100, b"hello pmem").expect("write");
+            r.store_u64(4096, 0xdead_beef_0123_4567).expect("store");
+            r.flush(&[(100, 10), (4096, 8)]).expect("flush");
+            r.fence().expect("fence");
+            let mut buf = [0u8; 10];
+            r.read(100, &mut buf).expect("read");
+            assert_eq!(&buf, b"hello pmem");
+            assert_eq!(r.load_u64(4096).expect("load"), 0xdead_beef_0123_4567);
+            drop(r);
+            let r2 =
+                MmapRegion::open(&dir.path().join("pm"), 64 * 1024, false, req).expect("reopen");
+            assert_eq!(r2.load_u64(4096).expect("load"), 0xdead_beef_0123_4567);
+            let mut raw = [0u8; 8];
+            r2.read(4096, &mut raw).expect("read");
+            assert_eq!(
+                u64::from_le_bytes(raw),
+                0xdead_beef_0123_4567,
+                "words are little-endian"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_range_and_unaligned_are_errors() {
+        let (_d, r) = region(8192, PersistenceRequest::Auto);
+        assert!(matches!(
+            r.write(8190, &[0; 4]),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            r.read(u64::MAX, &mut [0; 1]),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            r.store_u64(12, 1),
+            Err(DeviceError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            r.load_u64(8192),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(r.flush(&[(8000, 500)]).is_err());
+    }
+
+    #[test]
+    fn persistence_is_chosen_and_reported() {
+        let (_d, r) = region(4096, PersistenceRequest::Auto);
+        // tmpfs/ext4 in the test environment are not DAX: MAP_SYNC must be refused.
+        if !r.is_dax() {
+            assert_eq!(r.persistence(), Persistence::Msync);
+        }
+        assert!(r.describe().contains("persistence"));
+        let (_d, r) = region(4096, PersistenceRequest::None);
+        assert_eq!(r.persistence(), Persistence::None);
+        let (_d, r) = region(4096, PersistenceRequest::CacheLine);
+        assert_eq!(
+            r.persistence(),
+            FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+        );
+    }
+}

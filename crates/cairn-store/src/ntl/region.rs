@@ -1,0 +1,73 @@
+//! The persistent-memory region abstraction every NTL structure is written against,
+//! so the same code runs over a real mapping ([`super::MmapRegion`]) and over a
+//! simulated crash model in tests.
+
+use crate::device::{DeviceError, DeviceOp};
+
+/// A byte-addressed range of (possibly) persistent memory.
+///
+/// Durability contract: bytes written with [`Region::write`] or
+/// [`Region::store_u64`] are durable once every range holding them was passed to
+/// [`Region::flush`] and a [`Region::fence`] followed. Nothing is promised about
+/// unflushed or unfenced stores after a crash, except that an aligned 8-byte
+/// [`Region::store_u64`] is never torn.
+pub trait Region: Send + Sync {
+    /// Length in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the region has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `buf.len()` bytes starting at `offset` into `buf`.
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError>;
+
+    /// Copies `data` into the region at `offset` (not yet durable).
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
+
+    /// Loads the aligned little-endian 8-byte word at `offset` atomically.
+    fn load_u64(&self, offset: u64) -> Result<u64, DeviceError>;
+
+    /// Stores `value` as one aligned, untearable little-endian 8-byte word at `offset`
+    /// (not yet durable).
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), DeviceError>;
+
+    /// Starts writing back every `(offset, len)` range; durable after [`Region::fence`].
+    fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError>;
+
+    /// Orders and completes every earlier flush. Fails only on a simulated crash
+    /// (the crash model), never on real memory.
+    fn fence(&self) -> Result<(), DeviceError>;
+
+    /// One-line description (path, size, persistence level).
+    fn describe(&self) -> String;
+}
+
+/// Checks that `offset..offset+len` fits in a region of `size` bytes.
+pub(crate) fn check(op: DeviceOp, offset: u64, len: u64, size: u64) -> Result<(), DeviceError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            op,
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
+/// Checks that an 8-byte word at `offset` is in range and 8-byte aligned.
+pub(crate) fn check_word(op: DeviceOp, offset: u64, size: u64) -> Result<(), DeviceError> {
+    check(op, offset, 8, size)?;
+    if offset.is_multiple_of(8) {
+        Ok(())
+    } else {
+        Err(DeviceError::Unaligned {
+            op,
+            offset,
+            len: 8,
+            align: 8,
+        })
+    }
+}
