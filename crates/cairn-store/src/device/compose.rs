@@ -9,6 +9,24 @@ use super::{Device, DeviceError, DeviceOp, check_range};
 /// A shared device of any kind.
 pub type SharedDevice = Arc<dyn Device>;
 
+/// The strictest alignment of `parts`.
+fn parts_alignment(parts: &[SharedDevice]) -> u64 {
+    parts
+        .iter()
+        .map(Device::alignment)
+        .max()
+        .unwrap_or(super::SECTOR)
+}
+
+/// `parts` described one after another.
+fn parts_describe(parts: &[SharedDevice]) -> String {
+    parts
+        .iter()
+        .map(Device::describe)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Devices laid end to end: bytes `0..len(d0)` are device 0, the next
 /// `len(d1)` bytes device 1, and so on.
 pub struct ConcatDevice {
@@ -92,16 +110,11 @@ impl Device for ConcatDevice {
     }
 
     fn alignment(&self) -> u64 {
-        self.parts
-            .iter()
-            .map(Device::alignment)
-            .max()
-            .unwrap_or(super::SECTOR)
+        parts_alignment(&self.parts)
     }
 
     fn describe(&self) -> String {
-        let parts: Vec<String> = self.parts.iter().map(Device::describe).collect();
-        format!("concat [{}]", parts.join(", "))
+        format!("concat [{}]", parts_describe(&self.parts))
     }
 }
 
@@ -180,16 +193,15 @@ impl Device for StripedDevice {
     }
 
     fn alignment(&self) -> u64 {
-        self.parts
-            .iter()
-            .map(Device::alignment)
-            .max()
-            .unwrap_or(super::SECTOR)
+        parts_alignment(&self.parts)
     }
 
     fn describe(&self) -> String {
-        let parts: Vec<String> = self.parts.iter().map(Device::describe).collect();
-        format!("striped {} B [{}]", self.stripe, parts.join(", "))
+        format!(
+            "striped {} B [{}]",
+            self.stripe,
+            parts_describe(&self.parts)
+        )
     }
 }
 

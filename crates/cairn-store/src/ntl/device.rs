@@ -21,35 +21,42 @@ impl<R: Region> NtlDevice<R> {
     pub fn btt(&self) -> &Btt<R> {
         &self.btt
     }
+
+    /// Calls `f(block, offset within it, range of the caller's buffer)` for
+    /// each block piece of `offset..offset+len`.
+    fn for_each_block(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(u64, u64, std::ops::Range<usize>) -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let bs = self.btt.geometry().block_size;
+        let mut pos = 0usize;
+        while pos < len {
+            let at = offset + pos as u64;
+            let within = at % bs;
+            let n = ((bs - within) as usize).min(len - pos);
+            f(at / bs, within, pos..pos + n)?;
+            pos += n;
+        }
+        Ok(())
+    }
 }
 
 impl<R: Region> Device for NtlDevice<R> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
-        let bs = self.btt.geometry().block_size;
-        let mut pos = 0usize;
-        while pos < buf.len() {
-            let at = offset + pos as u64;
-            let within = at % bs;
-            let n = ((bs - within) as usize).min(buf.len() - pos);
-            self.btt
-                .read_bytes(at / bs, within, &mut buf[pos..pos + n])?;
-            pos += n;
-        }
+        self.for_each_block(offset, buf.len(), |lba, within, range| {
+            self.btt.read_bytes(lba, within, &mut buf[range])
+        })?;
         Ok(())
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
-        let bs = self.btt.geometry().block_size;
-        let mut pos = 0usize;
-        while pos < buf.len() {
-            let at = offset + pos as u64;
-            let within = at % bs;
-            let n = ((bs - within) as usize).min(buf.len() - pos);
-            self.btt.write_bytes(at / bs, within, &buf[pos..pos + n])?;
-            pos += n;
-        }
+        self.for_each_block(offset, buf.len(), |lba, within, range| {
+            self.btt.write_bytes(lba, within, &buf[range])
+        })?;
         Ok(())
     }
 

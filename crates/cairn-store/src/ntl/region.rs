@@ -44,18 +44,9 @@ pub trait Region: Send + Sync {
     fn describe(&self) -> String;
 }
 
-/// Checks that `offset..offset+len` fits in a region of `size` bytes.
-pub(crate) fn check(op: DeviceOp, offset: u64, len: u64, size: u64) -> Result<(), DeviceError> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(DeviceError::OutOfRange {
-            op,
-            offset,
-            len,
-            size,
-        }),
-    }
-}
+/// Checks that `offset..offset+len` fits in a region of `size` bytes (the
+/// devices' own check: a region's errors are device errors).
+pub(crate) use crate::device::check_range as check;
 
 /// Checks that an 8-byte word at `offset` is in range and 8-byte aligned.
 pub(crate) fn check_word(op: DeviceOp, offset: u64, size: u64) -> Result<(), DeviceError> {

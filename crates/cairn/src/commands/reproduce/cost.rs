@@ -13,7 +13,7 @@ use cairn_sim::{
 use clap::Args;
 use serde::Deserialize;
 
-use super::{Claim, Common, prepare_out, print_claims, read_spec, write_claims_csv};
+use super::{Claim, Common, prepare_out, print_claims, read_spec, save, write_claims_csv};
 use crate::input::{TraceArgs, TraceInput};
 use crate::output::{csv_field, table};
 use crate::plot::{self, Series, YAxis};
@@ -371,8 +371,7 @@ fn write_outputs(dir: &std::path::Path, spec: &Spec, rows: &[Row], claims: &[Cla
             r.relative
         );
     }
-    let path = dir.join("cost.csv");
-    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    save(&dir.join("cost.csv"), &csv)?;
     write_claims_csv(&dir.join("cost-claims.csv"), claims)?;
     let series: Vec<Series> = spec
         .size_names

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use cairn_policy::{Capacity, PolicyConfig};
 use cairn_sim::ServiceCost;
 use cairn_trace::generate::{FileWorkloadConfig, TableOneWorkload};
@@ -14,7 +14,7 @@ use cairn_trace::{Request, Splitter, Unit};
 use clap::Args;
 use serde::Deserialize;
 
-use super::{Claim, Common, prepare_out, print_claims, read_spec, write_claims_csv};
+use super::{Claim, Common, prepare_out, print_claims, read_spec, save, write_claims_csv};
 use crate::output::{csv_field, table};
 use crate::plot::{self, Series, YAxis};
 use crate::policy_spec;
@@ -414,8 +414,7 @@ fn write_outputs(dir: &std::path::Path, spec: &Spec, rows: &[Row], claims: &[Cla
             r.mean_response_ms
         );
     }
-    let path = dir.join("dual.csv");
-    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    save(&dir.join("dual.csv"), &csv)?;
     write_claims_csv(&dir.join("dual-claims.csv"), claims)?;
     let series: Vec<Series> = spec
         .workloads

@@ -114,6 +114,11 @@ pub fn write_claims_csv(path: &Path, claims: &[Claim]) -> Result<()> {
             c.verdict()
         );
     }
+    save(path, &text)
+}
+
+/// Writes `text` to `path`, naming the file in any error.
+pub fn save(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 

@@ -15,7 +15,7 @@ use cairn_trace::generate::{GeneratorConfig, StreamMode, StreamsConfig};
 use clap::Args;
 use serde::Deserialize;
 
-use super::{Claim, Common, prepare_out, print_claims, read_spec, write_claims_csv};
+use super::{Claim, Common, prepare_out, print_claims, read_spec, save, write_claims_csv};
 use crate::output::{csv_field, table};
 use crate::plot::{self, Series, YAxis};
 use crate::policy_spec;
@@ -443,8 +443,7 @@ fn write_outputs(dir: &std::path::Path, spec: &Spec, rows: &[Row], claims: &[Cla
             r.throughput_mb_s
         );
     }
-    let path = dir.join("ons.csv");
-    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    save(&dir.join("ons.csv"), &csv)?;
     write_claims_csv(&dir.join("ons-claims.csv"), claims)?;
 
     let mut names = vec!["none".to_owned()];
