@@ -107,6 +107,19 @@ pub enum DeviceError {
         /// The operation.
         op: DeviceOp,
     },
+    /// The data failed its checksum (corrupted on the medium); it is never
+    /// served.
+    #[error("{op} of {len} bytes at offset {offset}: {detail}")]
+    Corrupt {
+        /// The operation.
+        op: DeviceOp,
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// What failed, and where.
+        detail: String,
+    },
     /// Direct I/O needs aligned buffers, offsets and lengths.
     #[error("{op} of {len} bytes at offset {offset} is not aligned to {align} bytes (direct I/O)")]
     Unaligned {

@@ -42,10 +42,14 @@ pub const UNMAPPED: u64 = u64::MAX;
 const SUMMARY_HEADER: usize = 40;
 /// Bytes per summary entry: logical block (8), data CRC32C (4), reserved (4).
 const SUMMARY_ENTRY: usize = 16;
-/// Bytes of a checkpoint's header; the map and the usage table follow.
-const CHECKPOINT_HEADER: usize = 64;
-/// Bytes per map entry: physical block (8), write sequence (8).
-const MAP_ENTRY: usize = 16;
+/// Bytes of a checkpoint's header (64) and its counters (16 × 8); the map and
+/// the usage table follow.
+const CHECKPOINT_HEADER: usize = 64 + 8 * COUNTERS;
+/// Counters (the log disk's metrics) saved with each checkpoint.
+pub const COUNTERS: usize = 16;
+/// Bytes per map entry: physical block (8), write sequence (8), data CRC32C (4),
+/// reserved (4).
+const MAP_ENTRY: usize = 24;
 /// Bytes per usage entry: live blocks (4), reserved (4), last write sequence (8).
 const USAGE_ENTRY: usize = 16;
 
@@ -254,8 +258,19 @@ impl Geometry {
     }
 }
 
+/// The superblock: the geometry and the volume's identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// The image's geometry.
+    pub geometry: Geometry,
+    /// A random identity chosen at format time; the NV cache records it, so a
+    /// cache region is never replayed into another volume.
+    pub id: u64,
+}
+
 /// Encodes the superblock (one block).
-pub fn encode_superblock(g: &Geometry) -> Vec<u8> {
+pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
+    let g = &sb.geometry;
     let mut b = vec![0u8; g.block_size as usize];
     b[..8].copy_from_slice(&SUPERBLOCK_MAGIC);
     put_u32(&mut b, 8, VERSION);
@@ -263,6 +278,7 @@ pub fn encode_superblock(g: &Geometry) -> Vec<u8> {
     put_u32(&mut b, 16, g.segment_blocks);
     put_u32(&mut b, 20, g.segments);
     put_u64(&mut b, 24, g.logical_blocks);
+    put_u64(&mut b, 32, sb.id);
     let crc_at = b.len() - 4;
     seal(&mut b, crc_at);
     b
@@ -270,7 +286,7 @@ pub fn encode_superblock(g: &Geometry) -> Vec<u8> {
 
 /// Decodes a superblock; `b` is the image's first block (its size is read
 /// from the block itself, so pass at least 512 bytes; the rest is checked).
-pub fn decode_superblock(b: &[u8]) -> Result<Geometry, FormatError> {
+pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
     const WHAT: &str = "superblock";
     if b.len() < 512 {
         return Err(FormatError::Size {
@@ -305,7 +321,10 @@ pub fn decode_superblock(b: &[u8]) -> Result<Geometry, FormatError> {
         what: WHAT,
         reason: e.to_string(),
     })?;
-    Ok(g)
+    Ok(Superblock {
+        geometry: g,
+        id: u64_at(b, 32),
+    })
 }
 
 /// One entry of a segment summary: a data block of the segment write.
@@ -403,6 +422,17 @@ pub struct MapEntry {
     pub physical: u64,
     /// Sequence of the write that put it there (its "write time").
     pub sequence: u64,
+    /// CRC32C of the block's data, checked on every read.
+    pub crc: u32,
+}
+
+impl MapEntry {
+    /// An unmapped logical block (reads as zeroes).
+    pub const UNMAPPED: Self = Self {
+        physical: UNMAPPED,
+        sequence: 0,
+        crc: 0,
+    };
 }
 
 /// One segment's line of the usage table.
@@ -431,6 +461,9 @@ pub struct Checkpoint {
     pub map: Vec<MapEntry>,
     /// One entry per segment.
     pub usage: Vec<Usage>,
+    /// The log disk's metrics as of this checkpoint (meaning fixed by
+    /// `logdisk::Metrics`), so `cairn inspect` can print them.
+    pub counters: [u64; COUNTERS],
 }
 
 /// Encodes a checkpoint into whole blocks of `g`.
@@ -456,10 +489,14 @@ pub fn encode_checkpoint(c: &Checkpoint, g: &Geometry) -> Result<Vec<u8>, Format
     put_u32(&mut b, 36, c.head_slot);
     put_u64(&mut b, 40, g.logical_blocks);
     put_u32(&mut b, 48, g.segments);
+    for (i, c) in c.counters.iter().enumerate() {
+        put_u64(&mut b, 64 + 8 * i, *c);
+    }
     let mut at = CHECKPOINT_HEADER;
     for e in &c.map {
         put_u64(&mut b, at, e.physical);
         put_u64(&mut b, at + 8, e.sequence);
+        put_u32(&mut b, at + 16, e.crc);
         at += MAP_ENTRY;
     }
     for u in &c.usage {
@@ -495,6 +532,7 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
         let e = MapEntry {
             physical: u64_at(b, at),
             sequence: u64_at(b, at + 8),
+            crc: u32_at(b, at + 16),
         };
         if e.physical != UNMAPPED && !(first_data..end).contains(&e.physical) {
             return Err(invalid(format!(
@@ -520,7 +558,12 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
         usage.push(u);
         at += USAGE_ENTRY;
     }
+    let mut counters = [0u64; COUNTERS];
+    for (i, c) in counters.iter_mut().enumerate() {
+        *c = u64_at(b, 64 + 8 * i);
+    }
     Ok(Checkpoint {
+        counters,
         number: u64_at(b, 16),
         sequence: u64_at(b, 24),
         head_segment,
@@ -558,6 +601,7 @@ mod tests {
                         g.segment_start(0) + i
                     },
                     sequence: i,
+                    crc: i as u32 * 3,
                 })
                 .collect(),
             usage: (0..g.segments)
@@ -566,6 +610,7 @@ mod tests {
                     last_sequence: u64::from(s) * 10,
                 })
                 .collect(),
+            counters: std::array::from_fn(|i| i as u64 * 1000),
         }
     }
 
@@ -588,9 +633,12 @@ mod tests {
 
     #[test]
     fn superblock_round_trips_and_detects_every_flip() {
-        let g = geometry();
-        let b = encode_superblock(&g);
-        assert_eq!(decode_superblock(&b).unwrap(), g);
+        let sb = Superblock {
+            geometry: geometry(),
+            id: 0x1234_5678_9abc_def0,
+        };
+        let b = encode_superblock(&sb);
+        assert_eq!(decode_superblock(&b).unwrap(), sb);
         every_flip_is_detected(&b, decode_superblock);
         assert!(matches!(
             decode_superblock(&[0u8; 4096]),

@@ -62,3 +62,39 @@ pub(crate) fn check_word(op: DeviceOp, offset: u64, size: u64) -> Result<(), Dev
         })
     }
 }
+
+/// `Arc<R>` and `Box<R>` are regions too, so a test can keep a handle on the
+/// crash model while a layer owns it.
+macro_rules! forward_region {
+    ($($pointer:ident)::+) => {
+        impl<R: Region + ?Sized> Region for $($pointer)::+<R> {
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+                (**self).read(offset, buf)
+            }
+            fn write(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+                (**self).write(offset, data)
+            }
+            fn load_u64(&self, offset: u64) -> Result<u64, DeviceError> {
+                (**self).load_u64(offset)
+            }
+            fn store_u64(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+                (**self).store_u64(offset, value)
+            }
+            fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
+                (**self).flush(ranges)
+            }
+            fn fence(&self) -> Result<(), DeviceError> {
+                (**self).fence()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+        }
+    };
+}
+
+forward_region!(std::sync::Arc);
+forward_region!(Box);

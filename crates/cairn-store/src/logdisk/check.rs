@@ -1,0 +1,1 @@
+//! `fsck` and `inspect` for log-disk images.

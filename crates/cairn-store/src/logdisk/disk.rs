@@ -1,0 +1,1613 @@
+//! [`LogDisk`]: the log-structured logical disk with an optional non-volatile
+//! write cache (papers/003), over any [`Device`].
+//!
+//! **Write path.** With an NV cache, a block write is copied into a free NV
+//! slot and persisted (flush + one fence per request): it is durable then, and
+//! acknowledged. When dirty slots pass the destage threshold, the oldest
+//! `N − 1` are built into one full segment write (summary block + data, one
+//! sequential I/O at the log head), the device is flushed, and only then are
+//! the slots cleared and reused. Without an NV cache (the paper's baseline), a
+//! write goes to the in-memory segment buffer; a full buffer is written as a
+//! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
+//! whatever is buffered, then flushes the device.
+//!
+//! **Read path.** Segment buffer → NV cache → block address table → device.
+//! Every block read from the device is checked against the CRC32C in the
+//! table; a mismatch is an error, never data.
+//!
+//! **Cleaner.** When free segments fall below the low watermark (default 2,
+//! the paper's), victims are chosen by the [`CleanerPolicy`], each read in one
+//! I/O, their live blocks written through the log, and the cleaner stops at the
+//! high watermark. A segment whose blocks all died becomes reusable only after
+//! the next device flush, so the writes that killed them are durable first.
+//!
+//! **Recovery.** The newest valid checkpoint slot gives the tables; then every
+//! segment write after it is found (the checkpoint's head segment from its
+//! head slot, and each segment whose first summary is newer than the
+//! checkpoint), checked (summary CRC, every data block's CRC, sequence
+//! increasing along the segment) and applied in sequence order; a torn write
+//! stops its segment's chain. Valid NV slots then override the table (a valid
+//! slot is never older than the disk copy). A checkpoint is written at the end
+//! of recovery, so later recoveries never look at what this one discarded.
+//!
+//! Concurrency: reads take a shared lock and proceed in parallel; writes take
+//! the log's exclusive lock, because a log has one head and appends are
+//! serial in every log-structured design.
+
+use std::collections::VecDeque;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashMap;
+
+use super::format::{
+    self, COUNTERS, Checkpoint, FormatError, Geometry, MapEntry, Summary, SummaryEntry, Superblock,
+    UNMAPPED, Usage,
+};
+use super::nv::{NvCache, NvError};
+use crate::device::{Device, DeviceError, DeviceOp, check_range};
+use crate::ntl::Region;
+
+/// How the cleaner chooses victims and orders what it copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CleanerPolicy {
+    /// Fewest live blocks first (the paper's choice, Sprite LFS's simplest).
+    #[default]
+    Greedy,
+    /// Highest `(1 − u) · age / (1 + u)` first (Rosenblum & Ousterhout 1992).
+    CostBenefit,
+    /// Cost-benefit selection, and the survivors of each pass written oldest
+    /// first, so cold blocks are packed into segments of their own, apart from
+    /// the hot ones still being rewritten (Sprite LFS's age sort: the
+    /// hot/cold separating cleaner).
+    AgeSort,
+}
+
+impl CleanerPolicy {
+    /// Every policy, for tables.
+    pub const ALL: [Self; 3] = [Self::Greedy, Self::CostBenefit, Self::AgeSort];
+
+    /// Short name (`greedy`, `cost-benefit`, `age-sort`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Greedy => "greedy",
+            Self::CostBenefit => "cost-benefit",
+            Self::AgeSort => "age-sort",
+        }
+    }
+
+    /// Parses a [`CleanerPolicy::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// What a partial segment write does to the rest of its segment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PartialSegments {
+    /// The next write continues in the same segment after it (Sprite LFS,
+    /// BSD-LFS). The default.
+    #[default]
+    Append,
+    /// The partial write closes its segment, and the whole segment is written
+    /// (the paper's LLD: "at most one partial segment per segment").
+    Close,
+}
+
+/// Tunables; [`Options::default`] is what `cairn` uses.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Victim choice.
+    pub cleaner: CleanerPolicy,
+    /// Cleaning starts when fewer free segments than this remain (≥ 2).
+    pub clean_low: u32,
+    /// Cleaning stops at this many free segments; 0 chooses
+    /// `max(low + 2, segments / 32)`.
+    pub clean_high: u32,
+    /// Destaging starts when this fraction of NV slots is dirty.
+    pub destage_threshold: f64,
+    /// Partial segment handling.
+    pub partial: PartialSegments,
+    /// Segment writes between checkpoints; 0 chooses enough that a checkpoint
+    /// costs about a tenth of the log writes (at least 64).
+    pub checkpoint_interval: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            cleaner: CleanerPolicy::Greedy,
+            clean_low: 2,
+            clean_high: 0,
+            destage_threshold: 0.75,
+            partial: PartialSegments::Append,
+            checkpoint_interval: 0,
+        }
+    }
+}
+
+/// Why a log disk operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LogDiskError {
+    /// The device failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// An on-disk structure did not decode.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The NV cache region could not be used.
+    #[error(transparent)]
+    Nv(#[from] NvError),
+    /// Neither checkpoint slot holds a valid checkpoint.
+    #[error("no valid checkpoint: slot A: {a}; slot B: {b}")]
+    NoCheckpoint {
+        /// Why slot A was refused.
+        a: String,
+        /// Why slot B was refused.
+        b: String,
+    },
+    /// The device is too small for the geometry.
+    #[error("the geometry needs {need} bytes, the device has {have}")]
+    TooSmall {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes present.
+        have: u64,
+    },
+    /// The cleaner could not free a segment: the disk is full of live data.
+    #[error("no free segment: the log is full of live data (cleaning freed nothing)")]
+    NoSpace,
+    /// Stored data failed its checksum.
+    #[error("corrupted: {0}")]
+    Corrupt(String),
+    /// A bad argument.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Counters of a log disk; all in blocks or segment writes unless named bytes.
+/// Saved with every checkpoint (in this order), so `cairn inspect` shows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Block writes the client issued.
+    pub client_blocks: u64,
+    /// Segment writes carrying client data (destages or buffer writes).
+    pub user_segment_writes: u64,
+    /// Data blocks written by those.
+    pub user_blocks_written: u64,
+    /// Bytes written by those (summary, data, padding).
+    pub user_bytes: u64,
+    /// Segment writes by the cleaner.
+    pub cleaner_segment_writes: u64,
+    /// Live blocks the cleaner copied.
+    pub cleaner_blocks_written: u64,
+    /// Bytes the cleaner wrote.
+    pub cleaner_bytes: u64,
+    /// Segments the cleaner read (one I/O each).
+    pub cleaner_segment_reads: u64,
+    /// Segment writes closed early by a flush.
+    pub partial_segments: u64,
+    /// Client writes to a block already dirty in the NV cache.
+    pub nv_write_hits: u64,
+    /// Client writes that went to the NV cache.
+    pub nv_writes: u64,
+    /// Sum over cleaned segments of blocks written to the log between the
+    /// segment's writing and its cleaning (direct lifetime measurement).
+    pub lifetime_blocks: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Bytes of checkpoints written.
+    pub checkpoint_bytes: u64,
+    /// Device flushes issued.
+    pub device_flushes: u64,
+    /// Recoveries (opens) this image went through.
+    pub recoveries: u64,
+}
+
+impl Metrics {
+    fn to_counters(self) -> [u64; COUNTERS] {
+        [
+            self.client_blocks,
+            self.user_segment_writes,
+            self.user_blocks_written,
+            self.user_bytes,
+            self.cleaner_segment_writes,
+            self.cleaner_blocks_written,
+            self.cleaner_bytes,
+            self.cleaner_segment_reads,
+            self.partial_segments,
+            self.nv_write_hits,
+            self.nv_writes,
+            self.lifetime_blocks,
+            self.checkpoints,
+            self.checkpoint_bytes,
+            self.device_flushes,
+            self.recoveries,
+        ]
+    }
+
+    /// Metrics saved in a checkpoint.
+    pub fn from_counters(c: &[u64; COUNTERS]) -> Self {
+        Self {
+            client_blocks: c[0],
+            user_segment_writes: c[1],
+            user_blocks_written: c[2],
+            user_bytes: c[3],
+            cleaner_segment_writes: c[4],
+            cleaner_blocks_written: c[5],
+            cleaner_bytes: c[6],
+            cleaner_segment_reads: c[7],
+            partial_segments: c[8],
+            nv_write_hits: c[9],
+            nv_writes: c[10],
+            lifetime_blocks: c[11],
+            checkpoints: c[12],
+            checkpoint_bytes: c[13],
+            device_flushes: c[14],
+            recoveries: c[15],
+        }
+    }
+
+    /// Segment writes of both kinds.
+    pub fn segment_writes(&self) -> u64 {
+        self.user_segment_writes + self.cleaner_segment_writes
+    }
+
+    /// The paper's mean segment lifetime (its formula 1): segment writes ×
+    /// mean blocks per segment write ÷ segments read for cleaning, i.e. blocks
+    /// written by the workload per segment cleaned. `None` before any cleaning.
+    pub fn mean_lifetime(&self) -> Option<f64> {
+        (self.cleaner_segment_reads > 0)
+            .then(|| self.user_blocks_written as f64 / self.cleaner_segment_reads as f64)
+    }
+
+    /// Measured mean lifetime: blocks written to the log between a segment's
+    /// writing and its cleaning, averaged over cleaned segments.
+    pub fn measured_lifetime(&self) -> Option<f64> {
+        (self.cleaner_segment_reads > 0)
+            .then(|| self.lifetime_blocks as f64 / self.cleaner_segment_reads as f64)
+    }
+
+    /// Log write amplification: (user + cleaner data blocks written) ÷ user data
+    /// blocks written. 1.0 means the cleaner copied nothing.
+    pub fn write_amplification(&self) -> Option<f64> {
+        (self.user_blocks_written > 0).then(|| {
+            (self.user_blocks_written + self.cleaner_blocks_written) as f64
+                / self.user_blocks_written as f64
+        })
+    }
+
+    /// Fraction of NV cache writes that found their block already dirty there.
+    pub fn nv_hit_ratio(&self) -> Option<f64> {
+        (self.nv_writes > 0).then(|| self.nv_write_hits as f64 / self.nv_writes as f64)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seg {
+    Free,
+    Open,
+    Closed,
+    /// Empty, reusable after the next device flush.
+    Pending,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    User,
+    Cleaner,
+}
+
+/// Per NV slot: the block it holds (sequence 0 = free or awaiting clear).
+#[derive(Clone, Copy, Default)]
+struct SlotMeta {
+    logical: u64,
+    sequence: u64,
+    crc: u32,
+}
+
+struct Nv {
+    cache: NvCache,
+    meta: Vec<SlotMeta>,
+    of: HashMap<u64, u32>,
+    free: Vec<u32>,
+    /// (sequence, slot), oldest first; entries whose slot moved on are skipped.
+    order: VecDeque<(u64, u32)>,
+    dirty: u32,
+    /// Superseded slots, to clear in the next persist (after the fence that
+    /// made their successors durable).
+    superseded: Vec<u32>,
+    ranges: Vec<(u64, u64)>,
+}
+
+struct State {
+    map: Vec<MapEntry>,
+    live: Vec<u32>,
+    last_seq: Vec<u64>,
+    /// Log blocks written (user + cleaner) when each segment was opened.
+    opened_at: Vec<u64>,
+    seg: Vec<Seg>,
+    free: Vec<u32>,
+    pending: Vec<u32>,
+    head: Option<(u32, u32)>,
+    sequence: u64,
+    checkpoint_number: u64,
+    since_checkpoint: u64,
+    in_cleaner: bool,
+    /// Volatile mode: blocks buffered, data at `(i + 1)·B` of `buffer`.
+    buffered: Vec<SummaryEntry>,
+    buffer: Vec<u8>,
+    buffer_of: HashMap<u64, u32>,
+    /// Assembly buffer for destages (same layout).
+    out: Vec<u8>,
+    out_entries: Vec<SummaryEntry>,
+    /// The cleaner's: a victim segment, and its assembly buffer.
+    victim: Vec<u8>,
+    clean_out: Vec<u8>,
+    clean_entries: Vec<SummaryEntry>,
+    nv: Option<Nv>,
+    metrics: Metrics,
+}
+
+/// The log-structured disk. See the module docs.
+pub struct LogDisk<D: Device> {
+    dev: D,
+    geo: Geometry,
+    id: u64,
+    options: Options,
+    clean_high: u32,
+    checkpoint_interval: u64,
+    state: RwLock<State>,
+}
+
+/// Segment slot → absolute block.
+fn block_of(geo: &Geometry, segment: u32, slot: u32) -> u64 {
+    geo.segment_start(segment) + u64::from(slot)
+}
+
+fn segment_of(geo: &Geometry, physical: u64) -> u32 {
+    ((physical - geo.segment_start(0)) / u64::from(geo.segment_blocks)) as u32
+}
+
+impl<D: Device> LogDisk<D> {
+    /// Writes a new, empty log disk of geometry `geo` onto `dev` (and formats
+    /// `nv` as its write cache, when given).
+    pub fn format(
+        dev: D,
+        geo: Geometry,
+        nv: Option<Box<dyn Region>>,
+        options: Options,
+    ) -> Result<Self, LogDiskError> {
+        geo.validate()?;
+        let need = geo.image_blocks() * u64::from(geo.block_size);
+        if dev.len() < need {
+            return Err(LogDiskError::TooSmall {
+                need,
+                have: dev.len(),
+            });
+        }
+        let id = volume_id();
+        let nv = nv
+            .map(|r| NvCache::format(r, geo.block_size, id))
+            .transpose()?;
+        let b = u64::from(geo.block_size);
+        // An empty checkpoint in slot A, the other slot zeroed, then the
+        // superblock last: a torn format leaves no valid superblock.
+        let cp = Checkpoint {
+            number: 1,
+            sequence: 0,
+            head_segment: 0,
+            head_slot: geo.segment_blocks - 1,
+            map: vec![MapEntry::UNMAPPED; geo.logical_blocks as usize],
+            usage: vec![Usage::default(); geo.segments as usize],
+            counters: [0; COUNTERS],
+        };
+        let bytes = format::encode_checkpoint(&cp, &geo)?;
+        dev.write_at(&bytes, b)?;
+        let zero = vec![0u8; bytes.len()];
+        dev.write_at(&zero, b * (1 + geo.checkpoint_blocks()))?;
+        // Zero every segment's first slot so no stale summary from an earlier
+        // use of the device is taken for a write of this volume.
+        let zero_block = vec![0u8; geo.block_size as usize];
+        for s in 0..geo.segments {
+            dev.write_at(&zero_block, block_of(&geo, s, 0) * b)?;
+        }
+        dev.flush()?;
+        dev.write_at(
+            &format::encode_superblock(&Superblock { geometry: geo, id }),
+            0,
+        )?;
+        dev.flush()?;
+        Self::open_with(dev, nv.map(Recovery::Fresh), options)
+    }
+
+    /// Opens an existing log disk, recovering from its last checkpoint; `nv`
+    /// must be the NV cache region it was formatted with (or `None` if it had
+    /// none).
+    pub fn open(
+        dev: D,
+        nv: Option<Box<dyn Region>>,
+        options: Options,
+    ) -> Result<Self, LogDiskError> {
+        Self::open_with(dev, nv.map(Recovery::Region), options)
+    }
+
+    fn open_with(dev: D, nv: Option<Recovery>, options: Options) -> Result<Self, LogDiskError> {
+        if options.clean_low < 2 {
+            return Err(LogDiskError::Invalid(format!(
+                "clean_low {} is below 2 (the cleaner needs a segment to write into)",
+                options.clean_low
+            )));
+        }
+        if !(0.0..=1.0).contains(&options.destage_threshold) {
+            return Err(LogDiskError::Invalid(format!(
+                "destage threshold {} is not a fraction from 0 to 1",
+                options.destage_threshold
+            )));
+        }
+        let mut first = vec![0u8; 512];
+        dev.read_at(&mut first, 0)?;
+        let bs = format::decode_superblock(&first).map_or(512, |sb| sb.geometry.block_size);
+        let mut first = vec![0u8; bs as usize];
+        dev.read_at(&mut first, 0)?;
+        let sb = format::decode_superblock(&first)?;
+        let geo = sb.geometry;
+        let need = geo.image_blocks() * u64::from(geo.block_size);
+        if dev.len() < need {
+            return Err(LogDiskError::TooSmall {
+                need,
+                have: dev.len(),
+            });
+        }
+        let cp = read_checkpoint(&dev, &geo)?;
+        let n = geo.segment_blocks as usize;
+        let b = geo.block_size as usize;
+        let clean_high = if options.clean_high == 0 {
+            (options.clean_low + 2).max(geo.segments / 32)
+        } else {
+            options.clean_high.max(options.clean_low + 1)
+        }
+        .min(geo.segments - 1);
+        let checkpoint_interval = if options.checkpoint_interval == 0 {
+            (10 * geo.checkpoint_blocks() / u64::from(geo.segment_blocks)).max(64)
+        } else {
+            options.checkpoint_interval
+        };
+        let nv = match nv {
+            None => None,
+            Some(Recovery::Fresh(cache)) => Some(cache),
+            Some(Recovery::Region(r)) => Some(NvCache::open(r, geo.block_size, sb.id)?),
+        };
+        let mut st = State {
+            map: cp.map,
+            live: vec![0; geo.segments as usize],
+            last_seq: vec![0; geo.segments as usize],
+            opened_at: vec![0; geo.segments as usize],
+            seg: vec![Seg::Free; geo.segments as usize],
+            free: Vec::new(),
+            pending: Vec::new(),
+            head: None,
+            sequence: cp.sequence,
+            checkpoint_number: cp.number,
+            since_checkpoint: 0,
+            in_cleaner: false,
+            buffered: Vec::with_capacity(n),
+            buffer: vec![0; 2 * n * b],
+            buffer_of: HashMap::new(),
+            out: vec![0; 2 * n * b],
+            out_entries: Vec::with_capacity(n),
+            victim: vec![0; n * b],
+            clean_out: vec![0; 2 * n * b],
+            clean_entries: Vec::with_capacity(n),
+            nv: None,
+            metrics: Metrics::from_counters(&cp.counters),
+        };
+        let disk_max = roll_forward(&dev, &geo, cp.head_segment, cp.head_slot, &mut st)?;
+        st.sequence = st.sequence.max(disk_max);
+        if let Some(cache) = nv {
+            let found = cache.scan()?;
+            let slots = cache.slots() as usize;
+            let mut nv = Nv {
+                cache,
+                meta: vec![SlotMeta::default(); slots],
+                of: HashMap::with_capacity(slots),
+                free: Vec::with_capacity(slots),
+                order: VecDeque::with_capacity(2 * slots),
+                dirty: 0,
+                superseded: Vec::new(),
+                ranges: Vec::with_capacity(64),
+            };
+            let mut newest: HashMap<u64, super::nv::Recovered> = HashMap::new();
+            for r in found {
+                if r.logical >= geo.logical_blocks {
+                    continue;
+                }
+                st.sequence = st.sequence.max(r.sequence);
+                match newest.get(&r.logical) {
+                    Some(have) if have.sequence >= r.sequence => nv.superseded.push(r.slot),
+                    _ => {
+                        if let Some(old) = newest.insert(r.logical, r) {
+                            nv.superseded.push(old.slot);
+                        }
+                    }
+                }
+            }
+            let mut live: Vec<_> = newest.into_values().collect();
+            live.sort_unstable_by_key(|r| r.sequence);
+            for r in &live {
+                nv.meta[r.slot as usize] = SlotMeta {
+                    logical: r.logical,
+                    sequence: r.sequence,
+                    crc: r.crc,
+                };
+                nv.of.insert(r.logical, r.slot);
+                nv.order.push_back((r.sequence, r.slot));
+            }
+            nv.dirty = live.len() as u32;
+            for slot in (0..slots as u32).rev() {
+                if nv.meta[slot as usize].sequence == 0 && !nv.superseded.contains(&slot) {
+                    nv.free.push(slot);
+                }
+            }
+            st.nv = Some(nv);
+        }
+        // A new epoch: writes the crash left beyond the end of a chain (never
+        // acknowledged, never replayed) carry sequences below this, so a walk
+        // never mistakes one for a write made after recovery.
+        st.sequence += 1 << 32;
+        // Usage from the map: it cannot disagree with the table it came from.
+        for e in &st.map {
+            if e.physical != UNMAPPED {
+                let s = segment_of(&geo, e.physical) as usize;
+                st.live[s] += 1;
+                st.last_seq[s] = st.last_seq[s].max(e.sequence);
+            }
+        }
+        for s in 0..geo.segments {
+            if st.head.is_some_and(|(h, _)| h == s) {
+                st.seg[s as usize] = Seg::Open;
+            } else if st.live[s as usize] > 0 {
+                st.seg[s as usize] = Seg::Closed;
+            } else {
+                st.free.push(s);
+            }
+        }
+        st.free.reverse();
+        st.metrics.recoveries += 1;
+        let disk = Self {
+            dev,
+            geo,
+            id: sb.id,
+            options,
+            clean_high,
+            checkpoint_interval,
+            state: RwLock::new(st),
+        };
+        {
+            let mut st = disk.write_state();
+            disk.checkpoint(&mut st)?;
+            if let Some(nv) = st.nv.as_mut() {
+                // Clear the slots recovery found superseded.
+                let mut ranges = std::mem::take(&mut nv.ranges);
+                ranges.clear();
+                for &slot in &nv.superseded {
+                    nv.cache.stage_clear(slot, &mut ranges)?;
+                }
+                nv.cache.persist(&ranges)?;
+                nv.free.append(&mut nv.superseded);
+                nv.ranges = ranges;
+            }
+        }
+        Ok(disk)
+    }
+
+    fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// The volume's identity (recorded in its NV cache).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The options in force (with automatic values resolved).
+    pub fn options(&self) -> Options {
+        Options {
+            clean_high: self.clean_high,
+            checkpoint_interval: self.checkpoint_interval,
+            ..self.options
+        }
+    }
+
+    /// The device underneath.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> Metrics {
+        self.read_state().metrics
+    }
+
+    /// Free segments (including those awaiting the next flush).
+    pub fn free_segments(&self) -> u32 {
+        let st = self.read_state();
+        (st.free.len() + st.pending.len()) as u32
+    }
+
+    /// Live blocks per segment (for utilisation histograms).
+    pub fn segment_live(&self) -> Vec<u32> {
+        self.read_state().live.clone()
+    }
+
+    /// Number of NV slots (0 without an NV cache).
+    pub fn nv_slots(&self) -> u32 {
+        self.read_state()
+            .nv
+            .as_ref()
+            .map_or(0, |nv| nv.cache.slots())
+    }
+
+    /// Reads logical block `logical` into `buf` (one block).
+    pub fn read_block(&self, logical: u64, buf: &mut [u8]) -> Result<(), LogDiskError> {
+        self.check_block(logical, buf.len())?;
+        let st = self.read_state();
+        self.read_locked(&st, logical, buf)
+    }
+
+    fn read_locked(&self, st: &State, logical: u64, buf: &mut [u8]) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        if let Some(&i) = st.buffer_of.get(&logical) {
+            let at = (i as usize + 1) * b;
+            buf.copy_from_slice(&st.buffer[at..at + b]);
+            return Ok(());
+        }
+        if let Some(nv) = &st.nv
+            && let Some(&slot) = nv.of.get(&logical)
+        {
+            nv.cache.read(slot, buf)?;
+            return Ok(());
+        }
+        let e = st.map[logical as usize];
+        if e.physical == UNMAPPED {
+            buf.fill(0);
+            return Ok(());
+        }
+        self.dev.read_at(buf, e.physical * b as u64)?;
+        let crc = crc32c::crc32c(buf);
+        if crc != e.crc {
+            return Err(LogDiskError::Corrupt(format!(
+                "logical block {logical} at physical block {}: data checksum {crc:#010x}, expected {:#010x}",
+                e.physical, e.crc
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_block(&self, logical: u64, len: usize) -> Result<(), LogDiskError> {
+        if logical >= self.geo.logical_blocks {
+            return Err(LogDiskError::Invalid(format!(
+                "logical block {logical} is past the end ({} blocks)",
+                self.geo.logical_blocks
+            )));
+        }
+        if len != self.geo.block_size as usize {
+            return Err(LogDiskError::Invalid(format!(
+                "a block buffer is {} bytes, not {len}",
+                self.geo.block_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes whole blocks starting at `first`: `data` is a multiple of the
+    /// block size. With an NV cache the write is durable when this returns.
+    pub fn write_blocks(&self, first: u64, data: &[u8]) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        if !data.len().is_multiple_of(b) {
+            return Err(LogDiskError::Invalid(format!(
+                "{} bytes is not a whole number of {b}-byte blocks",
+                data.len()
+            )));
+        }
+        let count = (data.len() / b) as u64;
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.geo.logical_blocks)
+        {
+            return Err(LogDiskError::Invalid(format!(
+                "blocks {first}..+{count} are past the end ({} blocks)",
+                self.geo.logical_blocks
+            )));
+        }
+        let mut st = self.write_state();
+        if st.nv.is_some() {
+            self.write_nv(&mut st, first, data)
+        } else {
+            for (i, block) in data.chunks_exact(b).enumerate() {
+                self.write_buffered(&mut st, first + i as u64, block)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Read-modify-write of part of one block, under the write lock so a
+    /// concurrent write to another part of the block is not lost.
+    fn write_partial(&self, logical: u64, within: usize, data: &[u8]) -> Result<(), LogDiskError> {
+        let mut block = vec![0u8; self.geo.block_size as usize];
+        let mut st = self.write_state();
+        self.read_locked(&st, logical, &mut block)?;
+        block[within..within + data.len()].copy_from_slice(data);
+        if st.nv.is_some() {
+            self.write_nv(&mut st, logical, &block)
+        } else {
+            self.write_buffered(&mut st, logical, &block)
+        }
+    }
+
+    fn write_buffered(
+        &self,
+        st: &mut State,
+        logical: u64,
+        block: &[u8],
+    ) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let crc = crc32c::crc32c(block);
+        st.metrics.client_blocks += 1;
+        let i = if let Some(&i) = st.buffer_of.get(&logical) {
+            st.buffered[i as usize].crc = crc;
+            i as usize
+        } else {
+            let i = st.buffered.len();
+            st.buffered.push(SummaryEntry { logical, crc });
+            st.buffer_of.insert(logical, i as u32);
+            i
+        };
+        st.buffer[(i + 1) * b..(i + 2) * b].copy_from_slice(block);
+        if st.buffered.len() + 1 >= self.geo.segment_blocks as usize {
+            self.write_out_buffer(st, false)?;
+        }
+        Ok(())
+    }
+
+    fn write_out_buffer(&self, st: &mut State, partial: bool) -> Result<(), LogDiskError> {
+        if st.buffered.is_empty() {
+            return Ok(());
+        }
+        let entries = std::mem::take(&mut st.buffered);
+        let mut buffer = std::mem::take(&mut st.buffer);
+        let result = self.append(st, &entries, &mut buffer, Kind::User, partial);
+        st.buffer = buffer;
+        st.buffered = entries;
+        result?;
+        st.buffered.clear();
+        st.buffer_of.clear();
+        Ok(())
+    }
+
+    fn write_nv(&self, st: &mut State, first: u64, data: &[u8]) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let mut blocks = data.chunks_exact(b).enumerate().peekable();
+        while blocks.peek().is_some() {
+            // Room for at least one block.
+            if st.nv.as_ref().is_some_and(|nv| nv.free.is_empty()) {
+                self.destage(st, true)?;
+            }
+            let sequence_base = st.sequence;
+            let State {
+                nv: Some(nv),
+                metrics,
+                sequence,
+                ..
+            } = st
+            else {
+                unreachable!("write_nv runs with an NV cache");
+            };
+            let mut ranges = std::mem::take(&mut nv.ranges);
+            ranges.clear();
+            // Clears of slots superseded by earlier, already fenced writes.
+            let clearing = std::mem::take(&mut nv.superseded);
+            for &slot in &clearing {
+                nv.cache.stage_clear(slot, &mut ranges)?;
+            }
+            let mut now_superseded = Vec::new();
+            while let Some(&(i, block)) = blocks.peek() {
+                let Some(slot) = nv.free.pop() else { break };
+                blocks.next();
+                let logical = first + i as u64;
+                *sequence += 1;
+                let crc = crc32c::crc32c(block);
+                nv.cache
+                    .stage(slot, logical, *sequence, crc, block, &mut ranges)?;
+                nv.meta[slot as usize] = SlotMeta {
+                    logical,
+                    sequence: *sequence,
+                    crc,
+                };
+                nv.order.push_back((*sequence, slot));
+                metrics.client_blocks += 1;
+                metrics.nv_writes += 1;
+                if let Some(old) = nv.of.insert(logical, slot) {
+                    metrics.nv_write_hits += 1;
+                    nv.meta[old as usize].sequence = 0;
+                    now_superseded.push(old);
+                } else {
+                    nv.dirty += 1;
+                }
+            }
+            debug_assert!(*sequence > sequence_base);
+            nv.cache.persist(&ranges)?;
+            nv.ranges = ranges;
+            nv.free.extend_from_slice(&clearing);
+            nv.superseded = now_superseded;
+            if nv.order.len() > 4 * nv.meta.len() + 64 {
+                let meta = &nv.meta;
+                nv.order
+                    .retain(|&(seq, slot)| meta[slot as usize].sequence == seq);
+            }
+            let threshold = (f64::from(nv.cache.slots()) * self.options.destage_threshold) as u32;
+            let want = threshold.max(self.geo.segment_blocks - 1);
+            if nv.dirty > want.min(nv.cache.slots() - 1) {
+                self.destage(st, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Destages the oldest dirty NV blocks: full segment writes until the dirty
+    /// count is under the threshold, or (`forced`) at least one write.
+    fn destage(&self, st: &mut State, forced: bool) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let per_write = self.geo.segment_blocks - 1;
+        loop {
+            let Some(nv) = st.nv.as_mut() else {
+                return Ok(());
+            };
+            let threshold = (f64::from(nv.cache.slots()) * self.options.destage_threshold) as u32;
+            let go = if forced {
+                nv.dirty > 0 || !nv.superseded.is_empty()
+            } else {
+                nv.dirty > threshold && nv.dirty >= per_write
+            };
+            if !go {
+                return Ok(());
+            }
+            if nv.dirty == 0 {
+                // Nothing dirty: only superseded slots wait; clear them.
+                let mut ranges = std::mem::take(&mut nv.ranges);
+                ranges.clear();
+                for &slot in &nv.superseded {
+                    nv.cache.stage_clear(slot, &mut ranges)?;
+                }
+                nv.cache.persist(&ranges)?;
+                nv.ranges = ranges;
+                nv.free.append(&mut nv.superseded);
+                return Ok(());
+            }
+            let mut entries = std::mem::take(&mut st.out_entries);
+            let mut out = std::mem::take(&mut st.out);
+            entries.clear();
+            let mut slots = Vec::with_capacity(per_write as usize);
+            {
+                let nv = st.nv.as_mut().expect("checked above");
+                while (entries.len() as u32) < per_write {
+                    let Some((seq, slot)) = nv.order.pop_front() else {
+                        break;
+                    };
+                    let m = nv.meta[slot as usize];
+                    if m.sequence != seq {
+                        continue;
+                    }
+                    let i = entries.len();
+                    nv.cache.read(slot, &mut out[(i + 1) * b..(i + 2) * b])?;
+                    entries.push(SummaryEntry {
+                        logical: m.logical,
+                        crc: m.crc,
+                    });
+                    slots.push(slot);
+                }
+            }
+            let result = self.append(st, &entries, &mut out, Kind::User, false);
+            st.out = out;
+            st.out_entries = entries;
+            if let Err(e) = result {
+                // Put the blocks back at the front: they are still dirty.
+                let nv = st.nv.as_mut().expect("checked above");
+                for &slot in slots.iter().rev() {
+                    nv.order.push_front((nv.meta[slot as usize].sequence, slot));
+                }
+                return Err(e);
+            }
+            self.device_flush(st)?;
+            let nv = st.nv.as_mut().expect("checked above");
+            let mut ranges = std::mem::take(&mut nv.ranges);
+            // Superseded slots are cleared (fenced) before the destaged ones:
+            // an older slot of a block must never outlive its newest one.
+            ranges.clear();
+            for &slot in &nv.superseded {
+                nv.cache.stage_clear(slot, &mut ranges)?;
+            }
+            nv.cache.persist(&ranges)?;
+            nv.free.append(&mut nv.superseded);
+            ranges.clear();
+            for &slot in &slots {
+                nv.cache.stage_clear(slot, &mut ranges)?;
+            }
+            nv.cache.persist(&ranges)?;
+            nv.ranges = ranges;
+            for &slot in &slots {
+                let m = &mut nv.meta[slot as usize];
+                nv.of.remove(&m.logical);
+                m.sequence = 0;
+                nv.free.push(slot);
+            }
+            nv.dirty -= slots.len() as u32;
+            if forced {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Writes `entries` (data at `(i + 1)·B` of `buf`) at the log head, as
+    /// one segment write per segment touched, and updates the tables.
+    fn append(
+        &self,
+        st: &mut State,
+        entries: &[SummaryEntry],
+        buf: &mut [u8],
+        kind: Kind,
+        partial: bool,
+    ) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let n = self.geo.segment_blocks;
+        let mut done = 0usize;
+        while done < entries.len() {
+            let (segment, slot) = self.ensure_head(st, kind)?;
+            let room = (n - slot - 1) as usize;
+            let k = room.min(entries.len() - done);
+            let chunk = &entries[done..done + k];
+            let is_partial = partial && done + k == entries.len() && k < room;
+            let close = is_partial && self.options.partial == PartialSegments::Close;
+            st.sequence += 1;
+            let sequence = st.sequence;
+            let summary = format::encode_summary(
+                &Summary {
+                    sequence,
+                    segment,
+                    first_slot: slot,
+                    partial: is_partial,
+                    entries: chunk.to_vec(),
+                },
+                self.geo.block_size,
+            )?;
+            // The summary goes in the block before this chunk's data (the
+            // previous chunk's last block, already written).
+            buf[done * b..(done + 1) * b].copy_from_slice(&summary);
+            let mut end = (done + k + 1) * b;
+            if close {
+                // The paper's LLD writes the whole segment buffer.
+                let full = (done + room + 1) * b;
+                buf[end..full].fill(0);
+                end = full;
+            }
+            let io = &buf[done * b..end];
+            self.dev
+                .write_at(io, block_of(&self.geo, segment, slot) * b as u64)?;
+            let m = &mut st.metrics;
+            match kind {
+                Kind::User => {
+                    m.user_segment_writes += 1;
+                    m.user_blocks_written += k as u64;
+                    m.user_bytes += io.len() as u64;
+                }
+                Kind::Cleaner => {
+                    m.cleaner_segment_writes += 1;
+                    m.cleaner_blocks_written += k as u64;
+                    m.cleaner_bytes += io.len() as u64;
+                }
+            }
+            if is_partial {
+                m.partial_segments += 1;
+            }
+            for (i, e) in chunk.iter().enumerate() {
+                let physical = block_of(&self.geo, segment, slot + 1 + i as u32);
+                let old = std::mem::replace(
+                    &mut st.map[e.logical as usize],
+                    MapEntry {
+                        physical,
+                        sequence,
+                        crc: e.crc,
+                    },
+                );
+                if old.physical != UNMAPPED {
+                    Self::kill(st, segment_of(&self.geo, old.physical));
+                }
+            }
+            st.live[segment as usize] += k as u32;
+            st.last_seq[segment as usize] = sequence;
+            let next = if close { n } else { slot + 1 + k as u32 };
+            if next + 1 >= n {
+                if st.live[segment as usize] == 0 {
+                    st.seg[segment as usize] = Seg::Pending;
+                    st.pending.push(segment);
+                } else {
+                    st.seg[segment as usize] = Seg::Closed;
+                }
+                st.head = None;
+            } else {
+                st.head = Some((segment, next));
+            }
+            done += k;
+            st.since_checkpoint += 1;
+        }
+        self.invariant(st);
+        if !st.in_cleaner && st.since_checkpoint >= self.checkpoint_interval {
+            self.checkpoint(st)?;
+        }
+        Ok(())
+    }
+
+    /// Debug builds check that no closed segment is empty (it would be lost
+    /// to reuse forever).
+    fn invariant(&self, st: &State) {
+        debug_assert!(
+            st.in_cleaner
+                || (0..self.geo.segments as usize)
+                    .all(|s| st.seg[s] != Seg::Closed || st.live[s] > 0),
+            "a closed segment is empty: {:?} / {:?}",
+            st.seg,
+            st.live
+        );
+    }
+
+    /// One block of `segment` died.
+    fn kill(st: &mut State, segment: u32) {
+        let s = segment as usize;
+        st.live[s] -= 1;
+        if st.live[s] == 0 && st.seg[s] == Seg::Closed {
+            st.seg[s] = Seg::Pending;
+            st.pending.push(segment);
+        }
+    }
+
+    /// The log head, opening a segment (and cleaning first) if needed.
+    fn ensure_head(&self, st: &mut State, kind: Kind) -> Result<(u32, u32), LogDiskError> {
+        if let Some(head) = st.head {
+            return Ok(head);
+        }
+        if kind == Kind::User
+            && !st.in_cleaner
+            && ((st.free.len() + st.pending.len()) as u32) < self.options.clean_low
+        {
+            self.clean(st)?;
+            // The cleaner's last write may have left the head open: continue there.
+            if let Some(head) = st.head {
+                return Ok(head);
+            }
+        }
+        if st.free.is_empty() && !st.pending.is_empty() {
+            self.device_flush(st)?;
+        }
+        let segment = st.free.pop().ok_or(LogDiskError::NoSpace)?;
+        st.seg[segment as usize] = Seg::Open;
+        st.opened_at[segment as usize] =
+            st.metrics.user_blocks_written + st.metrics.cleaner_blocks_written;
+        st.head = Some((segment, 0));
+        Ok((segment, 0))
+    }
+
+    /// Flushes the device; segments that died before it become free.
+    fn device_flush(&self, st: &mut State) -> Result<(), LogDiskError> {
+        self.dev.flush()?;
+        st.metrics.device_flushes += 1;
+        for s in st.pending.drain(..) {
+            st.seg[s as usize] = Seg::Free;
+            st.free.push(s);
+        }
+        Ok(())
+    }
+
+    fn pick_victim(&self, st: &State) -> Option<u32> {
+        let usable = f64::from(self.geo.segment_blocks - 1);
+        let now = st.sequence;
+        let closed = (0..self.geo.segments).filter(|&s| st.seg[s as usize] == Seg::Closed);
+        match self.options.cleaner {
+            CleanerPolicy::Greedy => closed.min_by_key(|&s| (st.live[s as usize], s)),
+            CleanerPolicy::CostBenefit | CleanerPolicy::AgeSort => closed
+                .map(|s| {
+                    let u = f64::from(st.live[s as usize]) / usable;
+                    let age = (now - st.last_seq[s as usize].min(now)) as f64 + 1.0;
+                    (s, (1.0 - u) * age / (1.0 + u))
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|(s, _)| s),
+        }
+    }
+
+    /// Cleans until the high watermark (or nothing more can be gained).
+    fn clean(&self, st: &mut State) -> Result<(), LogDiskError> {
+        st.in_cleaner = true;
+        let result = self.clean_passes(st);
+        st.in_cleaner = false;
+        result?;
+        self.device_flush(st)
+    }
+
+    fn clean_passes(&self, st: &mut State) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let n = self.geo.segment_blocks as usize;
+        let per_write = n - 1;
+        let mut out = std::mem::take(&mut st.clean_out);
+        let mut entries = std::mem::take(&mut st.clean_entries);
+        let mut ages: Vec<u64> = Vec::new();
+        let mut victim = std::mem::take(&mut st.victim);
+        let mut passes = 0u32;
+        let result = (|| {
+            while ((st.free.len() + st.pending.len()) as u32) < self.clean_high {
+                passes += 1;
+                if passes > 2 * self.geo.segments {
+                    break;
+                }
+                // One pass: victims whose live blocks fit one segment write.
+                entries.clear();
+                ages.clear();
+                let mut victims = Vec::new();
+                // What can be written before any victim is freed.
+                let room = st.head.map_or(0, |(_, slot)| n - slot as usize - 1)
+                    + (st.free.len() + st.pending.len()) * per_write;
+                let limit = per_write.min(room);
+                while let Some(v) = self.pick_victim(st) {
+                    if entries.len() + st.live[v as usize] as usize > limit {
+                        if victims.is_empty() {
+                            return Err(LogDiskError::NoSpace);
+                        }
+                        break;
+                    }
+                    st.seg[v as usize] = Seg::Open; // not a candidate again this pass
+                    victims.push(v);
+                    self.collect_live(st, v, &mut victim, &mut out, &mut entries, &mut ages)?;
+                }
+                if victims.is_empty() {
+                    break;
+                }
+                if self.options.cleaner == CleanerPolicy::AgeSort && entries.len() > 1 {
+                    let mut order: Vec<usize> = (0..entries.len()).collect();
+                    order.sort_by_key(|&i| ages[i]);
+                    let sorted_entries: Vec<_> = order.iter().map(|&i| entries[i]).collect();
+                    let mut sorted = vec![0u8; (entries.len() + 1) * b];
+                    for (to, &from) in order.iter().enumerate() {
+                        sorted[(to + 1) * b..(to + 2) * b]
+                            .copy_from_slice(&out[(from + 1) * b..(from + 2) * b]);
+                    }
+                    out[b..(entries.len() + 1) * b].copy_from_slice(&sorted[b..]);
+                    entries.copy_from_slice(&sorted_entries);
+                }
+                for &v in &victims {
+                    st.seg[v as usize] = Seg::Closed;
+                }
+                self.append(st, &entries, &mut out, Kind::Cleaner, false)?;
+                for &v in &victims {
+                    // Every live block moved (checked in `collect_live`), so the
+                    // victim emptied; it may even be the head again already.
+                    if st.seg[v as usize] == Seg::Closed && st.live[v as usize] == 0 {
+                        st.seg[v as usize] = Seg::Pending;
+                        st.pending.push(v);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        st.clean_out = out;
+        st.clean_entries = entries;
+        st.victim = victim;
+        result
+    }
+
+    #[allow(clippy::many_single_char_names)]
+    /// Reads segment `v` in one I/O and appends its live blocks to `entries`
+    /// and `out` (data at `(i + 1)·B`), their write sequences to `ages`.
+    fn collect_live(
+        &self,
+        st: &mut State,
+        v: u32,
+        victim: &mut [u8],
+        out: &mut [u8],
+        entries: &mut Vec<SummaryEntry>,
+        ages: &mut Vec<u64>,
+    ) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let n = self.geo.segment_blocks;
+        let start = block_of(&self.geo, v, 0);
+        self.dev.read_at(victim, start * b as u64)?;
+        st.metrics.cleaner_segment_reads += 1;
+        st.metrics.lifetime_blocks += (st.metrics.user_blocks_written
+            + st.metrics.cleaner_blocks_written)
+            .saturating_sub(st.opened_at[v as usize]);
+        let mut slot = 0u32;
+        let mut prev = 0u64;
+        let first = entries.len();
+        while slot + 1 < n {
+            let at = slot as usize * b;
+            let Ok(s) = format::decode_summary(&victim[at..at + b], self.geo.block_size) else {
+                break;
+            };
+            if s.segment != v || s.first_slot != slot || s.sequence <= prev {
+                break;
+            }
+            prev = s.sequence;
+            for (i, e) in s.entries.iter().enumerate() {
+                let physical = start + u64::from(slot) + 1 + i as u64;
+                let Some(m) = st.map.get(e.logical as usize) else {
+                    continue;
+                };
+                if m.physical != physical {
+                    continue;
+                }
+                let from = (slot as usize + 1 + i) * b;
+                let data = &victim[from..from + b];
+                if crc32c::crc32c(data) != m.crc {
+                    return Err(LogDiskError::Corrupt(format!(
+                        "cleaning segment {v}: logical block {} at physical block {physical} fails its checksum",
+                        e.logical
+                    )));
+                }
+                let to = entries.len() + 1;
+                out[to * b..(to + 1) * b].copy_from_slice(data);
+                entries.push(SummaryEntry {
+                    logical: e.logical,
+                    crc: m.crc,
+                });
+                ages.push(m.sequence);
+            }
+            slot += 1 + s.entries.len() as u32;
+        }
+        let moved = entries.len() - first;
+        if moved != st.live[v as usize] as usize {
+            return Err(LogDiskError::Corrupt(format!(
+                "segment {v}: {} live blocks in the table, {moved} named by its summaries",
+                st.live[v as usize]
+            )));
+        }
+        Ok(())
+    }
+
+    /// Makes every completed write durable: in volatile mode a partial
+    /// segment write of the buffer, then a device flush.
+    pub fn flush(&self) -> Result<(), LogDiskError> {
+        let mut st = self.write_state();
+        if st.nv.is_none() {
+            self.write_out_buffer(&mut st, true)?;
+            self.device_flush(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Destages everything, writes a checkpoint and flushes: the image then
+    /// opens with no roll-forward and an empty NV cache.
+    pub fn close(&self) -> Result<(), LogDiskError> {
+        let mut st = self.write_state();
+        self.write_out_buffer(&mut st, true)?;
+        while st
+            .nv
+            .as_ref()
+            .is_some_and(|nv| nv.dirty > 0 || !nv.superseded.is_empty())
+        {
+            self.destage(&mut st, true)?;
+        }
+        self.checkpoint(&mut st)
+    }
+
+    /// Writes a checkpoint now (after a device flush).
+    pub fn sync_checkpoint(&self) -> Result<(), LogDiskError> {
+        let mut st = self.write_state();
+        self.checkpoint(&mut st)
+    }
+
+    fn checkpoint(&self, st: &mut State) -> Result<(), LogDiskError> {
+        self.device_flush(st)?;
+        let number = st.checkpoint_number + 1;
+        let (head_segment, head_slot) = st.head.unwrap_or((0, self.geo.segment_blocks - 1));
+        st.metrics.checkpoints += 1;
+        st.metrics.checkpoint_bytes +=
+            self.geo.checkpoint_blocks() * u64::from(self.geo.block_size);
+        let cp = Checkpoint {
+            number,
+            sequence: st.sequence,
+            head_segment,
+            head_slot,
+            map: st.map.clone(),
+            usage: st
+                .live
+                .iter()
+                .zip(&st.last_seq)
+                .map(|(&live, &last_sequence)| Usage {
+                    live,
+                    last_sequence,
+                })
+                .collect(),
+            counters: st.metrics.to_counters(),
+        };
+        let bytes = format::encode_checkpoint(&cp, &self.geo)?;
+        let b = u64::from(self.geo.block_size);
+        let at = if number % 2 == 1 {
+            b
+        } else {
+            b * (1 + self.geo.checkpoint_blocks())
+        };
+        self.dev.write_at(&bytes, at)?;
+        self.dev.flush()?;
+        st.metrics.device_flushes += 1;
+        st.checkpoint_number = number;
+        st.since_checkpoint = 0;
+        Ok(())
+    }
+}
+
+enum Recovery {
+    Fresh(NvCache),
+    Region(Box<dyn Region>),
+}
+
+fn volume_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
+/// Reads both checkpoint slots; the valid one with the larger number wins.
+pub(crate) fn read_checkpoint<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+) -> Result<Checkpoint, LogDiskError> {
+    let b = u64::from(geo.block_size);
+    let len = (geo.checkpoint_blocks() * b) as usize;
+    let mut buf = vec![0u8; len];
+    dev.read_at(&mut buf, b)?;
+    let a = format::decode_checkpoint(&buf, geo);
+    dev.read_at(&mut buf, b * (1 + geo.checkpoint_blocks()))?;
+    let bb = format::decode_checkpoint(&buf, geo);
+    match (a, bb) {
+        (Ok(a), Ok(bb)) => Ok(if a.number >= bb.number { a } else { bb }),
+        (Ok(a), Err(_)) => Ok(a),
+        (Err(_), Ok(bb)) => Ok(bb),
+        (Err(a), Err(bb)) => Err(LogDiskError::NoCheckpoint {
+            a: a.to_string(),
+            b: bb.to_string(),
+        }),
+    }
+}
+
+/// A segment write found after the checkpoint.
+pub(crate) struct Found {
+    pub sequence: u64,
+    pub segment: u32,
+    pub slot: u32,
+    pub entries: Vec<SummaryEntry>,
+}
+
+/// Walks segment `segment` from `slot`, accepting summaries newer than
+/// `after` whose data all match their CRCs. Returns the accepted writes and
+/// the largest valid summary sequence seen.
+pub(crate) fn walk_segment(
+    seg_buf: &[u8],
+    geo: &Geometry,
+    segment: u32,
+    mut slot: u32,
+    after: u64,
+    found: &mut Vec<Found>,
+) -> u64 {
+    let b = geo.block_size as usize;
+    let n = geo.segment_blocks;
+    let mut prev = after;
+    let mut max_seen = 0;
+    while slot + 1 < n {
+        let at = slot as usize * b;
+        let Ok(s) = format::decode_summary(&seg_buf[at..at + b], geo.block_size) else {
+            break;
+        };
+        max_seen = max_seen.max(s.sequence);
+        let k = s.entries.len() as u32;
+        if s.segment != segment
+            || s.first_slot != slot
+            || s.sequence <= prev
+            || k == 0
+            || slot + 1 + k > n
+            || s.entries.iter().any(|e| e.logical >= geo.logical_blocks)
+        {
+            break;
+        }
+        let torn = s.entries.iter().enumerate().any(|(i, e)| {
+            let from = (slot as usize + 1 + i) * b;
+            crc32c::crc32c(&seg_buf[from..from + b]) != e.crc
+        });
+        if torn {
+            break;
+        }
+        prev = s.sequence;
+        found.push(Found {
+            sequence: s.sequence,
+            segment,
+            slot,
+            entries: s.entries,
+        });
+        slot += 1 + k;
+    }
+    max_seen
+}
+
+/// Finds and applies every segment write after the checkpoint in `st`.
+/// Returns the largest summary sequence seen anywhere.
+fn roll_forward<D: Device>(
+    dev: &D,
+    geo: &Geometry,
+    head_segment: u32,
+    head_slot: u32,
+    st: &mut State,
+) -> Result<u64, LogDiskError> {
+    let b = geo.block_size as usize;
+    let after = st.sequence;
+    let mut found = Vec::new();
+    let mut max_seen = after;
+    let mut first = vec![0u8; b];
+    let mut seg_buf = std::mem::take(&mut st.victim);
+    for s in 0..geo.segments {
+        let start = block_of(geo, s, 0) * b as u64;
+        let walk_from = if s == head_segment {
+            Some(head_slot)
+        } else {
+            dev.read_at(&mut first, start)?;
+            match format::decode_summary(&first, geo.block_size) {
+                Ok(sum) => {
+                    max_seen = max_seen.max(sum.sequence);
+                    (sum.sequence > after).then_some(0)
+                }
+                Err(_) => None,
+            }
+        };
+        if let Some(slot) = walk_from {
+            dev.read_at(&mut seg_buf, start)?;
+            max_seen = max_seen.max(walk_segment(&seg_buf, geo, s, slot, after, &mut found));
+            if s == head_segment && slot > 0 {
+                // The head segment may also have been reused from slot 0.
+                max_seen = max_seen.max(walk_segment(&seg_buf, geo, s, 0, after, &mut found));
+            }
+        }
+    }
+    st.victim = seg_buf;
+    found.sort_unstable_by_key(|f| f.sequence);
+    found.dedup_by_key(|f| f.sequence);
+    // The log continues after the newest write found (or at the checkpoint's
+    // head): a crash does not cost a segment.
+    let head = match found.last() {
+        Some(f) => (f.segment, f.slot + 1 + f.entries.len() as u32),
+        None => (head_segment, head_slot),
+    };
+    st.head = (head.1 + 1 < geo.segment_blocks).then_some(head);
+    for f in &found {
+        for (i, e) in f.entries.iter().enumerate() {
+            st.map[e.logical as usize] = MapEntry {
+                physical: block_of(geo, f.segment, f.slot + 1 + i as u32),
+                sequence: f.sequence,
+                crc: e.crc,
+            };
+        }
+        st.sequence = st.sequence.max(f.sequence);
+    }
+    Ok(max_seen)
+}
+
+fn to_device_error(e: LogDiskError, op: DeviceOp, offset: u64, len: u64) -> DeviceError {
+    match e {
+        LogDiskError::Device(e) => e,
+        LogDiskError::NoSpace => DeviceError::Io {
+            op,
+            offset,
+            len,
+            device: "log disk".into(),
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, e.to_string()),
+        },
+        other => DeviceError::Corrupt {
+            op,
+            offset,
+            len,
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// The log disk is a `Device`: byte ranges are split into blocks, and a
+/// partial block is read, patched and written whole. `discard` is accepted and
+/// does nothing (ranges read back their old contents).
+impl<D: Device> Device for LogDisk<D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
+        let b = u64::from(self.geo.block_size);
+        let st = self.read_state();
+        let mut block = vec![0u8; b as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let logical = at / b;
+            let within = (at % b) as usize;
+            let n = (b as usize - within).min(buf.len() - done);
+            if within == 0 && n == b as usize {
+                self.read_locked(&st, logical, &mut buf[done..done + n])
+            } else {
+                self.read_locked(&st, logical, &mut block).map(|()| {
+                    buf[done..done + n].copy_from_slice(&block[within..within + n]);
+                })
+            }
+            .map_err(|e| to_device_error(e, DeviceOp::Read, at, n as u64))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
+        let b = u64::from(self.geo.block_size);
+        let bs = b as usize;
+        let map = |e| to_device_error(e, DeviceOp::Write, offset, buf.len() as u64);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let within = (at % b) as usize;
+            if within == 0 && buf.len() - done >= bs {
+                let whole = (buf.len() - done) / bs * bs;
+                self.write_blocks(at / b, &buf[done..done + whole])
+                    .map_err(map)?;
+                done += whole;
+            } else {
+                let n = (bs - within).min(buf.len() - done);
+                self.write_partial(at / b, within, &buf[done..done + n])
+                    .map_err(map)?;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        LogDisk::flush(self).map_err(|e| to_device_error(e, DeviceOp::Flush, 0, 0))
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Discard, offset, len, self.len())
+    }
+
+    fn len(&self) -> u64 {
+        self.geo.logical_blocks * u64::from(self.geo.block_size)
+    }
+
+    fn alignment(&self) -> u64 {
+        u64::from(self.geo.block_size)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "log disk ({} segments of {} × {} B{}) on {}",
+            self.geo.segments,
+            self.geo.segment_blocks,
+            self.geo.block_size,
+            self.read_state()
+                .nv
+                .as_ref()
+                .map(|nv| format!(", NV cache {}", nv.cache.describe()))
+                .unwrap_or_default(),
+            self.dev.describe()
+        )
+    }
+}

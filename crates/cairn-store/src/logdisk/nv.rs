@@ -1,0 +1,337 @@
+//! The log disk's non-volatile write cache: block slots in a persistent-memory
+//! [`Region`] (papers/003's NV cache).
+//!
+//! A write is durable once its data and its slot entry are flushed and fenced;
+//! the log disk acknowledges it then, before any disk I/O. Layout of the region
+//! (byte diagram in `docs/formats.md`):
+//!
+//! ```text
+//! 0 .. 64            header: magic "CAIRNNV1", version, block size, slots, volume id, CRC32C
+//! 4096 .. T          slot table: 32 bytes per slot
+//! T .. T + slots·B   slot data, T = 4096 + slots·32 rounded up to 4096
+//! ```
+//!
+//! A slot entry is `{sequence (0 = empty), logical block, data CRC32C, entry
+//! CRC32C}`. It is valid only when its own CRC and its data's CRC match, so a
+//! slot written partly (a crash between the data and the entry stores, in any
+//! order the memory system chose) is recognised and ignored — it was never
+//! acknowledged. A rewrite of a cached block goes to a *new* slot (copy on
+//! write); the superseded slot is cleared only after the new one is fenced, and
+//! at recovery the valid slot with the higher sequence wins. A slot is freed
+//! (its entry cleared and fenced) only after the segment write that destaged it
+//! is durable on the device, so a valid slot is never older than the block's
+//! copy on disk.
+
+use crate::device::DeviceError;
+use crate::ntl::Region;
+
+/// `CAIRNNV1`: the NV cache header.
+pub const NV_MAGIC: [u8; 8] = *b"CAIRNNV1";
+const NV_VERSION: u32 = 1;
+const HEADER: u64 = 64;
+const TABLE_AT: u64 = 4096;
+const ENTRY: u64 = 32;
+
+/// Why an NV cache region could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NvError {
+    /// The region is too small for even one slot.
+    #[error("NV cache region of {len} bytes holds no {block_size}-byte slot")]
+    TooSmall {
+        /// Region bytes.
+        len: u64,
+        /// Block size.
+        block_size: u32,
+    },
+    /// No NV cache header: never formatted, or the region was lost (a tmpfs
+    /// file after a reboot); writes acknowledged only to it are gone.
+    #[error(
+        "NV cache region has no cache header (never formatted, or lost: writes acknowledged only to it are gone)"
+    )]
+    Missing,
+    /// The header is damaged or belongs to another volume or geometry.
+    #[error("NV cache header: {0}")]
+    Header(String),
+    /// Region I/O failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// One valid slot found at recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// Slot index.
+    pub slot: u32,
+    /// Logical block it holds.
+    pub logical: u64,
+    /// Sequence of the write.
+    pub sequence: u64,
+    /// CRC32C of its data.
+    pub crc: u32,
+}
+
+/// The slot layer over a region: encoding, persistence order, recovery scan.
+/// Which slots are free, and which logical block each holds, is kept by the
+/// log disk in DRAM (rebuilt from [`NvCache::scan`] at open).
+pub struct NvCache {
+    region: Box<dyn Region>,
+    block_size: u32,
+    slots: u32,
+    data_at: u64,
+}
+
+fn layout(len: u64, block_size: u32) -> Option<(u32, u64)> {
+    let b = u64::from(block_size);
+    // slots·(B + 32) + TABLE_AT + padding ≤ len
+    let room = len.checked_sub(TABLE_AT + 4096)?;
+    let slots = (room / (b + ENTRY)).min(u64::from(u32::MAX - 1)) as u32;
+    if slots == 0 {
+        return None;
+    }
+    let data_at = (TABLE_AT + u64::from(slots) * ENTRY).div_ceil(4096) * 4096;
+    (data_at + u64::from(slots) * b <= len).then_some((slots, data_at))
+}
+
+fn header(block_size: u32, slots: u32, volume: u64) -> [u8; HEADER as usize] {
+    let mut h = [0u8; HEADER as usize];
+    h[..8].copy_from_slice(&NV_MAGIC);
+    h[8..12].copy_from_slice(&NV_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&block_size.to_le_bytes());
+    h[16..20].copy_from_slice(&slots.to_le_bytes());
+    h[24..32].copy_from_slice(&volume.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..60]);
+    h[60..64].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn entry_bytes(sequence: u64, logical: u64, crc: u32) -> [u8; 24] {
+    let mut e = [0u8; 24];
+    e[..8].copy_from_slice(&sequence.to_le_bytes());
+    e[8..16].copy_from_slice(&logical.to_le_bytes());
+    e[16..20].copy_from_slice(&crc.to_le_bytes());
+    let ecrc = crc32c::crc32c(&e[..20]);
+    e[20..24].copy_from_slice(&ecrc.to_le_bytes());
+    e
+}
+
+impl NvCache {
+    /// Formats `region` as an empty cache for `block_size`-byte blocks of
+    /// volume `volume`.
+    pub fn format(region: Box<dyn Region>, block_size: u32, volume: u64) -> Result<Self, NvError> {
+        let (slots, data_at) = layout(region.len(), block_size).ok_or(NvError::TooSmall {
+            len: region.len(),
+            block_size,
+        })?;
+        // Clear every entry first, then publish the header.
+        let zero = [0u8; 4096];
+        let table_end = TABLE_AT + u64::from(slots) * ENTRY;
+        let mut at = TABLE_AT;
+        while at < table_end {
+            let n = (table_end - at).min(4096);
+            region.write(at, &zero[..n as usize])?;
+            at += n;
+        }
+        region.flush(&[(TABLE_AT, table_end - TABLE_AT)])?;
+        region.fence()?;
+        region.write(0, &header(block_size, slots, volume))?;
+        region.flush(&[(0, HEADER)])?;
+        region.fence()?;
+        Ok(Self {
+            region,
+            block_size,
+            slots,
+            data_at,
+        })
+    }
+
+    /// Opens a formatted cache of volume `volume`.
+    pub fn open(region: Box<dyn Region>, block_size: u32, volume: u64) -> Result<Self, NvError> {
+        let mut h = [0u8; HEADER as usize];
+        if region.len() < HEADER {
+            return Err(NvError::TooSmall {
+                len: region.len(),
+                block_size,
+            });
+        }
+        region.read(0, &mut h)?;
+        if h[..8] != NV_MAGIC {
+            return Err(NvError::Missing);
+        }
+        let want = header(
+            block_size,
+            u32::from_le_bytes([h[16], h[17], h[18], h[19]]),
+            volume,
+        );
+        if h != want {
+            let stored_crc = u32::from_le_bytes([h[60], h[61], h[62], h[63]]);
+            let reason = if crc32c::crc32c(&h[..60]) != stored_crc {
+                "checksum mismatch (corrupted)".to_string()
+            } else if h[12..16] != want[12..16] {
+                format!(
+                    "block size {} recorded, the volume uses {block_size}",
+                    u32::from_le_bytes([h[12], h[13], h[14], h[15]])
+                )
+            } else if h[24..32] != want[24..32] {
+                "it belongs to another volume (volume id differs)".to_string()
+            } else {
+                "unknown version or fields".to_string()
+            };
+            return Err(NvError::Header(reason));
+        }
+        let slots = u32::from_le_bytes([h[16], h[17], h[18], h[19]]);
+        match layout(region.len(), block_size) {
+            Some((fit, data_at)) if fit == slots => Ok(Self {
+                region,
+                block_size,
+                slots,
+                data_at,
+            }),
+            _ => Err(NvError::Header(format!(
+                "{slots} slots recorded do not fit a region of {} bytes",
+                region.len()
+            ))),
+        }
+    }
+
+    /// Number of block slots.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// The region's description.
+    pub fn describe(&self) -> String {
+        self.region.describe()
+    }
+
+    fn entry_at(slot: u32) -> u64 {
+        TABLE_AT + u64::from(slot) * ENTRY
+    }
+
+    fn data_range(&self, slot: u32) -> (u64, u64) {
+        let b = u64::from(self.block_size);
+        (self.data_at + u64::from(slot) * b, b)
+    }
+
+    /// Stores `data` and its entry in `slot` (not yet durable); the ranges to
+    /// flush are appended to `ranges`.
+    pub fn stage(
+        &self,
+        slot: u32,
+        logical: u64,
+        sequence: u64,
+        crc: u32,
+        data: &[u8],
+        ranges: &mut Vec<(u64, u64)>,
+    ) -> Result<(), DeviceError> {
+        let (at, len) = self.data_range(slot);
+        self.region.write(at, data)?;
+        let e = Self::entry_at(slot);
+        self.region.write(e, &entry_bytes(sequence, logical, crc))?;
+        ranges.push((at, len));
+        ranges.push((e, 24));
+        Ok(())
+    }
+
+    /// Clears `slot`'s entry (not yet durable); its range is appended to `ranges`.
+    pub fn stage_clear(&self, slot: u32, ranges: &mut Vec<(u64, u64)>) -> Result<(), DeviceError> {
+        let e = Self::entry_at(slot);
+        self.region.store_u64(e, 0)?;
+        ranges.push((e, 8));
+        Ok(())
+    }
+
+    /// Makes every staged range durable: flush them all, fence once.
+    pub fn persist(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        self.region.flush(ranges)?;
+        self.region.fence()
+    }
+
+    /// Reads `slot`'s data.
+    pub fn read(&self, slot: u32, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let (at, len) = self.data_range(slot);
+        debug_assert_eq!(buf.len() as u64, len);
+        self.region.read(at, buf)
+    }
+
+    /// Every valid slot (entry CRC and data CRC match), in slot order.
+    pub fn scan(&self) -> Result<Vec<Recovered>, DeviceError> {
+        let mut found = Vec::new();
+        let mut data = vec![0u8; self.block_size as usize];
+        let mut e = [0u8; 24];
+        for slot in 0..self.slots {
+            self.region.read(Self::entry_at(slot), &mut e)?;
+            let sequence = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+            if sequence == 0 {
+                continue;
+            }
+            let logical = u64::from_le_bytes(e[8..16].try_into().unwrap_or_default());
+            let crc = u32::from_le_bytes(e[16..20].try_into().unwrap_or_default());
+            let ecrc = u32::from_le_bytes(e[20..24].try_into().unwrap_or_default());
+            if crc32c::crc32c(&e[..20]) != ecrc {
+                continue;
+            }
+            self.read(slot, &mut data)?;
+            if crc32c::crc32c(&data) != crc {
+                continue;
+            }
+            found.push(Recovered {
+                slot,
+                logical,
+                sequence,
+                crc,
+            });
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ntl::SimRegion;
+
+    #[test]
+    fn slots_round_trip_and_survive_reopen() {
+        let region = std::sync::Arc::new(SimRegion::new(64 * 1024));
+        let nv = NvCache::format(Box::new(region.clone()), 4096, 7).unwrap();
+        assert!(nv.slots() >= 10, "{}", nv.slots());
+        let data = vec![0x5au8; 4096];
+        let mut ranges = Vec::new();
+        nv.stage(3, 42, 9, crc32c::crc32c(&data), &data, &mut ranges)
+            .unwrap();
+        nv.persist(&ranges).unwrap();
+        let nv = NvCache::open(Box::new(region.clone()), 4096, 7).unwrap();
+        let found = nv.scan().unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].slot, found[0].logical, found[0].sequence),
+            (3, 42, 9)
+        );
+        assert!(matches!(
+            NvCache::open(Box::new(region.clone()), 4096, 8),
+            Err(NvError::Header(r)) if r.contains("another volume")
+        ));
+        assert!(matches!(
+            NvCache::open(Box::new(SimRegion::new(64 * 1024)), 4096, 7),
+            Err(NvError::Missing)
+        ));
+    }
+
+    #[test]
+    fn a_slot_whose_data_was_not_persisted_is_ignored() {
+        let region = std::sync::Arc::new(SimRegion::new(64 * 1024));
+        let nv = NvCache::format(Box::new(region.clone()), 4096, 1).unwrap();
+        let data = vec![1u8; 4096];
+        let mut ranges = Vec::new();
+        nv.stage(0, 5, 3, crc32c::crc32c(&data), &data, &mut ranges)
+            .unwrap();
+        // Persist only the entry, then lose everything unfenced.
+        nv.persist(&ranges[1..]).unwrap();
+        region.crash(1);
+        let nv = NvCache::open(Box::new(region), 4096, 1).unwrap();
+        assert!(nv.scan().unwrap().is_empty());
+    }
+}
