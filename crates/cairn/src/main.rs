@@ -66,6 +66,10 @@ enum Command {
     /// and each claim confirmed or not.
     #[command(subcommand)]
     Reproduce(commands::reproduce::ReproduceCommand),
+    /// Check an image (log disk or NTL) and say exactly what is wrong.
+    Fsck(commands::check::FsckArgs),
+    /// Describe an image: layout, segment use, saved metrics.
+    Inspect(commands::check::InspectArgs),
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
@@ -92,6 +96,8 @@ fn main() -> ExitCode {
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
+        Command::Fsck(args) => commands::check::run_fsck(&args),
+        Command::Inspect(args) => commands::check::run_inspect(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -143,3 +143,33 @@ fn a_bad_spec_is_a_clear_error() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--scale"));
 }
+
+#[test]
+fn logdisk_at_a_tenth_scale_upholds_the_nv_cache_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = reproduce(&["logdisk", "--scale", "0.1"], dir.path());
+    for table in 2..=7 {
+        assert!(out.contains(&format!("Table {table}:")), "{out}");
+    }
+    // Our design's claims: partial segments cost time and cleaning; the NV cache
+    // removes them, and pays off only under locality.
+    for text in [
+        "at U = 0.4, total time grows",
+        "cleaning reads grow with p",
+        "without locality a bigger NV cache barely helps",
+        "force none",
+    ] {
+        assert!(
+            claim_line(&out, text).contains("[confirmed]"),
+            "{text}: {out}"
+        );
+    }
+    let locality = out
+        .lines()
+        .filter(|l| l.contains("hit ratio climbs"))
+        .collect::<Vec<_>>();
+    assert_eq!(locality.len(), 2, "{out}");
+    assert!(locality.iter().all(|l| l.contains("[confirmed]")), "{out}");
+    let csv = std::fs::read_to_string(dir.path().join("logdisk.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 3 * 4 + 3 * 3, "{csv}");
+}

@@ -88,8 +88,9 @@ pub enum PartialSegments {
     /// BSD-LFS). The default.
     #[default]
     Append,
-    /// The partial write closes its segment, and the whole segment is written
-    /// (the paper's LLD: "at most one partial segment per segment").
+    /// Any write shorter than the room left closes its segment, and the whole
+    /// segment is written (the paper's LLD: "at most one partial segment per
+    /// segment; a new segment is always allocated").
     Close,
 }
 
@@ -98,7 +99,8 @@ pub enum PartialSegments {
 pub struct Options {
     /// Victim choice.
     pub cleaner: CleanerPolicy,
-    /// Cleaning starts when fewer free segments than this remain (≥ 2).
+    /// Cleaning starts when only this many free segments remain (≥ 2; the
+    /// paper's 2).
     pub clean_low: u32,
     /// Cleaning stops at this many free segments; 0 chooses
     /// `max(low + 2, segments / 32)`.
@@ -360,11 +362,11 @@ pub struct LogDisk<D: Device> {
 }
 
 /// Segment slot → absolute block.
-fn block_of(geo: &Geometry, segment: u32, slot: u32) -> u64 {
+pub(crate) fn block_of(geo: &Geometry, segment: u32, slot: u32) -> u64 {
     geo.segment_start(segment) + u64::from(slot)
 }
 
-fn segment_of(geo: &Geometry, physical: u64) -> u32 {
+pub(crate) fn segment_of(geo: &Geometry, physical: u64) -> u32 {
     ((physical - geo.segment_start(0)) / u64::from(geo.segment_blocks)) as u32
 }
 
@@ -446,7 +448,7 @@ impl<D: Device> LogDisk<D> {
         }
         let mut first = vec![0u8; 512];
         dev.read_at(&mut first, 0)?;
-        let bs = format::decode_superblock(&first).map_or(512, |sb| sb.geometry.block_size);
+        let bs = format::superblock_block_size(&first);
         let mut first = vec![0u8; bs as usize];
         dev.read_at(&mut first, 0)?;
         let sb = format::decode_superblock(&first)?;
@@ -478,7 +480,7 @@ impl<D: Device> LogDisk<D> {
             Some(Recovery::Region(r)) => Some(NvCache::open(r, geo.block_size, sb.id)?),
         };
         let mut st = State {
-            map: cp.map,
+            map: cp.map.clone(),
             live: vec![0; geo.segments as usize],
             last_seq: vec![0; geo.segments as usize],
             opened_at: vec![0; geo.segments as usize],
@@ -501,8 +503,11 @@ impl<D: Device> LogDisk<D> {
             nv: None,
             metrics: Metrics::from_counters(&cp.counters),
         };
-        let disk_max = roll_forward(&dev, &geo, cp.head_segment, cp.head_slot, &mut st)?;
-        st.sequence = st.sequence.max(disk_max);
+        let mut seg_buf = std::mem::take(&mut st.victim);
+        let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
+        st.victim = seg_buf;
+        st.head = replay.head;
+        st.sequence = st.sequence.max(replay.max_seen);
         if let Some(cache) = nv {
             let found = cache.scan()?;
             let slots = cache.slots() as usize;
@@ -969,13 +974,25 @@ impl<D: Device> LogDisk<D> {
         let b = self.geo.block_size as usize;
         let n = self.geo.segment_blocks;
         let mut done = 0usize;
+        if self.options.partial == PartialSegments::Close
+            && kind == Kind::User
+            && let Some((segment, slot)) = st.head
+            && slot > 0
+        {
+            // The paper's rule: a user write never shares a segment with an
+            // earlier write (here, the tail of the cleaner's last output).
+            self.close_head(st, segment);
+        }
         while done < entries.len() {
             let (segment, slot) = self.ensure_head(st, kind)?;
             let room = (n - slot - 1) as usize;
             let k = room.min(entries.len() - done);
             let chunk = &entries[done..done + k];
             let is_partial = partial && done + k == entries.len() && k < room;
-            let close = is_partial && self.options.partial == PartialSegments::Close;
+            // The paper's rule: a segment holds at most one write short of a
+            // full segment, which closes it (cleaner writes included).
+            let close =
+                self.options.partial == PartialSegments::Close && kind == Kind::User && k < room;
             st.sequence += 1;
             let sequence = st.sequence;
             let summary = format::encode_summary(
@@ -1035,13 +1052,7 @@ impl<D: Device> LogDisk<D> {
             st.last_seq[segment as usize] = sequence;
             let next = if close { n } else { slot + 1 + k as u32 };
             if next + 1 >= n {
-                if st.live[segment as usize] == 0 {
-                    st.seg[segment as usize] = Seg::Pending;
-                    st.pending.push(segment);
-                } else {
-                    st.seg[segment as usize] = Seg::Closed;
-                }
-                st.head = None;
+                self.close_head(st, segment);
             } else {
                 st.head = Some((segment, next));
             }
@@ -1053,6 +1064,18 @@ impl<D: Device> LogDisk<D> {
             self.checkpoint(st)?;
         }
         Ok(())
+    }
+
+    /// The head segment takes no more writes.
+    fn close_head(&self, st: &mut State, segment: u32) {
+        let _ = self;
+        if st.live[segment as usize] == 0 {
+            st.seg[segment as usize] = Seg::Pending;
+            st.pending.push(segment);
+        } else {
+            st.seg[segment as usize] = Seg::Closed;
+        }
+        st.head = None;
     }
 
     /// Debug builds check that no closed segment is empty (it would be lost
@@ -1085,7 +1108,7 @@ impl<D: Device> LogDisk<D> {
         }
         if kind == Kind::User
             && !st.in_cleaner
-            && ((st.free.len() + st.pending.len()) as u32) < self.options.clean_low
+            && ((st.free.len() + st.pending.len()) as u32) <= self.options.clean_low
         {
             self.clean(st)?;
             // The cleaner's last write may have left the head open: continue there.
@@ -1163,7 +1186,13 @@ impl<D: Device> LogDisk<D> {
                 // What can be written before any victim is freed.
                 let room = st.head.map_or(0, |(_, slot)| n - slot as usize - 1)
                     + (st.free.len() + st.pending.len()) * per_write;
-                let limit = per_write.min(room);
+                // Several victims per pass, written as full segments, so a
+                // pass frees more segments than it fills.
+                let limit = room;
+                let need = (limit + n + 1) * b;
+                if out.len() < need {
+                    out.resize(need, 0);
+                }
                 while let Some(v) = self.pick_victim(st) {
                     if entries.len() + st.live[v as usize] as usize > limit {
                         if victims.is_empty() {
@@ -1391,17 +1420,17 @@ pub(crate) fn read_checkpoint<D: Device + ?Sized>(
 }
 
 /// A segment write found after the checkpoint.
-pub(crate) struct Found {
-    pub sequence: u64,
-    pub segment: u32,
-    pub slot: u32,
-    pub entries: Vec<SummaryEntry>,
+struct Found {
+    sequence: u64,
+    segment: u32,
+    slot: u32,
+    entries: Vec<SummaryEntry>,
 }
 
 /// Walks segment `segment` from `slot`, accepting summaries newer than
 /// `after` whose data all match their CRCs. Returns the accepted writes and
 /// the largest valid summary sequence seen.
-pub(crate) fn walk_segment(
+fn walk_segment(
     seg_buf: &[u8],
     geo: &Geometry,
     segment: u32,
@@ -1448,25 +1477,34 @@ pub(crate) fn walk_segment(
     max_seen
 }
 
-/// Finds and applies every segment write after the checkpoint in `st`.
-/// Returns the largest summary sequence seen anywhere.
-fn roll_forward<D: Device>(
+/// What a roll-forward found.
+pub(crate) struct Replay {
+    /// Largest summary sequence seen anywhere.
+    pub max_seen: u64,
+    /// Segment writes applied.
+    pub applied: usize,
+    /// Where the log continues.
+    pub head: Option<(u32, u32)>,
+}
+
+/// Finds every segment write after checkpoint `cp` (sequence, head) and
+/// applies it to `map` in sequence order. `seg_buf` holds one segment.
+pub(crate) fn roll_forward<D: Device + ?Sized>(
     dev: &D,
     geo: &Geometry,
-    head_segment: u32,
-    head_slot: u32,
-    st: &mut State,
-) -> Result<u64, LogDiskError> {
+    cp: &Checkpoint,
+    map: &mut [MapEntry],
+    seg_buf: &mut [u8],
+) -> Result<Replay, LogDiskError> {
     let b = geo.block_size as usize;
-    let after = st.sequence;
+    let after = cp.sequence;
     let mut found = Vec::new();
     let mut max_seen = after;
     let mut first = vec![0u8; b];
-    let mut seg_buf = std::mem::take(&mut st.victim);
     for s in 0..geo.segments {
         let start = block_of(geo, s, 0) * b as u64;
-        let walk_from = if s == head_segment {
-            Some(head_slot)
+        let walk_from = if s == cp.head_segment {
+            Some(cp.head_slot)
         } else {
             dev.read_at(&mut first, start)?;
             match format::decode_summary(&first, geo.block_size) {
@@ -1478,35 +1516,36 @@ fn roll_forward<D: Device>(
             }
         };
         if let Some(slot) = walk_from {
-            dev.read_at(&mut seg_buf, start)?;
-            max_seen = max_seen.max(walk_segment(&seg_buf, geo, s, slot, after, &mut found));
-            if s == head_segment && slot > 0 {
+            dev.read_at(seg_buf, start)?;
+            max_seen = max_seen.max(walk_segment(seg_buf, geo, s, slot, after, &mut found));
+            if s == cp.head_segment && slot > 0 {
                 // The head segment may also have been reused from slot 0.
-                max_seen = max_seen.max(walk_segment(&seg_buf, geo, s, 0, after, &mut found));
+                max_seen = max_seen.max(walk_segment(seg_buf, geo, s, 0, after, &mut found));
             }
         }
     }
-    st.victim = seg_buf;
     found.sort_unstable_by_key(|f| f.sequence);
     found.dedup_by_key(|f| f.sequence);
-    // The log continues after the newest write found (or at the checkpoint's
-    // head): a crash does not cost a segment.
-    let head = match found.last() {
-        Some(f) => (f.segment, f.slot + 1 + f.entries.len() as u32),
-        None => (head_segment, head_slot),
-    };
-    st.head = (head.1 + 1 < geo.segment_blocks).then_some(head);
     for f in &found {
         for (i, e) in f.entries.iter().enumerate() {
-            st.map[e.logical as usize] = MapEntry {
+            map[e.logical as usize] = MapEntry {
                 physical: block_of(geo, f.segment, f.slot + 1 + i as u32),
                 sequence: f.sequence,
                 crc: e.crc,
             };
         }
-        st.sequence = st.sequence.max(f.sequence);
     }
-    Ok(max_seen)
+    // The log continues after the newest write found (or at the checkpoint's
+    // head): a crash does not cost a segment.
+    let head = match found.last() {
+        Some(f) => (f.segment, f.slot + 1 + f.entries.len() as u32),
+        None => (cp.head_segment, cp.head_slot),
+    };
+    Ok(Replay {
+        max_seen,
+        applied: found.len(),
+        head: (head.1 + 1 < geo.segment_blocks).then_some(head),
+    })
 }
 
 fn to_device_error(e: LogDiskError, op: DeviceOp, offset: u64, len: u64) -> DeviceError {

@@ -284,6 +284,21 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
     b
 }
 
+/// The block size a superblock's first 512 bytes claim (512 when they are
+/// not a superblock or claim something impossible), so the caller can read
+/// the whole block and then decode it.
+pub fn superblock_block_size(first: &[u8]) -> u32 {
+    if first.len() < 16 || first[..8] != SUPERBLOCK_MAGIC {
+        return 512;
+    }
+    let size = u32_at(first, 12);
+    if size.is_power_of_two() && (512..=65_536).contains(&size) {
+        size
+    } else {
+        512
+    }
+}
+
 /// Decodes a superblock; `b` is the image's first block (its size is read
 /// from the block itself, so pass at least 512 bytes; the rest is checked).
 pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
