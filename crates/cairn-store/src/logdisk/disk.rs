@@ -1575,7 +1575,8 @@ impl<D: Device> Device for LogDisk<D> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
         let b = u64::from(self.geo.block_size);
         let st = self.read_state();
-        let mut block = vec![0u8; b as usize];
+        // A scratch block only when a partial block is read.
+        let mut block = Vec::new();
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
@@ -1585,6 +1586,7 @@ impl<D: Device> Device for LogDisk<D> {
             if within == 0 && n == b as usize {
                 self.read_locked(&st, logical, &mut buf[done..done + n])
             } else {
+                block.resize(b as usize, 0);
                 self.read_locked(&st, logical, &mut block).map(|()| {
                     buf[done..done + n].copy_from_slice(&block[within..within + n]);
                 })
