@@ -66,6 +66,8 @@ enum Command {
     /// and each claim confirmed or not.
     #[command(subcommand)]
     Reproduce(commands::reproduce::ReproduceCommand),
+    /// Serve a volume over NBD to qemu, nbdinfo, fio, the kernel's nbd-client.
+    Serve(commands::serve::ServeArgs),
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
+        Command::Serve(args) => commands::serve::run(&args, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

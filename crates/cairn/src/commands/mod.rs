@@ -2,5 +2,6 @@
 
 pub mod mrc;
 pub mod reproduce;
+pub mod serve;
 pub mod sim;
 pub mod trace;
