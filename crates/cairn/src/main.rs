@@ -68,6 +68,9 @@ enum Command {
     Reproduce(commands::reproduce::ReproduceCommand),
     /// Serve a volume over NBD to qemu, nbdinfo, fio, the kernel's nbd-client.
     Serve(commands::serve::ServeArgs),
+    /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd).
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
+        Command::Bench(command) => commands::bench::run(&command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

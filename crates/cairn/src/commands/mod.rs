@@ -1,5 +1,6 @@
 //! One module per `cairn` command: its clap flags, their validation, and the run.
 
+pub mod bench;
 pub mod mrc;
 pub mod reproduce;
 pub mod serve;
