@@ -86,6 +86,9 @@ fn init_logging(quiet: bool, verbose: u8) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
+        // A server whose stderr was closed (its starter's pipe ended) must keep
+        // serving: the default reports a failed write with eprintln!, which panics.
+        .log_internal_errors(false)
         .init();
 }
 

@@ -209,3 +209,25 @@ fn bad_serve_arguments_are_clear_errors() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_server_whose_stdout_and_stderr_closed_keeps_serving_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cairn.sock");
+    let mut child = cairn()
+        .args(["serve", "--memory", "4MiB", "--listen"])
+        .arg(format!("unix:{}", socket.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = connect(&socket);
+    // The starter goes away: every later log line or print fails with EPIPE.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    assert_eq!(client.handshake(), 4 << 20);
+    client.request(CMD_WRITE, 0, 4, &[1, 2, 3, 4]);
+    assert_eq!(client.request(CMD_READ, 0, 4, &[]), [1, 2, 3, 4]);
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(child);
+}

@@ -5,6 +5,7 @@
 //! several exports from one config, and TLS come with the rest of issue 6;
 //! `--config` will select them and these flags will stay as overrides.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -117,8 +118,9 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         .name("signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                tracing::info!("signal {signal}: finishing in-flight requests, then exiting");
+                // Trigger first: nothing after this line may keep the server up.
                 shutdown.trigger();
+                tracing::info!("signal {signal}: finishing in-flight requests, then exiting");
             }
         })
         .context("starting the signal thread")?;
@@ -173,10 +175,16 @@ fn parse_size(text: &str) -> Result<u64> {
 }
 
 fn print_how_to_connect(uri: &str) {
-    println!("Cairn is serving NBD at {uri}");
-    println!("  nbdinfo '{uri}'");
-    println!("  qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'");
-    println!("  qemu-img convert -n -O raw disk.img '{uri}'");
-    println!("  nbdcopy --connections=4 '{uri}' copy.img");
-    println!("Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests finish, then a flush.");
+    let text = format!(
+        "Cairn is serving NBD at {uri}\n  nbdinfo '{uri}'\n  \
+         qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'\n  \
+         qemu-img convert -n -O raw disk.img '{uri}'\n  \
+         nbdcopy --connections=4 '{uri}' copy.img\n\
+         Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests finish, then a flush.\n"
+    );
+    // Not println!: a closed stdout must not stop the server.
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
 }
