@@ -15,6 +15,11 @@ quick=0
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# Real NBD clients for crates/cairn-nbd/tests/real_clients.rs and cli_serve.rs.
+command -v qemu-io >/dev/null || need_apt+=(qemu-utils)
+command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
+command -v nbdkit >/dev/null || need_apt+=(nbdkit)
+command -v fio >/dev/null || need_apt+=(fio)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_apt[*]}" >&2
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi

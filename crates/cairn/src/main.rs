@@ -70,6 +70,11 @@ enum Command {
     Fsck(commands::check::FsckArgs),
     /// Describe an image: layout, segment use, saved metrics.
     Inspect(commands::check::InspectArgs),
+    /// Serve a volume over NBD to qemu, nbdinfo, fio, the kernel's nbd-client.
+    Serve(commands::serve::ServeArgs),
+    /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd).
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
@@ -85,6 +90,9 @@ fn init_logging(quiet: bool, verbose: u8) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
+        // A server whose stderr was closed (its starter's pipe ended) must keep
+        // serving: the default reports a failed write with eprintln!, which panics.
+        .log_internal_errors(false)
         .init();
 }
 
@@ -98,6 +106,8 @@ fn main() -> ExitCode {
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
         Command::Fsck(args) => commands::check::run_fsck(&args),
         Command::Inspect(args) => commands::check::run_inspect(&args),
+        Command::Serve(args) => commands::serve::run(&args, cli.quiet),
+        Command::Bench(command) => commands::bench::run(&command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

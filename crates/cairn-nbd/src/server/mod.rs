@@ -1,0 +1,245 @@
+//! The NBD server: std threads over sockets.
+//!
+//! ```text
+//! accept loop ── per connection: handshake (one thread, codec::handshake)
+//!                                   │
+//!                 reader thread ── parse + validate ──► bounded queue ──► workers (×4)
+//!                   (reads WRITE payloads into pooled buffers)            │ device I/O
+//!                                                                          ▼
+//!                                              writer mutex ◄── one writev per reply
+//! ```
+//!
+//! Replies complete out of order; the reader keeps reading while a reply is
+//! being sent, up to [`INFLIGHT_MAX_BYTES`] of payload and
+//! [`QUEUE_MAX_REQUESTS`] requests per connection. A write is acknowledged
+//! only after `Device::write_at` returned (and, with FUA, `Device::flush`), so
+//! a FLUSH on any connection covers every write acknowledged on any connection:
+//! `NBD_FLAG_CAN_MULTI_CONN` is true.
+//!
+//! [`INFLIGHT_MAX_BYTES`]: crate::limits::INFLIGHT_MAX_BYTES
+//! [`QUEUE_MAX_REQUESTS`]: crate::limits::QUEUE_MAX_REQUESTS
+
+mod connection;
+mod listen;
+mod shutdown;
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use cairn_store::{Device, DeviceError};
+
+use crate::codec::handshake::{BlockSize, ExportInfo};
+use crate::limits::{CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, STRING_MAX_BYTES};
+
+pub use listen::{ListenAddress, Listener, NBD_PORT, Stream};
+pub use shutdown::Shutdown;
+
+/// One export: a name and the device behind it.
+#[derive(Clone)]
+pub struct Export {
+    /// The name clients ask for; the first export is also the default (`""`).
+    pub name: String,
+    /// Shown by `nbdinfo --list`.
+    pub description: String,
+    /// The storage.
+    pub device: Arc<dyn Device>,
+    /// Refuse writes.
+    pub read_only: bool,
+}
+
+impl std::fmt::Debug for Export {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export")
+            .field("name", &self.name)
+            .field("device", &self.device.describe())
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The export list is unusable.
+    #[error("invalid export configuration: {0}")]
+    Config(String),
+    /// Accepting or setting up a connection failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The final flush at shutdown failed: acknowledged writes may not be durable.
+    #[error("flushing export {export:?} at shutdown: {source}")]
+    Flush {
+        /// The export.
+        export: String,
+        /// The device error.
+        #[source]
+        source: DeviceError,
+    },
+}
+
+/// A server over a fixed set of exports. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) exports: Vec<Export>,
+    pub(crate) infos: Vec<ExportInfo>,
+    pub(crate) shutdown: Shutdown,
+}
+
+impl Server {
+    /// A server for `exports` (at least one, names unique and valid).
+    pub fn new(exports: Vec<Export>) -> Result<Self, ServerError> {
+        if exports.is_empty() {
+            return Err(ServerError::Config("no exports".into()));
+        }
+        let mut infos = Vec::with_capacity(exports.len());
+        for (index, export) in exports.iter().enumerate() {
+            if export.name.len() > STRING_MAX_BYTES || export.name.contains('\0') {
+                return Err(ServerError::Config(format!(
+                    "export name {:?} is longer than 4096 bytes or contains NUL",
+                    export.name
+                )));
+            }
+            if exports[..index].iter().any(|e| e.name == export.name) {
+                return Err(ServerError::Config(format!(
+                    "export name {:?} appears twice",
+                    export.name
+                )));
+            }
+            let alignment = export.device.alignment().clamp(512, 64 << 10);
+            infos.push(ExportInfo {
+                name: export.name.clone(),
+                description: export.description.clone(),
+                size: export.device.len(),
+                read_only: export.read_only,
+                block_size: BlockSize {
+                    minimum_bytes: 1,
+                    preferred_bytes: (alignment as u32).max(4096).next_power_of_two(),
+                    maximum_bytes: PAYLOAD_MAX_BYTES,
+                },
+            });
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                exports,
+                infos,
+                shutdown: Shutdown::new(),
+            }),
+        })
+    }
+
+    /// The handle that stops [`Server::serve`] gracefully.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.inner.shutdown.clone()
+    }
+
+    /// The exports as the handshake describes them.
+    pub fn exports(&self) -> &[ExportInfo] {
+        &self.inner.infos
+    }
+
+    /// Accept connections until shutdown is triggered, then wait for every
+    /// connection to finish its in-flight requests and flush every export.
+    pub fn serve(&self, listener: &Listener) -> Result<(), ServerError> {
+        let shutdown = &self.inner.shutdown;
+        while !shutdown.is_requested() {
+            let stream = match listener.accept_timeout() {
+                Ok(Some(stream)) => stream,
+                Ok(None) => continue,
+                Err(e) if is_transient_accept_error(&e) => {
+                    tracing::warn!("accept: {e} (continuing)");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                }
+                Err(source) => {
+                    return Err(ServerError::Io {
+                        context: "accept".into(),
+                        source,
+                    });
+                }
+            };
+            if shutdown.connections() >= CONNECTIONS_MAX {
+                tracing::warn!(
+                    "refusing connection from {}: {CONNECTIONS_MAX} already open",
+                    stream.peer()
+                );
+                continue;
+            }
+            let server = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("nbd-conn".into())
+                .spawn(move || server.serve_stream(stream));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start a connection thread: {e}");
+            }
+        }
+        self.finish()
+    }
+
+    /// Serve one connected socket to its end (blocking).
+    pub fn serve_stream(&self, stream: Stream) {
+        let peer = stream.peer();
+        let Some(_registration) = self.inner.shutdown.register(stream.as_fd()) else {
+            tracing::info!("{peer}: refused, the server is shutting down");
+            return;
+        };
+        let (reader, writer) = match (stream.try_clone(), stream) {
+            (Ok(reader), writer) => (reader, writer),
+            (Err(e), _) => {
+                tracing::warn!("{peer}: cannot clone the socket: {e}");
+                return;
+            }
+        };
+        connection::serve(&self.inner, reader, writer, &peer);
+    }
+
+    /// Serve exactly one connection on stdin/stdout (for `nbdinfo -- [ cmd ]`
+    /// and inetd-style starts), then flush. Nothing else may write to stdout.
+    pub fn serve_stdio(&self) -> Result<(), ServerError> {
+        let dup = |fd: std::os::fd::BorrowedFd<'_>, what: &str| {
+            rustix::io::fcntl_dupfd_cloexec(fd, 3)
+                .map(std::fs::File::from)
+                .map_err(|e| ServerError::Io {
+                    context: format!("duplicating {what}"),
+                    source: e.into(),
+                })
+        };
+        let reader = dup(io::stdin().as_fd(), "stdin")?;
+        let writer = dup(io::stdout().as_fd(), "stdout")?;
+        {
+            let Some(_registration) = self.inner.shutdown.register(&reader) else {
+                return Ok(());
+            };
+            connection::serve(&self.inner, reader, writer, "stdio");
+        }
+        self.finish()
+    }
+
+    /// Wait for live connections, then flush every export.
+    fn finish(&self) -> Result<(), ServerError> {
+        self.inner.shutdown.wait_idle();
+        for export in &self.inner.exports {
+            export.device.flush().map_err(|source| ServerError::Flush {
+                export: export.name.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn is_transient_accept_error(e: &io::Error) -> bool {
+    // EMFILE/ENFILE/ENOBUFS/ENOMEM: out of resources for a moment.
+    matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12))
+}

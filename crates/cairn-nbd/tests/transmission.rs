@@ -1,0 +1,268 @@
+//! Every command, with simple and structured replies, through a raw client;
+//! replies complete out of order; a flush on one connection covers writes
+//! acknowledged on another (`MULTI_CONN`); many clients at once.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn_nbd::proto::*;
+use cairn_store::{Device, DeviceError, MemoryDevice};
+use common::{Client, TestServer, export, pattern};
+
+#[test]
+fn every_command_works_with_simple_and_structured_replies() {
+    let (server, device) = TestServer::memory(8 << 20);
+    for structured in [false, true] {
+        let mut client = Client::connected(&server.path, structured);
+        assert_eq!(client.size, 8 << 20);
+        let expected = FLAG_HAS_FLAGS
+            | FLAG_SEND_FLUSH
+            | FLAG_SEND_FUA
+            | FLAG_SEND_TRIM
+            | FLAG_SEND_WRITE_ZEROES
+            | FLAG_CAN_MULTI_CONN
+            | FLAG_SEND_CACHE
+            | FLAG_SEND_FAST_ZERO
+            | if structured { FLAG_SEND_DF } else { 0 };
+        assert_eq!(client.flags, expected);
+
+        let data = pattern(u64::from(structured), 1 << 20);
+        assert_eq!(client.write(4096, &data), 0);
+        assert_eq!(client.read(4096, 1 << 20), data);
+        assert_eq!(client.read(4096 + 7, 13), data[7..20]);
+        let mut direct = vec![0u8; 100];
+        device.read_at(&mut direct, 4096).unwrap();
+        assert_eq!(direct, data[..100]);
+
+        // FUA write, flush, cache.
+        client.send(CMD_WRITE, CMD_FLAG_FUA, 0, 512, &[9u8; 512]);
+        assert_eq!(client.reply().error, 0);
+        assert_eq!(client.command(CMD_FLUSH, 0, 0, 0), 0);
+        assert_eq!(client.command(CMD_CACHE, 0, 0, 1 << 20), 0);
+
+        // Write zeroes (with NO_HOLE and FUA), trim.
+        assert_eq!(
+            client.command(
+                CMD_WRITE_ZEROES,
+                CMD_FLAG_NO_HOLE | CMD_FLAG_FUA,
+                4096,
+                8192
+            ),
+            0
+        );
+        assert_eq!(client.read(4096, 8192), vec![0u8; 8192]);
+        assert_eq!(client.read(4096 + 8192, 16), data[8192..8192 + 16]);
+        // FAST_ZERO: zeroing is no faster than writing here, so ENOTSUP and
+        // nothing changes.
+        assert_eq!(
+            client.command(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 4096 + 8192, 16),
+            Errno::NotSup.code()
+        );
+        assert_eq!(client.read(4096 + 8192, 16), data[8192..8192 + 16]);
+        assert_eq!(client.command(CMD_TRIM, 0, 0, 4096), 0);
+        // Zero-length requests are harmless.
+        assert_eq!(client.command(CMD_TRIM, 0, 0, 0), 0);
+        assert_eq!(client.read(0, 0), Vec::<u8>::new());
+        client.disconnect();
+    }
+}
+
+#[test]
+fn block_status_reports_the_range_as_data() {
+    let (server, _) = TestServer::memory(1 << 20);
+    let mut client = Client::connected(&server.path, true);
+    for flags in [0, CMD_FLAG_REQ_ONE] {
+        client.send(CMD_BLOCK_STATUS, flags, 4096, 65536, &[]);
+        let reply = client.reply();
+        assert_eq!(reply.error, 0);
+        assert_eq!(reply.chunks, [REPLY_TYPE_BLOCK_STATUS]);
+        // context id 1, one extent of 65536 bytes with flags 0.
+        assert_eq!(reply.data, [0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0]);
+    }
+    // Past the end: EINVAL.
+    assert_eq!(
+        client.command(CMD_BLOCK_STATUS, 0, 1 << 20, 1),
+        Errno::Inval.code()
+    );
+    // Without SET_META_CONTEXT: EINVAL.
+    let mut plain = Client::connected(&server.path, false);
+    assert_eq!(
+        plain.command(CMD_BLOCK_STATUS, 0, 0, 512),
+        Errno::Inval.code()
+    );
+}
+
+#[test]
+fn structured_read_is_one_offset_data_chunk_and_errors_are_error_chunks() {
+    let (server, _) = TestServer::memory(1 << 20);
+    let mut client = Client::connected(&server.path, true);
+    client.send(CMD_READ, CMD_FLAG_DF, 0, 65536, &[]);
+    let reply = client.reply();
+    assert_eq!(reply.chunks, [REPLY_TYPE_OFFSET_DATA]);
+    assert_eq!(reply.data.len(), 65536);
+    client.send(CMD_READ, 0, (1 << 20) - 1, 2, &[]);
+    let reply = client.reply();
+    assert_eq!(reply.chunks, [REPLY_TYPE_ERROR]);
+    assert_eq!(reply.error, Errno::Inval.code());
+}
+
+/// A memory device whose reads at offset 0 wait until the test opens the gate.
+struct GatedDevice {
+    inner: MemoryDevice,
+    gate: Mutex<mpsc::Receiver<()>>,
+}
+
+impl Device for GatedDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        if offset == 0 {
+            let _ = self
+                .gate
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(20));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.inner.discard(offset, len)
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
+
+#[test]
+fn replies_complete_out_of_order_while_the_reader_keeps_reading() {
+    let (open, gate) = mpsc::channel();
+    let device = Arc::new(GatedDevice {
+        inner: MemoryDevice::new(1 << 20),
+        gate: Mutex::new(gate),
+    });
+    let server = TestServer::start(vec![export("disk", device)]);
+    let mut client = Client::connected(&server.path, true);
+    let slow = client.send(CMD_READ, 0, 0, 4096, &[]);
+    // Requests sent after the blocked one are read, executed and answered.
+    // (The read waits for the write's reply: the server may run requests in
+    // flight concurrently, in any order.)
+    let write = client.send(CMD_WRITE, 0, 8192, 4, &[1, 2, 3, 4]);
+    let first = client.reply();
+    assert_eq!((first.cookie, first.error), (write, 0));
+    let fast = client.send(CMD_READ, 0, 8192, 4, &[]);
+    let second = client.reply();
+    assert_eq!(second.cookie, fast);
+    assert_eq!(second.data, [1, 2, 3, 4]);
+    open.send(()).unwrap();
+    assert_eq!(client.reply().cookie, slow);
+}
+
+#[test]
+fn a_flush_on_one_connection_covers_writes_acknowledged_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("volume");
+    let options = cairn_store::device::FileOptions {
+        create_len: Some(4 << 20),
+        ..Default::default()
+    };
+    let device = Arc::new(cairn_store::FileDevice::open(&path, &options).unwrap());
+    let server = TestServer::start(vec![export("disk", device)]);
+    let mut writer = Client::connected(&server.path, true);
+    let mut flusher = Client::connected(&server.path, false);
+    let data = pattern(5, 65536);
+    assert_eq!(writer.write(65536, &data), 0);
+    // Acknowledged on one connection: visible on the other at once.
+    assert_eq!(flusher.read(65536, 65536), data);
+    assert_eq!(flusher.command(CMD_FLUSH, 0, 0, 0), 0);
+    // Flushed: the file holds it (read past the server).
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk[65536..131_072], data[..]);
+}
+
+#[test]
+fn many_clients_at_once_each_see_their_own_writes() {
+    let (server, _) = TestServer::memory(16 << 20);
+    let threads: Vec<_> = (0..6u64)
+        .map(|id| {
+            let path = server.path.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::connected(&path, id % 2 == 0);
+                let base = id << 21;
+                for round in 0..20u64 {
+                    let data = pattern(id * 1000 + round, 65536);
+                    let offset = base + (round % 8) * 65536;
+                    // Pipeline: write, then read before the write's reply.
+                    let write = client.send(CMD_WRITE, 0, offset, 65536, &data);
+                    let reply = client.reply();
+                    assert_eq!((reply.cookie, reply.error), (write, 0));
+                    assert_eq!(client.read(offset, 65536), data);
+                }
+                client.disconnect();
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn pipelined_requests_all_get_exactly_one_reply() {
+    let (server, _) = TestServer::memory(4 << 20);
+    let mut client = Client::connected(&server.path, true);
+    let mut cookies = std::collections::BTreeSet::new();
+    for i in 0..200u64 {
+        let offset = (i % 64) * 65536;
+        let cookie = if i % 3 == 0 {
+            client.send(CMD_WRITE, 0, offset, 65536, &pattern(i, 65536))
+        } else if i % 3 == 1 {
+            client.send(CMD_READ, 0, offset, 65536, &[])
+        } else {
+            client.send(CMD_FLUSH, 0, 0, 0, &[])
+        };
+        cookies.insert(cookie);
+    }
+    for _ in 0..200 {
+        let reply = client.reply();
+        assert_eq!(reply.error, 0);
+        assert!(cookies.remove(&reply.cookie), "one reply per cookie");
+    }
+    assert!(cookies.is_empty());
+}
+
+#[test]
+fn graceful_shutdown_finishes_in_flight_requests_and_flushes() {
+    let (server, device) = TestServer::memory(4 << 20);
+    let mut client = Client::connected(&server.path, false);
+    let cookies: Vec<_> = (0..16u64)
+        .map(|i| client.send(CMD_WRITE, 0, i * 65536, 65536, &pattern(i, 65536)))
+        .collect();
+    // Wait for the first reply so the requests are certainly received.
+    let first = client.reply();
+    assert_eq!(first.error, 0);
+    let shutdown = server.shutdown.clone();
+    let stopper = std::thread::spawn(move || server.stop());
+    let mut seen = vec![first.cookie];
+    while let Some(reply) = client.try_reply() {
+        assert_eq!(reply.error, 0);
+        seen.push(reply.cookie);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, cookies);
+    stopper.join().unwrap().unwrap();
+    assert!(shutdown.is_requested());
+    let mut back = vec![0u8; 65536];
+    device.read_at(&mut back, 15 * 65536).unwrap();
+    assert_eq!(back, pattern(15, 65536));
+}

@@ -1,0 +1,320 @@
+//! `cairn bench nbd`: fio's nbd engine against Cairn, nbdkit's memory plugin
+//! and qemu-nbd (a raw file on /dev/shm), same run, same machine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cairn_nbd::{Export, ListenAddress, Listener, Server};
+use cairn_store::MemoryDevice;
+
+const NBD_LONG_ABOUT: &str = "\
+Measure NBD throughput through fio's nbd engine (ioengine=nbd, libnbd) against
+three servers started here, one after another, each on a Unix socket in a
+temporary directory: Cairn serving a memory volume (in this process), nbdkit's
+memory plugin, and qemu-nbd serving a raw file on /dev/shm. Each export is
+pre-filled with a sequential 1 MiB write, then every row runs for --seconds:
+sequential 1 MiB read and write at iodepth 1 and 32, random 4 KiB read and write
+at iodepth 1 and 32. Sequential rows report MiB/s, random rows kIOPS, and the
+last column is Cairn divided by the better peer (above 1.00 means Cairn is
+faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
+installs them); a missing peer is reported and its column left empty.";
+
+/// `cairn bench` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// fio (ioengine=nbd) against Cairn, nbdkit memory and qemu-nbd.
+    #[command(long_about = NBD_LONG_ABOUT)]
+    Nbd(NbdBenchArgs),
+}
+
+/// `cairn bench nbd` flags.
+#[derive(clap::Args, Debug)]
+pub struct NbdBenchArgs {
+    /// Seconds per row and server.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    seconds: u32,
+
+    /// Export size (each server's), e.g. 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    size: String,
+}
+
+/// Run `cairn bench`.
+pub fn run(command: &BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Nbd(args) => nbd(args),
+    }
+}
+
+struct Row {
+    name: &'static str,
+    rw: &'static str,
+    block: &'static str,
+    depth: u32,
+    sequential: bool,
+}
+
+const ROWS: [Row; 8] = [
+    Row {
+        name: "seq read 1M qd1",
+        rw: "read",
+        block: "1M",
+        depth: 1,
+        sequential: true,
+    },
+    Row {
+        name: "seq read 1M qd32",
+        rw: "read",
+        block: "1M",
+        depth: 32,
+        sequential: true,
+    },
+    Row {
+        name: "seq write 1M qd1",
+        rw: "write",
+        block: "1M",
+        depth: 1,
+        sequential: true,
+    },
+    Row {
+        name: "seq write 1M qd32",
+        rw: "write",
+        block: "1M",
+        depth: 32,
+        sequential: true,
+    },
+    Row {
+        name: "rand read 4k qd1",
+        rw: "randread",
+        block: "4k",
+        depth: 1,
+        sequential: false,
+    },
+    Row {
+        name: "rand read 4k qd32",
+        rw: "randread",
+        block: "4k",
+        depth: 32,
+        sequential: false,
+    },
+    Row {
+        name: "rand write 4k qd1",
+        rw: "randwrite",
+        block: "4k",
+        depth: 1,
+        sequential: false,
+    },
+    Row {
+        name: "rand write 4k qd32",
+        rw: "randwrite",
+        block: "4k",
+        depth: 32,
+        sequential: false,
+    },
+];
+
+const SERVERS: [&str; 3] = ["cairn", "nbdkit", "qemu-nbd"];
+
+fn nbd(args: &NbdBenchArgs) -> Result<()> {
+    let size =
+        cairn_sim::parse_bytes(&args.size).with_context(|| format!("--size {:?}", args.size))?;
+    if size < 4 << 20 {
+        bail!("--size must be at least 4MiB");
+    }
+    let engines = Command::new("fio").arg("--enghelp=nbd").output();
+    if !engines.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("uri")) {
+        bail!("fio with the nbd engine is needed (apt-get install fio)");
+    }
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    // results[server][row] = value (MiB/s or kIOPS)
+    let mut results: Vec<Vec<Option<f64>>> = vec![vec![None; ROWS.len()]; SERVERS.len()];
+    for (index, server) in SERVERS.iter().enumerate() {
+        let socket = dir.path().join(format!("{server}.sock"));
+        let running = match start(server, &socket, size, dir.path()) {
+            Ok(running) => running,
+            Err(e) => {
+                eprintln!("{server}: not measured: {e:#}");
+                continue;
+            }
+        };
+        wait_for(&socket)?;
+        let uri = format!("nbd+unix:///?socket={}", socket.display());
+        eprintln!("{server}: pre-filling {size} bytes");
+        fio(&uri, "write", "1M", 8, size, None)?;
+        for (row_index, row) in ROWS.iter().enumerate() {
+            let (bytes_per_second, iops) =
+                fio(&uri, row.rw, row.block, row.depth, size, Some(args.seconds))?;
+            let value = if row.sequential {
+                bytes_per_second / f64::from(1 << 20)
+            } else {
+                iops / 1000.0
+            };
+            eprintln!("{server}: {} {value:.1}", row.name);
+            results[index][row_index] = Some(value);
+        }
+        running.stop();
+    }
+    print_table(&results);
+    Ok(())
+}
+
+enum Running {
+    InProcess(cairn_nbd::Shutdown, std::thread::JoinHandle<()>),
+    Child(Child),
+}
+
+impl Running {
+    fn stop(self) {
+        match self {
+            Self::InProcess(shutdown, thread) => {
+                shutdown.trigger();
+                let _ = thread.join();
+            }
+            Self::Child(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn start(server: &str, socket: &Path, size: u64, dir: &Path) -> Result<Running> {
+    let spawn = |command: &mut Command| -> Result<Running> {
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {command:?}"))?;
+        Ok(Running::Child(child))
+    };
+    match server {
+        "cairn" => {
+            let export = Export {
+                name: "cairn".into(),
+                description: String::new(),
+                device: Arc::new(MemoryDevice::new(size)),
+                read_only: false,
+            };
+            let server = Server::new(vec![export])?;
+            let listener = Listener::bind(&ListenAddress::Unix(socket.to_path_buf()))?;
+            let shutdown = server.shutdown_handle();
+            let thread = std::thread::spawn(move || {
+                if let Err(e) = server.serve(&listener) {
+                    eprintln!("cairn server: {e}");
+                }
+            });
+            Ok(Running::InProcess(shutdown, thread))
+        }
+        "nbdkit" => spawn(
+            Command::new("nbdkit")
+                .args(["--foreground", "--unix"])
+                .arg(socket)
+                .args(["memory", &format!("size={size}")]),
+        ),
+        _ => {
+            let shm = Path::new("/dev/shm");
+            let image: PathBuf = if shm.is_dir() {
+                shm.join(format!("cairn-bench-{}.raw", std::process::id()))
+            } else {
+                dir.join("qemu.raw")
+            };
+            std::fs::File::create(&image)
+                .and_then(|file| file.set_len(size))
+                .with_context(|| format!("creating {}", image.display()))?;
+            let running = spawn(
+                Command::new("qemu-nbd")
+                    .args(["--format=raw", "--persistent", "--shared=8", "--socket"])
+                    .arg(socket)
+                    .arg(&image),
+            );
+            // The open descriptor keeps the data alive until qemu-nbd exits.
+            let removed = image.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(5));
+                let _ = std::fs::remove_file(removed);
+            });
+            running
+        }
+    }
+}
+
+fn wait_for(socket: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        if Instant::now() > deadline {
+            bail!("{} never accepted connections", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Run one fio job; returns (bytes/s, IOPS).
+fn fio(
+    uri: &str,
+    rw: &str,
+    block: &str,
+    depth: u32,
+    size: u64,
+    seconds: Option<u32>,
+) -> Result<(f64, f64)> {
+    let mut command = Command::new("fio");
+    command.args([
+        "--name=bench",
+        "--ioengine=nbd",
+        &format!("--uri={uri}"),
+        &format!("--rw={rw}"),
+        &format!("--bs={block}"),
+        &format!("--iodepth={depth}"),
+        &format!("--size={size}"),
+        "--output-format=json",
+    ]);
+    if let Some(seconds) = seconds {
+        command.args(["--time_based", &format!("--runtime={seconds}")]);
+    }
+    let output = command.output().context("running fio")?;
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    // fio may print notes before the JSON document.
+    let json = text.find('{').map_or("", |start| &text[start..]);
+    let value: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
+    let job = &value["jobs"][0];
+    let side = if rw.contains("read") { "read" } else { "write" };
+    let bandwidth = job[side]["bw_bytes"].as_f64().unwrap_or(0.0);
+    let iops = job[side]["iops"].as_f64().unwrap_or(0.0);
+    Ok((bandwidth, iops))
+}
+
+fn print_table(results: &[Vec<Option<f64>>]) {
+    println!(
+        "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
+        "row", "unit", "cairn", "nbdkit", "qemu-nbd", "cairn/best"
+    );
+    let cell = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    for (index, row) in ROWS.iter().enumerate() {
+        let unit = if row.sequential { "MiB/s" } else { "kIOPS" };
+        let best_peer = results[1..]
+            .iter()
+            .filter_map(|r| r[index])
+            .fold(None, |best: Option<f64>, v| {
+                Some(best.map_or(v, |b| b.max(v)))
+            });
+        let ratio = match (results[0][index], best_peer) {
+            (Some(ours), Some(peer)) if peer > 0.0 => format!("{:.2}x", ours / peer),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
+            row.name,
+            unit,
+            cell(results[0][index]),
+            cell(results[1][index]),
+            cell(results[2][index]),
+            ratio
+        );
+    }
+}
