@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server};
 use cairn_store::MemoryDevice;
 
-const NBD_LONG_ABOUT: &str = "\
+pub const NBD_LONG_ABOUT: &str = "\
 Measure NBD throughput through fio's nbd engine (ioengine=nbd, libnbd) against
 three servers started here, one after another, each on a Unix socket in a
 temporary directory: Cairn serving a memory volume (in this process), nbdkit's
@@ -22,14 +22,6 @@ last column is Cairn divided by the better peer (above 1.00 means Cairn is
 faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
 installs them); a missing peer is reported and its column left empty.";
 
-/// `cairn bench` subcommands.
-#[derive(clap::Subcommand, Debug)]
-pub enum BenchCommand {
-    /// fio (ioengine=nbd) against Cairn, nbdkit memory and qemu-nbd.
-    #[command(long_about = NBD_LONG_ABOUT)]
-    Nbd(NbdBenchArgs),
-}
-
 /// `cairn bench nbd` flags.
 #[derive(clap::Args, Debug)]
 pub struct NbdBenchArgs {
@@ -40,13 +32,6 @@ pub struct NbdBenchArgs {
     /// Export size (each server's), e.g. 512MiB.
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
     size: String,
-}
-
-/// Run `cairn bench`.
-pub fn run(command: &BenchCommand) -> Result<()> {
-    match command {
-        BenchCommand::Nbd(args) => nbd(args),
-    }
 }
 
 struct Row {
@@ -118,7 +103,7 @@ const ROWS: [Row; 8] = [
 
 const SERVERS: [&str; 3] = ["cairn", "nbdkit", "qemu-nbd"];
 
-fn nbd(args: &NbdBenchArgs) -> Result<()> {
+pub fn run(args: &NbdBenchArgs) -> Result<()> {
     let size =
         cairn_sim::parse_bytes(&args.size).with_context(|| format!("--size {:?}", args.size))?;
     if size < 4 << 20 {
