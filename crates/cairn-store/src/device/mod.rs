@@ -16,12 +16,14 @@
 mod compose;
 mod faulty;
 mod file;
+mod iobuf;
 mod memory;
 mod throttled;
 
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
+pub use iobuf::{IO_ALIGN, IoBuf, is_aligned};
 pub use memory::MemoryDevice;
 pub use throttled::{Pace, Throttle, ThrottledDevice};
 

@@ -44,7 +44,7 @@ use super::format::{
     UNMAPPED, Usage,
 };
 use super::nv::{NvCache, NvError};
-use crate::device::{Device, DeviceError, DeviceOp, check_range};
+use crate::device::{Device, DeviceError, DeviceOp, IoBuf, SECTOR, check_range, is_aligned};
 use crate::ntl::Region;
 
 /// How the cleaner chooses victims and orders what it copies.
@@ -227,6 +227,17 @@ impl Metrics {
         ]
     }
 
+    /// What happened between `earlier` and `self` (two snapshots of one
+    /// disk's metrics): every counter's difference.
+    #[must_use]
+    pub fn since(&self, earlier: &Metrics) -> Metrics {
+        let mut c = self.to_counters();
+        for (x, y) in c.iter_mut().zip(earlier.to_counters()) {
+            *x = x.saturating_sub(y);
+        }
+        Metrics::from_counters(&c)
+    }
+
     /// Metrics saved in a checkpoint.
     pub fn from_counters(c: &[u64; COUNTERS]) -> Self {
         Self {
@@ -305,6 +316,9 @@ struct SlotMeta {
     logical: u64,
     sequence: u64,
     crc: u32,
+    /// Destaged: its segment is written but not yet flushed, so the slot is
+    /// still the durable copy (and still serves reads) until the next flush.
+    awaiting: bool,
 }
 
 struct Nv {
@@ -318,6 +332,9 @@ struct Nv {
     /// Superseded slots, to clear in the next persist (after the fence that
     /// made their successors durable).
     superseded: Vec<u32>,
+    /// (sequence, slot) destaged since the last device flush; cleared and
+    /// freed by the next one (entries whose slot moved on are skipped).
+    awaiting: Vec<(u64, u32)>,
     ranges: Vec<(u64, u64)>,
 }
 
@@ -337,14 +354,14 @@ struct State {
     in_cleaner: bool,
     /// Volatile mode: blocks buffered, data at `(i + 1)·B` of `buffer`.
     buffered: Vec<SummaryEntry>,
-    buffer: Vec<u8>,
+    buffer: IoBuf,
     buffer_of: HashMap<u64, u32>,
     /// Assembly buffer for destages (same layout).
-    out: Vec<u8>,
+    out: IoBuf,
     out_entries: Vec<SummaryEntry>,
     /// The cleaner's: a victim segment, and its assembly buffer.
-    victim: Vec<u8>,
-    clean_out: Vec<u8>,
+    victim: IoBuf,
+    clean_out: IoBuf,
     clean_entries: Vec<SummaryEntry>,
     nv: Option<Nv>,
     metrics: Metrics,
@@ -404,20 +421,20 @@ impl<D: Device> LogDisk<D> {
             counters: [0; COUNTERS],
         };
         let bytes = format::encode_checkpoint(&cp, &geo)?;
+        // Page-aligned copies, so a direct-I/O device takes them as they are.
+        let bytes = IoBuf::copy_padded(&bytes, bytes.len().next_multiple_of(b as usize));
         dev.write_at(&bytes, b)?;
-        let zero = vec![0u8; bytes.len()];
+        let zero = IoBuf::zeroed(bytes.len());
         dev.write_at(&zero, b * (1 + geo.checkpoint_blocks()))?;
         // Zero every segment's first slot so no stale summary from an earlier
         // use of the device is taken for a write of this volume.
-        let zero_block = vec![0u8; geo.block_size as usize];
+        let zero_block = IoBuf::zeroed(geo.block_size as usize);
         for s in 0..geo.segments {
             dev.write_at(&zero_block, block_of(&geo, s, 0) * b)?;
         }
         dev.flush()?;
-        dev.write_at(
-            &format::encode_superblock(&Superblock { geometry: geo, id }),
-            0,
-        )?;
+        let superblock = format::encode_superblock(&Superblock { geometry: geo, id });
+        dev.write_at(&IoBuf::copy_padded(&superblock, superblock.len()), 0)?;
         dev.flush()?;
         Self::open_with(dev, nv.map(Recovery::Fresh), options)
     }
@@ -446,10 +463,10 @@ impl<D: Device> LogDisk<D> {
                 options.destage_threshold
             )));
         }
-        let mut first = vec![0u8; 512];
+        let mut first = IoBuf::zeroed(dev.alignment().max(SECTOR) as usize);
         dev.read_at(&mut first, 0)?;
         let bs = format::superblock_block_size(&first);
-        let mut first = vec![0u8; bs as usize];
+        let mut first = IoBuf::zeroed(bs as usize);
         dev.read_at(&mut first, 0)?;
         let sb = format::decode_superblock(&first)?;
         let geo = sb.geometry;
@@ -493,12 +510,12 @@ impl<D: Device> LogDisk<D> {
             since_checkpoint: 0,
             in_cleaner: false,
             buffered: Vec::with_capacity(n),
-            buffer: vec![0; 2 * n * b],
+            buffer: IoBuf::zeroed(2 * n * b),
             buffer_of: HashMap::new(),
-            out: vec![0; 2 * n * b],
+            out: IoBuf::zeroed(2 * n * b),
             out_entries: Vec::with_capacity(n),
-            victim: vec![0; n * b],
-            clean_out: vec![0; 2 * n * b],
+            victim: IoBuf::zeroed(n * b),
+            clean_out: IoBuf::zeroed(2 * n * b),
             clean_entries: Vec::with_capacity(n),
             nv: None,
             metrics: Metrics::from_counters(&cp.counters),
@@ -519,6 +536,7 @@ impl<D: Device> LogDisk<D> {
                 order: VecDeque::with_capacity(2 * slots),
                 dirty: 0,
                 superseded: Vec::new(),
+                awaiting: Vec::new(),
                 ranges: Vec::with_capacity(64),
             };
             let mut newest: HashMap<u64, super::nv::Recovered> = HashMap::new();
@@ -543,6 +561,7 @@ impl<D: Device> LogDisk<D> {
                     logical: r.logical,
                     sequence: r.sequence,
                     crc: r.crc,
+                    awaiting: false,
                 };
                 nv.of.insert(r.logical, r.slot);
                 nv.order.push_back((r.sequence, r.slot));
@@ -686,7 +705,14 @@ impl<D: Device> LogDisk<D> {
             buf.fill(0);
             return Ok(());
         }
-        self.dev.read_at(buf, e.physical * b as u64)?;
+        if is_aligned(buf, self.dev.alignment()) {
+            self.dev.read_at(buf, e.physical * b as u64)?;
+        } else {
+            // A direct-I/O device and a caller's unaligned buffer: bounce.
+            let mut bounce = IoBuf::zeroed(buf.len());
+            self.dev.read_at(&mut bounce, e.physical * b as u64)?;
+            buf.copy_from_slice(&bounce);
+        }
         let crc = crc32c::crc32c(buf);
         if crc != e.crc {
             return Err(LogDiskError::Corrupt(format!(
@@ -747,7 +773,7 @@ impl<D: Device> LogDisk<D> {
     /// Read-modify-write of part of one block, under the write lock so a
     /// concurrent write to another part of the block is not lost.
     fn write_partial(&self, logical: u64, within: usize, data: &[u8]) -> Result<(), LogDiskError> {
-        let mut block = vec![0u8; self.geo.block_size as usize];
+        let mut block = IoBuf::zeroed(self.geo.block_size as usize);
         let mut st = self.write_state();
         self.read_locked(&st, logical, &mut block)?;
         block[within..within + data.len()].copy_from_slice(data);
@@ -802,7 +828,15 @@ impl<D: Device> LogDisk<D> {
         let b = self.geo.block_size as usize;
         let mut blocks = data.chunks_exact(b).enumerate().peekable();
         while blocks.peek().is_some() {
-            // Room for at least one block.
+            // Room for at least one block: first free what earlier destages
+            // made durable, then destage more if that was not enough.
+            if st
+                .nv
+                .as_ref()
+                .is_some_and(|nv| nv.free.is_empty() && !nv.awaiting.is_empty())
+            {
+                self.device_flush(st)?;
+            }
             if st.nv.as_ref().is_some_and(|nv| nv.free.is_empty()) {
                 self.destage(st, true)?;
             }
@@ -836,16 +870,24 @@ impl<D: Device> LogDisk<D> {
                     logical,
                     sequence: *sequence,
                     crc,
+                    awaiting: false,
                 };
                 nv.order.push_back((*sequence, slot));
                 metrics.client_blocks += 1;
                 metrics.nv_writes += 1;
-                if let Some(old) = nv.of.insert(logical, slot) {
-                    metrics.nv_write_hits += 1;
-                    nv.meta[old as usize].sequence = 0;
-                    now_superseded.push(old);
-                } else {
-                    nv.dirty += 1;
+                match nv.of.insert(logical, slot) {
+                    Some(old) => {
+                        let was = &mut nv.meta[old as usize];
+                        if was.awaiting {
+                            // Already destaged: not absorbed, a new dirty block.
+                            nv.dirty += 1;
+                        } else {
+                            metrics.nv_write_hits += 1;
+                        }
+                        was.sequence = 0;
+                        now_superseded.push(old);
+                    }
+                    None => nv.dirty += 1,
                 }
             }
             debug_assert!(*sequence > sequence_base);
@@ -931,30 +973,21 @@ impl<D: Device> LogDisk<D> {
                 }
                 return Err(e);
             }
-            self.device_flush(st)?;
+            // The slots stay valid (and keep serving reads) until a device
+            // flush makes the segment durable. Flushes are batched, one per
+            // eighth of the slots destaged (or sooner: any device flush, a full
+            // cache, a forced destage), instead of one per segment written.
             let nv = st.nv.as_mut().expect("checked above");
-            let mut ranges = std::mem::take(&mut nv.ranges);
-            // Superseded slots are cleared (fenced) before the destaged ones:
-            // an older slot of a block must never outlive its newest one.
-            ranges.clear();
-            for &slot in &nv.superseded {
-                nv.cache.stage_clear(slot, &mut ranges)?;
-            }
-            nv.cache.persist(&ranges)?;
-            nv.free.append(&mut nv.superseded);
-            ranges.clear();
-            for &slot in &slots {
-                nv.cache.stage_clear(slot, &mut ranges)?;
-            }
-            nv.cache.persist(&ranges)?;
-            nv.ranges = ranges;
             for &slot in &slots {
                 let m = &mut nv.meta[slot as usize];
-                nv.of.remove(&m.logical);
-                m.sequence = 0;
-                nv.free.push(slot);
+                m.awaiting = true;
+                nv.awaiting.push((m.sequence, slot));
             }
             nv.dirty -= slots.len() as u32;
+            let batch = (nv.cache.slots() / 8).max(per_write) as usize;
+            if forced || nv.awaiting.len() >= batch {
+                self.device_flush(st)?;
+            }
             if forced {
                 return Ok(());
             }
@@ -1127,7 +1160,8 @@ impl<D: Device> LogDisk<D> {
         Ok((segment, 0))
     }
 
-    /// Flushes the device; segments that died before it become free.
+    /// Flushes the device; segments that died before it become free, and NV
+    /// slots destaged before it are cleared and freed.
     fn device_flush(&self, st: &mut State) -> Result<(), LogDiskError> {
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
@@ -1135,6 +1169,39 @@ impl<D: Device> LogDisk<D> {
             st.seg[s as usize] = Seg::Free;
             st.free.push(s);
         }
+        let Some(nv) = st.nv.as_mut() else {
+            return Ok(());
+        };
+        if nv.awaiting.is_empty() {
+            return Ok(());
+        }
+        let mut ranges = std::mem::take(&mut nv.ranges);
+        // Superseded slots are cleared (fenced) before the destaged ones: an
+        // older slot of a block must never outlive its newest one.
+        ranges.clear();
+        for &slot in &nv.superseded {
+            nv.cache.stage_clear(slot, &mut ranges)?;
+        }
+        nv.cache.persist(&ranges)?;
+        nv.free.append(&mut nv.superseded);
+        ranges.clear();
+        let mut awaiting = std::mem::take(&mut nv.awaiting);
+        awaiting.retain(|&(sequence, slot)| nv.meta[slot as usize].sequence == sequence);
+        for &(_, slot) in &awaiting {
+            nv.cache.stage_clear(slot, &mut ranges)?;
+        }
+        nv.cache.persist(&ranges)?;
+        nv.ranges = ranges;
+        for &(_, slot) in &awaiting {
+            let m = &mut nv.meta[slot as usize];
+            if nv.of.get(&m.logical) == Some(&slot) {
+                nv.of.remove(&m.logical);
+            }
+            *m = SlotMeta::default();
+            nv.free.push(slot);
+        }
+        awaiting.clear();
+        nv.awaiting = awaiting;
         Ok(())
     }
 
@@ -1190,9 +1257,7 @@ impl<D: Device> LogDisk<D> {
                 // pass frees more segments than it fills.
                 let limit = room;
                 let need = (limit + n + 1) * b;
-                if out.len() < need {
-                    out.resize(need, 0);
-                }
+                out.grow(need);
                 while let Some(v) = self.pick_victim(st) {
                     if entries.len() + st.live[v as usize] as usize > limit {
                         if victims.is_empty() {
@@ -1371,6 +1436,7 @@ impl<D: Device> LogDisk<D> {
         } else {
             b * (1 + self.geo.checkpoint_blocks())
         };
+        let bytes = IoBuf::copy_padded(&bytes, bytes.len().next_multiple_of(b as usize));
         self.dev.write_at(&bytes, at)?;
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
@@ -1403,7 +1469,7 @@ pub(crate) fn read_checkpoint<D: Device + ?Sized>(
 ) -> Result<Checkpoint, LogDiskError> {
     let b = u64::from(geo.block_size);
     let len = (geo.checkpoint_blocks() * b) as usize;
-    let mut buf = vec![0u8; len];
+    let mut buf = IoBuf::zeroed(len);
     dev.read_at(&mut buf, b)?;
     let a = format::decode_checkpoint(&buf, geo);
     dev.read_at(&mut buf, b * (1 + geo.checkpoint_blocks()))?;
@@ -1500,7 +1566,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     let after = cp.sequence;
     let mut found = Vec::new();
     let mut max_seen = after;
-    let mut first = vec![0u8; b];
+    let mut first = IoBuf::zeroed(b);
     for s in 0..geo.segments {
         let start = block_of(geo, s, 0) * b as u64;
         let walk_from = if s == cp.head_segment {
@@ -1576,7 +1642,7 @@ impl<D: Device> Device for LogDisk<D> {
         let b = u64::from(self.geo.block_size);
         let st = self.read_state();
         // A scratch block only when a partial block is read.
-        let mut block = Vec::new();
+        let mut block = IoBuf::default();
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
@@ -1586,7 +1652,9 @@ impl<D: Device> Device for LogDisk<D> {
             if within == 0 && n == b as usize {
                 self.read_locked(&st, logical, &mut buf[done..done + n])
             } else {
-                block.resize(b as usize, 0);
+                if block.is_empty() {
+                    block = IoBuf::zeroed(b as usize);
+                }
                 self.read_locked(&st, logical, &mut block).map(|()| {
                     buf[done..done + n].copy_from_slice(&block[within..within + n]);
                 })

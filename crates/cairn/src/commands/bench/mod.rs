@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 
+pub mod logdisk;
 pub mod nbd;
 
 /// `cairn bench` subcommands.
@@ -11,11 +12,16 @@ pub enum BenchCommand {
     /// fio (ioengine=nbd) against Cairn, nbdkit memory and qemu-nbd.
     #[command(long_about = nbd::NBD_LONG_ABOUT)]
     Nbd(nbd::NbdBenchArgs),
+    /// Log-disk 4 KiB random writes against the device's sequential bandwidth;
+    /// write amplification per cleaner.
+    #[command(long_about = logdisk::LOGDISK_LONG_ABOUT)]
+    Logdisk(logdisk::LogdiskBenchArgs),
 }
 
 /// Run `cairn bench`.
 pub fn run(command: &BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Nbd(args) => nbd::run(args),
+        BenchCommand::Logdisk(args) => logdisk::run(args),
     }
 }

@@ -155,27 +155,6 @@ const TABLE7: [PaperRow; 3] = [
     (4.0, 2485, 312.3, 9720, 7235, 2388.0, 32.46, Some(0.5125)),
 ];
 
-fn subtract(a: &Metrics, b: &Metrics) -> Metrics {
-    Metrics {
-        client_blocks: a.client_blocks - b.client_blocks,
-        user_segment_writes: a.user_segment_writes - b.user_segment_writes,
-        user_blocks_written: a.user_blocks_written - b.user_blocks_written,
-        user_bytes: a.user_bytes - b.user_bytes,
-        cleaner_segment_writes: a.cleaner_segment_writes - b.cleaner_segment_writes,
-        cleaner_blocks_written: a.cleaner_blocks_written - b.cleaner_blocks_written,
-        cleaner_bytes: a.cleaner_bytes - b.cleaner_bytes,
-        cleaner_segment_reads: a.cleaner_segment_reads - b.cleaner_segment_reads,
-        partial_segments: a.partial_segments - b.partial_segments,
-        nv_write_hits: a.nv_write_hits - b.nv_write_hits,
-        nv_writes: a.nv_writes - b.nv_writes,
-        lifetime_blocks: a.lifetime_blocks - b.lifetime_blocks,
-        checkpoints: a.checkpoints - b.checkpoints,
-        checkpoint_bytes: a.checkpoint_bytes - b.checkpoint_bytes,
-        device_flushes: a.device_flushes - b.device_flushes,
-        recoveries: a.recoveries - b.recoveries,
-    }
-}
-
 struct Experiment<'a> {
     spec: &'a Spec,
     updates: u64,
@@ -256,7 +235,7 @@ impl Experiment<'_> {
                 disk.flush()?;
             }
         }
-        let m = subtract(&disk.metrics(), &start);
+        let m = disk.metrics().since(&start);
         let d = &s.disk;
         let rate = d.transfer_mbit_s * 1e6 / 8.0;
         let user_s =
