@@ -36,6 +36,14 @@ pub trait Region: Send + Sync {
     /// Starts writing back every `(offset, len)` range; durable after [`Region::fence`].
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError>;
 
+    /// [`Region::write`] then [`Region::flush`] of the same range: durable after the
+    /// next [`Region::fence`]. A region may do it in one pass (a mapping with
+    /// cache-line persistence uses non-temporal stores, which need no write-back).
+    fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.write(offset, data)?;
+        self.flush(&[(offset, data.len() as u64)])
+    }
+
     /// Orders and completes every earlier flush. Fails only on a simulated crash
     /// (the crash model), never on real memory.
     fn fence(&self) -> Result<(), DeviceError>;
@@ -85,6 +93,9 @@ macro_rules! forward_region {
             }
             fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
                 (**self).flush(ranges)
+            }
+            fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+                (**self).write_flushed(offset, data)
             }
             fn fence(&self) -> Result<(), DeviceError> {
                 (**self).fence()
