@@ -147,8 +147,7 @@ impl BlockMap {
         };
         let entry = encode(data_block);
         let off = self.entry_offset(lba);
-        region.store_u64(off, entry)?;
-        region.flush(&[(off, 8)])?;
+        region.store_u64_flushed(off, entry)?;
         let old = slot.swap(entry, Ordering::AcqRel);
         Ok(decode(old, self.data_blocks).ok().flatten())
     }
