@@ -72,7 +72,8 @@ enum Command {
     Inspect(commands::check::InspectArgs),
     /// Serve a volume over NBD to qemu, nbdinfo, fio, the kernel's nbd-client.
     Serve(commands::serve::ServeArgs),
-    /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd).
+    /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd;
+    /// `bench ntl`: the NTL against pread/pwrite, `O_DIRECT` and memcpy).
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
 }
@@ -107,7 +108,7 @@ fn main() -> ExitCode {
         Command::Fsck(args) => commands::check::run_fsck(&args),
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
-        Command::Bench(command) => commands::bench::run(&command),
+        Command::Bench(command) => commands::bench::run(&command, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

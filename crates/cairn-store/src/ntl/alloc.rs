@@ -5,7 +5,10 @@
 //! reference, so free space can never disagree with the map. In DRAM the free set is
 //! a bitmap of `AtomicU64` words (bit set = free); allocation is a lock-free
 //! compare-and-swap starting at a caller-supplied hint (one per lane spreads threads
-//! apart), and allocates nothing on the heap.
+//! apart), and allocates nothing on the heap. There is deliberately no shared free
+//! counter: two writers updating one counter on every allocation and free bounced
+//! its cache line between cores on every write; [`BlockAllocator::free_blocks`]
+//! counts the bitmap instead (for reports, not the I/O path).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,7 +35,6 @@ pub enum AllocError {
 pub struct BlockAllocator {
     blocks: u64,
     words: Box<[AtomicU64]>,
-    free: AtomicU64,
 }
 
 impl BlockAllocator {
@@ -47,7 +49,6 @@ impl BlockAllocator {
                 *last = (1u64 << tail) - 1;
             }
         }
-        let mut free = blocks;
         for block in used {
             if block >= blocks {
                 return Err(AllocError::OutOfRange { block, blocks });
@@ -57,12 +58,10 @@ impl BlockAllocator {
                 return Err(AllocError::Duplicate { block });
             }
             bits[w] &= !(1 << b);
-            free -= 1;
         }
         Ok(Self {
             blocks,
             words: bits.into_iter().map(AtomicU64::new).collect(),
-            free: AtomicU64::new(free),
         })
     }
 
@@ -71,9 +70,12 @@ impl BlockAllocator {
         self.blocks
     }
 
-    /// Number of free blocks now.
+    /// Number of free blocks now (a count over the bitmap: O(blocks / 64)).
     pub fn free_blocks(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.words
+            .iter()
+            .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+            .sum()
     }
 
     /// `nm_alloc`: takes a free block, searching from `hint`; `None` when full.
@@ -95,10 +97,7 @@ impl BlockAllocator {
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => {
-                        self.free.fetch_sub(1, Ordering::Relaxed);
-                        return Some(w as u64 * 64 + u64::from(b));
-                    }
+                    Ok(_) => return Some(w as u64 * 64 + u64::from(b)),
                     Err(now) => cur = now,
                 }
             }
@@ -115,11 +114,7 @@ impl BlockAllocator {
         }
         let bit = 1u64 << (block % 64);
         let prev = self.words[(block / 64) as usize].fetch_or(bit, Ordering::AcqRel);
-        if prev & bit != 0 {
-            return false;
-        }
-        self.free.fetch_add(1, Ordering::Relaxed);
-        true
+        prev & bit == 0
     }
 
     /// Whether `block` is currently free (false when out of range).

@@ -19,6 +19,9 @@ pub struct Report {
     pub mapped: u64,
     /// Free data blocks (named by no map entry).
     pub free: u64,
+    /// The image has been opened for in-place (non-atomic) writes since it was
+    /// formatted, so a crash may have torn a block (no check can tell which).
+    pub in_place_written: bool,
 }
 
 impl fmt::Display for Report {
@@ -31,20 +34,29 @@ impl fmt::Display for Report {
             g.block_size
         )?;
         writeln!(f, "  logical blocks {} ({} mapped)", g.lbas, self.mapped)?;
-        write!(f, "  data blocks {} ({} free)", g.data_blocks, self.free)
+        writeln!(f, "  data blocks {} ({} free)", g.data_blocks, self.free)?;
+        if self.in_place_written {
+            write!(
+                f,
+                "  writes: in-place (non-atomic) writes used since format; a crash may have torn blocks"
+            )
+        } else {
+            write!(f, "  writes: atomic only since format")
+        }
     }
 }
 
 fn examine<R: Region + ?Sized>(region: &R) -> Result<Report, MapError> {
     let mut raw = [0u8; 64];
     region.read(0, &mut raw)?;
-    let geometry = info::decode(&raw, region.len())?;
+    let (geometry, flags) = info::decode(&raw, region.len())?;
     let map = BlockMap::load(region, INFO_LEN, geometry.lbas, geometry.data_blocks)?;
     let alloc = BlockAllocator::from_used(geometry.data_blocks, map.used())?;
     Ok(Report {
         geometry,
         mapped: map.used().count() as u64,
         free: alloc.free_blocks(),
+        in_place_written: flags & info::FLAG_IN_PLACE != 0,
     })
 }
 
@@ -85,6 +97,15 @@ mod tests {
         let rep = fsck(&path).expect("clean image");
         assert_eq!(rep.mapped, 2);
         assert_eq!(rep.free, 18);
+        assert!(!rep.in_place_written);
+        {
+            let r = MmapRegion::open(&path, 0, false, PersistenceRequest::None).expect("map");
+            let b = Btt::open_with(r, crate::ntl::WriteMode::InPlace).expect("open in place");
+            NtlDevice::new(b).write_at(&[8; 100], 200).expect("write");
+        }
+        let rep = fsck(&path).expect("still clean");
+        assert!(rep.in_place_written && rep.mapped == 2 && rep.free == 18);
+        assert!(rep.to_string().contains("may have torn"), "{rep}");
         assert!(
             inspect(&path)
                 .expect("inspect")

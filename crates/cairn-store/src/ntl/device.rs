@@ -116,6 +116,17 @@ mod tests {
         .expect("map");
         let dev = NtlDevice::new(Btt::format(r, GEO).expect("format"));
         crate::device::conformance::check(&dev);
+        let r = MmapRegion::open(
+            &dir.path().join("pm-in-place"),
+            GEO.region_len(),
+            true,
+            PersistenceRequest::CacheLine,
+        )
+        .expect("map");
+        let dev = NtlDevice::new(
+            Btt::format_with(r, GEO, crate::ntl::WriteMode::InPlace).expect("format"),
+        );
+        crate::device::conformance::check(&dev);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! ```text
 //! 0   8  magic  "CAIRNNTL"
 //! 8   4  version (u32 LE, 1)
-//! 12  4  flags (u32 LE, 0)
+//! 12  4  flags (u32 LE; bit 0 = FLAG_IN_PLACE, the rest zero)
 //! 16  8  block_size (u64 LE)
 //! 24  8  lbas (u64 LE)
 //! 32  8  data_blocks (u64 LE)
@@ -19,6 +19,11 @@ pub const MAGIC: [u8; 8] = *b"CAIRNNTL";
 pub const VERSION: u32 = 1;
 /// Bytes of the info block.
 pub const INFO_LEN: u64 = 64;
+/// Flag: the image has been opened for in-place (non-atomic) writes since it was
+/// formatted, so a crash during one of them may have left a torn block. Sticky
+/// until the image is formatted again.
+pub const FLAG_IN_PLACE: u32 = 1;
+const KNOWN_FLAGS: u32 = FLAG_IN_PLACE;
 
 /// Why an info block was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +34,9 @@ pub enum InfoError {
     /// Unknown version.
     #[error("unsupported NTL version {0}")]
     Version(u32),
+    /// Flag bits this build does not know.
+    #[error("unknown NTL flags {0:#x}")]
+    Flags(u32),
     /// Checksum mismatch.
     #[error("info block checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     Checksum {
@@ -42,11 +50,12 @@ pub enum InfoError {
     Geometry(String),
 }
 
-/// Encodes `geo` as an info block.
-pub fn encode(geo: &Geometry) -> [u8; 64] {
+/// Encodes `geo` and `flags` as an info block.
+pub fn encode(geo: &Geometry, flags: u32) -> [u8; 64] {
     let mut b = [0u8; 64];
     b[0..8].copy_from_slice(&MAGIC);
     b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[12..16].copy_from_slice(&flags.to_le_bytes());
     b[16..24].copy_from_slice(&geo.block_size.to_le_bytes());
     b[24..32].copy_from_slice(&geo.lbas.to_le_bytes());
     b[32..40].copy_from_slice(&geo.data_blocks.to_le_bytes());
@@ -67,9 +76,9 @@ fn u32_at(b: &[u8; 64], at: usize) -> u32 {
     u32::from_le_bytes(w)
 }
 
-/// Decodes and validates an info block (magic, version, CRC, then geometry against
-/// `region_len`).
-pub fn decode(b: &[u8; 64], region_len: u64) -> Result<Geometry, InfoError> {
+/// Decodes and validates an info block (magic, version, CRC, flags, then geometry
+/// against `region_len`); returns the geometry and the flags.
+pub fn decode(b: &[u8; 64], region_len: u64) -> Result<(Geometry, u32), InfoError> {
     let mut magic = [0u8; 8];
     magic.copy_from_slice(&b[0..8]);
     if magic != MAGIC {
@@ -84,13 +93,17 @@ pub fn decode(b: &[u8; 64], region_len: u64) -> Result<Geometry, InfoError> {
     if version != VERSION {
         return Err(InfoError::Version(version));
     }
+    let flags = u32_at(b, 12);
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(InfoError::Flags(flags));
+    }
     let geo = Geometry {
         block_size: u64_at(b, 16),
         lbas: u64_at(b, 24),
         data_blocks: u64_at(b, 32),
     };
     geo.validate(region_len).map_err(InfoError::Geometry)?;
-    Ok(geo)
+    Ok((geo, flags))
 }
 
 #[cfg(test)]
@@ -105,8 +118,17 @@ mod tests {
 
     #[test]
     fn round_trip_and_every_byte_flip_is_detected() {
-        let b = encode(&G);
-        assert_eq!(decode(&b, G.region_len()), Ok(G));
+        let b = encode(&G, 0);
+        assert_eq!(decode(&b, G.region_len()), Ok((G, 0)));
+        assert_eq!(
+            decode(&encode(&G, FLAG_IN_PLACE), G.region_len()),
+            Ok((G, FLAG_IN_PLACE))
+        );
+        assert_eq!(
+            decode(&encode(&G, 2), G.region_len()),
+            Err(InfoError::Flags(2)),
+            "unknown flags are refused even with a valid CRC"
+        );
         for i in 0..64 {
             for bit in 0..8 {
                 let mut c = b;

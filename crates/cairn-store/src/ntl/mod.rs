@@ -35,7 +35,7 @@ pub mod region;
 pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
-pub use btt::{Btt, Geometry};
+pub use btt::{Btt, Geometry, WriteMode};
 pub use check::{Report, fsck, inspect};
 pub use device::NtlDevice;
 pub use info::{InfoError, MAGIC};

@@ -252,6 +252,48 @@ impl MmapRegion {
         unsafe { self.ptr.as_ptr().add(offset as usize) }
     }
 
+    /// Copies `data` to `offset` so that it is durable after the next fence: whole
+    /// 64-byte lines with non-temporal 16-byte stores (they bypass the cache, so
+    /// there is nothing to write back and no read-for-ownership), a partial first
+    /// or last line with plain stores and a cache-line write-back. The caller
+    /// checked the range.
+    #[cfg(target_arch = "x86_64")]
+    fn copy_streaming(&self, instr: FlushInstr, offset: u64, data: &[u8]) {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let len = data.len() as u64;
+        let end = offset + len;
+        let first = offset.next_multiple_of(CACHE_LINE).min(end);
+        let last = (end - end % CACHE_LINE).max(first);
+        let plain = |from: u64, to: u64| {
+            if to > from {
+                let src = &data[(from - offset) as usize..(to - offset) as usize];
+                // SAFETY: `from..to` is inside the checked range, which is inside the
+                // mapping; `src` is a distinct Rust allocation.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at(from), src.len()) };
+                self.flush_lines(instr, from, to - from);
+            }
+        };
+        plain(offset, first);
+        let mut at = first;
+        while at < last {
+            let src = data[(at - offset) as usize..].as_ptr();
+            let dst = self.at(at);
+            // SAFETY: `at..at + 64` lies inside the checked range (at < last <= end,
+            // 64-aligned), so every load reads `data` and every store writes the
+            // mapping; `dst` is 16-byte aligned (the mapping is page aligned and `at`
+            // is a multiple of 64). SSE2 is part of x86-64.
+            #[allow(clippy::cast_ptr_alignment)]
+            unsafe {
+                for i in 0..4 {
+                    let v = _mm_loadu_si128(src.add(i * 16).cast::<__m128i>());
+                    _mm_stream_si128(dst.add(i * 16).cast::<__m128i>(), v);
+                }
+            }
+            at += CACHE_LINE;
+        }
+        plain(last.max(first), end);
+    }
+
     fn flush_lines(&self, instr: FlushInstr, offset: u64, len: u64) {
         let start = offset - offset % CACHE_LINE;
         let end = offset + len;
@@ -361,15 +403,55 @@ impl Region for MmapRegion {
         }
     }
 
+    #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
+    fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+        #[cfg(target_arch = "x86_64")]
+        if let Persistence::CacheLine(_) = self.persistence {
+            check_word(DeviceOp::Write, offset, self.len)?;
+            // SAFETY: in range and 8-byte aligned (checked); an aligned 8-byte
+            // non-temporal store (MOVNTI, SSE2) is one untearable store, and the
+            // only concurrent access to a map word is through these atomics.
+            unsafe {
+                std::arch::x86_64::_mm_stream_si64(
+                    self.at(offset).cast::<i64>(),
+                    value.to_le() as i64,
+                );
+            }
+            return Ok(());
+        }
+        self.store_u64(offset, value)?;
+        self.flush(&[(offset, 8)])
+    }
+
+    fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        #[cfg(target_arch = "x86_64")]
+        if let Persistence::CacheLine(instr) = self.persistence {
+            check(DeviceOp::Write, offset, data.len() as u64, self.len)?;
+            self.copy_streaming(instr, offset, data);
+            return Ok(());
+        }
+        self.write(offset, data)?;
+        self.flush(&[(offset, data.len() as u64)])
+    }
+
     fn fence(&self) -> Result<(), DeviceError> {
         #[cfg(target_arch = "x86_64")]
         if let Persistence::CacheLine(_) = self.persistence {
-            // SAFETY: SFENCE is part of SSE, which every x86-64 CPU has; it only
-            // orders stores.
+            // SAFETY: SFENCE is part of SSE, which every x86-64 CPU has. It orders
+            // the cache-line write-backs and non-temporal stores before it against
+            // every later store, which is all persistence needs.
             unsafe {
                 std::arch::x86_64::_mm_sfence();
             }
+            return Ok(());
         }
+        // No flush instructions to order: msync already waited, and with no
+        // persistence (eADR) stores reach the persistence domain in the order they
+        // become visible, which on x86 (TSO) is program order; elsewhere a real
+        // fence gives that order.
+        #[cfg(target_arch = "x86_64")]
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
+        #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
         Ok(())
     }
@@ -423,6 +505,34 @@ mod tests {
                 0xdead_beef_0123_4567,
                 "words are little-endian"
             );
+        }
+    }
+
+    #[test]
+    fn write_flushed_matches_write_at_every_alignment() {
+        for req in [PersistenceRequest::CacheLine, PersistenceRequest::None] {
+            let (_d, r) = region(8192, req);
+            let mut model = vec![0u8; 8192];
+            let data: Vec<u8> = (0..700u32).map(|i| (i * 7 + 1) as u8).collect();
+            for (offset, len) in [
+                (0u64, 700usize),
+                (1, 63),
+                (63, 2),
+                (64, 64),
+                (100, 500),
+                (4000, 200),
+                (8191, 1),
+                (128, 0),
+            ] {
+                r.write_flushed(offset, &data[..len])
+                    .expect("write_flushed");
+                model[offset as usize..offset as usize + len].copy_from_slice(&data[..len]);
+            }
+            r.fence().expect("fence");
+            let mut back = vec![0u8; 8192];
+            r.read(0, &mut back).expect("read");
+            assert_eq!(back, model, "{req:?}");
+            assert!(r.write_flushed(8190, &[0; 3]).is_err());
         }
     }
 

@@ -36,6 +36,22 @@ pub trait Region: Send + Sync {
     /// Starts writing back every `(offset, len)` range; durable after [`Region::fence`].
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError>;
 
+    /// [`Region::store_u64`] then [`Region::flush`] of the word: durable after the
+    /// next [`Region::fence`]. A mapping with cache-line persistence uses one
+    /// non-temporal store (no read-for-ownership of the line, no write-back).
+    fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+        self.store_u64(offset, value)?;
+        self.flush(&[(offset, 8)])
+    }
+
+    /// [`Region::write`] then [`Region::flush`] of the same range: durable after the
+    /// next [`Region::fence`]. A region may do it in one pass (a mapping with
+    /// cache-line persistence uses non-temporal stores, which need no write-back).
+    fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.write(offset, data)?;
+        self.flush(&[(offset, data.len() as u64)])
+    }
+
     /// Orders and completes every earlier flush. Fails only on a simulated crash
     /// (the crash model), never on real memory.
     fn fence(&self) -> Result<(), DeviceError>;
@@ -85,6 +101,12 @@ macro_rules! forward_region {
             }
             fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
                 (**self).flush(ranges)
+            }
+            fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+                (**self).write_flushed(offset, data)
+            }
+            fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+                (**self).store_u64_flushed(offset, value)
             }
             fn fence(&self) -> Result<(), DeviceError> {
                 (**self).fence()

@@ -5,6 +5,7 @@ use anyhow::Result;
 
 pub mod logdisk;
 pub mod nbd;
+pub mod ntl;
 
 /// `cairn bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -16,12 +17,17 @@ pub enum BenchCommand {
     /// write amplification per cleaner.
     #[command(long_about = logdisk::LOGDISK_LONG_ABOUT)]
     Logdisk(logdisk::LogdiskBenchArgs),
+    /// The NVM translation layer against pread/pwrite, `O_DIRECT` and memcpy, and
+    /// atomic against in-place writes.
+    #[command(long_about = ntl::NTL_LONG_ABOUT)]
+    Ntl(ntl::NtlBenchArgs),
 }
 
 /// Run `cairn bench`.
-pub fn run(command: &BenchCommand) -> Result<()> {
+pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
     match command {
         BenchCommand::Nbd(args) => nbd::run(args),
         BenchCommand::Logdisk(args) => logdisk::run(args),
+        BenchCommand::Ntl(args) => ntl::run(args, quiet),
     }
 }
