@@ -33,9 +33,15 @@ fn config(mode: WriteMode, capacity_blocks: u64) -> CacheConfig {
 fn concurrent_misses_of_one_block_read_the_device_once() {
     shuttle::check_random(
         || {
-            let device = Arc::new(CountingDevice::new(8 * BLOCK, BLOCK, std::time::Duration::ZERO));
+            let device = Arc::new(CountingDevice::new(
+                8 * BLOCK,
+                BLOCK,
+                std::time::Duration::ZERO,
+            ));
             device.write_at(&[3; BLOCK as usize], 0).unwrap();
-            let cache = Arc::new(BlockCache::new(Arc::clone(&device), &config(WriteMode::Update, 8)).unwrap());
+            let cache = Arc::new(
+                BlockCache::new(Arc::clone(&device), &config(WriteMode::Update, 8)).unwrap(),
+            );
             let readers: Vec<_> = (0..3)
                 .map(|_| {
                     let cache = Arc::clone(&cache);
@@ -60,7 +66,8 @@ fn a_read_after_a_write_returns_sees_it_in_both_modes() {
             move || {
                 let device = Arc::new(MemoryDevice::new(8 * BLOCK));
                 device.write_at(&[1; BLOCK as usize], 0).unwrap();
-                let cache = Arc::new(BlockCache::new(Arc::clone(&device), &config(mode, 2)).unwrap());
+                let cache =
+                    Arc::new(BlockCache::new(Arc::clone(&device), &config(mode, 2)).unwrap());
                 let reader = {
                     let cache = Arc::clone(&cache);
                     thread::spawn(move || {
@@ -75,7 +82,10 @@ fn a_read_after_a_write_returns_sees_it_in_both_modes() {
                 };
                 writer.join().unwrap();
                 let after = cache.get(0).unwrap();
-                assert!(after[50..150].iter().all(|&b| b == 2), "{mode:?}: stale read");
+                assert!(
+                    after[50..150].iter().all(|&b| b == 2),
+                    "{mode:?}: stale read"
+                );
                 let raced = reader.join().unwrap();
                 assert!(raced[50..150] == [1; 100] || raced[50..150] == [2; 100]);
                 // Quiescent: the cache agrees with the device.
@@ -97,7 +107,8 @@ fn racing_writes_loads_and_evictions_leave_the_cache_equal_to_the_device() {
         shuttle::check_random(
             move || {
                 let device = Arc::new(MemoryDevice::new(8 * BLOCK));
-                let cache = Arc::new(BlockCache::new(Arc::clone(&device), &config(mode, 2)).unwrap());
+                let cache =
+                    Arc::new(BlockCache::new(Arc::clone(&device), &config(mode, 2)).unwrap());
                 let mut threads = Vec::new();
                 for byte in [5u8, 6] {
                     let cache = Arc::clone(&cache);
@@ -118,7 +129,11 @@ fn racing_writes_loads_and_evictions_leave_the_cache_equal_to_the_device() {
                 for block in 0..4 {
                     let mut on_device = vec![0u8; BLOCK as usize];
                     device.read_at(&mut on_device, block * BLOCK).unwrap();
-                    assert_eq!(&cache.get(block).unwrap()[..], &on_device[..], "{mode:?}: block {block}");
+                    assert_eq!(
+                        &cache.get(block).unwrap()[..],
+                        &on_device[..],
+                        "{mode:?}: block {block}"
+                    );
                 }
             },
             ITERATIONS,

@@ -4,13 +4,14 @@
 //! Each operation costs `op_us` plus, when it does not start where the previous
 //! one ended, `seek_us` (an HDD's seek and rotation), plus its length over
 //! `bandwidth_mb_s`. In [`Pace::Sleep`] the caller's thread sleeps that long,
-//! one operation at a time (one head); in [`Pace::Virtual`] nothing sleeps and
+//! one operation at a time (one head; the last 100 µs spun, so short
+//! operations take their time to the microsecond); in [`Pace::Virtual`] nothing sleeps and
 //! the cost is only added to a clock that [`ThrottledDevice::elapsed`] reads, so
 //! tests and models get the same numbers on every run.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Device, DeviceError};
 
@@ -104,11 +105,27 @@ impl<D: Device> ThrottledDevice<D> {
         self.elapsed_ns
             .fetch_add(cost.as_nanos() as u64, Ordering::Relaxed);
         if self.pace == Pace::Sleep {
-            std::thread::sleep(cost);
+            pace(cost);
         }
         io()
     }
 }
+
+/// Waits `cost`: sleeps all but the last [`SPIN`] (a sleep overshoots by
+/// the timer slack, tens of microseconds, which would swamp a fast emulated
+/// device), then spins to the deadline.
+fn pace(cost: Duration) {
+    let deadline = Instant::now() + cost;
+    if let Some(sleep) = cost.checked_sub(SPIN) {
+        std::thread::sleep(sleep);
+    }
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+}
+
+/// The last stretch of a paced operation that is spun, not slept.
+const SPIN: Duration = Duration::from_micros(100);
 
 impl<D: Device> Device for ThrottledDevice<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {

@@ -3,7 +3,9 @@
 
 use anyhow::Result;
 
+pub mod hetero;
 pub mod nbd;
+pub mod stream;
 
 /// `cairn bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -11,11 +13,21 @@ pub enum BenchCommand {
     /// fio (ioengine=nbd) against Cairn, nbdkit memory and qemu-nbd.
     #[command(long_about = nbd::NBD_LONG_ABOUT)]
     Nbd(nbd::NbdBenchArgs),
+    /// papers/000's streaming experiment on real I/O: N threads reading one
+    /// file through the block cache (no cache, LRU, LFU, ONS) from an emulated disk.
+    #[command(long_about = stream::STREAM_LONG_ABOUT)]
+    Stream(stream::StreamBenchArgs),
+    /// papers/004's experiment on real I/O: a trace through the block cache
+    /// over an SSD and an HDD at 3:1, LRU against cost groups with online costs.
+    #[command(long_about = hetero::HETERO_LONG_ABOUT)]
+    Hetero(hetero::HeteroBenchArgs),
 }
 
 /// Run `cairn bench`.
 pub fn run(command: &BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Nbd(args) => nbd::run(args),
+        BenchCommand::Stream(args) => stream::run(args),
+        BenchCommand::Hetero(args) => hetero::run(args),
     }
 }
