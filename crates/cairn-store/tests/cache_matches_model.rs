@@ -38,7 +38,7 @@ proptest! {
     fn reads_through_the_cache_equal_the_model(
         ops in prop::collection::vec(op(), 1..60),
         policy in prop::sample::select(vec!["lru", "lfu", "ons", "cost", "s3fifo", "arc", "tinylfu"]),
-        invalidate in any::<bool>(),
+        mode in prop::sample::select(vec![WriteMode::Update, WriteMode::Invalidate, WriteMode::Allocate]),
         readahead in any::<bool>(),
         block_shift in 12u32..=13,
     ) {
@@ -50,7 +50,7 @@ proptest! {
                 capacity_bytes: 4 * block,
                 policy: PolicyConfig::default_for(policy).unwrap(),
                 shards: 1,
-                write_mode: if invalidate { WriteMode::Invalidate } else { WriteMode::Update },
+                write_mode: mode,
                 readahead_bytes: if readahead { 2 * block } else { 0 },
                 ..CacheConfig::default()
             },

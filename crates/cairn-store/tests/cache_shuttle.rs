@@ -103,7 +103,11 @@ fn a_read_after_a_write_returns_sees_it_in_both_modes() {
 /// every block reads what the device holds.
 #[test]
 fn racing_writes_loads_and_evictions_leave_the_cache_equal_to_the_device() {
-    for mode in [WriteMode::Update, WriteMode::Invalidate] {
+    for mode in [
+        WriteMode::Update,
+        WriteMode::Invalidate,
+        WriteMode::Allocate,
+    ] {
         shuttle::check_random(
             move || {
                 let device = Arc::new(MemoryDevice::new(8 * BLOCK));

@@ -25,6 +25,9 @@ pub enum WriteMode {
     Update,
     /// Write through, then drop the cached copy.
     Invalidate,
+    /// As `Update`, and a write covering a whole block that is not cached
+    /// caches it (write-allocate: the data is at hand, no device read).
+    Allocate,
 }
 
 /// A block cache's configuration. `Default` gives 64 KiB blocks, 64 MiB,

@@ -25,7 +25,8 @@
 //!   stream (`streams.rs`), [`CacheConfig::readahead_bytes`] further, and
 //!   reads the run with one `read_vectored_at` into the run's frames.
 //! - **Writes** ([`WriteMode`]): the device is written first, then the cached
-//!   copy is replaced (update) or dropped (invalidate). A load in flight when
+//!   copy is replaced (update; allocate also caches whole blocks written
+//!   that were not cached) or dropped (invalidate). A load in flight when
 //!   a write lands is *detached*: its slot is removed, so later readers load
 //!   the new data, and its leader does not install what it read. In update
 //!   mode writes to a block are serialised by one of 64 striped write locks
@@ -543,7 +544,11 @@ impl<D: Device> Device for BlockCache<D> {
         }
         let first = offset >> self.block_shift;
         let last = (offset + buf.len() as u64 - 1) >> self.block_shift;
-        let update = self.write_mode == WriteMode::Update;
+        let update = self.write_mode != WriteMode::Invalidate;
+        let allocate = (self.write_mode == WriteMode::Allocate).then(|| {
+            let sequential = self.streams.observe(first, last + 1);
+            self.groups.group(offset, sequential)
+        });
         let guards = if update {
             Some(self.lock_writes(first, last))
         } else {
@@ -558,7 +563,13 @@ impl<D: Device> Device for BlockCache<D> {
                 let block_len = self.block_len(block);
                 let n = (block_len - within).min((end - at) as usize);
                 let from = (at - offset) as usize;
-                lock(self.shard_of(block)).update(block, within, &buf[from..from + n], block_len);
+                lock(self.shard_of(block)).update(
+                    block,
+                    within,
+                    &buf[from..from + n],
+                    block_len,
+                    allocate,
+                );
                 at += n as u64;
             }
         } else {
@@ -581,7 +592,8 @@ impl<D: Device> Device for BlockCache<D> {
         }
         let first = offset >> self.block_shift;
         let last = (offset + len - 1) >> self.block_shift;
-        let guards = (self.write_mode == WriteMode::Update).then(|| self.lock_writes(first, last));
+        let guards =
+            (self.write_mode != WriteMode::Invalidate).then(|| self.lock_writes(first, last));
         let result = self.device.discard(offset, len);
         self.invalidate_range(first, last);
         drop(guards);

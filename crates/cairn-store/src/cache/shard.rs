@@ -225,8 +225,16 @@ impl Shard {
 
     /// Writes `bytes` at `at` into `block`'s cached copy (copy on write: the
     /// old frame may be held by readers), or detaches a load in flight.
-    /// `block_len` is the block's length in bytes.
-    pub(crate) fn update(&mut self, block: u64, at: usize, bytes: &[u8], block_len: usize) {
+    /// `block_len` is the block's length in bytes. `allocate`: the group to
+    /// cache a whole uncached block in (write-allocate), if any.
+    pub(crate) fn update(
+        &mut self,
+        block: u64,
+        at: usize,
+        bytes: &[u8],
+        block_len: usize,
+        allocate: Option<u16>,
+    ) {
         let Self { map, pool, .. } = self;
         match map.get_mut(&block) {
             Some(Slot::Ready { frame, .. }) => {
@@ -244,8 +252,37 @@ impl Shard {
             Some(Slot::Loading { .. }) => {
                 map.remove(&block);
             }
-            None => {}
+            None => {
+                if let Some(group) = allocate
+                    && bytes.len() == block_len
+                {
+                    self.allocate(block, group, bytes);
+                }
+            }
         }
+    }
+
+    /// Caches a whole block just written (write-allocate).
+    fn allocate(&mut self, block: u64, group: u16, bytes: &[u8]) {
+        let access = self.access(block, group);
+        let resident = self.policy.lookup(&access);
+        debug_assert!(!resident, "block {block} has no slot but is in the policy");
+        let mut frame = self.pool.take();
+        Arc::get_mut(&mut frame)
+            .expect("the pool hands out unique frames")
+            .bytes_mut()[..bytes.len()]
+            .copy_from_slice(bytes);
+        let mut victims = std::mem::take(&mut self.victims);
+        victims.clear();
+        if self.policy.admit(&access, &mut victims) {
+            self.map.insert(block, Slot::Ready { frame, group });
+        } else {
+            self.pool.give(frame);
+        }
+        for &victim in &victims {
+            self.evicted(victim);
+        }
+        self.victims = victims;
     }
 
     /// The resident blocks in `first..end`.

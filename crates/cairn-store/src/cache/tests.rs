@@ -188,3 +188,24 @@ fn bad_configurations_are_refused_with_reasons() {
     }
     assert!(BlockCache::new(MemoryDevice::new(0), &CacheConfig::default()).is_err());
 }
+
+#[test]
+fn allocate_mode_caches_whole_blocks_written_and_not_partial_ones() {
+    let cache = BlockCache::new(
+        MemoryDevice::new(1 << 20),
+        &CacheConfig {
+            write_mode: WriteMode::Allocate,
+            ..config(4096, 64 << 10, "lru")
+        },
+    )
+    .unwrap();
+    cache.write_at(&[4; 8192 + 100], 4096).unwrap();
+    assert_eq!(
+        cache.metrics().resident_blocks,
+        2,
+        "blocks 1 and 2, not the partial 3"
+    );
+    assert!(cache.get(2).unwrap().iter().all(|&b| b == 4));
+    let m = cache.metrics();
+    assert_eq!((m.hits(), m.misses()), (1, 0));
+}
