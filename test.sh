@@ -39,6 +39,8 @@ fi
 
 echo "== cargo test" >&2
 cargo test --workspace --locked --release
+echo "== cargo test: block cache under shuttle's randomized scheduler" >&2
+cargo test --locked --release -p cairn-store --features shuttle --test cache_shuttle
 
 fuzz_smoke() {
   local seconds=${CAIRN_FUZZ_SECONDS:-5}

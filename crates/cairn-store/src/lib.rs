@@ -5,16 +5,20 @@
 //! - [`device`]: the [`Device`] trait every layer speaks, and the concrete devices
 //!   (file, memory, throttled, faulty). Every storage layer above is itself a `Device`, so layers
 //!   stack: a cache over a log disk over a file.
+//! - [`cache`]: the DRAM block cache: sharded, single-flight, zero-copy hits,
+//!   any policy of `cairn-policy`, cost groups with online costs.
 //! - [`logdisk`]: the log-structured disk's on-disk format (the disk itself is
 //!   being built).
 //!
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
 //! (`cairn-sim`). Nothing here panics on input; errors are values.
 
+pub mod cache;
 pub mod device;
 pub mod logdisk;
 pub mod ntl;
 
+pub use cache::{BlockCache, BlockRef, CacheConfig, CacheError, WriteMode};
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,
     Throttle, ThrottledDevice,

@@ -53,8 +53,13 @@ impl ConcatDevice {
         Ok(Self { parts, starts })
     }
 
+    /// Number of parts.
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
     /// Which part holds byte `offset` (which must be in range).
-    fn part_of(&self, offset: u64) -> usize {
+    pub(crate) fn part_of(&self, offset: u64) -> usize {
         self.starts.partition_point(|&s| s <= offset) - 1
     }
 
@@ -141,6 +146,16 @@ impl StripedDevice {
             .and_then(|b| b.checked_mul(parts.len() as u64))
             .ok_or("the striped length overflows 64 bits")?;
         Ok(Self { parts, stripe, len })
+    }
+
+    /// Number of parts.
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Stripe size in bytes.
+    pub fn stripe(&self) -> u64 {
+        self.stripe
     }
 
     fn pieces(

@@ -143,6 +143,19 @@ pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError>;
     /// Write `buf` at `offset`. Visible at once, durable after the next `flush`.
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError>;
+    /// Fill `bufs`, one after another, with the bytes starting at `offset`:
+    /// one read of `offset..offset + total length` into several buffers (the
+    /// block cache reads a run of blocks into their frames this way). The
+    /// default reads each buffer in turn; a device where one large operation
+    /// is cheaper than several (a disk) overrides it.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<(), DeviceError> {
+        let mut at = offset;
+        for buf in bufs {
+            self.read_at(buf, at)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
     /// Make every write completed before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// The range's contents are no longer needed.
@@ -180,6 +193,9 @@ macro_rules! forward_device {
         impl<D: Device + ?Sized> Device for $($pointer)::+<D> {
             fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).read_at(buf, offset)
+            }
+            fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<(), DeviceError> {
+                (**self).read_vectored_at(bufs, offset)
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)

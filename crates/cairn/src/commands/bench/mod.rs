@@ -3,9 +3,11 @@
 
 use anyhow::Result;
 
+pub mod hetero;
 pub mod logdisk;
 pub mod nbd;
 pub mod ntl;
+pub mod stream;
 
 /// `cairn bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -21,6 +23,14 @@ pub enum BenchCommand {
     /// atomic against in-place writes.
     #[command(long_about = ntl::NTL_LONG_ABOUT)]
     Ntl(ntl::NtlBenchArgs),
+    /// papers/000's streaming experiment on real I/O: N threads reading one
+    /// file through the block cache (no cache, LRU, LFU, ONS) from an emulated disk.
+    #[command(long_about = stream::STREAM_LONG_ABOUT)]
+    Stream(stream::StreamBenchArgs),
+    /// papers/004's experiment on real I/O: a trace through the block cache
+    /// over an SSD and an HDD at 3:1, LRU against cost groups with online costs.
+    #[command(long_about = hetero::HETERO_LONG_ABOUT)]
+    Hetero(hetero::HeteroBenchArgs),
 }
 
 /// Run `cairn bench`.
@@ -29,5 +39,7 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Nbd(args) => nbd::run(args),
         BenchCommand::Logdisk(args) => logdisk::run(args),
         BenchCommand::Ntl(args) => ntl::run(args, quiet),
+        BenchCommand::Stream(args) => stream::run(args),
+        BenchCommand::Hetero(args) => hetero::run(args),
     }
 }
