@@ -1,4 +1,7 @@
 //! [`NtlDevice`]: the [`Device`] trait over [`Btt`], at any byte offset and length.
+//! Whole blocks of a write go through [`Btt::write_blocks`] (batched persistence
+//! points), a partial first or last block through [`Btt::write_bytes`]; a read
+//! prefetches each next block while copying the current one.
 
 use super::btt::Btt;
 use super::region::Region;
@@ -46,7 +49,12 @@ impl<R: Region> NtlDevice<R> {
 impl<R: Region> Device for NtlDevice<R> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
+        let bs = self.btt.geometry().block_size;
+        let last = (offset + buf.len() as u64).saturating_sub(1) / bs;
         self.for_each_block(offset, buf.len(), |lba, within, range| {
+            if lba < last {
+                self.btt.prefetch(lba + 1);
+            }
             self.btt.read_bytes(lba, within, &mut buf[range])
         })?;
         Ok(())
@@ -54,8 +62,27 @@ impl<R: Region> Device for NtlDevice<R> {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
-        self.for_each_block(offset, buf.len(), |lba, within, range| {
+        // A partial first and last block go through `write_bytes`; the whole
+        // blocks between them are written in batches that share persistence points.
+        let bs = self.btt.geometry().block_size;
+        let end = offset + buf.len() as u64;
+        let whole_start = offset.next_multiple_of(bs).min(end);
+        let whole_end = (end - end % bs).max(whole_start);
+        let head = (whole_start - offset) as usize;
+        let body = (whole_end - whole_start) as usize;
+        self.for_each_block(offset, head, |lba, within, range| {
             self.btt.write_bytes(lba, within, &buf[range])
+        })?;
+        if body > 0 {
+            self.btt
+                .write_blocks(whole_start / bs, &buf[head..head + body])?;
+        }
+        self.for_each_block(whole_end, buf.len() - head - body, |lba, within, range| {
+            self.btt.write_bytes(
+                lba,
+                within,
+                &buf[head + body + range.start..head + body + range.end],
+            )
         })?;
         Ok(())
     }
