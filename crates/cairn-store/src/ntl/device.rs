@@ -7,6 +7,9 @@ use super::btt::Btt;
 use super::region::Region;
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
 
+/// How many blocks a multi-block read prefetches ahead of the one it copies.
+const PREFETCH_BLOCKS: u64 = 4;
+
 /// A byte-addressed device over the NTL. Every write is atomic per block and durable
 /// when it returns (`flush` has nothing left to do). `discard` keeps old contents
 /// (the contract allows either; unmapping is not built yet).
@@ -50,10 +53,17 @@ impl<R: Region> Device for NtlDevice<R> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
         let bs = self.btt.geometry().block_size;
+        let first = offset / bs;
         let last = (offset + buf.len() as u64).saturating_sub(1) / bs;
+        // Keep PREFETCH_BLOCKS blocks in flight ahead of the copy: each is at its
+        // own place in the region, so each costs a TLB miss and cold lines that
+        // only a software hint can overlap.
+        for lba in first + 1..=last.min(first + PREFETCH_BLOCKS) {
+            self.btt.prefetch(lba);
+        }
         self.for_each_block(offset, buf.len(), |lba, within, range| {
-            if lba < last {
-                self.btt.prefetch(lba + 1);
+            if lba + PREFETCH_BLOCKS < last {
+                self.btt.prefetch(lba + PREFETCH_BLOCKS + 1);
             }
             self.btt.read_bytes(lba, within, &mut buf[range])
         })?;
