@@ -89,3 +89,41 @@ fn fsck_and_inspect_a_log_disk_image() {
     let (ok, text) = cairn(&["fsck".as_ref(), dir.path().join("junk").as_os_str()]);
     assert!(!ok && text.contains("not a Cairn image"), "{text}");
 }
+
+#[test]
+fn fsck_and_inspect_an_ntl_image_and_its_in_place_flag() {
+    use cairn_store::ntl::{
+        Btt, Geometry as NtlGeometry, MmapRegion, NtlDevice, PersistenceRequest, Region, WriteMode,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ntl.img");
+    let g = NtlGeometry {
+        block_size: 4096,
+        lbas: 64,
+        data_blocks: 80,
+    };
+    let open = || MmapRegion::open(&path, g.region_len(), true, PersistenceRequest::None).unwrap();
+    NtlDevice::new(Btt::format(open(), g).unwrap())
+        .write_at(&[7; 9000], 100)
+        .unwrap();
+    let (ok, out) = cairn(&["fsck".as_ref(), path.as_os_str()]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("3 mapped") && out.contains("atomic only"),
+        "{out}"
+    );
+    let (ok, out) = cairn(&["inspect".as_ref(), path.as_os_str()]);
+    assert!(ok && out.contains("NTL image"), "{out}");
+    // In-place writes are flagged for good.
+    NtlDevice::new(Btt::open_with(open(), WriteMode::InPlace).unwrap())
+        .write_at(&[8; 10], 5)
+        .unwrap();
+    let (ok, out) = cairn(&["fsck".as_ref(), path.as_os_str()]);
+    assert!(ok && out.contains("may have torn"), "{out}");
+    // A map entry pointing past the data area is refused, by block number.
+    open()
+        .store_u64(64 + 8 * 5, cairn_store::ntl::map::encode(80))
+        .unwrap();
+    let (ok, out) = cairn(&["fsck".as_ref(), path.as_os_str()]);
+    assert!(!ok && out.contains("block 5"), "{out}");
+}

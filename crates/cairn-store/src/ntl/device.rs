@@ -1,8 +1,14 @@
 //! [`NtlDevice`]: the [`Device`] trait over [`Btt`], at any byte offset and length.
+//! Whole blocks of a write go through [`Btt::write_blocks`] (batched persistence
+//! points), a partial first or last block through [`Btt::write_bytes`]; a read
+//! prefetches each next block while copying the current one.
 
 use super::btt::Btt;
 use super::region::Region;
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
+
+/// How many blocks a multi-block read prefetches ahead of the one it copies.
+const PREFETCH_BLOCKS: u64 = 4;
 
 /// A byte-addressed device over the NTL. Every write is atomic per block and durable
 /// when it returns (`flush` has nothing left to do). `discard` keeps old contents
@@ -46,7 +52,19 @@ impl<R: Region> NtlDevice<R> {
 impl<R: Region> Device for NtlDevice<R> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
+        let bs = self.btt.geometry().block_size;
+        let first = offset / bs;
+        let last = (offset + buf.len() as u64).saturating_sub(1) / bs;
+        // Keep PREFETCH_BLOCKS blocks in flight ahead of the copy: each is at its
+        // own place in the region, so each costs a TLB miss and cold lines that
+        // only a software hint can overlap.
+        for lba in first + 1..=last.min(first + PREFETCH_BLOCKS) {
+            self.btt.prefetch(lba);
+        }
         self.for_each_block(offset, buf.len(), |lba, within, range| {
+            if lba + PREFETCH_BLOCKS < last {
+                self.btt.prefetch(lba + PREFETCH_BLOCKS + 1);
+            }
             self.btt.read_bytes(lba, within, &mut buf[range])
         })?;
         Ok(())
@@ -54,8 +72,27 @@ impl<R: Region> Device for NtlDevice<R> {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
-        self.for_each_block(offset, buf.len(), |lba, within, range| {
+        // A partial first and last block go through `write_bytes`; the whole
+        // blocks between them are written in batches that share persistence points.
+        let bs = self.btt.geometry().block_size;
+        let end = offset + buf.len() as u64;
+        let whole_start = offset.next_multiple_of(bs).min(end);
+        let whole_end = (end - end % bs).max(whole_start);
+        let head = (whole_start - offset) as usize;
+        let body = (whole_end - whole_start) as usize;
+        self.for_each_block(offset, head, |lba, within, range| {
             self.btt.write_bytes(lba, within, &buf[range])
+        })?;
+        if body > 0 {
+            self.btt
+                .write_blocks(whole_start / bs, &buf[head..head + body])?;
+        }
+        self.for_each_block(whole_end, buf.len() - head - body, |lba, within, range| {
+            self.btt.write_bytes(
+                lba,
+                within,
+                &buf[head + body + range.start..head + body + range.end],
+            )
         })?;
         Ok(())
     }

@@ -36,6 +36,12 @@ pub trait Region: Send + Sync {
     /// Starts writing back every `(offset, len)` range; durable after [`Region::fence`].
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError>;
 
+    /// A hint that `offset..offset+len` will be read soon (no effect on contents;
+    /// out-of-range hints are ignored). Default: nothing.
+    fn prefetch(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
+
     /// [`Region::store_u64`] then [`Region::flush`] of the word: durable after the
     /// next [`Region::fence`]. A mapping with cache-line persistence uses one
     /// non-temporal store (no read-for-ownership of the line, no write-back).
@@ -107,6 +113,9 @@ macro_rules! forward_region {
             }
             fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
                 (**self).store_u64_flushed(offset, value)
+            }
+            fn prefetch(&self, offset: u64, len: u64) {
+                (**self).prefetch(offset, len)
             }
             fn fence(&self) -> Result<(), DeviceError> {
                 (**self).fence()

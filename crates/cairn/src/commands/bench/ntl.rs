@@ -22,9 +22,10 @@ Measure the NVM translation layer (NTL) against its peers on this machine, one
 after another, each for --seconds per row:
 
   ntl            the NTL (atomic block writes) over a file in /dev/shm mapped
-                 with MmapRegion, persistence = cache-line write-back (CLWB, else
-                 CLFLUSHOPT, else CLFLUSH) + SFENCE: what a DAX deployment on real
-                 persistent memory pays, so this is the column the bars judge
+                 with MmapRegion, cache-line persistence (non-temporal stores
+                 for whole lines, CLWB/CLFLUSHOPT/CLFLUSH for partial ones, then
+                 SFENCE): what a DAX deployment on real persistent memory pays,
+                 so this is the column the bars judge
   in-place       the same with WriteMode::InPlace: writes overwrite the mapped
                  block (not torn-write safe); the price-of-atomicity baseline
   ntl/none       atomic, no persistence work (an eADR platform)
