@@ -5,8 +5,10 @@
 //! - [`device`]: the [`Device`] trait every layer speaks, and the concrete devices
 //!   (file, memory, throttled, faulty). Every storage layer above is itself a `Device`, so layers
 //!   stack: a cache over a log disk over a file.
-//! - [`logdisk`]: the log-structured disk's on-disk format (the disk itself is
-//!   being built).
+//! - [`ntl`]: the NVM translation layer (persistent memory as a block device).
+//! - [`logdisk`]: the log-structured disk with its NV write cache.
+//! - [`volume`]: stacks of the above assembled from a [`volume::VolumeSpec`],
+//!   one per export, formatted on first use and recovered after.
 //!
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
 //! (`cairn-sim`). Nothing here panics on input; errors are values.
@@ -14,8 +16,10 @@
 pub mod device;
 pub mod logdisk;
 pub mod ntl;
+pub mod volume;
 
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,
     Throttle, ThrottledDevice,
 };
+pub use volume::{Volume, VolumeError, VolumeExport, VolumeSpec};
