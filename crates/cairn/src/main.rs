@@ -11,6 +11,7 @@ mod output;
 mod plot;
 mod policy_spec;
 mod progress;
+mod volume_spec;
 
 use std::process::ExitCode;
 

@@ -199,8 +199,10 @@ struct Built {
 }
 
 enum Leaf {
-    /// A file or block device: blank if sparse or all zeroes.
-    File(PathBuf),
+    /// A file or block device: blank if sparse or all zeroes. The length it
+    /// had before this open grew it, if it did (to undo the growth when the
+    /// file turns out not to be ours).
+    File(PathBuf, Option<u64>),
     /// Storage that starts empty (memory) or was formatted just now (NTL).
     Fresh,
     /// A layer holding data already (an NTL image opened with its contents).
@@ -286,6 +288,11 @@ impl Builder<'_> {
 
     fn file(&mut self, field: &str, f: &FileSpec) -> Result<Built, VolumeError> {
         let path = self.path(&f.path);
+        let before = std::fs::metadata(&path)
+            .ok()
+            .filter(|m| m.is_file() && m.len() > 0)
+            .map(|m| m.len())
+            .filter(|&len| f.size.is_some_and(|size| size.get() > len));
         let options = FileOptions {
             create_len: f.size.map(Bytes::get),
             direct: f.direct,
@@ -313,7 +320,7 @@ impl Builder<'_> {
         }
         Ok(Built {
             device: Arc::new(device),
-            leaves: vec![Leaf::File(path)],
+            leaves: vec![Leaf::File(path, before)],
         })
     }
 
@@ -596,7 +603,7 @@ impl Builder<'_> {
                             ),
                         ));
                     }
-                    Leaf::File(path) => {
+                    Leaf::File(path, grown_from) => {
                         let nonzero = probe::first_nonzero(path).map_err(|e| {
                             VolumeError::new(
                                 format!("{field}.over"),
@@ -604,6 +611,13 @@ impl Builder<'_> {
                             )
                         })?;
                         if let Some(at) = nonzero {
+                            // Leave the file as it was found.
+                            if let Some(len) = grown_from {
+                                let _ = std::fs::OpenOptions::new()
+                                    .write(true)
+                                    .open(path)
+                                    .and_then(|f| f.set_len(*len));
+                            }
                             let mut sample = [0u8; 8];
                             let _ = std::fs::File::open(path).and_then(|f| {
                                 std::os::unix::fs::FileExt::read_at(&f, &mut sample, at)
