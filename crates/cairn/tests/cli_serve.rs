@@ -5,117 +5,12 @@
 //! `nbdinfo -- [ cmd ]`, which starts servers that way).
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use cairn_nbd::codec::handshake::{InfoRequest, OptionHeader};
-use cairn_nbd::codec::transmission::RequestHeader;
-use cairn_nbd::proto::{
-    CMD_DISC, CMD_FLUSH, CMD_READ, CMD_WRITE, FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, OPT_GO,
-    REP_ACK,
-};
+use std::process::{Command, Stdio};
 
-fn cairn() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-}
-
-/// A minimal client over any byte stream: handshake with GO, simple replies.
-struct Raw<R, W> {
-    reader: R,
-    writer: W,
-}
-
-impl<R: Read, W: Write> Raw<R, W> {
-    fn handshake(&mut self) -> u64 {
-        let mut greeting = [0u8; 18];
-        self.reader.read_exact(&mut greeting).unwrap();
-        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-        let flags = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES;
-        self.writer.write_all(&flags.to_be_bytes()).unwrap();
-        let data = InfoRequest {
-            name: String::new(),
-            items: vec![],
-        }
-        .encode();
-        let header = OptionHeader {
-            option: OPT_GO,
-            length: data.len() as u32,
-        };
-        self.writer.write_all(&header.encode()).unwrap();
-        self.writer.write_all(&data).unwrap();
-        let mut size = 0;
-        loop {
-            let mut head = [0u8; 20];
-            self.reader.read_exact(&mut head).unwrap();
-            let reply_type = u32::from_be_bytes(head[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(head[16..20].try_into().unwrap()) as usize;
-            let mut data = vec![0u8; len];
-            self.reader.read_exact(&mut data).unwrap();
-            if reply_type == REP_ACK {
-                return size;
-            }
-            assert!(reply_type & (1 << 31) == 0, "GO failed: {reply_type:#x}");
-            if data[..2] == [0, 0] {
-                size = u64::from_be_bytes(data[2..10].try_into().unwrap());
-            }
-        }
-    }
-
-    fn request(&mut self, command: u16, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
-        let header = RequestHeader {
-            flags: 0,
-            command,
-            cookie: 1,
-            offset,
-            length,
-        };
-        self.writer.write_all(&header.encode()).unwrap();
-        self.writer.write_all(payload).unwrap();
-        if command == CMD_DISC {
-            return Vec::new();
-        }
-        let mut reply = [0u8; 16];
-        self.reader.read_exact(&mut reply).unwrap();
-        assert_eq!(reply[4..8], [0, 0, 0, 0], "request failed");
-        let mut data = vec![
-            0u8;
-            if command == CMD_READ {
-                length as usize
-            } else {
-                0
-            }
-        ];
-        self.reader.read_exact(&mut data).unwrap();
-        data
-    }
-}
-
-fn connect(path: &Path) -> Raw<UnixStream, UnixStream> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(stream) = UnixStream::connect(path) {
-            return Raw {
-                reader: stream.try_clone().unwrap(),
-                writer: stream,
-            };
-        }
-        assert!(Instant::now() < deadline, "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn terminate(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "cairn serve exited with {status}");
-}
+use cairn_nbd::proto::{CMD_DISC, CMD_FLUSH, CMD_READ, CMD_WRITE};
+use common::{Raw, cairn, connect, terminate};
 
 #[test]
 fn a_file_volume_keeps_its_data_across_sigterm_and_restart() {
