@@ -17,7 +17,8 @@ use cairn_store::volume::{DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOpti
 
 use crate::volume_spec::{self, DEFAULT_SPEC, Loaded};
 
-const LONG_ABOUT: &str = "\
+/// `cairn serve --help`'s description.
+pub const LONG_ABOUT: &str = "\
 Serve volumes over NBD (the Network Block Device protocol), so that unmodified
 clients use them as disks: the Linux kernel's nbd-client, qemu and
 qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy and nbdfuse, fio's nbd engine.
@@ -75,7 +76,7 @@ Examples:
 
 /// `cairn serve` flags, as typed.
 #[derive(clap::Args, Debug)]
-#[command(long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
+#[command(after_long_help = EXAMPLES)]
 #[allow(clippy::struct_excessive_bools)] // one per flag
 pub struct ServeArgs {
     /// Serve the volumes of this spec (TOML; see docs/volumes.md).
