@@ -14,6 +14,7 @@
 //! Limits: at most `u32::MAX - 1` resident keys per policy instance.
 
 mod access;
+pub mod bytes;
 mod capacity;
 mod config;
 pub mod index;
@@ -43,6 +44,7 @@ pub mod tinylfu;
 pub mod twoq;
 
 pub use access::{Access, NEVER, Op};
+pub use bytes::{Bytes, ParseBytesError, format_bytes, parse_bytes};
 pub use capacity::Capacity;
 pub use config::{ConfigError, PolicyConfig};
 pub use policy::{Ahead, Policy};

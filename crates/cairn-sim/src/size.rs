@@ -83,41 +83,13 @@ impl std::fmt::Display for CacheSize {
     }
 }
 
-/// Binary (`KiB` = 1024) and decimal (`KB` = 1000) suffixes, longest first.
-const SUFFIXES: &[(&str, u64)] = &[
-    ("kib", 1 << 10),
-    ("mib", 1 << 20),
-    ("gib", 1 << 30),
-    ("tib", 1 << 40),
-    ("kb", 1_000),
-    ("mb", 1_000_000),
-    ("gb", 1_000_000_000),
-    ("tb", 1_000_000_000_000),
-    ("k", 1 << 10),
-    ("m", 1 << 20),
-    ("g", 1 << 30),
-    ("t", 1 << 40),
-    ("b", 1),
-];
-
-/// Parses a byte count with an optional suffix: `4096`, `4KiB`, `64MiB`, `1GB`.
+/// Parses a byte count with an optional suffix: `4096`, `4KiB`, `64MiB`, `1GB`
+/// (the one parser, [`cairn_policy::parse_bytes`], with the simulator's error).
 pub fn parse_bytes(text: &str) -> Result<u64> {
-    let error = |reason: &str| SimError::Size {
-        text: text.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let trimmed = text.trim();
-    let lower = trimmed.to_ascii_lowercase();
-    let (number, multiplier) = SUFFIXES
-        .iter()
-        .find_map(|&(suffix, m)| lower.strip_suffix(suffix).map(|n| (n.trim(), m)))
-        .unwrap_or((lower.as_str(), 1));
-    let value: u64 = number
-        .parse()
-        .map_err(|_| error("expected a whole number with an optional unit (4096, 64MiB, 1GB)"))?;
-    value
-        .checked_mul(multiplier)
-        .ok_or_else(|| error("too large for 64 bits"))
+    cairn_policy::parse_bytes(text).map_err(|e| SimError::Size {
+        text: e.text,
+        reason: e.reason.to_owned(),
+    })
 }
 
 impl FromStr for CacheSize {

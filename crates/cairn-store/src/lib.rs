@@ -7,8 +7,10 @@
 //!   stack: a cache over a log disk over a file.
 //! - [`cache`]: the DRAM block cache: sharded, single-flight, zero-copy hits,
 //!   any policy of `cairn-policy`, cost groups with online costs.
-//! - [`logdisk`]: the log-structured disk's on-disk format (the disk itself is
-//!   being built).
+//! - [`ntl`]: the NVM translation layer (persistent memory as a block device).
+//! - [`logdisk`]: the log-structured disk with its NV write cache.
+//! - [`volume`]: stacks of the above assembled from a [`volume::VolumeSpec`],
+//!   one per export, formatted on first use and recovered after.
 //!
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
 //! (`cairn-sim`). Nothing here panics on input; errors are values.
@@ -17,9 +19,11 @@ pub mod cache;
 pub mod device;
 pub mod logdisk;
 pub mod ntl;
+pub mod volume;
 
 pub use cache::{BlockCache, BlockRef, CacheConfig, CacheError, WriteMode};
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,
     Throttle, ThrottledDevice,
 };
+pub use volume::{Volume, VolumeError, VolumeExport, VolumeSpec};

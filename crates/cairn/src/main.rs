@@ -11,6 +11,7 @@ mod output;
 mod plot;
 mod policy_spec;
 mod progress;
+mod volume_spec;
 
 use std::process::ExitCode;
 
@@ -70,7 +71,8 @@ enum Command {
     Fsck(commands::check::FsckArgs),
     /// Describe an image: layout, segment use, saved metrics.
     Inspect(commands::check::InspectArgs),
-    /// Serve a volume over NBD to qemu, nbdinfo, fio, the kernel's nbd-client.
+    /// Serve volumes over NBD (default: a 1 GiB log-disk volume in ./cairn-data).
+    #[command(long_about = commands::serve::LONG_ABOUT)]
     Serve(commands::serve::ServeArgs),
     /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd;
     /// `bench ntl`: the NTL against pread/pwrite, `O_DIRECT` and memcpy).

@@ -1,120 +1,16 @@
-//! `cairn serve` as a process: SIGTERM finishes and exits 0, a file volume
-//! keeps its data across a restart, `--stdio` serves one connection on
+//! `cairn serve` as a process: SIGTERM finishes and exits 0, the default
+//! volume (a log disk with its NV cache) and a file volume keep their data
+//! across restarts, specs are read from files with clear errors, `--stdio` serves one connection on
 //! stdin/stdout, and systemd socket activation works (through libnbd's
 //! `nbdinfo -- [ cmd ]`, which starts servers that way).
 #![allow(clippy::unwrap_used)]
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use cairn_nbd::codec::handshake::{InfoRequest, OptionHeader};
-use cairn_nbd::codec::transmission::RequestHeader;
-use cairn_nbd::proto::{
-    CMD_DISC, CMD_FLUSH, CMD_READ, CMD_WRITE, FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, OPT_GO,
-    REP_ACK,
-};
+use std::process::{Command, Stdio};
 
-fn cairn() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cairn"))
-}
-
-/// A minimal client over any byte stream: handshake with GO, simple replies.
-struct Raw<R, W> {
-    reader: R,
-    writer: W,
-}
-
-impl<R: Read, W: Write> Raw<R, W> {
-    fn handshake(&mut self) -> u64 {
-        let mut greeting = [0u8; 18];
-        self.reader.read_exact(&mut greeting).unwrap();
-        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-        let flags = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES;
-        self.writer.write_all(&flags.to_be_bytes()).unwrap();
-        let data = InfoRequest {
-            name: String::new(),
-            items: vec![],
-        }
-        .encode();
-        let header = OptionHeader {
-            option: OPT_GO,
-            length: data.len() as u32,
-        };
-        self.writer.write_all(&header.encode()).unwrap();
-        self.writer.write_all(&data).unwrap();
-        let mut size = 0;
-        loop {
-            let mut head = [0u8; 20];
-            self.reader.read_exact(&mut head).unwrap();
-            let reply_type = u32::from_be_bytes(head[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(head[16..20].try_into().unwrap()) as usize;
-            let mut data = vec![0u8; len];
-            self.reader.read_exact(&mut data).unwrap();
-            if reply_type == REP_ACK {
-                return size;
-            }
-            assert!(reply_type & (1 << 31) == 0, "GO failed: {reply_type:#x}");
-            if data[..2] == [0, 0] {
-                size = u64::from_be_bytes(data[2..10].try_into().unwrap());
-            }
-        }
-    }
-
-    fn request(&mut self, command: u16, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
-        let header = RequestHeader {
-            flags: 0,
-            command,
-            cookie: 1,
-            offset,
-            length,
-        };
-        self.writer.write_all(&header.encode()).unwrap();
-        self.writer.write_all(payload).unwrap();
-        if command == CMD_DISC {
-            return Vec::new();
-        }
-        let mut reply = [0u8; 16];
-        self.reader.read_exact(&mut reply).unwrap();
-        assert_eq!(reply[4..8], [0, 0, 0, 0], "request failed");
-        let mut data = vec![
-            0u8;
-            if command == CMD_READ {
-                length as usize
-            } else {
-                0
-            }
-        ];
-        self.reader.read_exact(&mut data).unwrap();
-        data
-    }
-}
-
-fn connect(path: &Path) -> Raw<UnixStream, UnixStream> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(stream) = UnixStream::connect(path) {
-            return Raw {
-                reader: stream.try_clone().unwrap(),
-                writer: stream,
-            };
-        }
-        assert!(Instant::now() < deadline, "the server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn terminate(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let status = child.wait().unwrap();
-    assert!(status.success(), "cairn serve exited with {status}");
-}
+use cairn_nbd::proto::{CMD_DISC, CMD_FLUSH, CMD_READ, CMD_WRITE};
+use common::{Raw, cairn, connect, terminate};
 
 #[test]
 fn a_file_volume_keeps_its_data_across_sigterm_and_restart() {
@@ -230,4 +126,183 @@ fn a_server_whose_stdout_and_stderr_closed_keeps_serving_and_stops_on_sigterm() 
     assert_eq!(client.request(CMD_READ, 0, 4, &[]), [1, 2, 3, 4]);
     client.request(CMD_DISC, 0, 0, &[]);
     terminate(child);
+}
+
+/// Removes the NV cache region a default-spec server put on /dev/shm (named
+/// in what it printed).
+fn remove_nv_region(printed: &str) {
+    if let Some(start) = printed.find("/dev/shm/cairn-") {
+        let path: String = printed[start..]
+            .chars()
+            .take_while(|c| !c.is_whitespace())
+            .collect();
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[test]
+fn the_default_volume_keeps_its_data_across_sigterm_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cairn-data/cairn.sock");
+    let stdout = dir.path().join("stdout.txt");
+    let serve = || {
+        cairn()
+            .arg("serve")
+            .current_dir(dir.path())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+    let tail: Vec<u8> = (0..8192u32).map(|i| (i % 13) as u8 + 1).collect();
+
+    let child = serve();
+    let mut client = connect(&socket);
+    assert_eq!(client.handshake(), 1 << 30, "the default volume is 1 GiB");
+    client.request(CMD_WRITE, 5 << 20, data.len() as u32, &data);
+    client.request(CMD_FLUSH, 0, 0, &[]);
+    // Acknowledged but never flushed by the client: a graceful stop keeps it.
+    client.request(CMD_WRITE, (1 << 30) - 8192, tail.len() as u32, &tail);
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(child);
+    let printed = std::fs::read_to_string(&stdout).unwrap();
+    let cleanup = Cleanup(printed.clone());
+    assert!(
+        printed.contains("log disk") && printed.contains("nbdinfo"),
+        "{printed}"
+    );
+    assert!(dir.path().join("cairn-data/disk.img").exists());
+    assert!(
+        dir.path().join("cairn-data/log.clean").exists(),
+        "closed cleanly"
+    );
+
+    let child = serve();
+    let mut client = connect(&socket);
+    assert_eq!(client.handshake(), 1 << 30);
+    assert_eq!(
+        client.request(CMD_READ, 5 << 20, data.len() as u32, &[]),
+        data
+    );
+    assert_eq!(
+        client.request(CMD_READ, (1 << 30) - 8192, tail.len() as u32, &[]),
+        tail
+    );
+    assert!(
+        !dir.path().join("cairn-data/log.clean").exists(),
+        "open again"
+    );
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(child);
+    drop(cleanup);
+}
+
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        remove_nv_region(&self.0);
+    }
+}
+
+#[test]
+fn the_default_spec_prints_and_serves_from_a_config_file() {
+    let output = cairn()
+        .args(["serve", "--print-default-config"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("kind = \"log\"") && text.contains("[[export]]"),
+        "{text}"
+    );
+    // The same spec from a file, small, with its NV cache in the data dir;
+    // data_dir is relative to the file.
+    let dir = tempfile::tempdir().unwrap();
+    let small = text
+        .replace("size = \"1GiB\"", "size = \"16MiB\"")
+        .replace("size = \"1280MiB\"", "size = \"24MiB\"")
+        .replace(
+            "nv_cache = { size = \"64MiB\" }",
+            "nv_cache = { path = \"log.nv\", size = \"4MiB\" }",
+        );
+    assert_ne!(small, text);
+    let config = dir.path().join("conf/small.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, small).unwrap();
+    let socket = dir.path().join("s.sock");
+    let child = cairn()
+        .args(["serve", "--quiet", "--config"])
+        .arg(&config)
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .spawn()
+        .unwrap();
+    let mut client = connect(&socket);
+    assert_eq!(client.handshake(), 16 << 20);
+    client.request(CMD_WRITE, 0, 4, &[1, 2, 3, 4]);
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(child);
+    assert!(dir.path().join("conf/cairn-data/disk.img").exists());
+    assert!(dir.path().join("conf/cairn-data/log.nv").exists());
+}
+
+#[test]
+fn bad_specs_are_clear_errors_naming_the_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let spec = "[[export]]\nname = \"x\"\ndevice = \"log\"\n\
+                [device.log]\nkind = \"log\"\nover = \"f\"\n\
+                [device.f]\nkind = \"file\"\npath = \"f.img\"\nsize = \"8MiB\"\n";
+    let unknown = write(
+        "unknown.toml",
+        &spec.replace("kind = \"file\"", "kind = \"file\"\nsyze = 1"),
+    );
+    let missing = write(
+        "missing.toml",
+        &spec.replace("over = \"f\"", "over = \"g\""),
+    );
+    let foreign = write("foreign.toml", spec);
+    std::fs::create_dir_all(dir.path().join("cairn-data")).unwrap();
+    std::fs::write(dir.path().join("cairn-data/f.img"), b"not a cairn disk").unwrap();
+    for (path, expected) in [
+        (&unknown, &["unknown.toml", "syze"][..]),
+        (&missing, &["missing.toml", "device.log.over", "\"g\""]),
+        (
+            &foreign,
+            &[
+                "foreign.toml",
+                "device.log.over",
+                "f.img",
+                "refusing to format",
+            ],
+        ),
+        (&dir.path().join("absent.toml"), &["absent.toml"]),
+    ] {
+        let output = cairn()
+            .arg("serve")
+            .arg("--config")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{}", path.display());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for word in expected {
+            assert!(
+                stderr.contains(word),
+                "{}: {word:?} missing: {stderr}",
+                path.display()
+            );
+        }
+    }
+    assert!(
+        std::fs::read(dir.path().join("cairn-data/f.img")).unwrap() == b"not a cairn disk",
+        "the foreign file is left as it was"
+    );
 }

@@ -450,6 +450,21 @@ impl<D: Device> LogDisk<D> {
         Self::open_with(dev, nv.map(Recovery::Region), options)
     }
 
+    /// Opens an existing log disk whose NV cache region was lost (a tmpfs
+    /// file after a reboot) or never existed, formatting `nv` as a fresh,
+    /// empty cache for it. Safe only when the old cache held nothing dirty —
+    /// the disk was last stopped by [`LogDisk::close`], or never had a cache:
+    /// writes acknowledged only to a lost cache are gone.
+    pub fn open_with_new_nv_cache(
+        dev: D,
+        nv: Box<dyn Region>,
+        options: Options,
+    ) -> Result<Self, LogDiskError> {
+        let sb = read_superblock(&dev)?;
+        let cache = NvCache::format(nv, sb.geometry.block_size, sb.id)?;
+        Self::open_with(dev, Some(Recovery::Fresh(cache)), options)
+    }
+
     fn open_with(dev: D, nv: Option<Recovery>, options: Options) -> Result<Self, LogDiskError> {
         if options.clean_low < 2 {
             return Err(LogDiskError::Invalid(format!(
@@ -463,12 +478,7 @@ impl<D: Device> LogDisk<D> {
                 options.destage_threshold
             )));
         }
-        let mut first = IoBuf::zeroed(dev.alignment().max(SECTOR) as usize);
-        dev.read_at(&mut first, 0)?;
-        let bs = format::superblock_block_size(&first);
-        let mut first = IoBuf::zeroed(bs as usize);
-        dev.read_at(&mut first, 0)?;
-        let sb = format::decode_superblock(&first)?;
+        let sb = read_superblock(&dev)?;
         let geo = sb.geometry;
         let need = geo.image_blocks() * u64::from(geo.block_size);
         if dev.len() < need {
@@ -1460,6 +1470,18 @@ fn volume_id() -> u64 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.finish() | 1
+}
+
+/// Reads and decodes the superblock at the start of `dev`.
+pub fn read_superblock<D: Device + ?Sized>(dev: &D) -> Result<Superblock, LogDiskError> {
+    // Page-aligned buffers, so an O_DIRECT device takes them as they are.
+    let first_len = dev.alignment().max(SECTOR).min(dev.len());
+    let mut first = IoBuf::zeroed(first_len as usize);
+    dev.read_at(&mut first, 0)?;
+    let bs = format::superblock_block_size(&first);
+    let mut first = IoBuf::zeroed((bs as usize).min(dev.len() as usize));
+    dev.read_at(&mut first, 0)?;
+    Ok(format::decode_superblock(&first)?)
 }
 
 /// Reads both checkpoint slots; the valid one with the larger number wins.

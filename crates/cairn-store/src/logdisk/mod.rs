@@ -16,6 +16,8 @@ pub mod disk;
 pub mod format;
 pub mod nv;
 
-pub use disk::{CleanerPolicy, LogDisk, LogDiskError, Metrics, Options, PartialSegments};
-pub use format::Geometry;
+pub use disk::{
+    CleanerPolicy, LogDisk, LogDiskError, Metrics, Options, PartialSegments, read_superblock,
+};
+pub use format::{Geometry, Superblock};
 pub use nv::{NvCache, NvError};

@@ -1,55 +1,73 @@
-//! `cairn serve`: a volume as an NBD export.
+//! `cairn serve`: volumes as NBD exports.
 //!
-//! For now the volume is one device: memory, or a file. The TOML volume spec
-//! (read cache → write path → log disk with its NTL write cache → devices),
-//! several exports from one config, and TLS come with the rest of issue 6;
-//! `--config` will select them and these flags will stay as overrides.
+//! The volumes come from a spec (`--config FILE`, or the embedded default: a
+//! log disk with its NV write cache over a file under `./cairn-data`), or from
+//! the quick overrides `--memory SIZE` and `--file PATH` (one raw device).
+//! The spec is assembled by `cairn_store::Volume`; at shutdown every export is
+//! flushed and every log disk destaged and checkpointed.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server};
-use cairn_store::Device;
-use cairn_store::device::{FileDevice, FileOptions, MemoryDevice};
+use cairn_policy::Bytes;
+use cairn_store::Volume;
+use cairn_store::volume::{DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOptions, VolumeSpec};
 
-/// Where `cairn serve` listens when neither --listen nor systemd says otherwise.
-pub const DEFAULT_LISTEN: &str = "unix:./cairn-data/cairn.sock";
-/// The memory volume's size when no --memory or --file is given.
-const DEFAULT_MEMORY: &str = "1GiB";
+use crate::volume_spec::{self, DEFAULT_SPEC, Loaded};
 
-const LONG_ABOUT: &str = "\
-Serve a volume over NBD (the Network Block Device protocol), so that unmodified
-clients use it as a disk: qemu and qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy
-and nbdfuse, fio's nbd engine, and the Linux kernel's nbd-client.
+/// `cairn serve --help`'s description.
+pub const LONG_ABOUT: &str = "\
+Serve volumes over NBD (the Network Block Device protocol), so that unmodified
+clients use them as disks: the Linux kernel's nbd-client, qemu and
+qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy and nbdfuse, fio's nbd engine.
 
-The volume is, for now, one device: memory (--memory, the default, 1 GiB; its
-contents vanish when the server stops) or a file or block device (--file; with
---size the file is created sparse or grown to SIZE). Composed volumes — read
-cache, log-structured disk with an NTL write cache — come next (see docs/nbd.md).
+With no arguments it runs the embedded default volume: one export, \"cairn\", a
+1 GiB disk kept under ./cairn-data — the log-structured disk (papers/003) over a
+sparse file, each write made durable in its NV write cache (a memory-mapped
+region on /dev/shm when present). It prints how to connect. The first start
+formats; later starts recover, so the data survives restarts.
+--print-default-config prints that spec; edit it and pass it back with --config.
 
-Listening: a Unix socket by default (unix:./cairn-data/cairn.sock, created with
-its directory; a stale socket left by a dead server is replaced), or TCP with
---listen tcp:HOST:PORT (bind loopback unless you mean to expose the disk: NBD
-has no authentication without TLS, which is not yet supported). When started by
-systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed socket is used.
-With --stdio one connection is served on stdin/stdout and the server exits when
-it ends, so libnbd can start it: nbdinfo -- [ cairn serve --stdio ].
+--config FILE reads a volume spec (TOML, docs/volumes.md): devices (file,
+memory, throttled, striped, concat, ntl, log) stacked into one or more exports.
+Relative paths in it are under its data_dir, itself relative to the spec file.
+A layer with an on-disk format (log disk, NTL image) is formatted only on blank
+storage (missing, sparse or all zeroes) and opened otherwise; storage holding
+anything else is refused, never formatted over.
+
+Quick overrides: --memory SIZE serves DRAM (empty at every start); --file PATH
+serves a file or block device as is (with --size, created sparse or grown).
+
+Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
+directory; a stale socket left by a dead server is replaced), or the spec's
+`listen`, or --listen unix:PATH | tcp:HOST:PORT (bind loopback unless you mean to
+expose the disk: NBD has no authentication without TLS, which is not yet
+supported). Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
+socket is used. With --stdio one connection is served on stdin/stdout and the
+server exits when it ends, so libnbd can start it: nbdinfo -- [ cairn serve
+--stdio --memory 1GiB ].
 
 Protocol: fixed newstyle handshake; options GO, INFO, EXPORT_NAME, LIST, ABORT,
 STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands READ, WRITE,
 FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests up to 64 MiB;
 MULTI_CONN advertised (a flush on any connection covers every acknowledged
 write). SIGINT or SIGTERM stops accepting, finishes in-flight requests, flushes
-and exits 0.";
+every export, destages and checkpoints every log disk, and exits 0.";
 
 const EXAMPLES: &str = "\
 Examples:
   cairn serve
-      A 1 GiB memory disk on ./cairn-data/cairn.sock; prints how to connect.
-  cairn serve --file disk.img --size 10GiB --listen tcp:127.0.0.1:10809
-      A sparse 10 GiB file over TCP on loopback.
+      The default volume (1 GiB log disk under ./cairn-data); prints how to connect.
+  cairn serve --print-default-config > my.toml && cairn serve --config my.toml
+      Start from the default spec, edit it, serve it.
+  cairn serve --config examples/volumes/tiered.toml --listen tcp:127.0.0.1:10809
+      A spec's exports over TCP on loopback.
+  cairn serve --memory 4GiB
+      A 4 GiB DRAM disk (contents vanish at exit).
+  cairn serve --file disk.img --size 10GiB
+      A sparse 10 GiB file served as is.
   nbdinfo -- [ cairn serve --stdio --memory 64MiB ]
       One connection on stdin/stdout, started by the client.
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
@@ -58,23 +76,33 @@ Examples:
 
 /// `cairn serve` flags, as typed.
 #[derive(clap::Args, Debug)]
-#[command(long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
+#[command(after_long_help = EXAMPLES)]
+#[allow(clippy::struct_excessive_bools)] // one per flag
 pub struct ServeArgs {
-    /// Where to listen: unix:PATH or tcp:HOST:PORT. Ignored under systemd
+    /// Serve the volumes of this spec (TOML; see docs/volumes.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["memory", "file"])]
+    config: Option<PathBuf>,
+
+    /// Print the embedded default spec and exit.
+    #[arg(long, exclusive = true)]
+    print_default_config: bool,
+
+    /// Where to listen: unix:PATH or tcp:HOST:PORT; overrides the spec's
+    /// `listen`. Default `unix:<data_dir>/cairn.sock`. Ignored under systemd
     /// socket activation.
-    #[arg(long, value_name = "ADDRESS", default_value = DEFAULT_LISTEN)]
-    listen: ListenAddress,
+    #[arg(long, value_name = "ADDRESS")]
+    listen: Option<ListenAddress>,
 
     /// Serve one connection on stdin/stdout, then exit.
     #[arg(long, conflicts_with = "listen")]
     stdio: bool,
 
-    /// Serve a memory volume of SIZE bytes (e.g. 512MiB). Default when no
-    /// --file is given: 1GiB.
+    /// Serve a DRAM volume of SIZE bytes (e.g. 512MiB) instead of the default
+    /// volume; its contents vanish when the server stops.
     #[arg(long, value_name = "SIZE", conflicts_with = "file")]
     memory: Option<String>,
 
-    /// Serve this file or block device.
+    /// Serve this file or block device as is, instead of the default volume.
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
 
@@ -83,31 +111,77 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", requires = "file")]
     size: Option<String>,
 
-    /// The export's name. Clients that ask for the empty name get it too.
-    #[arg(long, value_name = "NAME", default_value = "cairn")]
+    /// The export's name with --memory or --file. Clients that ask for the
+    /// empty name get the first export.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "cairn",
+        conflicts_with = "config"
+    )]
     export: String,
 
-    /// Refuse writes: the export is flagged read-only and writes fail with EPERM.
+    /// Refuse writes on every export: flagged read-only, writes fail with EPERM.
     #[arg(long)]
     read_only: bool,
+
+    /// Start even if a log disk's NV write cache region is missing (e.g.
+    /// /dev/shm after a reboot) although the disk was not stopped cleanly:
+    /// the writes acknowledged only to that cache are given up.
+    #[arg(long)]
+    accept_lost_nv_cache: bool,
 }
 
 /// Run `cairn serve`.
 pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
+    if args.print_default_config {
+        print(DEFAULT_SPEC);
+        return Ok(());
+    }
     // Before any thread starts: taking the systemd socket edits the environment.
     let activated = if args.stdio {
         None
     } else {
         Listener::from_systemd().context("taking the socket systemd passed")?
     };
-    let device = open_device(args)?;
-    let description = device.describe();
-    let server = Server::new(vec![Export {
-        name: args.export.clone(),
-        description: description.clone(),
-        device,
-        read_only: args.read_only,
-    }])?;
+    let loaded = spec_of(args)?;
+    let options = OpenOptions {
+        accept_lost_nv_cache: args.accept_lost_nv_cache,
+    };
+    let volume = Volume::open(&loaded.spec, &loaded.base, &options)
+        .with_context(|| format!("volume spec {}", loaded.origin))?;
+    for note in volume.notes() {
+        tracing::info!("{note}");
+    }
+    let served = serve(args, &loaded, &volume, activated, quiet);
+    // Whatever happened to the server, leave the disks clean.
+    let closed = volume
+        .close()
+        .with_context(|| format!("closing the volumes of {}", loaded.origin));
+    served?;
+    closed?;
+    tracing::info!("stopped; every export flushed, every log disk checkpointed");
+    Ok(())
+}
+
+fn serve(
+    args: &ServeArgs,
+    loaded: &Loaded,
+    volume: &Volume,
+    activated: Option<Listener>,
+    quiet: bool,
+) -> Result<()> {
+    let exports: Vec<Export> = volume
+        .exports()
+        .iter()
+        .map(|e| Export {
+            name: e.name.clone(),
+            description: e.description.clone(),
+            device: e.device.clone(),
+            read_only: e.read_only || args.read_only,
+        })
+        .collect();
+    let server = Server::new(exports)?;
     let shutdown = server.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -131,57 +205,125 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     }
     // Under socket activation the client that started us knows where we are,
     // and our stdout may be its output: print nothing there.
-    let (listener, print) = match activated {
-        Some(listener) => (listener, false),
-        None => (Listener::bind(&args.listen)?, !quiet),
+    let (listener, show) = if let Some(listener) = activated {
+        (listener, false)
+    } else {
+        let address = listen_address(args, loaded, volume.data_dir())?;
+        (Listener::bind(&address)?, !quiet)
     };
-    let uri = listener.uri(&args.export);
-    tracing::info!("serving {description} as export {:?} at {uri}", args.export);
-    if print {
-        print_how_to_connect(&uri);
+    for export in volume.exports() {
+        tracing::info!(
+            "serving export {:?} ({}) at {}",
+            export.name,
+            export.description,
+            listener.uri(&export.name)
+        );
+    }
+    if show {
+        print(&how_to_connect(&listener, volume));
     }
     server.serve(&listener)?;
-    tracing::info!("stopped; every export flushed");
     Ok(())
 }
 
-fn open_device(args: &ServeArgs) -> Result<Arc<dyn Device>> {
-    if let Some(path) = &args.file {
-        let create_len = args.size.as_deref().map(parse_size).transpose()?;
-        let options = FileOptions {
-            create_len,
-            direct: false,
-            read_only: args.read_only,
-        };
-        let device = FileDevice::open(path, &options)
-            .with_context(|| format!("opening the volume file {}", path.display()))?;
-        if device.is_empty() {
-            bail!(
-                "{} is empty: give --size to create or grow it",
-                path.display()
-            );
+/// The spec to serve: --config, a one-device spec for --memory/--file, or
+/// the embedded default.
+fn spec_of(args: &ServeArgs) -> Result<Loaded> {
+    if let Some(path) = &args.config {
+        return volume_spec::load(path);
+    }
+    let device = if let Some(size) = &args.memory {
+        let size = parse_size(size)?;
+        if size == 0 {
+            bail!("--memory must be more than 0 bytes");
         }
-        return Ok(Arc::new(device));
+        DeviceSpec::Memory(MemorySpec { size: Bytes(size) })
+    } else if let Some(path) = &args.file {
+        let size = args.size.as_deref().map(parse_size).transpose()?;
+        if size == Some(0) {
+            bail!("--size must be more than 0 bytes");
+        }
+        DeviceSpec::File(FileSpec {
+            // Relative to the current directory, not to the data directory.
+            path: std::path::absolute(path)
+                .with_context(|| format!("--file {}", path.display()))?,
+            size: size.map(Bytes),
+            direct: false,
+        })
+    } else {
+        let mut loaded = volume_spec::default_spec()?;
+        loaded.spec.exports[0].name.clone_from(&args.export);
+        return Ok(loaded);
+    };
+    let origin = if args.memory.is_some() {
+        "--memory"
+    } else {
+        "--file"
+    };
+    let spec = VolumeSpec {
+        data_dir: "cairn-data".into(),
+        listen: None,
+        exports: vec![ExportSpec {
+            name: args.export.clone(),
+            device: "volume".into(),
+            description: None,
+            read_only: false,
+        }],
+        devices: [("volume".to_owned(), device)].into(),
+    };
+    Ok(Loaded {
+        spec,
+        base: PathBuf::new(),
+        origin: origin.into(),
+    })
+}
+
+fn listen_address(args: &ServeArgs, loaded: &Loaded, data_dir: &Path) -> Result<ListenAddress> {
+    if let Some(address) = &args.listen {
+        return Ok(address.clone());
     }
-    let size = parse_size(args.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
-    if size == 0 {
-        bail!("--memory must be more than 0 bytes");
+    if let Some(text) = &loaded.spec.listen {
+        return text
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("listen: {e}"))
+            .with_context(|| format!("volume spec {}", loaded.origin));
     }
-    Ok(Arc::new(MemoryDevice::new(size)))
+    Ok(ListenAddress::Unix(data_dir.join("cairn.sock")))
 }
 
 fn parse_size(text: &str) -> Result<u64> {
     cairn_sim::parse_bytes(text).with_context(|| format!("size {text:?}"))
 }
 
-fn print_how_to_connect(uri: &str) {
-    let text = format!(
-        "Cairn is serving NBD at {uri}\n  nbdinfo '{uri}'\n  \
+fn how_to_connect(listener: &Listener, volume: &Volume) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    for export in volume.exports() {
+        let _ = writeln!(
+            text,
+            "Cairn is serving export {:?}: {} bytes, {}\n  at {}",
+            export.name,
+            export.device.len(),
+            export.description,
+            listener.uri(&export.name)
+        );
+    }
+    let uri = listener.uri(&volume.exports()[0].name);
+    let _ = write!(
+        text,
+        "Connect with:\n  nbdinfo '{uri}'\n  \
          qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'\n  \
          qemu-img convert -n -O raw disk.img '{uri}'\n  \
-         nbdcopy --connections=4 '{uri}' copy.img\n\
-         Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests finish, then a flush.\n"
+         nbdcopy --connections=4 '{uri}' copy.img\n  \
+         nbdfuse mnt/disk '{uri}' &   # then mkfs.ext4 mnt/disk; mount -o loop mnt/disk /mnt\n\
+         Data lives in {}. Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests finish, \
+         every export is flushed and every log disk checkpointed.\n",
+        volume.data_dir().display()
     );
+    text
+}
+
+fn print(text: &str) {
     // Not println!: a closed stdout must not stop the server.
     let mut stdout = std::io::stdout().lock();
     let _ = stdout

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server};
-use cairn_store::MemoryDevice;
+use cairn_policy::Bytes;
+use cairn_store::volume::{DeviceSpec, OpenOptions};
+use cairn_store::{MemoryDevice, Volume};
 
 pub const NBD_LONG_ABOUT: &str = "\
 Measure NBD throughput through fio's nbd engine (ioengine=nbd, libnbd) against
@@ -20,7 +22,13 @@ sequential 1 MiB read and write at iodepth 1 and 32, random 4 KiB read and write
 at iodepth 1 and 32. Sequential rows report MiB/s, random rows kIOPS, and the
 last column is Cairn divided by the better peer (above 1.00 means Cairn is
 faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
-installs them); a missing peer is reported and its column left empty.";
+installs them); a missing peer is reported and its column left empty.
+
+--default-stack measures Cairn's embedded default volume instead of memory (the
+log disk with its NV write cache on /dev/shm over a sparse file, resized to
+--size, in a temporary directory); --config FILE measures the first export of a
+volume spec (at its own size, which the peers then get too). The peers are the
+same either way: the ratio says what the stack costs against a plain RAM disk.";
 
 /// `cairn bench nbd` flags.
 #[derive(clap::Args, Debug)]
@@ -32,6 +40,17 @@ pub struct NbdBenchArgs {
     /// Export size (each server's), e.g. 512MiB.
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
     size: String,
+
+    /// Serve Cairn's embedded default volume (`cairn serve` with no
+    /// arguments: log disk + NV write cache over a file), resized to --size,
+    /// instead of a memory volume.
+    #[arg(long, conflicts_with = "config")]
+    default_stack: bool,
+
+    /// Serve the first export of this volume spec instead of a memory volume;
+    /// every server gets its size.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 struct Row {
@@ -114,11 +133,24 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
         bail!("fio with the nbd engine is needed (apt-get install fio)");
     }
     let dir = tempfile::tempdir().context("temporary directory")?;
+    let nv_dir = if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm")
+    } else {
+        tempfile::tempdir()
+    }
+    .context("temporary directory for the NV cache")?;
+    let volume = cairn_volume(args, size, dir.path(), nv_dir.path())?;
+    let size = volume
+        .as_ref()
+        .map_or(size, |v| v.exports()[0].device.len());
+    if let Some(volume) = &volume {
+        eprintln!("cairn: {}", volume.exports()[0].description);
+    }
     // results[server][row] = value (MiB/s or kIOPS)
     let mut results: Vec<Vec<Option<f64>>> = vec![vec![None; ROWS.len()]; SERVERS.len()];
     for (index, server) in SERVERS.iter().enumerate() {
         let socket = dir.path().join(format!("{server}.sock"));
-        let running = match start(server, &socket, size, dir.path()) {
+        let running = match start(server, &socket, size, dir.path(), volume.as_ref()) {
             Ok(running) => running,
             Err(e) => {
                 eprintln!("{server}: not measured: {e:#}");
@@ -142,8 +174,44 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
         }
         running.stop();
     }
+    if let Some(volume) = &volume {
+        volume.close().context("closing the volume")?;
+    }
     print_table(&results);
     Ok(())
+}
+
+/// The volume Cairn serves when it is not plain memory.
+fn cairn_volume(
+    args: &NbdBenchArgs,
+    size: u64,
+    dir: &Path,
+    nv_dir: &Path,
+) -> Result<Option<Volume>> {
+    let loaded = if let Some(path) = &args.config {
+        crate::volume_spec::load(path)?
+    } else if args.default_stack {
+        let mut loaded = crate::volume_spec::default_spec()?;
+        loaded.spec.data_dir = dir.join("cairn-data");
+        for device in loaded.spec.devices.values_mut() {
+            match device {
+                DeviceSpec::Log(log) => {
+                    log.size = Some(Bytes(size));
+                    if let Some(nv) = &mut log.nv_cache {
+                        nv.path = Some(nv_dir.join("log.nv"));
+                    }
+                }
+                DeviceSpec::File(file) => file.size = Some(Bytes(size / 4 * 5)),
+                _ => {}
+            }
+        }
+        loaded
+    } else {
+        return Ok(None);
+    };
+    let volume = Volume::open(&loaded.spec, &loaded.base, &OpenOptions::default())
+        .with_context(|| format!("volume spec {}", loaded.origin))?;
+    Ok(Some(volume))
 }
 
 enum Running {
@@ -166,7 +234,13 @@ impl Running {
     }
 }
 
-fn start(server: &str, socket: &Path, size: u64, dir: &Path) -> Result<Running> {
+fn start(
+    server: &str,
+    socket: &Path,
+    size: u64,
+    dir: &Path,
+    volume: Option<&Volume>,
+) -> Result<Running> {
     let spawn = |command: &mut Command| -> Result<Running> {
         command.stdout(Stdio::null()).stderr(Stdio::null());
         let child = command
@@ -176,10 +250,14 @@ fn start(server: &str, socket: &Path, size: u64, dir: &Path) -> Result<Running> 
     };
     match server {
         "cairn" => {
+            let device: Arc<dyn cairn_store::Device> = match volume {
+                Some(volume) => volume.exports()[0].device.clone(),
+                None => Arc::new(MemoryDevice::new(size)),
+            };
             let export = Export {
                 name: "cairn".into(),
                 description: String::new(),
-                device: Arc::new(MemoryDevice::new(size)),
+                device,
                 read_only: false,
             };
             let server = Server::new(vec![export])?;

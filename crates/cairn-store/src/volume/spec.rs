@@ -1,0 +1,384 @@
+//! The volume spec: what `cairn serve --config FILE` reads (TOML; the format is
+//! documented field by field in `docs/volumes.md`).
+//!
+//! A spec names devices in `[device.NAME]` tables, each of one `kind`; layers
+//! (`throttled`, `striped`, `concat`, `log`) name the devices they sit on, and
+//! each `[[export]]` names the device at the top of its stack. Every device is
+//! used exactly once (by one export or one layer), so no two stacks share
+//! storage. Unknown fields are errors; sizes are [`Bytes`] (`4096`, `"64MiB"`).
+//!
+//! The types derive `serde::Deserialize` and `Serialize`; parsing TOML text is
+//! the binary's job (this crate does not depend on a TOML parser).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use cairn_policy::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::logdisk::{CleanerPolicy, PartialSegments};
+use crate::ntl::PersistenceRequest;
+
+/// Most exports one spec may declare.
+pub const EXPORTS_MAX: usize = 64;
+/// Most devices one spec may declare.
+pub const DEVICES_MAX: usize = 256;
+
+/// A whole spec: devices, and the exports that serve them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeSpec {
+    /// Where relative paths (files, NTL regions, NV caches off `/dev/shm`)
+    /// live; created at open. A relative `data_dir` is relative to the
+    /// directory of the spec file (the current directory for a spec given as
+    /// text). Default `cairn-data`.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Where `cairn serve` listens (`unix:PATH` or `tcp:HOST:PORT`); default
+    /// `unix:<data_dir>/cairn.sock`. `--listen` overrides it. Not used by the
+    /// volume itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// The exports, in order; the first is also the default export (the one a
+    /// client asking for the empty name gets).
+    #[serde(rename = "export")]
+    pub exports: Vec<ExportSpec>,
+    /// The devices, by name.
+    #[serde(rename = "device", default)]
+    pub devices: BTreeMap<String, DeviceSpec>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("cairn-data")
+}
+
+/// One NBD export: a name and the device at the top of its stack.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportSpec {
+    /// The name clients ask for (`nbd+unix:///NAME?socket=...`).
+    pub name: String,
+    /// The device at the top of the stack (a key of `[device]`).
+    pub device: String,
+    /// Shown by `nbdinfo --list`; default: the stack's description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Refuse writes (default false).
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// One device, by kind.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DeviceSpec {
+    /// A regular file or block device.
+    File(FileSpec),
+    /// DRAM; empty at every start.
+    Memory(MemorySpec),
+    /// Another device slowed to a latency and bandwidth.
+    Throttled(ThrottledSpec),
+    /// Devices striped round robin (RAID-0).
+    Striped(StripedSpec),
+    /// Devices laid end to end.
+    Concat(ConcatSpec),
+    /// The NVM translation layer over a memory-mapped region file.
+    Ntl(NtlSpec),
+    /// The log-structured disk over another device, with an optional NV write
+    /// cache.
+    Log(LogSpec),
+    /// The DRAM read cache over another device. Parsed so that a spec written
+    /// for a later build gets a clear error, not "unknown variant": the cache
+    /// layer is not in this build yet (see `Volume::open`).
+    Cache(CacheSpec),
+}
+
+impl DeviceSpec {
+    /// The kind's name, as written in `kind = "..."`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::File(_) => "file",
+            Self::Memory(_) => "memory",
+            Self::Throttled(_) => "throttled",
+            Self::Striped(_) => "striped",
+            Self::Concat(_) => "concat",
+            Self::Ntl(_) => "ntl",
+            Self::Log(_) => "log",
+            Self::Cache(_) => "cache",
+        }
+    }
+
+    /// The devices this one sits on, in order.
+    pub fn children(&self) -> Vec<&str> {
+        match self {
+            Self::File(_) | Self::Memory(_) | Self::Ntl(_) => Vec::new(),
+            Self::Throttled(t) => vec![t.over.as_str()],
+            Self::Log(l) => vec![l.over.as_str()],
+            Self::Cache(c) => vec![c.over.as_str()],
+            Self::Striped(s) => s.parts.iter().map(String::as_str).collect(),
+            Self::Concat(c) => c.parts.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// `kind = "file"`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    /// The file or block device; relative to `data_dir`.
+    pub path: PathBuf,
+    /// Create the file sparse, or grow it, to this size. Without it the file
+    /// must exist and its size is the device's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Bytes>,
+    /// Open with `O_DIRECT` (bypass the page cache). Default false.
+    #[serde(default)]
+    pub direct: bool,
+}
+
+/// `kind = "memory"`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Size.
+    pub size: Bytes,
+}
+
+/// A device speed preset for `kind = "throttled"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThrottleProfile {
+    /// A 7,200 rpm disk: 8 ms per seek, 150 MB/s.
+    Hdd,
+    /// A SATA SSD: 80 µs per operation, 500 MB/s.
+    Ssd,
+}
+
+/// `kind = "throttled"`: every operation costs `latency_us`, plus `seek_us`
+/// when it does not continue the previous one, plus its length over
+/// `bandwidth_mb_s`; the thread sleeps that long, one operation at a time.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottledSpec {
+    /// The device slowed down.
+    pub over: String,
+    /// Start from a preset; the fields below override it. Without a preset
+    /// every field defaults to 0 except `bandwidth_mb_s`, which is required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ThrottleProfile>,
+    /// Fixed cost of every operation, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+    /// Extra cost of a non-sequential operation, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seek_us: Option<f64>,
+    /// Transfer rate, MB/s (10^6 bytes per second), positive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_mb_s: Option<f64>,
+}
+
+/// `kind = "striped"`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StripedSpec {
+    /// The devices, in stripe order (at least one).
+    pub parts: Vec<String>,
+    /// Stripe size; default 64KiB.
+    #[serde(default = "default_stripe")]
+    pub stripe: Bytes,
+}
+
+fn default_stripe() -> Bytes {
+    Bytes(64 << 10)
+}
+
+/// `kind = "concat"`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcatSpec {
+    /// The devices, first to last (at least one).
+    pub parts: Vec<String>,
+}
+
+/// How a persistent-memory region is made durable (serde form of
+/// [`PersistenceRequest`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Persistence {
+    /// Cache-line flushes on DAX mappings, `msync` otherwise.
+    #[default]
+    Auto,
+    /// Force cache-line flushes.
+    CacheLine,
+    /// Force `msync`.
+    Msync,
+    /// No persistence work (benchmarks, eADR); not crash-safe otherwise.
+    None,
+}
+
+impl From<Persistence> for PersistenceRequest {
+    fn from(p: Persistence) -> Self {
+        match p {
+            Persistence::Auto => Self::Auto,
+            Persistence::CacheLine => Self::CacheLine,
+            Persistence::Msync => Self::Msync,
+            Persistence::None => Self::None,
+        }
+    }
+}
+
+/// `kind = "ntl"`: byte-addressable persistent memory (a file on `/dev/shm`
+/// or fs-DAX, or a device-DAX node) served as a block device with atomic
+/// block writes.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NtlSpec {
+    /// The region file; relative to `data_dir`. Default `<data_dir>/<name>.ntl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Bytes exported (a multiple of `block_size`).
+    pub size: Bytes,
+    /// Block size: the unit of atomic writes. Default 4KiB.
+    #[serde(default = "default_block")]
+    pub block_size: Bytes,
+    /// Spare data blocks beyond `size` (each concurrent writer needs one).
+    /// Default 256.
+    #[serde(default = "default_spare")]
+    pub spare_blocks: u64,
+    /// How stores are made durable. Default `auto`.
+    #[serde(default)]
+    pub persistence: Persistence,
+}
+
+fn default_block() -> Bytes {
+    Bytes(4096)
+}
+
+fn default_spare() -> u64 {
+    256
+}
+
+/// The cleaner's victim choice (serde form of [`CleanerPolicy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cleaner {
+    /// Fewest live blocks first (papers/003).
+    #[default]
+    Greedy,
+    /// Rosenblum and Ousterhout's cost-benefit.
+    CostBenefit,
+    /// Cost-benefit, survivors written oldest first (hot/cold separation).
+    AgeSort,
+}
+
+impl From<Cleaner> for CleanerPolicy {
+    fn from(c: Cleaner) -> Self {
+        match c {
+            Cleaner::Greedy => Self::Greedy,
+            Cleaner::CostBenefit => Self::CostBenefit,
+            Cleaner::AgeSort => Self::AgeSort,
+        }
+    }
+}
+
+/// Partial segment handling (serde form of [`PartialSegments`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Partial {
+    /// The next write continues in the same segment.
+    #[default]
+    Append,
+    /// A partial write closes its segment (the paper's LLD).
+    Close,
+}
+
+impl From<Partial> for PartialSegments {
+    fn from(p: Partial) -> Self {
+        match p {
+            Partial::Append => Self::Append,
+            Partial::Close => Self::Close,
+        }
+    }
+}
+
+/// `kind = "log"`: the log-structured disk of papers/003.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSpec {
+    /// The device the log is written to.
+    pub over: String,
+    /// Bytes exported (a multiple of `block_size`). Default: 80 % of the
+    /// data blocks the device holds (the rest is the cleaner's room).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Bytes>,
+    /// Block size, a power of two from 512 to 64KiB. Default 4KiB.
+    #[serde(default = "default_block")]
+    pub block_size: Bytes,
+    /// Segment size, summary block included: a multiple of `block_size`.
+    /// Default 512KiB (the paper's 128 blocks of 4 KiB).
+    #[serde(default = "default_segment")]
+    pub segment_size: Bytes,
+    /// Victim choice. Default `greedy`.
+    #[serde(default)]
+    pub cleaner: Cleaner,
+    /// Cleaning starts at this many free segments (at least 2). Default 2.
+    #[serde(default = "default_clean_low")]
+    pub clean_low_segments: u32,
+    /// Cleaning stops at this many free segments; 0 = automatic. Default 0.
+    #[serde(default)]
+    pub clean_high_segments: u32,
+    /// Destaging starts when this fraction of NV slots is dirty. Default 0.75.
+    #[serde(default = "default_destage")]
+    pub destage_threshold: f64,
+    /// What a partial segment write does to its segment. Default `append`.
+    #[serde(default)]
+    pub partial_segments: Partial,
+    /// Segment writes between checkpoints; 0 = automatic. Default 0.
+    #[serde(default)]
+    pub checkpoint_interval_segments: u64,
+    /// The non-volatile write cache; without it a flush writes a partial
+    /// segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nv_cache: Option<NvCacheSpec>,
+}
+
+fn default_segment() -> Bytes {
+    Bytes(512 << 10)
+}
+
+fn default_clean_low() -> u32 {
+    2
+}
+
+fn default_destage() -> f64 {
+    0.75
+}
+
+/// A log disk's `nv_cache` table.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvCacheSpec {
+    /// The region file. Default: `/dev/shm/cairn-<id>-<name>.nv` when
+    /// `/dev/shm` exists (`<id>` derived from the absolute `data_dir`, so two
+    /// data directories never share one), else `<data_dir>/<name>.nv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Region size (header and slot table included). Default 64MiB.
+    #[serde(default = "default_nv")]
+    pub size: Bytes,
+    /// How stores are made durable. Default `auto`.
+    #[serde(default)]
+    pub persistence: Persistence,
+}
+
+fn default_nv() -> Bytes {
+    Bytes(64 << 20)
+}
+
+/// `kind = "cache"`: the DRAM read cache. Its fields are not fixed in this
+/// build; every field is accepted here and the layer is refused at open.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+pub struct CacheSpec {
+    /// The device cached.
+    pub over: String,
+}

@@ -1,0 +1,355 @@
+//! Volumes from specs: every kind parses and assembles, a log disk is
+//! formatted on first open and recovered on later ones with its data, nothing
+//! is formatted over storage that is not ours, and spec mistakes are errors
+//! that name the field.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use cairn_store::Device;
+use cairn_store::volume::{OpenOptions, Volume, VolumeSpec};
+
+fn parse(text: &str) -> VolumeSpec {
+    toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn parse_error(text: &str) -> String {
+    toml::from_str::<VolumeSpec>(text).unwrap_err().to_string()
+}
+
+fn open(spec: &VolumeSpec, base: &Path) -> Result<Volume, String> {
+    Volume::open(spec, base, &OpenOptions::default()).map_err(|e| e.to_string())
+}
+
+/// A log disk over a file, NV cache in the data directory (not /dev/shm, so
+/// tests never share one).
+fn log_spec(nv: bool) -> VolumeSpec {
+    parse(&format!(
+        r#"
+        data_dir = "data"
+        [[export]]
+        name = "disk"
+        device = "log"
+
+        [device.log]
+        kind = "log"
+        over = "file"
+        size = "8MiB"
+        segment_size = "64KiB"
+        {}
+
+        [device.file]
+        kind = "file"
+        path = "disk.img"
+        size = "12MiB"
+        "#,
+        if nv {
+            r#"nv_cache = { path = "log.nv", size = "2MiB" }"#
+        } else {
+            ""
+        }
+    ))
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn device(volume: &Volume) -> &dyn Device {
+    volume.exports()[0].device.as_ref()
+}
+
+#[test]
+fn every_kind_parses_and_assembles() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = parse(
+        r#"
+        [[export]]
+        name = "fast"
+        device = "ntl"
+        description = "persistent memory"
+
+        [[export]]
+        name = "tiered"
+        device = "log"
+        read_only = false
+
+        [[export]]
+        name = "wide"
+        device = "stripes"
+
+        [device.ntl]
+        kind = "ntl"
+        path = "pm.ntl"
+        size = "4MiB"
+        persistence = "msync"
+
+        [device.log]
+        kind = "log"
+        over = "both"
+        cleaner = "cost-benefit"
+        partial_segments = "close"
+        nv_cache = { path = "nv", size = "1MiB", persistence = "none" }
+
+        [device.both]
+        kind = "concat"
+        parts = ["ssd", "hdd"]
+
+        [device.ssd]
+        kind = "throttled"
+        over = "a"
+        profile = "ssd"
+        latency_us = 0
+
+        [device.hdd]
+        kind = "throttled"
+        over = "b"
+        latency_us = 0
+        seek_us = 0
+        bandwidth_mb_s = 100000
+
+        [device.a]
+        kind = "memory"
+        size = "4MiB"
+
+        [device.b]
+        kind = "file"
+        path = "b.img"
+        size = 4194304
+
+        [device.stripes]
+        kind = "striped"
+        parts = ["c", "d"]
+        stripe = "64KiB"
+
+        [device.c]
+        kind = "memory"
+        size = "1MiB"
+
+        [device.d]
+        kind = "memory"
+        size = "1MiB"
+        "#,
+    );
+    let volume = open(&spec, dir.path()).unwrap();
+    let names: Vec<_> = volume.exports().iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["fast", "tiered", "wide"]);
+    assert_eq!(volume.exports()[0].description, "persistent memory");
+    assert_eq!(volume.exports()[0].device.len(), 4 << 20);
+    assert_eq!(volume.exports()[2].device.len(), 2 << 20);
+    // The log disk exports 80 % of the data slots of 8 MiB by default.
+    let log = volume.exports()[1].device.len();
+    assert!(log > 5 << 20 && log < 7 << 20, "{log}");
+    assert!(volume.exports()[1].description.contains("log disk"));
+    for export in volume.exports() {
+        let data = pattern(3, 8192);
+        export.device.write_at(&data, 4096).unwrap();
+        let mut back = vec![0u8; data.len()];
+        export.device.read_at(&mut back, 4096).unwrap();
+        assert_eq!(back, data, "{}", export.name);
+    }
+    volume.close().unwrap();
+    assert!(
+        dir.path().join("cairn-data/pm.ntl").exists(),
+        "data_dir defaults to cairn-data"
+    );
+}
+
+#[test]
+fn a_log_disk_is_formatted_once_then_recovered_with_its_data() {
+    for nv in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = log_spec(nv);
+        let data = pattern(9, 256 << 10);
+        {
+            let volume = open(&spec, dir.path()).unwrap();
+            assert!(
+                volume.notes()[0].contains("formatted"),
+                "{:?}",
+                volume.notes()
+            );
+            assert_eq!(device(&volume).len(), 8 << 20);
+            device(&volume).write_at(&data, 1 << 20).unwrap();
+            device(&volume).flush().unwrap();
+            // Dropped without close: a crash, as far as the disk knows.
+        }
+        let volume = open(&spec, dir.path()).unwrap();
+        assert!(
+            volume.notes()[0].contains("recovered"),
+            "{:?}",
+            volume.notes()
+        );
+        let mut back = vec![0u8; data.len()];
+        device(&volume).read_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, data, "nv = {nv}");
+        volume.close().unwrap();
+        let volume = open(&spec, dir.path()).unwrap();
+        device(&volume).read_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, data, "nv = {nv}, after a clean close");
+    }
+}
+
+#[test]
+fn a_lost_nv_cache_is_replaced_after_a_clean_stop_and_refused_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = log_spec(true);
+    let nv = dir.path().join("data/log.nv");
+    let data = pattern(1, 64 << 10);
+    {
+        let volume = open(&spec, dir.path()).unwrap();
+        device(&volume).write_at(&data, 0).unwrap();
+        volume.close().unwrap();
+    }
+    // A reboot empties /dev/shm.
+    std::fs::remove_file(&nv).unwrap();
+    {
+        let volume = open(&spec, dir.path()).unwrap();
+        assert!(
+            volume.notes()[0].contains("stopped cleanly"),
+            "{:?}",
+            volume.notes()
+        );
+        let mut back = vec![0u8; data.len()];
+        device(&volume).read_at(&mut back, 0).unwrap();
+        assert_eq!(back, data);
+        // This write reaches only the NV cache: then a crash and a reboot.
+        device(&volume).write_at(&pattern(2, 4096), 0).unwrap();
+    }
+    std::fs::remove_file(&nv).unwrap();
+    let error = open(&spec, dir.path()).err().unwrap();
+    assert!(
+        error.contains("device.log.nv_cache") && error.contains("accept-lost-nv-cache"),
+        "{error}"
+    );
+    let options = OpenOptions {
+        accept_lost_nv_cache: true,
+    };
+    let volume = Volume::open(&spec, dir.path(), &options).unwrap();
+    let mut back = vec![0u8; data.len()];
+    device(&volume).read_at(&mut back, 0).unwrap();
+    assert_eq!(back, data, "the data destaged before the crash is intact");
+}
+
+#[test]
+fn nothing_is_formatted_over_data_that_is_not_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = log_spec(false);
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    let image = dir.path().join("data/disk.img");
+    let mut foreign = vec![0u8; 12 << 20];
+    foreign[1024..1030].copy_from_slice(b"ext4!!");
+    std::fs::write(&image, &foreign).unwrap();
+    let error = open(&spec, dir.path()).err().unwrap();
+    assert!(
+        error.starts_with("device.log.over:")
+            && error.contains("disk.img")
+            && error.contains("refusing to format"),
+        "{error}"
+    );
+    assert_eq!(std::fs::read(&image).unwrap(), foreign, "untouched");
+    // Zeroes are blank: formatted.
+    std::fs::write(&image, vec![0u8; 12 << 20]).unwrap();
+    open(&spec, dir.path()).unwrap().close().unwrap();
+    // An NTL region file with someone else's bytes.
+    let ntl = parse(
+        r#"
+        data_dir = "data"
+        [[export]]
+        name = "pm"
+        device = "pm"
+        [device.pm]
+        kind = "ntl"
+        path = "pm.img"
+        size = "1MiB"
+        "#,
+    );
+    std::fs::write(dir.path().join("data/pm.img"), b"hello").unwrap();
+    let error = open(&ntl, dir.path()).err().unwrap();
+    assert!(
+        error.contains("device.pm.path") && error.contains("not an NTL image"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_spec_that_disagrees_with_the_disk_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    open(&log_spec(false), dir.path()).unwrap().close().unwrap();
+    let mut spec = log_spec(false);
+    let cairn_store::volume::DeviceSpec::Log(log) = spec.devices.get_mut("log").unwrap() else {
+        unreachable!()
+    };
+    log.size = Some(cairn_policy::Bytes(4 << 20));
+    let error = open(&spec, dir.path()).err().unwrap();
+    assert!(
+        error.starts_with("device.log.size:") && error.contains("8388608"),
+        "{error}"
+    );
+}
+
+#[test]
+fn spec_mistakes_name_the_field() {
+    let base = r#"
+        [[export]]
+        name = "x"
+        device = "m"
+        [device.m]
+        kind = "memory"
+        size = "1MiB"
+    "#;
+    assert!(parse(base).validate().is_ok());
+    let unknown = parse_error(&format!("{base}\nsizee = 3"));
+    assert!(unknown.contains("sizee"), "{unknown}");
+    let unknown = parse_error(&base.replace("size = \"1MiB\"", "size = \"1MiB\"\ncolour = 1"));
+    assert!(unknown.contains("colour"), "{unknown}");
+    let kind = parse_error(&base.replace("\"memory\"", "\"tape\""));
+    assert!(kind.contains("tape"), "{kind}");
+    let size = parse_error(&base.replace("\"1MiB\"", "\"1 lot\""));
+    assert!(size.contains("1 lot"), "{size}");
+    for (text, field) in [
+        (
+            base.replace("device = \"m\"", "device = \"n\""),
+            "export[0].device",
+        ),
+        (
+            format!("{base}\n[device.spare]\nkind = \"memory\"\nsize = 1"),
+            "device.spare",
+        ),
+        (
+            format!("{base}\n[[export]]\nname = \"y\"\ndevice = \"m\""),
+            "export[1].device",
+        ),
+        (
+            format!("{base}\n[[export]]\nname = \"x\"\ndevice = \"m\""),
+            "export[1].name",
+        ),
+        (base.replace("\"1MiB\"", "0"), "device.m.size"),
+        (
+            base.replace("device = \"m\"", "device = \"c\"")
+                + "\n[device.c]\nkind = \"log\"\nover = \"m\"\nsegment_size = \"5KiB\"",
+            "device.c.segment_size",
+        ),
+        (
+            base.replace("device = \"m\"", "device = \"t\"")
+                + "\n[device.t]\nkind = \"throttled\"\nover = \"m\"",
+            "device.t.bandwidth_mb_s",
+        ),
+    ] {
+        let error = parse(&text).validate().unwrap_err();
+        assert_eq!(error.field, field, "{error}\n{text}");
+    }
+    // The read cache layer parses, and is refused at open with a clear error.
+    let cache = parse(
+        &(base.replace("device = \"m\"", "device = \"c\"")
+            + "\n[device.c]\nkind = \"cache\"\nover = \"m\"\npolicy = \"ons\"\nsize = \"1GiB\""),
+    );
+    cache.validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let error = open(&cache, dir.path()).err().unwrap();
+    assert!(
+        error.starts_with("device.c:") && error.contains("not yet available"),
+        "{error}"
+    );
+}

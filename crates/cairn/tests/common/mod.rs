@@ -1,0 +1,187 @@
+//! Shared by the `cairn serve` process tests: the binary, a minimal NBD
+//! client over any byte stream, and a small copy of the default volume spec.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use cairn_nbd::codec::handshake::{InfoRequest, OptionHeader};
+use cairn_nbd::codec::transmission::RequestHeader;
+use cairn_nbd::proto::{
+    CMD_DISC, CMD_READ, FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, OPT_GO, REP_ACK,
+};
+
+pub fn cairn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+}
+
+/// A minimal client over any byte stream: handshake with GO, simple replies.
+pub struct Raw<R, W> {
+    pub reader: R,
+    pub writer: W,
+}
+
+impl<R: Read, W: Write> Raw<R, W> {
+    /// Negotiates the default export; returns its size.
+    pub fn handshake(&mut self) -> u64 {
+        let mut greeting = [0u8; 18];
+        self.reader.read_exact(&mut greeting).unwrap();
+        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
+        let flags = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES;
+        self.writer.write_all(&flags.to_be_bytes()).unwrap();
+        let data = InfoRequest {
+            name: String::new(),
+            items: vec![],
+        }
+        .encode();
+        let header = OptionHeader {
+            option: OPT_GO,
+            length: data.len() as u32,
+        };
+        self.writer.write_all(&header.encode()).unwrap();
+        self.writer.write_all(&data).unwrap();
+        let mut size = 0;
+        loop {
+            let mut head = [0u8; 20];
+            self.reader.read_exact(&mut head).unwrap();
+            let reply_type = u32::from_be_bytes(head[12..16].try_into().unwrap());
+            let len = u32::from_be_bytes(head[16..20].try_into().unwrap()) as usize;
+            let mut data = vec![0u8; len];
+            self.reader.read_exact(&mut data).unwrap();
+            if reply_type == REP_ACK {
+                return size;
+            }
+            assert!(reply_type & (1 << 31) == 0, "GO failed: {reply_type:#x}");
+            if data[..2] == [0, 0] {
+                size = u64::from_be_bytes(data[2..10].try_into().unwrap());
+            }
+        }
+    }
+
+    /// One request, its simple reply checked for success.
+    pub fn request(&mut self, command: u16, offset: u64, length: u32, payload: &[u8]) -> Vec<u8> {
+        self.try_request(command, offset, length, payload)
+            .unwrap_or_else(|e| panic!("request {command} at {offset}: {e}"))
+    }
+
+    /// One request; `Err` if the connection fails or the server replies
+    /// with an error.
+    pub fn try_request(
+        &mut self,
+        command: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> io::Result<Vec<u8>> {
+        let header = RequestHeader {
+            flags: 0,
+            command,
+            cookie: 1,
+            offset,
+            length,
+        };
+        self.writer.write_all(&header.encode())?;
+        self.writer.write_all(payload)?;
+        if command == CMD_DISC {
+            return Ok(Vec::new());
+        }
+        let mut reply = [0u8; 16];
+        self.reader.read_exact(&mut reply)?;
+        if reply[4..8] != [0, 0, 0, 0] {
+            return Err(io::Error::other(format!(
+                "the server replied with error {:?}",
+                &reply[4..8]
+            )));
+        }
+        let mut data = vec![
+            0u8;
+            if command == CMD_READ {
+                length as usize
+            } else {
+                0
+            }
+        ];
+        self.reader.read_exact(&mut data)?;
+        Ok(data)
+    }
+}
+
+/// Connects to a server's Unix socket, waiting up to 20 s for it to listen.
+pub fn connect(path: &Path) -> Raw<UnixStream, UnixStream> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(stream) = UnixStream::connect(path) {
+            return Raw {
+                reader: stream.try_clone().unwrap(),
+                writer: stream,
+            };
+        }
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM, and the server must exit 0.
+pub fn terminate(mut child: Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "cairn serve exited with {status}");
+}
+
+/// The embedded default spec (`--print-default-config`) at test sizes: a
+/// `volume`-byte log disk over a file 25 % larger, its NV cache (16 MiB) in
+/// `nv_dir` — on /dev/shm where it exists, as in the default.
+pub fn small_default_spec(volume: &str, file: &str, nv_dir: &Path) -> String {
+    let output = cairn()
+        .args(["serve", "--print-default-config"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    let small = text
+        .replace("size = \"1GiB\"", &format!("size = \"{volume}\""))
+        .replace("size = \"1280MiB\"", &format!("size = \"{file}\""))
+        .replace(
+            "nv_cache = { size = \"64MiB\" }",
+            &format!(
+                "nv_cache = {{ path = \"{}\", size = \"16MiB\" }}",
+                nv_dir.join("log.nv").display()
+            ),
+        );
+    for wanted in [
+        format!("size = \"{volume}\""),
+        format!("size = \"{file}\""),
+        "log.nv".to_owned(),
+    ] {
+        assert!(
+            small.contains(&wanted),
+            "the default spec changed shape:\n{text}"
+        );
+    }
+    small
+}
+
+/// A directory for NV regions: on /dev/shm when present (as the default
+/// spec does), else in the system temporary directory.
+pub fn nv_dir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+/// The path of a tool on PATH, or `None`.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}

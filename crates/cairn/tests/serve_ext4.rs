@@ -1,0 +1,234 @@
+//! ext4 on the default volume stack, through real kernel and FUSE clients:
+//! `cairn serve` (log disk + NV write cache over a file, the embedded default
+//! at test sizes) → nbdfuse exposes the export as a file → `mkfs.ext4` → loop
+//! mount → a file workload (many small files, some large, fsync'd, read back)
+//! → unmount → `e2fsck -fn` clean → server restarted → `e2fsck -fn` clean
+//! again and every file intact.
+//!
+//! Needs root, /dev/fuse, loop devices, nbdfuse (`test.sh` installs
+//! libnbd-bin and fuse3), mkfs.ext4 and e2fsck; skips, saying which is
+//! missing, only where the machine lacks one.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{cairn, nv_dir, small_default_spec, terminate, tool};
+
+/// Why this machine cannot run the test, if it cannot.
+fn missing_facility() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root (loop mounts need root)".into());
+    }
+    for device in ["/dev/fuse", "/dev/loop-control"] {
+        if !Path::new(device).exists() {
+            return Some(format!("{device} is missing"));
+        }
+    }
+    for name in ["nbdfuse", "mkfs.ext4", "e2fsck", "mount", "umount"] {
+        if tool(name).is_none() && !Path::new("/usr/sbin").join(name).exists() {
+            return Some(format!("{name} is not installed (test.sh installs it)"));
+        }
+    }
+    None
+}
+
+fn run(program: &str, args: &[&str]) {
+    let output = Command::new(program).args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Processes and mounts to undo even when an assertion fails.
+struct Stack {
+    server: Option<Child>,
+    fuse: Option<Child>,
+    mounts: Vec<PathBuf>,
+}
+
+impl Stack {
+    fn unmount(&mut self, path: &Path) {
+        run("umount", &[path.to_str().unwrap()]);
+        self.mounts.retain(|m| m != path);
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for mount in self.mounts.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(mount).status();
+        }
+        for child in [self.fuse.as_mut(), self.server.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start_server(dir: &Path, config: &Path, socket: &Path) -> Child {
+    let child = cairn()
+        .args(["serve", "--quiet", "--config"])
+        .arg(config)
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .current_dir(dir)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// Runs nbdfuse in the background, exposing the export as `mnt/disk`.
+fn start_fuse(stack: &mut Stack, mnt: &Path, socket: &Path) -> PathBuf {
+    let uri = format!("nbd+unix:///cairn?socket={}", socket.display());
+    let file = mnt.join("disk");
+    stack.fuse = Some(
+        Command::new("nbdfuse")
+            .arg(&file)
+            .arg(&uri)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    stack.mounts.push(mnt.to_path_buf());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&file).map_or(true, |m| m.len() == 0) {
+        assert!(
+            Instant::now() < deadline,
+            "nbdfuse never exposed {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    file
+}
+
+fn stop_fuse(stack: &mut Stack, mnt: &Path) {
+    stack.unmount(mnt);
+    let mut fuse = stack.fuse.take().unwrap();
+    let status = fuse.wait().unwrap();
+    assert!(status.success(), "nbdfuse exited with {status}");
+}
+
+fn fsck(image: &Path) {
+    run("e2fsck", &["-fn", image.to_str().unwrap()]);
+}
+
+/// File `i`'s contents: sizes from a few bytes to 8 MiB, every eighth large.
+fn contents(i: u32) -> Vec<u8> {
+    let len = if i % 8 == 7 {
+        (2 << 20) + (i as usize * 65_537) % (6 << 20)
+    } else {
+        1 + (i as usize * 7919) % 60_000
+    };
+    let mut state = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+const FILES: u32 = 240;
+
+fn file_path(root: &Path, i: u32) -> PathBuf {
+    root.join(format!("d{}", i % 12)).join(format!("f{i}"))
+}
+
+fn verify(root: &Path) {
+    for i in 0..FILES {
+        let path = file_path(root, i);
+        let back = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(back == contents(i), "{} differs", path.display());
+    }
+}
+
+#[test]
+fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
+    if let Some(reason) = missing_facility() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let nv = nv_dir();
+    let config = dir.path().join("volume.toml");
+    std::fs::write(&config, small_default_spec("256MiB", "320MiB", nv.path())).unwrap();
+    let socket = dir.path().join("cairn.sock");
+    let mnt = dir.path().join("mnt");
+    let fs = dir.path().join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::create_dir_all(&fs).unwrap();
+    let mut stack = Stack {
+        server: Some(start_server(dir.path(), &config, &socket)),
+        fuse: None,
+        mounts: Vec::new(),
+    };
+    let image = start_fuse(&mut stack, &mnt, &socket);
+    assert_eq!(std::fs::metadata(&image).unwrap().len(), 256 << 20);
+    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+    run(
+        "mount",
+        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
+    );
+    stack.mounts.push(fs.clone());
+    for d in 0..12 {
+        std::fs::create_dir_all(fs.join(format!("d{d}"))).unwrap();
+    }
+    let mut total = 0;
+    for i in 0..FILES {
+        let data = contents(i);
+        total += data.len();
+        let mut file = std::fs::File::create(file_path(&fs, i)).unwrap();
+        file.write_all(&data).unwrap();
+        if i % 4 == 0 {
+            file.sync_all().unwrap();
+        }
+    }
+    // Rewrite some in place, and delete and recreate others.
+    for i in (0..FILES).step_by(9) {
+        std::fs::remove_file(file_path(&fs, i)).unwrap();
+        std::fs::write(file_path(&fs, i), contents(i)).unwrap();
+    }
+    run("sync", &[]);
+    verify(&fs);
+    eprintln!("wrote {FILES} files, {} MiB", total >> 20);
+    stack.unmount(&fs);
+    fsck(&image);
+    stop_fuse(&mut stack, &mnt);
+    terminate(stack.server.take().unwrap());
+
+    // A new server on the same data: the file system and files are intact.
+    stack.server = Some(start_server(dir.path(), &config, &socket));
+    let image = start_fuse(&mut stack, &mnt, &socket);
+    fsck(&image);
+    run(
+        "mount",
+        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
+    );
+    stack.mounts.push(fs.clone());
+    verify(&fs);
+    stack.unmount(&fs);
+    stop_fuse(&mut stack, &mnt);
+    terminate(stack.server.take().unwrap());
+}
