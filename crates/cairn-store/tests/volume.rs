@@ -6,8 +6,9 @@
 
 use std::path::Path;
 
+use cairn_policy::PolicyConfig;
 use cairn_store::Device;
-use cairn_store::volume::{OpenOptions, Volume, VolumeSpec};
+use cairn_store::volume::{DeviceSpec, OpenOptions, Volume, VolumeSpec};
 
 fn parse(text: &str) -> VolumeSpec {
     toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
@@ -340,16 +341,186 @@ fn spec_mistakes_name_the_field() {
         let error = parse(&text).validate().unwrap_err();
         assert_eq!(error.field, field, "{error}\n{text}");
     }
-    // The read cache layer parses, and is refused at open with a clear error.
-    let cache = parse(
-        &(base.replace("device = \"m\"", "device = \"c\"")
-            + "\n[device.c]\nkind = \"cache\"\nover = \"m\"\npolicy = \"ons\"\nsize = \"1GiB\""),
-    );
-    cache.validate().unwrap();
+    // The read cache layer: mistakes name the cache's field.
+    let cache = |fields: &str| {
+        base.replace("device = \"m\"", "device = \"c\"")
+            + "\n[device.c]\nkind = \"cache\"\nover = \"m\"\n"
+            + fields
+    };
+    for (fields, field, says) in [
+        (
+            "block_size = \"3KiB\"",
+            "device.c.block_size",
+            "power of two",
+        ),
+        (
+            "block_size = \"4MiB\"",
+            "device.c.block_size",
+            "power of two",
+        ),
+        (
+            "cost_smoothing = 2.0",
+            "device.c.cost_smoothing",
+            "not in [0, 1]",
+        ),
+        ("shards = 3", "device.c.shards", "power of two"),
+        (
+            "size = \"64KiB\"\nshards = 4",
+            "device.c.size",
+            "less than one",
+        ),
+    ] {
+        let error = parse(&cache(fields)).validate().unwrap_err();
+        assert_eq!(error.field, field, "{error}\n{fields}");
+        assert!(error.message.contains(says), "{error}");
+    }
+    for (fields, says) in [
+        ("policy = \"nosuch\"", "unknown policy `nosuch`"),
+        ("policy = { policy = \"ons\", nosuch = 1 }", "nosuch"),
+        ("write_mode = \"back\"", "back"),
+        ("nosuch = 1", "nosuch"),
+    ] {
+        let error = parse_error(&cache(fields));
+        assert!(error.contains(says), "{error}\n{fields}");
+    }
+    // Names and tables both give policies; the spec writes the name back
+    // when the policy has its defaults.
+    let spec = parse(&cache(
+        "policy = \"s3fifo\"\n[device.c2]\nkind = \"memory\"\nsize = \"1MiB\"",
+    ));
+    let DeviceSpec::Cache(c) = &spec.devices["c"] else {
+        panic!("not a cache")
+    };
+    assert_eq!(c.policy.0, PolicyConfig::default_for("s3fifo").unwrap());
+    let table = parse(&cache("policy = { policy = \"ons\", threshold = 7 }"));
+    let DeviceSpec::Cache(t) = &table.devices["c"] else {
+        panic!("not a cache")
+    };
+    let PolicyConfig::Ons(ons) = &t.policy.0 else {
+        panic!("not ons: {:?}", t.policy)
+    };
+    assert_eq!(ons.threshold, 7);
+    let text = toml::to_string(&spec).unwrap();
+    assert!(text.contains("policy = \"s3fifo\""), "{text}");
+    assert_eq!(parse(&text), spec);
+    let text = toml::to_string(&table).unwrap();
+    assert_eq!(parse(&text), table, "{text}");
+}
+
+/// A log disk with its NV cache under a read cache, as the default stack.
+fn cached_log_spec() -> VolumeSpec {
+    let mut text = toml::to_string(&log_spec(true)).unwrap();
+    text = text.replace("device = \"log\"", "device = \"cache\"");
+    parse(&format!(
+        "{text}\n[device.cache]\nkind = \"cache\"\nover = \"log\"\nsize = \"1MiB\"\n\
+         block_size = \"16KiB\"\nshards = 2\npolicy = \"s3fifo\"\n"
+    ))
+}
+
+#[test]
+fn a_read_cache_over_the_log_disk_serves_new_data_and_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let error = open(&cache, dir.path()).err().unwrap();
+    let spec = cached_log_spec();
+    let volume = open(&spec, dir.path()).unwrap();
+    let dev = device(&volume);
     assert!(
-        error.starts_with("device.c:") && error.contains("not yet available"),
-        "{error}"
+        dev.describe()
+            .starts_with("block cache (s3fifo, 1048576 B, 16384 B blocks, 2 shards) over log disk"),
+        "{}",
+        dev.describe()
+    );
+    // Read (caching the zeroes), overwrite part of a cached block, read
+    // again: the cache never serves the old bytes.
+    let mut buf = vec![0xffu8; 64 << 10];
+    dev.read_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    let first = pattern(1, 4096);
+    dev.write_at(&first, 8192).unwrap();
+    dev.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[8192..12288], &first[..]);
+    assert!(buf[..8192].iter().all(|&b| b == 0));
+    // Many writes, more than the cache holds, then a flush.
+    for i in 0..512u64 {
+        dev.write_at(&pattern(i as u8, 4096), i * 4096).unwrap();
+    }
+    dev.flush().unwrap();
+    let mut one = vec![0u8; 4096];
+    for i in (0..512u64).step_by(7) {
+        dev.read_at(&mut one, i * 4096).unwrap();
+        assert_eq!(one, pattern(i as u8, 4096), "block {i}");
+    }
+    volume.close().unwrap();
+    drop(volume);
+    let volume = open(&spec, dir.path()).unwrap();
+    for i in 0..512u64 {
+        device(&volume).read_at(&mut one, i * 4096).unwrap();
+        assert_eq!(one, pattern(i as u8, 4096), "block {i} after restart");
+    }
+}
+
+#[test]
+fn a_read_cache_over_parts_gets_a_cost_group_pair_per_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = parse(
+        r#"
+        [[export]]
+        name = "tiered"
+        device = "cache"
+
+        [device.cache]
+        kind = "cache"
+        over = "both"
+        size = "256KiB"
+        block_size = "4KiB"
+        policy = "cost"
+
+        [device.both]
+        kind = "throttled"
+        over = "stripes"
+        latency_us = 0
+        bandwidth_mb_s = 100000
+
+        [device.stripes]
+        kind = "striped"
+        parts = ["ssd", "hdd"]
+        stripe = "64KiB"
+
+        [device.ssd]
+        kind = "memory"
+        size = "1MiB"
+
+        [device.hdd]
+        kind = "memory"
+        size = "1MiB"
+        "#,
+    );
+    let volume = open(&spec, dir.path()).unwrap();
+    assert!(
+        volume
+            .notes()
+            .iter()
+            .any(|n| n.starts_with("device.cache: block cache (cost")
+                && n.ends_with("of 4 cost group(s)")),
+        "{:?}",
+        volume.notes()
+    );
+    let dev = device(&volume);
+    dev.write_at(&pattern(9, 8192), 60 << 10).unwrap();
+    let mut buf = vec![0u8; 8192];
+    dev.read_at(&mut buf, 60 << 10).unwrap();
+    assert_eq!(buf, pattern(9, 8192));
+    // Over a single device there is one pair.
+    let single = parse(
+        "[[export]]\nname = \"x\"\ndevice = \"c\"\n[device.c]\nkind = \"cache\"\nover = \"m\"\n\
+         size = \"256KiB\"\nblock_size = \"4KiB\"\n[device.m]\nkind = \"memory\"\nsize = \"1MiB\"\n",
+    );
+    let volume = open(&single, dir.path()).unwrap();
+    assert!(
+        volume
+            .notes()
+            .iter()
+            .any(|n| n.ends_with("of 2 cost group(s)")),
+        "{:?}",
+        volume.notes()
     );
 }

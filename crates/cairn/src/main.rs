@@ -71,7 +71,7 @@ enum Command {
     Fsck(commands::check::FsckArgs),
     /// Describe an image: layout, segment use, saved metrics.
     Inspect(commands::check::InspectArgs),
-    /// Serve volumes over NBD (default: a 1 GiB log-disk volume in ./cairn-data).
+    /// Serve volumes over NBD (default: a 1 GiB cached log-disk volume in ./cairn-data).
     #[command(long_about = commands::serve::LONG_ABOUT)]
     Serve(commands::serve::ServeArgs),
     /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd;

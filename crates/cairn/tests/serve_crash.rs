@@ -1,5 +1,5 @@
 //! kill -9 during writes loses nothing it promised: the default volume stack
-//! (log disk with its NV write cache over a file, at test sizes) and the same
+//! (read cache over the log disk with its NV write cache over a file, at test sizes) and the same
 //! stack without the NV cache are killed with SIGKILL while four connections
 //! write 4 KiB blocks and flush, then restarted, three times each. After each
 //! restart every block holds, whole and untorn, the last write acknowledged

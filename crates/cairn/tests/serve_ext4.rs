@@ -1,5 +1,5 @@
 //! ext4 on the default volume stack, through real kernel and FUSE clients:
-//! `cairn serve` (log disk + NV write cache over a file, the embedded default
+//! `cairn serve` (read cache over log disk + NV write cache over a file, the embedded default
 //! at test sizes) → nbdfuse exposes the export as a file → `mkfs.ext4` → loop
 //! mount → a file workload (many small files, some large, fsync'd, read back)
 //! → unmount → `e2fsck -fn` clean → server restarted → `e2fsck -fn` clean

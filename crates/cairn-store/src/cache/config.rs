@@ -133,7 +133,7 @@ pub enum CacheError {
 impl CacheConfig {
     /// Checks everything that does not depend on the device, and returns the
     /// shard count to use.
-    pub(crate) fn validate(&self) -> Result<usize, CacheError> {
+    pub fn validate(&self) -> Result<usize, CacheError> {
         let block = self.block_size_bytes;
         if !block.is_power_of_two() || !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&block) {
             return Err(CacheError::BlockSize(block));

@@ -22,7 +22,8 @@
 //!   so a block leaves the device once per residency.
 //! - **Runs and readahead**: a leader claims the following absent blocks up
 //!   to the end of the caller's request and, when the request continues a
-//!   stream (`streams.rs`), [`CacheConfig::readahead_bytes`] further, and
+//!   stream a second time or more (`streams.rs`),
+//!   [`CacheConfig::readahead_bytes`] further, and
 //!   reads the run with one `read_vectored_at` into the run's frames.
 //! - **Writes** ([`WriteMode`]): the device is written first, then the cached
 //!   copy is replaced (update; allocate also caches whole blocks written
@@ -314,12 +315,12 @@ impl<D: Device> BlockCache<D> {
         }
         let first = offset >> self.block_shift;
         let last = (offset + len - 1) >> self.block_shift;
-        let sequential = self.streams.observe(first, last + 1);
+        let run = self.streams.observe(first, last + 1);
         let mut at = offset;
         let end = offset + len;
         let mut block = first;
         while block <= last {
-            block += self.fetch(block, last + 1, Some(sequential), &mut |handle| {
+            block += self.fetch(block, last + 1, Some(run), &mut |handle| {
                 let start = (at - (at >> self.block_shift << self.block_shift)) as usize;
                 let n = (handle.len() - start).min((end - at) as usize);
                 f(handle, start..start + n);
@@ -339,7 +340,7 @@ impl<D: Device> BlockCache<D> {
         &self,
         block: u64,
         request_end: u64,
-        sequential: Option<bool>,
+        run: Option<u32>,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         loop {
@@ -363,30 +364,30 @@ impl<D: Device> BlockCache<D> {
                     return Ok(1);
                 }
                 None => {
-                    let sequential =
-                        sequential.unwrap_or_else(|| self.streams.observe(block, block + 1));
-                    let group = self.groups.group(block << self.block_shift, sequential);
+                    let run = run.unwrap_or_else(|| self.streams.observe(block, block + 1));
+                    let group = self.groups.group(block << self.block_shift, run > 0);
                     let claim = shard.claim(block, group, false);
                     drop(shard);
-                    return self.load(claim, request_end, sequential, group, deliver);
+                    // Read ahead from a stream's second continuation on.
+                    return self.load(claim, request_end, run >= 2, group, deliver);
                 }
             }
         }
     }
 
     /// Leads the load of `first` and the absent blocks after it (to the end
-    /// of the request, plus readahead when sequential) in one device read.
+    /// of the request, plus readahead when `read_ahead`) in one device read.
     fn load(
         &self,
         first: Claim,
         request_end: u64,
-        sequential: bool,
+        read_ahead: bool,
         group: u16,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         let start = first.block;
         let mut end = request_end.max(start + 1);
-        if sequential {
+        if read_ahead {
             end += self.readahead_blocks;
         }
         let end = end.min(self.blocks).min(start + RUN_BLOCKS_MAX);
@@ -441,7 +442,7 @@ impl<D: Device> BlockCache<D> {
                 if several {
                     // Perhaps only a block read ahead is unreadable: retry
                     // the one block asked for on its own.
-                    return self.fetch(start, start + 1, Some(false), deliver);
+                    return self.fetch(start, start + 1, Some(0), deliver);
                 }
                 Err(error)
             }
@@ -546,7 +547,7 @@ impl<D: Device> Device for BlockCache<D> {
         let last = (offset + buf.len() as u64 - 1) >> self.block_shift;
         let update = self.write_mode != WriteMode::Invalidate;
         let allocate = (self.write_mode == WriteMode::Allocate).then(|| {
-            let sequential = self.streams.observe(first, last + 1);
+            let sequential = self.streams.observe(first, last + 1) > 0;
             self.groups.group(offset, sequential)
         });
         let guards = if update {

@@ -2,7 +2,7 @@
 //! export (see `docs/volumes.md` for the spec format).
 //!
 //! ```text
-//! export ──► [read cache: kind = "cache", not in this build]
+//! export ──► read cache (kind = "cache": DRAM, any policy, cost groups per part)
 //!               └─► write path: log disk (kind = "log") ── NV write cache (an mmap'd region)
 //!                     └─► devices: file · memory · throttled · striped · concat · ntl
 //! ```
@@ -27,6 +27,7 @@ pub use spec::{
     NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, VolumeSpec,
 };
 
+use crate::cache::{BlockCache, CacheConfig, CacheError, Placement, SingleDevice};
 use crate::device::{
     ConcatDevice, Device, FileDevice, FileOptions, MemoryDevice, Pace, SECTOR, SharedDevice,
     StripedDevice, Throttle, ThrottledDevice,
@@ -196,6 +197,10 @@ struct Built {
     /// The storage at the bottom, to judge whether formatting would destroy
     /// anything.
     leaves: Vec<Leaf>,
+    /// Which part holds each byte, when the device is parts laid out by
+    /// offset (striped, concatenated, or a throttle over those): the cost
+    /// groups of a cache over it.
+    placement: Option<Arc<dyn Placement>>,
 }
 
 enum Leaf {
@@ -231,6 +236,7 @@ impl Builder<'_> {
             DeviceSpec::Memory(m) => Ok(Built {
                 device: Arc::new(MemoryDevice::new(m.size.get())),
                 leaves: vec![Leaf::Fresh],
+                placement: None,
             }),
             DeviceSpec::Throttled(t) => {
                 let inner = self.build(&t.over)?;
@@ -238,6 +244,7 @@ impl Builder<'_> {
                 Ok(Built {
                     device: Arc::new(ThrottledDevice::new(inner.device, throttle, Pace::Sleep)),
                     leaves: inner.leaves,
+                    placement: inner.placement,
                 })
             }
             DeviceSpec::Striped(s) => {
@@ -250,28 +257,44 @@ impl Builder<'_> {
                         format!("no part holds one whole {} stripe", s.stripe),
                     ));
                 }
+                let device = Arc::new(device);
                 Ok(Built {
-                    device: Arc::new(device),
+                    device: device.clone(),
                     leaves,
+                    placement: Some(device),
                 })
             }
             DeviceSpec::Concat(c) => {
                 let (parts, leaves) = self.parts(&c.parts)?;
                 let device = ConcatDevice::new(parts).map_err(|e| VolumeError::new(&field, e))?;
+                let device = Arc::new(device);
                 Ok(Built {
-                    device: Arc::new(device),
+                    device: device.clone(),
                     leaves,
+                    placement: Some(device),
                 })
             }
             DeviceSpec::Ntl(n) => self.ntl(name, &field, n),
             DeviceSpec::Log(l) => self.log(name, &field, l),
-            // The read cache layer is inserted here: build `c.over`, wrap it in
-            // the cache, keep the leaves.
-            DeviceSpec::Cache(_) => Err(VolumeError::new(
-                field,
-                "kind = \"cache\" (the DRAM read cache) is not yet available in this build; \
-                 remove the layer and point its user at the device it caches",
-            )),
+            DeviceSpec::Cache(c) => {
+                let inner = self.build(&c.over)?;
+                let placement = inner
+                    .placement
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(SingleDevice));
+                let cache = BlockCache::new(inner.device, &cache_config(c, placement))
+                    .map_err(|e| cache_error(name, &e))?;
+                self.notes.push(format!(
+                    "{field}: {} of {} cost group(s)",
+                    cache.describe(),
+                    cache.costs().len()
+                ));
+                Ok(Built {
+                    device: Arc::new(cache),
+                    leaves: inner.leaves,
+                    placement: None,
+                })
+            }
         }
     }
 
@@ -321,6 +344,7 @@ impl Builder<'_> {
         Ok(Built {
             device: Arc::new(device),
             leaves: vec![Leaf::File(path, before)],
+            placement: None,
         })
     }
 
@@ -370,6 +394,7 @@ impl Builder<'_> {
             return Ok(Built {
                 device: Arc::new(NtlDevice::new(btt)),
                 leaves: vec![Leaf::Used(format!("the NTL image {shown}"))],
+                placement: None,
             });
         }
         if let Some(at) = probe::first_nonzero(&path).map_err(io)? {
@@ -393,6 +418,7 @@ impl Builder<'_> {
         Ok(Built {
             device: Arc::new(NtlDevice::new(btt)),
             leaves: vec![Leaf::Fresh],
+            placement: None,
         })
     }
 
@@ -440,6 +466,7 @@ impl Builder<'_> {
         Ok(Built {
             device: disk,
             leaves: vec![Leaf::Used(format!("the log disk device.{name}"))],
+            placement: None,
         })
     }
 
@@ -1013,7 +1040,38 @@ fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
                 ));
             }
         }
-        DeviceSpec::Cache(_) => {}
+        DeviceSpec::Cache(c) => {
+            cache_config(c, Arc::new(SingleDevice))
+                .validate()
+                .map_err(|e| cache_error(name, &e))?;
+        }
     }
     Ok(())
+}
+
+/// The block cache configuration of a `kind = "cache"` spec.
+fn cache_config(c: &CacheSpec, placement: Arc<dyn Placement>) -> CacheConfig {
+    CacheConfig {
+        block_size_bytes: c.block_size.get(),
+        capacity_bytes: c.size.get(),
+        policy: c.policy.0.clone(),
+        shards: c.shards,
+        write_mode: c.write_mode.into(),
+        readahead_bytes: c.readahead.get(),
+        cost_smoothing: c.cost_smoothing,
+        placement,
+    }
+}
+
+/// A cache that cannot be built, as the spec field at fault.
+fn cache_error(name: &str, e: &CacheError) -> VolumeError {
+    let field = match e {
+        CacheError::BlockSize(_) => "block_size",
+        CacheError::Shards(_) => "shards",
+        CacheError::Capacity { .. } => "size",
+        CacheError::Smoothing(_) => "cost_smoothing",
+        CacheError::Policy(_) => "policy",
+        _ => "over",
+    };
+    VolumeError::new(format!("device.{name}.{field}"), e.to_string())
 }

@@ -87,9 +87,7 @@ pub enum DeviceSpec {
     /// The log-structured disk over another device, with an optional NV write
     /// cache.
     Log(LogSpec),
-    /// The DRAM read cache over another device. Parsed so that a spec written
-    /// for a later build gets a clear error, not "unknown variant": the cache
-    /// layer is not in this build yet (see `Volume::open`).
+    /// The DRAM read cache over another device.
     Cache(CacheSpec),
 }
 
@@ -375,10 +373,133 @@ fn default_nv() -> Bytes {
     Bytes(64 << 20)
 }
 
-/// `kind = "cache"`: the DRAM read cache. Its fields are not fixed in this
-/// build; every field is accepted here and the layer is refused at open.
+/// `kind = "cache"`: the DRAM read cache ([`BlockCache`](crate::cache::BlockCache))
+/// over another device.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct CacheSpec {
     /// The device cached.
     pub over: String,
+    /// Capacity. Default 64MiB.
+    #[serde(default = "default_cache_size")]
+    pub size: Bytes,
+    /// Cache block size, a power of two from 4KiB to 2MiB. Default 64KiB.
+    #[serde(default = "default_cache_block")]
+    pub block_size: Bytes,
+    /// The replacement policy: a name (`"lru"`, `"s3fifo"`, `"ons"`, `"cost"`,
+    /// ... with its defaults) or a table with the policy's parameters
+    /// (`{ policy = "ons", threshold = 5 }`). Default `"lru"`.
+    #[serde(default = "default_cache_policy")]
+    pub policy: CachePolicy,
+    /// What writes do to cached copies. Default `update`.
+    #[serde(default)]
+    pub write_mode: CacheWriteMode,
+    /// How far past a sequential request to read ahead; 0 turns it off.
+    /// Default 1MiB.
+    #[serde(default = "default_readahead")]
+    pub readahead: Bytes,
+    /// Number of shards (a power of two); 0 chooses from the core count.
+    /// Default 0.
+    #[serde(default)]
+    pub shards: usize,
+    /// Weight of each new service-time sample in a cost group's average, in
+    /// [0, 1]; 0 keeps the costs the `cost` policy was configured with.
+    /// Default 0.1.
+    #[serde(default = "default_cost_smoothing")]
+    pub cost_smoothing: f64,
+}
+
+fn default_cache_size() -> Bytes {
+    Bytes(64 << 20)
+}
+
+fn default_cache_block() -> Bytes {
+    Bytes(64 << 10)
+}
+
+fn default_cache_policy() -> CachePolicy {
+    CachePolicy(cairn_policy::PolicyConfig::Lru(
+        cairn_policy::lru::LruConfig::default(),
+    ))
+}
+
+fn default_readahead() -> Bytes {
+    Bytes(1 << 20)
+}
+
+fn default_cost_smoothing() -> f64 {
+    0.1
+}
+
+/// A cache's policy: written as a name (the policy with its defaults) or a
+/// table of its parameters; written back as the name when it has its
+/// defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachePolicy(pub cairn_policy::PolicyConfig);
+
+impl Serialize for CachePolicy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let preset = cairn_policy::PolicyConfig::NAMES
+            .iter()
+            .find(|name| cairn_policy::PolicyConfig::default_for(name).as_ref() == Some(&self.0));
+        match preset {
+            Some(name) => serializer.serialize_str(name),
+            None => self.0.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = CachePolicy;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a policy name or a table with `policy = \"name\"` and its parameters")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<CachePolicy, E> {
+                cairn_policy::PolicyConfig::default_for(name)
+                    .map(CachePolicy)
+                    .ok_or_else(|| {
+                        E::custom(format!(
+                            "unknown policy `{name}` (known: {})",
+                            cairn_policy::PolicyConfig::NAMES.join(", ")
+                        ))
+                    })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<CachePolicy, A::Error> {
+                cairn_policy::PolicyConfig::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )
+                .map(CachePolicy)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// Write handling (serde form of [`WriteMode`](crate::cache::WriteMode)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheWriteMode {
+    /// Write through, then replace the cached copy.
+    #[default]
+    Update,
+    /// Write through, then drop the cached copy.
+    Invalidate,
+    /// As `update`, and whole blocks written are cached.
+    Allocate,
+}
+
+impl From<CacheWriteMode> for crate::cache::WriteMode {
+    fn from(m: CacheWriteMode) -> Self {
+        match m {
+            CacheWriteMode::Update => Self::Update,
+            CacheWriteMode::Invalidate => Self::Invalidate,
+            CacheWriteMode::Allocate => Self::Allocate,
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! `cairn serve`: volumes as NBD exports.
 //!
 //! The volumes come from a spec (`--config FILE`, or the embedded default: a
-//! log disk with its NV write cache over a file under `./cairn-data`), or from
+//! DRAM read cache over a log disk with its NV write cache over a file under
+//! `./cairn-data`), or from
 //! the quick overrides `--memory SIZE` and `--file PATH` (one raw device).
 //! The spec is assembled by `cairn_store::Volume`; at shutdown every export is
 //! flushed and every log disk destaged and checkpointed.
@@ -24,14 +25,16 @@ clients use them as disks: the Linux kernel's nbd-client, qemu and
 qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy and nbdfuse, fio's nbd engine.
 
 With no arguments it runs the embedded default volume: one export, \"cairn\", a
-1 GiB disk kept under ./cairn-data — the log-structured disk (papers/003) over a
-sparse file, each write made durable in its NV write cache (a memory-mapped
-region on /dev/shm when present). It prints how to connect. The first start
+1 GiB disk kept under ./cairn-data — a 64 MiB DRAM read cache (S3-FIFO) over
+the log-structured disk (papers/003) over a sparse file, each write made
+durable in the log disk's NV write cache (a memory-mapped region on /dev/shm
+when present). It prints how to connect. The first start
 formats; later starts recover, so the data survives restarts.
 --print-default-config prints that spec; edit it and pass it back with --config.
 
 --config FILE reads a volume spec (TOML, docs/volumes.md): devices (file,
-memory, throttled, striped, concat, ntl, log) stacked into one or more exports.
+memory, throttled, striped, concat, ntl, log, cache) stacked into one or more
+exports.
 Relative paths in it are under its data_dir, itself relative to the spec file.
 A layer with an on-disk format (log disk, NTL image) is formatted only on blank
 storage (missing, sparse or all zeroes) and opened otherwise; storage holding
@@ -59,7 +62,7 @@ every export, destages and checkpoints every log disk, and exits 0.";
 const EXAMPLES: &str = "\
 Examples:
   cairn serve
-      The default volume (1 GiB log disk under ./cairn-data); prints how to connect.
+      The default volume (1 GiB cached log disk under ./cairn-data); prints how to connect.
   cairn serve --print-default-config > my.toml && cairn serve --config my.toml
       Start from the default spec, edit it, serve it.
   cairn serve --config examples/volumes/tiered.toml --listen tcp:127.0.0.1:10809

@@ -158,6 +158,7 @@ pub fn small_default_spec(volume: &str, file: &str, nv_dir: &Path) -> String {
         format!("size = \"{volume}\""),
         format!("size = \"{file}\""),
         "log.nv".to_owned(),
+        "kind = \"cache\"".to_owned(),
     ] {
         assert!(
             small.contains(&wanted),

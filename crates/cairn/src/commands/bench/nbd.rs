@@ -25,8 +25,8 @@ faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
 installs them); a missing peer is reported and its column left empty.
 
 --default-stack measures Cairn's embedded default volume instead of memory (the
-log disk with its NV write cache on /dev/shm over a sparse file, resized to
---size, in a temporary directory); --config FILE measures the first export of a
+read cache over the log disk with its NV write cache on /dev/shm over a sparse
+file, resized to --size, in a temporary directory); --config FILE measures the first export of a
 volume spec (at its own size, which the peers then get too). The peers are the
 same either way: the ratio says what the stack costs against a plain RAM disk.";
 
@@ -42,8 +42,8 @@ pub struct NbdBenchArgs {
     size: String,
 
     /// Serve Cairn's embedded default volume (`cairn serve` with no
-    /// arguments: log disk + NV write cache over a file), resized to --size,
-    /// instead of a memory volume.
+    /// arguments: read cache over log disk + NV write cache over a file),
+    /// resized to --size, instead of a memory volume.
     #[arg(long, conflicts_with = "config")]
     default_stack: bool,
 
