@@ -266,3 +266,44 @@ fn graceful_shutdown_finishes_in_flight_requests_and_flushes() {
     device.read_at(&mut back, 15 * 65536).unwrap();
     assert_eq!(back, pattern(15, 65536));
 }
+
+/// A block cache export lends its buffers and the server writes replies from
+/// them (many blocks per reply, more than one `writev`'s worth): what comes
+/// back is exactly what was written, in simple and structured replies, while
+/// blocks are evicted and overwritten between reads.
+#[test]
+fn reads_from_a_block_cache_are_sent_from_its_buffers() {
+    use cairn_store::cache::{BlockCache, CacheConfig};
+    let size = 8u64 << 20;
+    let cache = BlockCache::new(
+        MemoryDevice::new(size),
+        &CacheConfig {
+            block_size_bytes: 4096,
+            capacity_bytes: 1 << 20,
+            shards: 4,
+            ..CacheConfig::default()
+        },
+    )
+    .unwrap();
+    let cache = Arc::new(cache);
+    let server = TestServer::start(vec![export("disk", cache.clone())]);
+    for structured in [false, true] {
+        let mut client = Client::connected(&server.path, structured);
+        let data = pattern(u64::from(structured), 3 << 20);
+        assert_eq!(client.write(4096 + 100, &data), 0);
+        // 3 MiB through a 1 MiB cache: 769 blocks, 13 writev calls.
+        assert_eq!(client.read(4096 + 100, data.len() as u32), data);
+        // Overwrite part of a cached block; the next read sees it.
+        let patch = pattern(99, 5000);
+        assert_eq!(client.write(8192 + 7, &patch), 0);
+        let back = client.read(4096, 16384);
+        assert_eq!(&back[4096 + 7..4096 + 7 + 5000], &patch[..]);
+        assert_eq!(&back[100..4096 + 7], &data[..4096 + 7 - 100]);
+        // An empty read and an out-of-range one.
+        assert!(client.read(0, 0).is_empty());
+        assert_ne!(client.command(CMD_READ, 0, size - 4096, 8192), 0);
+        client.disconnect();
+    }
+    assert!(cache.metrics().hits() > 0, "{:?}", cache.metrics());
+    server.stop().unwrap();
+}

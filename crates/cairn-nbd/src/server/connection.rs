@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
+use cairn_store::cache::BlockSlice;
 use cairn_store::{Device, DeviceError};
 
 use super::Inner;
@@ -55,6 +56,7 @@ pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, mut writ
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
         pool: Mutex::new(Vec::new()),
+        lent: Mutex::new(Vec::new()),
         budget: Budget::default(),
     };
     let limits = Limits {
@@ -157,6 +159,8 @@ struct Connection<'a, W> {
     /// A reply could not be sent: the client is gone, skip remaining reads.
     broken: AtomicBool,
     pool: Mutex<Vec<Vec<u8>>>,
+    /// Emptied lists of lent buffers, for reuse.
+    lent: Mutex<Vec<Vec<BlockSlice>>>,
     budget: Budget,
 }
 
@@ -329,6 +333,40 @@ impl<W: Write + Send> Connection<'_, W> {
         if self.broken.load(Ordering::Relaxed) {
             return;
         }
+        // Zero-copy where the device lends its buffers (the block cache):
+        // the reply is written from them.
+        let mut lent = self
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default();
+        match self.device.read_lent(offset, u64::from(length), &mut lent) {
+            Ok(true) => {
+                let header: &[u8] = if self.session.structured {
+                    &transmission::offset_data_header(cookie, offset, length, true)
+                } else {
+                    &transmission::simple_reply(cookie, 0)
+                };
+                if length == 0 && self.session.structured {
+                    self.send(&[&transmission::none_chunk(cookie)]);
+                } else {
+                    self.send_parts(std::iter::once(header).chain(lent.iter().map(|s| &**s)));
+                }
+                lent.clear();
+                let mut pool = self.lent.lock().unwrap_or_else(PoisonError::into_inner);
+                if pool.len() < POOLED_BUFFERS_MAX {
+                    pool.push(lent);
+                }
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!("read {cookie:#x} failed: {e}");
+                self.reply_error(cookie, errno_for(&e), &e.to_string());
+                return;
+            }
+        }
         let mut buffer = self.buffer(length as usize);
         match self.device.read_at(&mut buffer, offset) {
             Ok(()) if !self.session.structured => {
@@ -362,11 +400,16 @@ impl<W: Write + Send> Connection<'_, W> {
 
     /// Write one reply whole under the writer lock.
     fn send(&self, parts: &[&[u8]]) {
+        self.send_parts(parts.iter().copied());
+    }
+
+    /// Write one reply whole under the writer lock, from any number of parts.
+    fn send_parts<'a>(&self, parts: impl Iterator<Item = &'a [u8]>) {
         if self.broken.load(Ordering::Relaxed) {
             return;
         }
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = write_all_vectored(&mut *writer, parts).and_then(|()| writer.flush())
+        if let Err(e) = write_all_iter(&mut *writer, parts).and_then(|()| writer.flush())
             && !self.broken.swap(true, Ordering::Relaxed)
         {
             tracing::debug!("reply not delivered, client gone: {e}");
@@ -428,20 +471,31 @@ pub(crate) fn errno_for(error: &DeviceError) -> Errno {
 }
 
 /// `write_all` for several slices with as few syscalls as the kernel allows.
-fn write_all_vectored<W: Write + ?Sized>(writer: &mut W, parts: &[&[u8]]) -> io::Result<()> {
-    let mut slices = [IoSlice::new(&[]); 4];
-    let count = parts.len().min(slices.len());
-    for (slot, part) in slices.iter_mut().zip(parts) {
-        *slot = IoSlice::new(part);
-    }
-    let mut slices = &mut slices[..count];
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        match writer.write_vectored(slices) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// Slices one `write_vectored` call takes at most.
+const IOV_CHUNK: usize = 64;
+
+/// Writes every part, in order, up to [`IOV_CHUNK`] parts per system call.
+fn write_all_iter<'a, W: Write + ?Sized>(
+    writer: &mut W,
+    parts: impl Iterator<Item = &'a [u8]>,
+) -> io::Result<()> {
+    let mut parts = parts.peekable();
+    while parts.peek().is_some() {
+        let mut slices = [IoSlice::new(&[]); IOV_CHUNK];
+        let mut count = 0;
+        for (slot, part) in slices.iter_mut().zip(parts.by_ref()) {
+            *slot = IoSlice::new(part);
+            count += 1;
+        }
+        let mut slices = &mut slices[..count];
+        IoSlice::advance_slices(&mut slices, 0);
+        while !slices.is_empty() {
+            match writer.write_vectored(slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())

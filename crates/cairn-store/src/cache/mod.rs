@@ -538,6 +538,16 @@ impl<D: Device> Device for BlockCache<D> {
         })
     }
 
+    fn read_lent(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<BlockSlice>,
+    ) -> Result<bool, DeviceError> {
+        self.read_refs(offset, len, out)?;
+        Ok(true)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len)?;
         if buf.is_empty() {

@@ -156,6 +156,20 @@ pub trait Device: Send + Sync {
         }
         Ok(())
     }
+    /// A read with no copy, where the device keeps the bytes in buffers it
+    /// can lend (the block cache): appends handles to the bytes of
+    /// `offset..offset + len`, in order, to `out` and returns `Ok(true)`.
+    /// The default lends nothing and returns `Ok(false)` (use `read_at`). The
+    /// NBD server sends lent buffers to the socket as they are.
+    fn read_lent(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<crate::cache::BlockSlice>,
+    ) -> Result<bool, DeviceError> {
+        let _ = (offset, len, out);
+        Ok(false)
+    }
     /// Make every write completed before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// The range's contents are no longer needed.
@@ -196,6 +210,14 @@ macro_rules! forward_device {
             }
             fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<(), DeviceError> {
                 (**self).read_vectored_at(bufs, offset)
+            }
+            fn read_lent(
+                &self,
+                offset: u64,
+                len: u64,
+                out: &mut Vec<crate::cache::BlockSlice>,
+            ) -> Result<bool, DeviceError> {
+                (**self).read_lent(offset, len, out)
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)
