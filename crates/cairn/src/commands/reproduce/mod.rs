@@ -7,6 +7,7 @@ pub mod cost;
 pub mod dual;
 pub mod logdisk;
 pub mod ntl;
+pub mod ntl_ext4;
 pub mod ons;
 
 use std::fmt::Write as _;
@@ -63,6 +64,10 @@ pub struct Common {
 /// `cairn reproduce all`
 #[derive(Args, Debug)]
 pub struct AllArgs {
+    /// Leave out papers/002's ext4 macro comparison (`reproduce ntl --skip-ext4`).
+    #[arg(long)]
+    skip_ext4: bool,
+
     #[command(flatten)]
     common: Common,
 }
@@ -187,7 +192,10 @@ pub fn run(command: &ReproduceCommand, quiet: bool) -> Result<()> {
                 quiet,
             )?);
             println!();
-            claims.extend(ntl::run(&ntl::NtlArgs::with(args.common.clone()), quiet)?);
+            claims.extend(ntl::run(
+                &ntl::NtlArgs::with(args.common.clone(), args.skip_ext4),
+                quiet,
+            )?);
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             writeln!(out, "\n== Summary of every claim")?;
