@@ -9,6 +9,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use cairn_store::{Device, DeviceError};
 
 use super::Inner;
+use super::transport::{self, Reader, Writer};
 use crate::codec::handshake::{
     self, BASE_ALLOCATION_ID, Negotiation, OPTION_HEADER_LEN, OptionHeader, Outcome, Session,
 };
@@ -29,9 +30,10 @@ static ZEROES: [u8; ZERO_CHUNK_BYTES] = [0u8; ZERO_CHUNK_BYTES];
 
 /// Run a connection to its end. Errors are logged, never propagated: one
 /// client's trouble never reaches another.
-pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, mut writer: W, peer: &str) {
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
-    let session = match negotiate(inner, &mut reader, &mut writer) {
+pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, writer: W, peer: &str) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, Reader::Plain(reader));
+    let mut writer = Writer::Plain(writer);
+    let session = match negotiate(inner, &mut reader, &mut writer, peer) {
         Ok(Some(session)) => session,
         Ok(None) => {
             tracing::debug!("{peer}: left during the handshake");
@@ -79,11 +81,13 @@ pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, mut writ
     });
 }
 
-/// The handshake: `Ok(None)` when the client aborted or left.
+/// The handshake: `Ok(None)` when the client aborted or left. A STARTTLS
+/// upgrades `reader` and `writer` in place.
 fn negotiate<R: Read, W: Write>(
     inner: &Inner,
-    reader: &mut R,
-    writer: &mut W,
+    reader: &mut BufReader<Reader<R>>,
+    writer: &mut Writer<W>,
+    peer: &str,
 ) -> io::Result<Option<Session>> {
     writer.write_all(&handshake::greeting())?;
     writer.flush()?;
@@ -92,7 +96,7 @@ fn negotiate<R: Read, W: Write>(
         return Ok(None);
     }
     let client = handshake::parse_client_flags(flags).map_err(io::Error::other)?;
-    let mut negotiation = Negotiation::new(client);
+    let mut negotiation = Negotiation::with_tls(client, inner.tls.mode());
     let mut data = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -112,6 +116,14 @@ fn negotiate<R: Read, W: Write>(
             Outcome::Abort => return Ok(None),
             Outcome::Transmission(session) => return Ok(Some(session)),
             Outcome::Disconnect(e) => return Err(io::Error::other(e)),
+            Outcome::StartTls => {
+                let Some(config) = inner.tls.server() else {
+                    return Err(io::Error::other("STARTTLS accepted without credentials"));
+                };
+                transport::start_tls(config, reader, writer)?;
+                negotiation.tls_established();
+                tracing::debug!("{peer}: TLS established");
+            }
         }
     }
 }
