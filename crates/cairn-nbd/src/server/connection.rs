@@ -39,6 +39,16 @@ pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, writer: 
             tracing::debug!("{peer}: left during the handshake");
             return;
         }
+        // A client that aborts often closes before reading our last reply.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            tracing::debug!("{peer}: left during the handshake: {e}");
+            return;
+        }
         Err(e) => {
             tracing::info!("{peer}: handshake ended: {e}");
             return;
