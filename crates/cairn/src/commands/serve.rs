@@ -63,11 +63,12 @@ not client authentication. A spec's [tls] table sets the same (--tls and
 --tls-certificates override it).
 
 Protocol: fixed newstyle handshake; options GO, INFO, EXPORT_NAME, LIST, ABORT,
-STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands READ, WRITE,
-FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests up to 64 MiB;
-MULTI_CONN advertised (a flush on any connection covers every acknowledged
-write). SIGINT or SIGTERM stops accepting, finishes in-flight requests, flushes
-every export, destages and checkpoints every log disk, and exits 0.";
+STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands
+READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests
+up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
+acknowledged write). SIGINT or SIGTERM stops accepting, finishes in-flight
+requests, flushes every export, destages and checkpoints every log disk, and
+exits 0.";
 
 const EXAMPLES: &str = "\
 Examples:
