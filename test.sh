@@ -20,6 +20,8 @@ command -v qemu-io >/dev/null || need_apt+=(qemu-utils)
 command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
 command -v nbdkit >/dev/null || need_apt+=(nbdkit)
 command -v fio >/dev/null || need_apt+=(fio)
+# Test certificates for the TLS tests (crates/cairn-nbd/tests/tls.rs, cli_serve.rs).
+command -v openssl >/dev/null || need_apt+=(openssl)
 # ext4 through nbdfuse + loop mount (crates/cairn/tests/serve_ext4.rs).
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v mkfs.ext4 >/dev/null || [ -x /usr/sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)

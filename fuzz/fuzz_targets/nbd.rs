@@ -4,7 +4,7 @@
 #![no_main]
 
 use cairn_nbd::codec::handshake::{
-    self, BlockSize, ExportInfo, Negotiation, OPTION_HEADER_LEN, OptionHeader, Outcome,
+    self, BlockSize, ExportInfo, Negotiation, OPTION_HEADER_LEN, OptionHeader, Outcome, TlsMode,
 };
 use cairn_nbd::codec::transmission::{self, Limits, REQUEST_HEADER_LEN, RequestHeader};
 use libfuzzer_sys::fuzz_target;
@@ -27,7 +27,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(client) = handshake::parse_client_flags(*flags) else {
         return;
     };
-    let mut negotiation = Negotiation::new(client);
+    // TLS `on`: STARTTLS is acknowledged, and the fuzzer pretends the TLS
+    // handshake succeeded so the state machine's upgrade path runs too.
+    let mut negotiation = Negotiation::with_tls(client, TlsMode::On);
     let mut out = Vec::new();
     let session = loop {
         let Some((header, tail)) = rest.split_first_chunk::<OPTION_HEADER_LEN>() else {
@@ -43,6 +45,11 @@ fuzz_target!(|data: &[u8]| {
         match negotiation.handle(header, option_data, &exports, &mut out) {
             Outcome::Continue => {
                 assert!(handshake::decode_option_replies(&out).is_some());
+            }
+            Outcome::StartTls => {
+                assert!(handshake::decode_option_replies(&out).is_some());
+                assert!(!negotiation.tls_active());
+                negotiation.tls_established();
             }
             Outcome::Transmission(session) => break session,
             Outcome::Abort | Outcome::Disconnect(_) => return,

@@ -13,8 +13,13 @@
 //!   replies complete out of order and the reader keeps reading while a reply
 //!   is being sent.
 //!
-//! What it is not (yet): TLS, the experimental extended headers, resizing, or
-//! a sparse-aware `BLOCK_STATUS` (every extent is reported as allocated data).
+//! TLS (`NBD_OPT_STARTTLS`, rustls, X.509 server certificates; modes off, on,
+//! require) is in [`server::tls`]; the TLS stream wraps the connection's two
+//! directions so that replies and requests still flow at once.
+//!
+//! What it is not (yet): client-certificate checks, the experimental
+//! extended headers, resizing, or a sparse-aware `BLOCK_STATUS` (every extent
+//! is reported as allocated data).
 //! Limits are in [`limits`]; protocol numbers in [`proto`]. See `docs/nbd.md`.
 
 pub mod codec;
@@ -22,4 +27,6 @@ pub mod limits;
 pub mod proto;
 pub mod server;
 
-pub use server::{Export, ListenAddress, Listener, Server, ServerError, Shutdown};
+pub use server::{
+    Export, ListenAddress, Listener, Server, ServerError, Shutdown, TlsConfig, TlsError, TlsMode,
+};

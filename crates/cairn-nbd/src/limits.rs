@@ -29,3 +29,9 @@ pub const ZERO_CHUNK_BYTES: usize = 1 << 20;
 pub const CONNECTIONS_MAX: usize = 256;
 /// How often the accept loop looks at the shutdown flag, in milliseconds.
 pub const ACCEPT_POLL_MS: u64 = 100;
+/// Ciphertext a TLS connection reads from its socket per `read`.
+pub const TLS_READ_BUFFER_BYTES: usize = 64 << 10;
+/// Plaintext a TLS connection seals per lock and per socket write (rustls's
+/// buffer limit): a 64 MiB READ reply goes out in 256 such batches, and the
+/// reader thread never waits longer than one batch's encryption for the lock.
+pub const TLS_WRITE_BATCH_BYTES: usize = 256 << 10;

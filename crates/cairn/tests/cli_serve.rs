@@ -1,8 +1,9 @@
 //! `cairn serve` as a process: SIGTERM finishes and exits 0, the default
 //! volume (a log disk with its NV cache) and a file volume keep their data
 //! across restarts, specs are read from files with clear errors, `--stdio` serves one connection on
-//! stdin/stdout, and systemd socket activation works (through libnbd's
-//! `nbdinfo -- [ cmd ]`, which starts servers that way).
+//! stdin/stdout, systemd socket activation works (through libnbd's
+//! `nbdinfo -- [ cmd ]`, which starts servers that way), and TLS from a
+//! spec's `[tls]` table serves `nbds://` clients and refuses plaintext ones.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,7 +11,7 @@ mod common;
 use std::process::{Command, Stdio};
 
 use cairn_nbd::proto::{CMD_DISC, CMD_FLUSH, CMD_READ, CMD_WRITE};
-use common::{Raw, cairn, connect, terminate};
+use common::{Raw, cairn, certificates, connect, terminate, tool};
 
 #[test]
 fn a_file_volume_keeps_its_data_across_sigterm_and_restart() {
@@ -86,6 +87,59 @@ fn systemd_socket_activation_through_nbdinfo() {
 }
 
 #[test]
+fn tls_from_the_spec_serves_nbds_clients_and_refuses_plaintext() {
+    if tool("nbdinfo").is_none() {
+        eprintln!("SKIPPED: nbdinfo is not installed (test.sh installs libnbd-bin)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pki")).unwrap();
+    let Some(pki) = certificates(&dir.path().join("pki")) else {
+        return;
+    };
+    let socket = dir.path().join("cairn.sock");
+    let spec = dir.path().join("tls.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "listen = \"unix:{}\"\n\
+             [tls]\nmode = \"require\"\ncertificates = \"pki\"   # relative to this file\n\
+             [[export]]\nname = \"cairn\"\ndevice = \"m\"\n\
+             [device.m]\nkind = \"memory\"\nsize = \"8MiB\"\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let child = cairn()
+        .args(["serve", "--config"])
+        .arg(&spec)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(connect(&socket)); // waits until it listens
+    let tls_uri = format!(
+        "nbds+unix:///cairn?socket={}&tls-certificates={}",
+        socket.display(),
+        pki.display()
+    );
+    let nbdinfo = |uri: &str| Command::new("nbdinfo").arg(uri).output().unwrap();
+    let plain = nbdinfo(&format!("nbd+unix:///cairn?socket={}", socket.display()));
+    assert!(!plain.status.success(), "a plaintext client was served");
+    let output = nbdinfo(&tls_uri);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains("with TLS") && text.contains("8388608"),
+        "{text}"
+    );
+    terminate(child);
+}
+
+#[test]
 fn bad_serve_arguments_are_clear_errors() {
     for (args, expected) in [
         (
@@ -97,6 +151,30 @@ fn bad_serve_arguments_are_clear_errors() {
         (
             &["serve", "--file", "/nonexistent/dir/v.img"],
             "/nonexistent/dir/v.img",
+        ),
+        (
+            &["serve", "--memory", "1MiB", "--tls", "maybe"],
+            "expected off, on or require",
+        ),
+        (
+            &["serve", "--memory", "1MiB", "--tls", "on"],
+            "--tls-certificates DIR",
+        ),
+        (
+            &["serve", "--memory", "1MiB", "--tls-certificates", "/tmp"],
+            "TLS is off",
+        ),
+        (
+            &[
+                "serve",
+                "--memory",
+                "1MiB",
+                "--tls",
+                "require",
+                "--tls-certificates",
+                "/nonexistent/pki",
+            ],
+            "/nonexistent/pki/server-cert.pem",
         ),
     ] {
         let output = cairn().args(args).output().unwrap();

@@ -14,6 +14,12 @@
 //!   S: 0x3e889045565a9 (u64) option (u32) reply type (u32) length (u32) data   (×n)
 //! until GO/EXPORT_NAME enter transmission, or ABORT / disconnect.
 //! ```
+//!
+//! TLS (`NBD_OPT_STARTTLS`): the state machine decides, per [`TlsMode`], which
+//! options need TLS first and when to upgrade ([`Outcome::StartTls`]); the
+//! I/O layer runs the TLS handshake itself and then reports it with
+//! [`Negotiation::tls_established`]. After that every byte, options and
+//! transmission alike, goes through TLS.
 
 use crate::limits::{OPTION_DATA_MAX_BYTES, OPTIONS_PER_CONNECTION_MAX, STRING_MAX_BYTES};
 use crate::proto::{
@@ -23,7 +29,8 @@ use crate::proto::{
     IHAVEOPT, INFO_BLOCK_SIZE, INFO_DESCRIPTION, INFO_EXPORT, INFO_NAME, META_BASE_ALLOCATION,
     NBDMAGIC, OPT_ABORT, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST, OPT_LIST_META_CONTEXT,
     OPT_SET_META_CONTEXT, OPT_STARTTLS, OPT_STRUCTURED_REPLY, OPTION_REPLY_MAGIC, REP_ACK,
-    REP_ERR_INVALID, REP_ERR_UNKNOWN, REP_ERR_UNSUP, REP_INFO, REP_META_CONTEXT, REP_SERVER,
+    REP_ERR_INVALID, REP_ERR_TLS_REQD, REP_ERR_UNKNOWN, REP_ERR_UNSUP, REP_INFO, REP_META_CONTEXT,
+    REP_SERVER,
 };
 
 /// Length of the server's greeting.
@@ -36,6 +43,53 @@ pub const EXPORT_NAME_REPLY_LEN: usize = 10;
 pub const EXPORT_NAME_PADDING: usize = 124;
 /// The context id we give `base:allocation` in `NBD_OPT_SET_META_CONTEXT`.
 pub const BASE_ALLOCATION_ID: u32 = 1;
+
+/// How a server treats TLS, the same on every connection (the protocol's
+/// NOTLS and FORCEDTLS modes, plus an optional upgrade; nbdkit's
+/// `--tls=off|on|require`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// No TLS (NOTLS): `NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_UNSUP`.
+    #[default]
+    Off,
+    /// A client may upgrade with `NBD_OPT_STARTTLS`; plaintext clients are
+    /// served too.
+    On,
+    /// Every option other than `NBD_OPT_STARTTLS` and `NBD_OPT_ABORT` is
+    /// answered `NBD_REP_ERR_TLS_REQD` until TLS is up (FORCEDTLS), and
+    /// `NBD_OPT_EXPORT_NAME`, which cannot carry an error, disconnects.
+    Require,
+}
+
+impl TlsMode {
+    /// The name used on the command line and in volume specs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::On => "on",
+            Self::Require => "require",
+        }
+    }
+}
+
+impl std::fmt::Display for TlsMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TlsMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "off" => Ok(Self::Off),
+            "on" => Ok(Self::On),
+            "require" => Ok(Self::Require),
+            _ => Err(format!("{text:?}: expected off, on or require")),
+        }
+    }
+}
 
 /// Size constraints advertised with `NBD_INFO_BLOCK_SIZE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +168,10 @@ pub enum HandshakeError {
     /// `NBD_OPT_EXPORT_NAME` carried a name that is not a valid string.
     #[error("NBD_OPT_EXPORT_NAME carried an invalid name: {0}")]
     InvalidExportName(&'static str),
+    /// `NBD_OPT_EXPORT_NAME` before `NBD_OPT_STARTTLS` on a server that
+    /// requires TLS (it cannot carry an error, so the spec says disconnect).
+    #[error("NBD_OPT_EXPORT_NAME without TLS, but this server requires TLS")]
+    TlsRequired,
 }
 
 /// The server's first 18 bytes.
@@ -246,7 +304,9 @@ pub enum ClientOption {
     ListMetaContext(MetaRequest),
     /// `NBD_OPT_SET_META_CONTEXT`.
     SetMetaContext(MetaRequest),
-    /// Anything else (including `STARTTLS` until TLS lands): answered `ERR_UNSUP`.
+    /// `NBD_OPT_STARTTLS`.
+    StartTls,
+    /// Anything else: answered `ERR_UNSUP`.
     Unsupported(u32),
 }
 
@@ -267,6 +327,7 @@ pub fn parse_option(option: u32, data: &[u8]) -> Result<ClientOption, InvalidOpt
         OPT_GO => parse_info(data).map(ClientOption::Go),
         OPT_LIST_META_CONTEXT => parse_meta(data).map(ClientOption::ListMetaContext),
         OPT_SET_META_CONTEXT => parse_meta(data).map(ClientOption::SetMetaContext),
+        OPT_STARTTLS => no_data(data).map(|()| ClientOption::StartTls),
         other => Ok(ClientOption::Unsupported(other)),
     }
 }
@@ -421,12 +482,20 @@ pub enum Outcome {
     Transmission(Session),
     /// Close at once (send nothing more).
     Disconnect(HandshakeError),
+    /// Send the output (the ACK to `NBD_OPT_STARTTLS`), run the TLS handshake
+    /// as the server, then call [`Negotiation::tls_established`] and read the
+    /// next option through TLS. A failed TLS handshake ends the connection
+    /// (too late to go on in plaintext).
+    StartTls,
 }
 
 /// The server's side of option haggling for one connection.
 #[derive(Debug, Clone)]
 pub struct Negotiation {
     client: ClientFlags,
+    tls: TlsMode,
+    /// TLS is up: set by [`Negotiation::tls_established`].
+    tls_active: bool,
     structured: bool,
     /// The export (index) of the last successful `SET_META_CONTEXT` that
     /// selected `base:allocation`.
@@ -435,14 +504,59 @@ pub struct Negotiation {
 }
 
 impl Negotiation {
-    /// Start after the client's flags.
+    /// Start after the client's flags, on a server without TLS.
     pub fn new(client: ClientFlags) -> Self {
+        Self::with_tls(client, TlsMode::Off)
+    }
+
+    /// Start after the client's flags, on a server in TLS mode `tls`.
+    pub fn with_tls(client: ClientFlags, tls: TlsMode) -> Self {
         Self {
             client,
+            tls,
+            tls_active: false,
             structured: false,
             meta_export: None,
             options_seen: 0,
         }
+    }
+
+    /// Whether TLS is up on this connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// The TLS handshake that [`Outcome::StartTls`] asked for succeeded.
+    /// Whatever was negotiated in plaintext (structured replies, meta
+    /// contexts) is forgotten: a client must not rely on options a
+    /// man-in-the-middle could have changed, so it negotiates them again.
+    pub fn tls_established(&mut self) {
+        debug_assert!(self.tls != TlsMode::Off && !self.tls_active);
+        self.tls_active = true;
+        self.structured = false;
+        self.meta_export = None;
+    }
+
+    /// In `require` mode before TLS, answer everything but STARTTLS and
+    /// ABORT with `NBD_REP_ERR_TLS_REQD`; `None` lets the option through.
+    fn refuse_without_tls(&self, option: u32, out: &mut Vec<u8>) -> Option<Outcome> {
+        if self.tls != TlsMode::Require
+            || self.tls_active
+            || option == OPT_STARTTLS
+            || option == OPT_ABORT
+        {
+            return None;
+        }
+        if option == OPT_EXPORT_NAME {
+            return Some(Outcome::Disconnect(HandshakeError::TlsRequired));
+        }
+        encode_option_reply(
+            out,
+            option,
+            REP_ERR_TLS_REQD,
+            b"this server requires TLS: upgrade with NBD_OPT_STARTTLS (an nbds:// URI)",
+        );
+        Some(Outcome::Continue)
     }
 
     /// Answer one option (header already parsed, `data` its `length` bytes):
@@ -459,6 +573,18 @@ impl Negotiation {
             return Outcome::Disconnect(HandshakeError::TooManyOptions);
         }
         let option = header.option;
+        if option == OPT_STARTTLS && self.tls == TlsMode::Off {
+            encode_option_reply(
+                out,
+                option,
+                REP_ERR_UNSUP,
+                b"TLS is not enabled on this server (cairn serve --tls on|require)",
+            );
+            return Outcome::Continue;
+        }
+        if let Some(outcome) = self.refuse_without_tls(option, out) {
+            return outcome;
+        }
         let parsed = match parse_option(option, data) {
             Ok(parsed) => parsed,
             Err(InvalidOption(why)) => {
@@ -504,13 +630,16 @@ impl Negotiation {
                 self.meta_context(option, &request, true, exports, out);
                 Outcome::Continue
             }
-            ClientOption::Unsupported(code) => {
-                let message: &[u8] = if code == OPT_STARTTLS {
-                    b"TLS is not configured on this server"
-                } else {
-                    b"option not supported"
-                };
-                encode_option_reply(out, option, REP_ERR_UNSUP, message);
+            ClientOption::StartTls if self.tls_active => {
+                encode_option_reply(out, option, REP_ERR_INVALID, b"TLS is already active");
+                Outcome::Continue
+            }
+            ClientOption::StartTls => {
+                encode_option_reply(out, option, REP_ACK, &[]);
+                Outcome::StartTls
+            }
+            ClientOption::Unsupported(_) => {
+                encode_option_reply(out, option, REP_ERR_UNSUP, b"option not supported");
                 Outcome::Continue
             }
         }

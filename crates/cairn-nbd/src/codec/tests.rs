@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::handshake::{
     self, BASE_ALLOCATION_ID, BlockSize, ClientFlags, ExportInfo, HandshakeError, InfoRequest,
-    MetaRequest, Negotiation, OptionHeader, OptionReply, Outcome, decode_option_replies,
+    MetaRequest, Negotiation, OptionHeader, OptionReply, Outcome, TlsMode, decode_option_replies,
 };
 use super::transmission::{self, Command, Limits, REQUEST_HEADER_LEN, ReplyHeader, RequestHeader};
 use crate::proto::*;
@@ -194,6 +194,94 @@ fn unknown_options_and_starttls_are_err_unsup_and_parsing_continues() {
     }
     let (_, replies) = option(&mut negotiation, OPT_LIST, &[]);
     assert_eq!(replies.len(), 3);
+}
+
+#[test]
+fn tls_on_acks_starttls_then_forgets_what_was_negotiated_in_plaintext() {
+    let mut negotiation = Negotiation::with_tls(ClientFlags { no_zeroes: true }, TlsMode::On);
+    // Plaintext clients are served in `on` mode.
+    let (_, replies) = option(&mut negotiation, OPT_LIST, &[]);
+    assert_eq!(replies.last().map(|r| r.reply_type), Some(REP_ACK));
+    let (_, replies) = option(&mut negotiation, OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(replies[0].reply_type, REP_ACK);
+    // STARTTLS with data is invalid and changes nothing.
+    let (outcome, replies) = option(&mut negotiation, OPT_STARTTLS, b"x");
+    assert_eq!(outcome, Outcome::Continue);
+    assert_eq!(replies[0].reply_type, REP_ERR_INVALID);
+    let (outcome, replies) = option(&mut negotiation, OPT_STARTTLS, &[]);
+    assert_eq!(outcome, Outcome::StartTls);
+    assert_eq!(replies.len(), 1);
+    assert_eq!(
+        (replies[0].option, replies[0].reply_type),
+        (OPT_STARTTLS, REP_ACK)
+    );
+    assert!(!negotiation.tls_active());
+    negotiation.tls_established();
+    assert!(negotiation.tls_active());
+    // A second STARTTLS is invalid (spec: FORCEDTLS/SELECTIVETLS).
+    let (outcome, replies) = option(&mut negotiation, OPT_STARTTLS, &[]);
+    assert_eq!(outcome, Outcome::Continue);
+    assert_eq!(replies[0].reply_type, REP_ERR_INVALID);
+    // Structured replies negotiated before TLS do not carry over.
+    let request = InfoRequest {
+        name: "disk".into(),
+        items: vec![],
+    };
+    let (outcome, _) = option(&mut negotiation, OPT_GO, &request.encode());
+    let Outcome::Transmission(session) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(!session.structured);
+}
+
+#[test]
+fn tls_require_refuses_every_option_but_starttls_and_abort_until_tls() {
+    let flags = ClientFlags { no_zeroes: true };
+    let request = InfoRequest {
+        name: String::new(),
+        items: vec![],
+    }
+    .encode();
+    for code in [
+        OPT_LIST,
+        OPT_INFO,
+        OPT_GO,
+        OPT_STRUCTURED_REPLY,
+        OPT_LIST_META_CONTEXT,
+        OPT_SET_META_CONTEXT,
+        OPT_EXTENDED_HEADERS,
+        0xdead_beef,
+    ] {
+        let mut negotiation = Negotiation::with_tls(flags, TlsMode::Require);
+        let (outcome, replies) = option(&mut negotiation, code, &request);
+        assert_eq!(outcome, Outcome::Continue, "option {code}");
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0].reply_type, REP_ERR_TLS_REQD, "option {code}");
+    }
+    // EXPORT_NAME cannot carry an error: disconnect.
+    let mut negotiation = Negotiation::with_tls(flags, TlsMode::Require);
+    let (outcome, _) = option(&mut negotiation, OPT_EXPORT_NAME, b"disk");
+    assert_eq!(outcome, Outcome::Disconnect(HandshakeError::TlsRequired));
+    // ABORT still works in plaintext.
+    let mut negotiation = Negotiation::with_tls(flags, TlsMode::Require);
+    let (outcome, replies) = option(&mut negotiation, OPT_ABORT, &[]);
+    assert_eq!((outcome, replies[0].reply_type), (Outcome::Abort, REP_ACK));
+    // After STARTTLS and the TLS handshake, everything works.
+    let mut negotiation = Negotiation::with_tls(flags, TlsMode::Require);
+    let (outcome, _) = option(&mut negotiation, OPT_STARTTLS, &[]);
+    assert_eq!(outcome, Outcome::StartTls);
+    negotiation.tls_established();
+    let (outcome, replies) = option(&mut negotiation, OPT_GO, &request);
+    assert!(matches!(outcome, Outcome::Transmission(_)), "{outcome:?}");
+    assert_eq!(replies.last().map(|r| r.reply_type), Some(REP_ACK));
+}
+
+#[test]
+fn tls_modes_parse_and_print_back() {
+    for mode in [TlsMode::Off, TlsMode::On, TlsMode::Require] {
+        assert_eq!(mode.to_string().parse::<TlsMode>(), Ok(mode));
+    }
+    assert!("yes".parse::<TlsMode>().is_err());
 }
 
 #[test]

@@ -10,6 +10,7 @@ use cairn_store::cache::BlockSlice;
 use cairn_store::{Device, DeviceError};
 
 use super::Inner;
+use super::transport::{self, Reader, Writer};
 use crate::codec::handshake::{
     self, BASE_ALLOCATION_ID, Negotiation, OPTION_HEADER_LEN, OptionHeader, Outcome, Session,
 };
@@ -30,12 +31,23 @@ static ZEROES: [u8; ZERO_CHUNK_BYTES] = [0u8; ZERO_CHUNK_BYTES];
 
 /// Run a connection to its end. Errors are logged, never propagated: one
 /// client's trouble never reaches another.
-pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, mut writer: W, peer: &str) {
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
-    let session = match negotiate(inner, &mut reader, &mut writer) {
+pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, writer: W, peer: &str) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, Reader::Plain(reader));
+    let mut writer = Writer::Plain(writer);
+    let session = match negotiate(inner, &mut reader, &mut writer, peer) {
         Ok(Some(session)) => session,
         Ok(None) => {
             tracing::debug!("{peer}: left during the handshake");
+            return;
+        }
+        // A client that aborts often closes before reading our last reply.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            tracing::debug!("{peer}: left during the handshake: {e}");
             return;
         }
         Err(e) => {
@@ -81,11 +93,13 @@ pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, mut writ
     });
 }
 
-/// The handshake: `Ok(None)` when the client aborted or left.
+/// The handshake: `Ok(None)` when the client aborted or left. A STARTTLS
+/// upgrades `reader` and `writer` in place.
 fn negotiate<R: Read, W: Write>(
     inner: &Inner,
-    reader: &mut R,
-    writer: &mut W,
+    reader: &mut BufReader<Reader<R>>,
+    writer: &mut Writer<W>,
+    peer: &str,
 ) -> io::Result<Option<Session>> {
     writer.write_all(&handshake::greeting())?;
     writer.flush()?;
@@ -94,7 +108,7 @@ fn negotiate<R: Read, W: Write>(
         return Ok(None);
     }
     let client = handshake::parse_client_flags(flags).map_err(io::Error::other)?;
-    let mut negotiation = Negotiation::new(client);
+    let mut negotiation = Negotiation::with_tls(client, inner.tls.mode());
     let mut data = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -114,6 +128,14 @@ fn negotiate<R: Read, W: Write>(
             Outcome::Abort => return Ok(None),
             Outcome::Transmission(session) => return Ok(Some(session)),
             Outcome::Disconnect(e) => return Err(io::Error::other(e)),
+            Outcome::StartTls => {
+                let Some(config) = inner.tls.server() else {
+                    return Err(io::Error::other("STARTTLS accepted without credentials"));
+                };
+                transport::start_tls(config, reader, writer)?;
+                negotiation.tls_established();
+                tracing::debug!("{peer}: TLS established");
+            }
         }
     }
 }

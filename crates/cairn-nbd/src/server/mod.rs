@@ -22,6 +22,8 @@
 mod connection;
 mod listen;
 mod shutdown;
+pub mod tls;
+mod transport;
 
 use std::io;
 use std::os::fd::AsFd;
@@ -34,6 +36,7 @@ use crate::limits::{CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, STRING_MAX_BYTES};
 
 pub use listen::{ListenAddress, Listener, NBD_PORT, Stream};
 pub use shutdown::Shutdown;
+pub use tls::{TlsConfig, TlsError, TlsMode};
 
 /// One export: a name and the device behind it.
 #[derive(Clone)]
@@ -95,11 +98,17 @@ pub(crate) struct Inner {
     pub(crate) exports: Vec<Export>,
     pub(crate) infos: Vec<ExportInfo>,
     pub(crate) shutdown: Shutdown,
+    pub(crate) tls: TlsConfig,
 }
 
 impl Server {
-    /// A server for `exports` (at least one, names unique and valid).
+    /// A server for `exports` (at least one, names unique and valid), without TLS.
     pub fn new(exports: Vec<Export>) -> Result<Self, ServerError> {
+        Self::with_tls(exports, TlsConfig::off())
+    }
+
+    /// A server for `exports` with TLS as `tls` says.
+    pub fn with_tls(exports: Vec<Export>, tls: TlsConfig) -> Result<Self, ServerError> {
         if exports.is_empty() {
             return Err(ServerError::Config("no exports".into()));
         }
@@ -135,6 +144,7 @@ impl Server {
                 exports,
                 infos,
                 shutdown: Shutdown::new(),
+                tls,
             }),
         })
     }

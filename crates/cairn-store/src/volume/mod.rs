@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 pub use spec::{
     CacheSpec, Cleaner, ConcatSpec, DeviceSpec, ExportSpec, FileSpec, LogSpec, MemorySpec, NtlSpec,
-    NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, VolumeSpec,
+    NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TlsModeSpec,
+    TlsSpec, VolumeSpec,
 };
 
 use crate::cache::{BlockCache, CacheConfig, CacheError, Placement, SingleDevice};

@@ -39,6 +39,10 @@ pub struct VolumeSpec {
     /// volume itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    /// TLS for `cairn serve` (`[tls]`); absent means off. `--tls` and
+    /// `--tls-certificates` override it. Not used by the volume itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
     /// The exports, in order; the first is also the default export (the one a
     /// client asking for the empty name gets).
     #[serde(rename = "export")]
@@ -50,6 +54,34 @@ pub struct VolumeSpec {
 
 fn default_data_dir() -> PathBuf {
     PathBuf::from("cairn-data")
+}
+
+/// `[tls]`: how `cairn serve` offers TLS (`NBD_OPT_STARTTLS`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSpec {
+    /// `off` (default), `on` (clients may upgrade), or `require` (every
+    /// option but STARTTLS and ABORT refused until TLS is up).
+    #[serde(default)]
+    pub mode: TlsModeSpec,
+    /// Directory holding `server-cert.pem` and `server-key.pem` (and the
+    /// `ca-cert.pem` clients check against); relative to the spec file's
+    /// directory. Required unless `mode` is `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<PathBuf>,
+}
+
+/// `[tls] mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsModeSpec {
+    /// No TLS.
+    #[default]
+    Off,
+    /// TLS offered, plaintext still served.
+    On,
+    /// TLS required.
+    Require,
 }
 
 /// One NBD export: a name and the device at the top of its stack.

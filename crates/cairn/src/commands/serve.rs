@@ -11,10 +11,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use cairn_nbd::{Export, ListenAddress, Listener, Server};
+use cairn_nbd::{Export, ListenAddress, Listener, Server, TlsConfig, TlsMode};
 use cairn_policy::Bytes;
 use cairn_store::Volume;
-use cairn_store::volume::{DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOptions, VolumeSpec};
+use cairn_store::volume::{
+    DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOptions, TlsModeSpec, VolumeSpec,
+};
 
 use crate::volume_spec::{self, DEFAULT_SPEC, Loaded};
 
@@ -46,18 +48,30 @@ serves a file or block device as is (with --size, created sparse or grown).
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
 `listen`, or --listen unix:PATH | tcp:HOST:PORT (bind loopback unless you mean to
-expose the disk: NBD has no authentication without TLS, which is not yet
-supported). Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
+expose the disk: NBD itself has no authentication). Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
 socket is used. With --stdio one connection is served on stdin/stdout and the
 server exits when it ends, so libnbd can start it: nbdinfo -- [ cairn serve
 --stdio --memory 1GiB ].
 
+TLS (NBD_OPT_STARTTLS, X.509, rustls; docs/nbd.md): --tls off (the default) |
+on (a client may upgrade; plaintext clients are still served) | require (every
+option but STARTTLS and ABORT is refused with NBD_REP_ERR_TLS_REQD until TLS is
+up, so plaintext clients cannot use any export). --tls-certificates DIR names a
+directory in the nbdkit/qemu/libnbd layout: server-cert.pem and server-key.pem
+(the server's), ca-cert.pem (the CA clients check the server against). Clients
+connect with nbds:// URIs, e.g. nbdinfo
+'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=DIR'. Client
+certificates are not checked: TLS gives encryption and server authentication,
+not client authentication. A spec's [tls] table sets the same (--tls and
+--tls-certificates override it).
+
 Protocol: fixed newstyle handshake; options GO, INFO, EXPORT_NAME, LIST, ABORT,
-STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands READ, WRITE,
-FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests up to 64 MiB;
-MULTI_CONN advertised (a flush on any connection covers every acknowledged
-write). SIGINT or SIGTERM stops accepting, finishes in-flight requests, flushes
-every export, destages and checkpoints every log disk, and exits 0.";
+STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands
+READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests
+up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
+acknowledged write). SIGINT or SIGTERM stops accepting, finishes in-flight
+requests, flushes every export, destages and checkpoints every log disk, and
+exits 0.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -73,6 +87,9 @@ Examples:
       A sparse 10 GiB file served as is.
   nbdinfo -- [ cairn serve --stdio --memory 64MiB ]
       One connection on stdin/stdout, started by the client.
+  cairn serve --memory 1GiB --tls require --tls-certificates pki/
+  nbdinfo 'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=pki/'
+      TLS only (pki/ holds ca-cert.pem, server-cert.pem, server-key.pem).
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
       'nbd+unix:///cairn?socket=cairn-data/cairn.sock'
       Write and verify a pattern through a running server.";
@@ -133,6 +150,18 @@ pub struct ServeArgs {
     /// the writes acknowledged only to that cache are given up.
     #[arg(long)]
     accept_lost_nv_cache: bool,
+
+    /// TLS: off (default), on (clients may upgrade with STARTTLS; plaintext
+    /// still served) or require (plaintext clients refused). Overrides the
+    /// spec's [tls] mode.
+    #[arg(long, value_name = "MODE")]
+    tls: Option<TlsMode>,
+
+    /// Directory with server-cert.pem and server-key.pem (nbdkit/libnbd
+    /// layout; clients use its ca-cert.pem). Needed by --tls on|require;
+    /// overrides the spec's [tls] certificates.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
 }
 
 /// Run `cairn serve`.
@@ -148,6 +177,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         Listener::from_systemd().context("taking the socket systemd passed")?
     };
     let loaded = spec_of(args)?;
+    let tls = tls_of(args, &loaded)?;
     let options = OpenOptions {
         accept_lost_nv_cache: args.accept_lost_nv_cache,
     };
@@ -156,7 +186,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     for note in volume.notes() {
         tracing::info!("{note}");
     }
-    let served = serve(args, &loaded, &volume, activated, quiet);
+    let served = serve(args, &loaded, &volume, tls, activated, quiet);
     // Whatever happened to the server, leave the disks clean.
     let closed = volume
         .close()
@@ -171,6 +201,7 @@ fn serve(
     args: &ServeArgs,
     loaded: &Loaded,
     volume: &Volume,
+    tls: Tls,
     activated: Option<Listener>,
     quiet: bool,
 ) -> Result<()> {
@@ -184,7 +215,7 @@ fn serve(
             read_only: e.read_only || args.read_only,
         })
         .collect();
-    let server = Server::new(exports)?;
+    let server = Server::with_tls(exports, tls.config)?;
     let shutdown = server.shutdown_handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -214,16 +245,18 @@ fn serve(
         let address = listen_address(args, loaded, volume.data_dir())?;
         (Listener::bind(&address)?, !quiet)
     };
+    let uri = |name: &str| tls_uri(listener.uri(name), tls.certificates.as_deref());
     for export in volume.exports() {
         tracing::info!(
-            "serving export {:?} ({}) at {}",
+            "serving export {:?} ({}) at {} (TLS {})",
             export.name,
             export.description,
-            listener.uri(&export.name)
+            uri(&export.name),
+            tls.mode
         );
     }
     if show {
-        print(&how_to_connect(&listener, volume));
+        print(&how_to_connect(&uri, tls.mode != TlsMode::Off, volume));
     }
     server.serve(&listener)?;
     Ok(())
@@ -266,6 +299,7 @@ fn spec_of(args: &ServeArgs) -> Result<Loaded> {
     let spec = VolumeSpec {
         data_dir: "cairn-data".into(),
         listen: None,
+        tls: None,
         exports: vec![ExportSpec {
             name: args.export.clone(),
             device: "volume".into(),
@@ -298,7 +332,71 @@ fn parse_size(text: &str) -> Result<u64> {
     cairn_sim::parse_bytes(text).with_context(|| format!("size {text:?}"))
 }
 
-fn how_to_connect(listener: &Listener, volume: &Volume) -> String {
+/// TLS settings resolved from the flags and the spec.
+struct Tls {
+    mode: TlsMode,
+    /// The certificates directory, absolute, when TLS is on or required.
+    certificates: Option<PathBuf>,
+    config: TlsConfig,
+}
+
+/// `--tls`/`--tls-certificates` over the spec's `[tls]` (whose relative
+/// directory is relative to the spec file).
+fn tls_of(args: &ServeArgs, loaded: &Loaded) -> Result<Tls> {
+    let spec = loaded.spec.tls.as_ref();
+    let mode = args.tls.unwrap_or(match spec.map(|t| t.mode) {
+        None | Some(TlsModeSpec::Off) => TlsMode::Off,
+        Some(TlsModeSpec::On) => TlsMode::On,
+        Some(TlsModeSpec::Require) => TlsMode::Require,
+    });
+    if mode == TlsMode::Off {
+        if args.tls_certificates.is_some() {
+            bail!("--tls-certificates is given but TLS is off: add --tls on or --tls require");
+        }
+        return Ok(Tls {
+            mode,
+            certificates: None,
+            config: TlsConfig::off(),
+        });
+    }
+    let directory = match (
+        &args.tls_certificates,
+        spec.and_then(|t| t.certificates.as_ref()),
+    ) {
+        (Some(directory), _) => directory.clone(),
+        (None, Some(directory)) => loaded.base.join(directory),
+        (None, None) => bail!(
+            "--tls {mode} needs a certificates directory: --tls-certificates DIR \
+             (or certificates = \"DIR\" in the spec's [tls])"
+        ),
+    };
+    let directory = std::path::absolute(&directory).unwrap_or(directory);
+    let config = TlsConfig::new(mode, Some(&directory))
+        .with_context(|| format!("TLS certificates in {}", directory.display()))?;
+    Ok(Tls {
+        mode,
+        certificates: Some(directory),
+        config,
+    })
+}
+
+/// An `nbd…://` URI as clients write it when TLS is offered: `nbds…://` with
+/// libnbd's `tls-certificates` parameter.
+fn tls_uri(uri: String, certificates: Option<&Path>) -> String {
+    let Some(directory) = certificates else {
+        return uri;
+    };
+    let Some(rest) = uri.strip_prefix("nbd") else {
+        return uri;
+    };
+    let separator = if rest.contains('?') { '&' } else { '?' };
+    format!(
+        "nbds{rest}{separator}tls-certificates={}",
+        directory.display()
+    )
+}
+
+fn how_to_connect(uri: &dyn Fn(&str) -> String, tls: bool, volume: &Volume) -> String {
     use std::fmt::Write as _;
     let mut text = String::new();
     for export in volume.exports() {
@@ -308,16 +406,24 @@ fn how_to_connect(listener: &Listener, volume: &Volume) -> String {
             export.name,
             export.device.len(),
             export.description,
-            listener.uri(&export.name)
+            uri(&export.name)
         );
     }
-    let uri = listener.uri(&volume.exports()[0].name);
+    let uri = uri(&volume.exports()[0].name);
+    let _ = write!(text, "Connect with:\n  nbdinfo '{uri}'\n  ");
+    if tls {
+        // qemu takes TLS credentials as an --object, not in the URI (docs/nbd.md).
+        let _ = write!(text, "(qemu: --object tls-creds-x509, see docs/nbd.md)\n  ");
+    } else {
+        let _ = write!(
+            text,
+            "qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'\n  \
+             qemu-img convert -n -O raw disk.img '{uri}'\n  "
+        );
+    }
     let _ = write!(
         text,
-        "Connect with:\n  nbdinfo '{uri}'\n  \
-         qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'\n  \
-         qemu-img convert -n -O raw disk.img '{uri}'\n  \
-         nbdcopy --connections=4 '{uri}' copy.img\n  \
+        "nbdcopy --connections=4 '{uri}' copy.img\n  \
          nbdfuse mnt/disk '{uri}' &   # then mkfs.ext4 mnt/disk; mount -o loop mnt/disk /mnt\n\
          Data lives in {}. Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests finish, \
          every export is flushed and every log disk checkpointed.\n",
