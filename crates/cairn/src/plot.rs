@@ -1,5 +1,5 @@
-//! Line plots (miss-ratio curves, reproduction figures) as SVG or PNG (by the
-//! file's extension).
+//! Line plots (miss-ratio curves, reproduction figures) and grouped bar charts
+//! as SVG or PNG (by the file's extension).
 
 use std::path::Path;
 
@@ -136,6 +136,132 @@ where
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))
                 .map_err(|e| failed(&e))?;
         }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    area.present().map_err(|e| failed(&e))?;
+    Ok(())
+}
+
+/// One colour of a grouped bar chart: its legend text and one value per category.
+pub struct BarSeries {
+    /// Legend text.
+    pub name: String,
+    /// One value per category, in the categories' order (missing: 0).
+    pub values: Vec<f64>,
+}
+
+/// Writes a grouped bar chart to `path` (`.svg` or `.png`): one group per
+/// category, one bar per series in each group.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    categories: &[String],
+    y_label: &str,
+    series: &[BarSeries],
+) -> Result<()> {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let size = (1200, 640);
+    let result = match extension.as_deref() {
+        Some("svg") => draw_bars(
+            &SVGBackend::new(path, size).into_drawing_area(),
+            title,
+            categories,
+            y_label,
+            series,
+        ),
+        Some("png") => draw_bars(
+            &BitMapBackend::new(path, size).into_drawing_area(),
+            title,
+            categories,
+            y_label,
+            series,
+        ),
+        _ => bail!(
+            "plot file {}: the name must end in .svg or .png",
+            path.display()
+        ),
+    };
+    result.with_context(|| format!("drawing plot {}", path.display()))
+}
+
+fn draw_bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    categories: &[String],
+    y_label: &str,
+    series: &[BarSeries],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let failed = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    area.fill(&WHITE).map_err(|e| failed(&e))?;
+    // Each group is `k` bars and one empty slot.
+    let k = series.len().max(1);
+    let slots = i32::try_from(categories.len().max(1) * (k + 1)).unwrap_or(i32::MAX);
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max);
+    let y_max = (y_max * 1.15).max(f64::MIN_POSITIVE);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 26))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..slots).into_segmented(), 0.0..y_max)
+        .map_err(|e| failed(&e))?;
+    let label_slot = (k - 1) / 2;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(usize::try_from(slots).unwrap_or(0))
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(slot) | SegmentValue::Exact(slot) => {
+                let slot = usize::try_from(*slot).unwrap_or(usize::MAX);
+                if slot % (k + 1) == label_slot {
+                    categories.get(slot / (k + 1)).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            }
+            SegmentValue::Last => String::new(),
+        })
+        .y_desc(y_label)
+        .y_label_formatter(&|v| human(*v))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let bars = s.values.iter().enumerate().map(move |(c, &v)| {
+            let slot = i32::try_from(c * (k + 1) + i).unwrap_or(i32::MAX);
+            let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+            Rectangle::new(
+                [
+                    (SegmentValue::Exact(slot), 0.0),
+                    (SegmentValue::Exact(slot + 1), v),
+                ],
+                color.filled(),
+            )
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| failed(&e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled()));
     }
     chart
         .configure_series_labels()

@@ -175,6 +175,18 @@ fn logdisk_at_a_tenth_scale_upholds_the_nv_cache_claims() {
     assert!(locality.iter().all(|l| l.contains("[confirmed]")), "{out}");
     let csv = std::fs::read_to_string(dir.path().join("logdisk.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 3 * 4 + 3 * 3, "{csv}");
+    for plot in ["logdisk-partial.svg", "logdisk-nv.svg"] {
+        let svg = std::fs::read_to_string(dir.path().join(plot)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline"),
+            "{plot}: {svg}"
+        );
+    }
+}
+
+/// Bars in an SVG written by `plot::bars` (plus the background and legend boxes).
+fn rects(svg: &str) -> usize {
+    svg.matches("<rect").count()
 }
 
 #[test]
@@ -199,6 +211,8 @@ fn ntl_at_a_tenth_scale_measures_every_cell_and_judges_every_claim() {
     // 8 rows x 7 targets (ntl, in-place, ntl/none, in-place/none, pread,
     // O_DIRECT, memcpy), plus the header.
     assert_eq!(csv.lines().count(), 1 + 8 * 7, "{csv}");
+    let svg = std::fs::read_to_string(dir.path().join("ntl.svg")).unwrap();
+    assert!(rects(&svg) >= 8 * 7, "ntl.svg: {svg}");
     for line in csv.lines().skip(1).filter(|l| !l.contains("O_DIRECT")) {
         // ...,mib_s,kiops,note (the row name is quoted: it holds a comma).
         let mib_s: f64 = line.rsplit(',').nth(2).unwrap().parse().unwrap();
@@ -218,6 +232,8 @@ fn ntl_at_a_tenth_scale_measures_every_cell_and_judges_every_claim() {
             let mib_s: f64 = line.split(',').nth(2).unwrap().parse().unwrap();
             assert!(mib_s > 0.0, "{line}");
         }
+        let svg = std::fs::read_to_string(dir.path().join("ntl-ext4.svg")).unwrap();
+        assert!(rects(&svg) >= 3 * 3, "ntl-ext4.svg: {svg}");
     } else {
         eprintln!("SKIPPED: the ext4 part of reproduce ntl: {out}");
     }

@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use super::{Claim, Common, prepare_out, print_claims, read_spec, save, write_claims_csv};
 use crate::output::table;
+use crate::plot::{self, Series, YAxis};
 use crate::progress::Bar;
 
 /// The embedded default spec (`reproduce/logdisk.toml`).
@@ -38,7 +39,8 @@ cache and only full segments are destaged.
 Times come from the paper's drive (its Table 1): each segment I/O costs the
 access time plus its bytes at the internal data rate. Prints each table with
 our number beside the paper's, then each claim confirmed or not; writes
-logdisk.csv and logdisk-claims.csv under --out. --scale shrinks the number of
+logdisk.csv, logdisk-claims.csv, logdisk-partial.svg (Tables 2-4: total time
+against p) and logdisk-nv.svg (Tables 5-7: NV hit ratio) under --out. --scale shrinks the number of
 updates (not the disk). The spec is reproduce/logdisk.toml, embedded in the
 binary; --spec runs an edited copy.";
 
@@ -452,12 +454,110 @@ pub fn run(args: &LogdiskArgs, quiet: bool) -> Result<Vec<Claim>> {
         );
     }
     save(&args.common.out.join("logdisk.csv"), &csv)?;
+    plot_runs(&args.common.out, &runs)?;
 
     let claims = claims(&runs);
     writeln!(out)?;
     print_claims(&mut out, &claims)?;
     write_claims_csv(&args.common.out.join("logdisk-claims.csv"), &claims)?;
     Ok(claims)
+}
+
+/// `logdisk-partial.svg` (Tables 2-4: total time against p, relative to
+/// p = 0, ours and the paper's, with 1/(1 - p)) and `logdisk-nv.svg` (Tables
+/// 5-7: the NV cache's hit ratio against its size, ours and the paper's).
+fn plot_runs(dir: &std::path::Path, runs: &[(usize, Run)]) -> Result<()> {
+    let tables: [(usize, &str, &[PaperRow]); 6] = [
+        (2, "random, U 0.4", &TABLE2),
+        (3, "random, U 0.8", &TABLE3),
+        (4, "hot spot, U 0.8", &TABLE4),
+        (5, "random, U 0.8", &TABLE5),
+        (6, "hot spot, U 0.4", &TABLE6),
+        (7, "hot spot, U 0.8", &TABLE7),
+    ];
+    let mut partial = Vec::new();
+    let mut nv = Vec::new();
+    for (t, name, paper) in tables {
+        let ours: Vec<&Run> = runs
+            .iter()
+            .filter(|(tt, _)| *tt == t)
+            .map(|(_, r)| r)
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        if t <= 4 {
+            let base = ours.iter().find(|r| r.p == 0.0).map(|r| r.total_s());
+            let paper_base = paper.first().map(|p| p.2 + p.5);
+            if let Some(base) = base.filter(|b| *b > 0.0) {
+                partial.push(Series {
+                    name: format!("ours, {name}"),
+                    points: ours
+                        .iter()
+                        .map(|r| (r.p * 100.0, r.total_s() / base))
+                        .collect(),
+                });
+            }
+            if let Some(pb) = paper_base {
+                partial.push(Series {
+                    name: format!("paper, {name}"),
+                    points: paper
+                        .iter()
+                        .map(|p| (p.0 * 100.0, (p.2 + p.5) / pb))
+                        .collect(),
+                });
+            }
+        } else {
+            nv.push(Series {
+                name: format!("ours, {name}"),
+                points: ours
+                    .iter()
+                    .filter_map(|r| Some((r.nv_mib as f64, r.m.nv_hit_ratio()? * 100.0)))
+                    .collect(),
+            });
+            nv.push(Series {
+                name: format!("paper, {name}"),
+                points: paper
+                    .iter()
+                    .filter_map(|p| Some((p.0, p.7? * 100.0)))
+                    .collect(),
+            });
+        }
+    }
+    if !partial.is_empty() {
+        partial.push(Series {
+            name: "1 / (1 - p)".into(),
+            points: (0..=6)
+                .map(|i| {
+                    let p = f64::from(i) / 10.0;
+                    (p * 100.0, 1.0 / (1.0 - p))
+                })
+                .collect(),
+        });
+        plot::lines(
+            &dir.join("logdisk-partial.svg"),
+            "papers/003 Tables 2-4: total time against partialisation",
+            "partialisation p, %",
+            YAxis {
+                label: "total time ÷ time at p = 0",
+                ratio: false,
+            },
+            &partial,
+        )?;
+    }
+    if !nv.is_empty() {
+        plot::lines(
+            &dir.join("logdisk-nv.svg"),
+            "papers/003 Tables 5-7: NV cache hit ratio",
+            "NV cache, MiB",
+            YAxis {
+                label: "hit ratio, %",
+                ratio: false,
+            },
+            &nv,
+        )?;
+    }
+    Ok(())
 }
 
 fn claims(runs: &[(usize, Run)]) -> Vec<Claim> {

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::ntl_ext4 as ext4;
 use super::{Claim, Common, prepare_out, print_claims, read_spec, save, write_claims_csv};
 use crate::commands::bench::ntl::{self as bench, Measured, Op, Target, WORKLOADS};
+use crate::plot::{self, BarSeries};
 
 /// The embedded default spec (`reproduce/ntl.toml`).
 const DEFAULT_SPEC: &str = include_str!("../../../../../reproduce/ntl.toml");
@@ -37,8 +38,8 @@ the ntl/none column (atomic writes, no persistence work); the cache-line flush
 column, what real persistent memory costs, is shown beside. The paper's
 numbers exist only in its figures, so each claim is judged on its direction.
 Timings are measurements, not simulations: they vary from run to run and with
-the machine's load (each cell keeps the best of its rounds). Writes ntl.csv
-and ntl-claims.csv under --out. --scale multiplies the size and the seconds
+the machine's load (each cell keeps the best of its rounds). Writes ntl.csv,
+ntl-claims.csv and ntl.svg (each target as a fraction of memcpy) under --out. --scale multiplies the size and the seconds
 per cell.
 
 Then, where the machine can mount ext4 (root, /dev/fuse, loop devices,
@@ -49,7 +50,7 @@ loop device over a /dev/shm file (the paper's Ramdisk), each running the fio
 mixes of reproduce/ntl/ (file server, mail server, web server after
 Filebench). --scale multiplies their file counts and seconds; --skip-ext4
 leaves this part out, and a machine that cannot mount says why. Writes
-ntl-ext4.csv.";
+ntl-ext4.csv and ntl-ext4.svg.";
 
 pub const EXAMPLES: &str = "\
 Examples:
@@ -123,6 +124,7 @@ pub fn run(args: &NtlArgs, quiet: bool) -> Result<Vec<Claim>> {
     )?;
     bench::print_report(&mut out, &measured)?;
     save(&args.common.out.join("ntl.csv"), &csv(&measured))?;
+    plot_measured(&args.common.out.join("ntl.svg"), &measured)?;
     let claims = claims(&measured);
     writeln!(out)?;
     print_claims(&mut out, &claims)?;
@@ -156,6 +158,7 @@ pub fn run(args: &NtlArgs, quiet: bool) -> Result<Vec<Claim>> {
         writeln!(out)?;
         print_ext4(&mut out, &config, &rows)?;
         save(&args.common.out.join("ntl-ext4.csv"), &ext4_csv(&rows))?;
+        plot_ext4(&args.common.out.join("ntl-ext4.svg"), &rows)?;
         let more = ext4_claims(&rows);
         writeln!(out)?;
         print_claims(&mut out, &more)?;
@@ -163,6 +166,64 @@ pub fn run(args: &NtlArgs, quiet: bool) -> Result<Vec<Claim>> {
     }
     write_claims_csv(&args.common.out.join("ntl-claims.csv"), &claims)?;
     Ok(claims)
+}
+
+/// `ntl.svg`: each target's MiB/s as a fraction of memcpy's, per workload (the
+/// paper's Figs. 3-4 are bars of the same patterns).
+fn plot_measured(path: &std::path::Path, measured: &Measured) -> Result<()> {
+    let memcpy = measured.targets.iter().position(|t| *t == Target::Memcpy);
+    let categories: Vec<String> = WORKLOADS
+        .iter()
+        .map(|w| w.name.replace(" thread", " thr"))
+        .collect();
+    let series: Vec<BarSeries> = measured
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(t, target)| BarSeries {
+            name: target.label().to_owned(),
+            values: measured
+                .values
+                .iter()
+                .map(|row| {
+                    let base = memcpy.and_then(|m| row[m].as_ref().ok().copied());
+                    match (row[t].as_ref().ok(), base) {
+                        (Some(v), Some(b)) if b > 0.0 => v / b,
+                        _ => 0.0,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    plot::bars(
+        path,
+        "papers/002 Figs. 3-4: MiB/s as a fraction of memcpy",
+        &categories,
+        "÷ memcpy",
+        &series,
+    )
+}
+
+/// `ntl-ext4.svg`: MiB/s of each fio mix on each target (the paper's Fig. 6).
+fn plot_ext4(path: &std::path::Path, rows: &[ext4::Ext4Row]) -> Result<()> {
+    let categories: Vec<String> = ext4::JOBS.iter().map(|(j, _)| (*j).to_owned()).collect();
+    let series: Vec<BarSeries> = ext4::TARGETS
+        .iter()
+        .map(|target| BarSeries {
+            name: (*target).to_owned(),
+            values: ext4::JOBS
+                .iter()
+                .map(|(job, _)| ext4_value(rows, job, target).unwrap_or(0.0))
+                .collect(),
+        })
+        .collect();
+    plot::bars(
+        path,
+        "papers/002 Fig. 6: ext4 fio mixes, MiB/s",
+        &categories,
+        "MiB/s (reads + writes)",
+        &series,
+    )
 }
 
 fn ext4_value(rows: &[ext4::Ext4Row], job: &str, target: &str) -> Option<f64> {
