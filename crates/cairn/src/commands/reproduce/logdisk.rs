@@ -41,8 +41,8 @@ access time plus its bytes at the internal data rate. Prints each table with
 our number beside the paper's, then each claim confirmed or not; writes
 logdisk.csv, logdisk-claims.csv, logdisk-partial.svg (Tables 2-4: total time
 against p) and logdisk-nv.svg (Tables 5-7: NV hit ratio) under --out.
---scale shrinks the number of updates (not the disk). The spec is reproduce/logdisk.toml, embedded in the
-binary; --spec runs an edited copy.";
+--scale shrinks the number of updates (not the disk). The spec is
+reproduce/logdisk.toml, embedded in the binary; --spec runs an edited copy.";
 
 pub const EXAMPLES: &str = "\
 Examples:
