@@ -23,7 +23,7 @@ pub mod volume;
 
 pub use cache::{BlockCache, BlockRef, CacheConfig, CacheError, WriteMode};
 pub use device::{
-    CrashMode, Device, DeviceError, DeviceOp, FaultyDevice, FileDevice, MemoryDevice, Pace,
+    CrashMode, Device, DeviceError, DeviceOp, Extent, FaultyDevice, FileDevice, MemoryDevice, Pace,
     Throttle, ThrottledDevice,
 };
 pub use volume::{Volume, VolumeError, VolumeExport, VolumeSpec};

@@ -26,6 +26,40 @@ use crate::proto::Errno;
 /// Bytes of the reader's buffer: several small requests per `read` syscall.
 const READ_BUFFER_BYTES: usize = 256 << 10;
 
+/// At most this many extents in one `BLOCK_STATUS` reply (8 bytes each); the
+/// client asks again from where the reply stopped.
+const BLOCK_STATUS_MAX_EXTENTS: usize = 16 << 10;
+
+/// No data, reads as zeroes.
+const STATE_HOLE_ZERO: u32 = crate::proto::STATE_HOLE | crate::proto::STATE_ZERO;
+
+/// The `base:allocation` extents of `offset..offset + length` as (length,
+/// flags): from the device where it knows (the log disk: blocks never
+/// written or trimmed are holes), else one allocated extent. With `req_one`
+/// only the first; never more than [`BLOCK_STATUS_MAX_EXTENTS`] (the spec
+/// lets a reply cover less than was asked).
+fn block_status(
+    device: &dyn Device,
+    offset: u64,
+    length: u32,
+    req_one: bool,
+) -> Result<Vec<(u32, u32)>, DeviceError> {
+    let mut runs = Vec::new();
+    if !device.allocation(offset, u64::from(length), &mut runs)? || runs.is_empty() {
+        return Ok(vec![(length, 0)]);
+    }
+    let keep = if req_one { 1 } else { BLOCK_STATUS_MAX_EXTENTS };
+    Ok(runs
+        .iter()
+        .take(keep)
+        .map(|r| {
+            // Runs lie within `length`, a u32.
+            let len = u32::try_from(r.len).unwrap_or(u32::MAX);
+            (len, if r.hole { STATE_HOLE_ZERO } else { 0 })
+        })
+        .collect())
+}
+
 /// Zeroes for `WRITE_ZEROES`, shared by every connection.
 static ZEROES: [u8; ZERO_CHUNK_BYTES] = [0u8; ZERO_CHUNK_BYTES];
 
@@ -324,19 +358,30 @@ impl<W: Write + Send> Connection<'_, W> {
                 }
                 write_zeroes(device, offset, u64::from(length)).and_then(|()| flush_if(device, fua))
             }
-            Command::BlockStatus { length, .. } => {
+            Command::BlockStatus {
+                offset,
+                length,
+                req_one,
+            } => {
                 if length == 0 {
                     self.reply_error(cookie, Errno::Inval, "zero-length block status");
-                } else {
-                    // Every byte reads as data: flags 0 (allocated, not known zero).
-                    let mut out = Vec::with_capacity(40);
-                    transmission::block_status_chunk(
-                        &mut out,
-                        cookie,
-                        BASE_ALLOCATION_ID,
-                        &[(length, 0)],
-                    );
-                    self.send(&[&out]);
+                    return;
+                }
+                match block_status(device, offset, length, req_one) {
+                    Ok(extents) => {
+                        let mut out = Vec::with_capacity(32 + 8 * extents.len());
+                        transmission::block_status_chunk(
+                            &mut out,
+                            cookie,
+                            BASE_ALLOCATION_ID,
+                            &extents,
+                        );
+                        self.send(&[&out]);
+                    }
+                    Err(e) => {
+                        tracing::warn!("request {cookie:#x} failed: {e}");
+                        self.reply_error(cookie, errno_for(&e), &e.to_string());
+                    }
                 }
                 return;
             }

@@ -548,6 +548,16 @@ impl<D: Device> Device for BlockCache<D> {
         Ok(true)
     }
 
+    /// The device below knows: every write reaches it before it is acknowledged.
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<crate::device::Extent>,
+    ) -> Result<bool, DeviceError> {
+        self.device.allocation(offset, len, out)
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len)?;
         if buf.is_empty() {

@@ -170,6 +170,20 @@ pub trait Device: Send + Sync {
         let _ = (offset, len, out);
         Ok(false)
     }
+    /// Which parts of `offset..offset + len` hold data: appends runs that
+    /// cover the range exactly, in order, to `out` and returns `Ok(true)`. A
+    /// run with `hole` set holds no data and reads as zeroes (never written,
+    /// or trimmed). The default cannot tell and returns `Ok(false)`: every
+    /// byte is data. The NBD server answers `BLOCK_STATUS` with it.
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, DeviceError> {
+        let _ = (offset, len, out);
+        Ok(false)
+    }
     /// Make every write completed before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// The range's contents are no longer needed.
@@ -186,6 +200,26 @@ pub trait Device: Send + Sync {
     }
     /// A short human-readable description (kind and path), for errors and `inspect`.
     fn describe(&self) -> String;
+}
+
+/// A run of bytes in [`Device::allocation`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes in the run.
+    pub len: u64,
+    /// No data: reads as zeroes.
+    pub hole: bool,
+}
+
+/// Appends a run to `out`, merging it into the last run when both agree.
+pub fn push_extent(out: &mut Vec<Extent>, len: u64, hole: bool) {
+    if len == 0 {
+        return;
+    }
+    match out.last_mut() {
+        Some(last) if last.hole == hole => last.len += len,
+        _ => out.push(Extent { len, hole }),
+    }
 }
 
 /// Check that `offset..offset+len` lies within a device of `size` bytes.
@@ -218,6 +252,14 @@ macro_rules! forward_device {
                 out: &mut Vec<crate::cache::BlockSlice>,
             ) -> Result<bool, DeviceError> {
                 (**self).read_lent(offset, len, out)
+            }
+            fn allocation(
+                &self,
+                offset: u64,
+                len: u64,
+                out: &mut Vec<Extent>,
+            ) -> Result<bool, DeviceError> {
+                (**self).allocation(offset, len, out)
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)

@@ -44,7 +44,9 @@ use super::format::{
     UNMAPPED, Usage,
 };
 use super::nv::{NvCache, NvError};
-use crate::device::{Device, DeviceError, DeviceOp, IoBuf, SECTOR, check_range, is_aligned};
+use crate::device::{
+    Device, DeviceError, DeviceOp, Extent, IoBuf, SECTOR, check_range, is_aligned, push_extent,
+};
 use crate::ntl::Region;
 
 /// How the cleaner chooses victims and orders what it copies.
@@ -347,6 +349,12 @@ struct State {
     seg: Vec<Seg>,
     free: Vec<u32>,
     pending: Vec<u32>,
+    /// Segments holding a block trimmed since the last checkpoint. Nothing in
+    /// the log records a trim, so such a segment is not reused until a
+    /// checkpoint has saved the unmapped entries: otherwise a crash would
+    /// bring back the checkpoint's entry pointing into the segment's new data.
+    tainted: Vec<bool>,
+    any_tainted: bool,
     head: Option<(u32, u32)>,
     sequence: u64,
     checkpoint_number: u64,
@@ -514,6 +522,8 @@ impl<D: Device> LogDisk<D> {
             seg: vec![Seg::Free; geo.segments as usize],
             free: Vec::new(),
             pending: Vec::new(),
+            tainted: vec![false; geo.segments as usize],
+            any_tainted: false,
             head: None,
             sequence: cp.sequence,
             checkpoint_number: cp.number,
@@ -1162,6 +1172,9 @@ impl<D: Device> LogDisk<D> {
         if st.free.is_empty() && !st.pending.is_empty() {
             self.device_flush(st)?;
         }
+        if st.free.is_empty() && st.any_tainted && !st.in_cleaner {
+            self.checkpoint(st)?;
+        }
         let segment = st.free.pop().ok_or(LogDiskError::NoSpace)?;
         st.seg[segment as usize] = Seg::Open;
         st.opened_at[segment as usize] =
@@ -1175,10 +1188,7 @@ impl<D: Device> LogDisk<D> {
     fn device_flush(&self, st: &mut State) -> Result<(), LogDiskError> {
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
-        for s in st.pending.drain(..) {
-            st.seg[s as usize] = Seg::Free;
-            st.free.push(s);
-        }
+        Self::release_pending(st);
         let Some(nv) = st.nv.as_mut() else {
             return Ok(());
         };
@@ -1215,6 +1225,88 @@ impl<D: Device> LogDisk<D> {
         Ok(())
     }
 
+    /// Pending segments become free (after a device flush), except those a
+    /// trim tainted: they wait for the next checkpoint.
+    fn release_pending(st: &mut State) {
+        let State {
+            pending,
+            seg,
+            free,
+            tainted,
+            ..
+        } = st;
+        pending.retain(|&s| {
+            if tainted[s as usize] {
+                return true;
+            }
+            seg[s as usize] = Seg::Free;
+            free.push(s);
+            false
+        });
+    }
+
+    /// Unmaps the whole blocks `first..first + count` (TRIM): they read as
+    /// zeroes and stop costing the cleaner. Advisory, as NBD's TRIM is: a
+    /// crash before the next checkpoint may bring back an earlier write of a
+    /// trimmed block (never another block's data, never bytes never written).
+    pub fn trim_blocks(&self, first: u64, count: u64) -> Result<(), LogDiskError> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.geo.logical_blocks)
+        {
+            return Err(LogDiskError::Invalid(format!(
+                "blocks {first}..+{count} are past the end ({} blocks)",
+                self.geo.logical_blocks
+            )));
+        }
+        let b = self.geo.block_size as usize;
+        let mut st = self.write_state();
+        for logical in first..first + count {
+            if let Some(i) = st.buffer_of.remove(&logical) {
+                // Volatile mode: drop it from the segment buffer (the last
+                // buffered block takes its place).
+                let i = i as usize;
+                let last = st.buffered.len() - 1;
+                if i != last {
+                    st.buffered[i] = st.buffered[last];
+                    st.buffer
+                        .copy_within((last + 1) * b..(last + 2) * b, (i + 1) * b);
+                    let moved = st.buffered[i].logical;
+                    st.buffer_of.insert(moved, i as u32);
+                }
+                st.buffered.pop();
+            }
+            if let Some(nv) = st.nv.as_mut()
+                && let Some(slot) = nv.of.remove(&logical)
+            {
+                // As an overwrite supersedes a slot, with no successor: the
+                // slot is cleared by the next persist or device flush.
+                let m = &mut nv.meta[slot as usize];
+                if !m.awaiting {
+                    nv.dirty -= 1;
+                }
+                m.sequence = 0;
+                nv.superseded.push(slot);
+            }
+            let old = std::mem::replace(
+                &mut st.map[logical as usize],
+                MapEntry {
+                    physical: UNMAPPED,
+                    sequence: 0,
+                    crc: 0,
+                },
+            );
+            if old.physical != UNMAPPED {
+                let segment = segment_of(&self.geo, old.physical);
+                st.tainted[segment as usize] = true;
+                st.any_tainted = true;
+                Self::kill(&mut st, segment);
+            }
+        }
+        self.invariant(&st);
+        Ok(())
+    }
+
     fn pick_victim(&self, st: &State) -> Option<u32> {
         let usable = f64::from(self.geo.segment_blocks - 1);
         let now = st.sequence;
@@ -1234,6 +1326,14 @@ impl<D: Device> LogDisk<D> {
 
     /// Cleans until the high watermark (or nothing more can be gained).
     fn clean(&self, st: &mut State) -> Result<(), LogDiskError> {
+        if st.any_tainted {
+            // Trimmed segments become reusable only once a checkpoint holds
+            // the trims; take one now rather than clean around them.
+            self.checkpoint(st)?;
+            if ((st.free.len() + st.pending.len()) as u32) >= self.clean_high {
+                return Ok(());
+            }
+        }
         st.in_cleaner = true;
         let result = self.clean_passes(st);
         st.in_cleaner = false;
@@ -1452,6 +1552,12 @@ impl<D: Device> LogDisk<D> {
         st.metrics.device_flushes += 1;
         st.checkpoint_number = number;
         st.since_checkpoint = 0;
+        if st.any_tainted {
+            // The checkpoint holds every trim: tainted segments may be reused.
+            st.tainted.fill(false);
+            st.any_tainted = false;
+            Self::release_pending(st);
+        }
         Ok(())
     }
 }
@@ -1716,7 +1822,42 @@ impl<D: Device> Device for LogDisk<D> {
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        check_range(DeviceOp::Discard, offset, len, self.len())
+        check_range(DeviceOp::Discard, offset, len, self.len())?;
+        // Whole blocks only: a partial block at either end keeps its bytes.
+        let b = u64::from(self.geo.block_size);
+        let first = offset.div_ceil(b);
+        let end = (offset + len) / b;
+        if end > first {
+            self.trim_blocks(first, end - first)
+                .map_err(|e| to_device_error(e, DeviceOp::Discard, offset, len))?;
+        }
+        Ok(())
+    }
+
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, DeviceError> {
+        check_range(DeviceOp::Read, offset, len, self.len())?;
+        let b = u64::from(self.geo.block_size);
+        let end = offset + len;
+        let st = self.read_state();
+        let mut at = offset;
+        while at < end {
+            let logical = at / b;
+            let run = ((logical + 1) * b).min(end) - at;
+            let data = st.buffer_of.contains_key(&logical)
+                || st
+                    .nv
+                    .as_ref()
+                    .is_some_and(|nv| nv.of.contains_key(&logical))
+                || st.map[logical as usize].physical != UNMAPPED;
+            push_extent(out, run, !data);
+            at += run;
+        }
+        Ok(true)
     }
 
     fn len(&self) -> u64 {
