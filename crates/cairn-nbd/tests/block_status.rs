@@ -157,3 +157,46 @@ fn nbdinfo_maps_the_holes_of_a_log_disk() {
     }
     server.stop().unwrap();
 }
+
+/// `NBD_CMD_CACHE` loads the range into the block cache: the device is read
+/// then, and a later READ of the range does not reach it.
+#[test]
+fn cache_command_prefetches_into_the_block_cache() {
+    use cairn_store::FaultyDevice;
+    let dev = Arc::new(FaultyDevice::new(4 << 20, 1));
+    let config = CacheConfig {
+        capacity_bytes: 2 << 20,
+        block_size_bytes: B,
+        readahead_bytes: 0,
+        ..CacheConfig::default()
+    };
+    let cache = Arc::new(BlockCache::new(dev.clone(), &config).unwrap());
+    let server = TestServer::start(vec![export("disk", cache.clone())]);
+    let mut client = Client::connected(&server.path, true);
+    let data = pattern(9, 256 << 10);
+    assert_eq!(client.write(64 << 10, &data), 0);
+    let before = dev.counts().reads;
+    assert_eq!(client.command(CMD_CACHE, 0, 1 << 20, 256 << 10), 0);
+    let loaded = dev.counts().reads - before;
+    assert!(loaded > 0, "CACHE read nothing from the device");
+    let hits = cache.metrics().hits();
+    assert_eq!(client.read(1 << 20, 256 << 10), vec![0u8; 256 << 10]);
+    assert_eq!(
+        dev.counts().reads - before,
+        loaded,
+        "the READ after CACHE reached the device"
+    );
+    assert!(
+        cache.metrics().hits() >= hits + 64,
+        "64 blocks should have hit"
+    );
+    // A hint past the end is an error, as READ's would be; a hint larger than
+    // half the cache loads only its first half-capacity.
+    assert_eq!(
+        client.command(CMD_CACHE, 0, 4 << 20, 1),
+        Errno::Inval.code()
+    );
+    assert_eq!(client.command(CMD_CACHE, 0, 0, 4 << 20), 0);
+    client.disconnect();
+    server.stop().unwrap();
+}

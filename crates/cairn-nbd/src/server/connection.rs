@@ -341,8 +341,8 @@ impl<W: Write + Send> Connection<'_, W> {
                         .and_then(|()| flush_if(device, fua))
                 }
             }
-            // Nothing to prefetch into yet: the read cache will use this hint.
-            Command::Cache { .. } => Ok(()),
+            // A hint: the block cache loads the range; other devices ignore it.
+            Command::Cache { offset, length } => device.prefetch(offset, u64::from(length)),
             Command::WriteZeroes {
                 offset,
                 length,

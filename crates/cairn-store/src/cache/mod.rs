@@ -548,6 +548,15 @@ impl<D: Device> Device for BlockCache<D> {
         Ok(true)
     }
 
+    /// Loads the blocks of the range that are missing (at most half the
+    /// cache's capacity from `offset`: a larger hint would evict its own
+    /// start), as a read would, without copying them anywhere.
+    fn prefetch(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Read, offset, len, self.len)?;
+        let len = len.min(self.capacity_bytes() / 2);
+        self.for_each_block(offset, len, |_, _| {})
+    }
+
     /// The device below knows: every write reaches it before it is acknowledged.
     fn allocation(
         &self,

@@ -6,7 +6,7 @@ use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{Device, DeviceError, DeviceOp, SECTOR, check_range};
+use super::{Device, DeviceError, DeviceOp, Extent, SECTOR, check_range, push_extent};
 
 /// How to open a [`FileDevice`].
 #[derive(Debug, Clone, Default)]
@@ -157,6 +157,47 @@ impl Device for FileDevice {
         }
     }
 
+    /// Holes from `SEEK_DATA`/`SEEK_HOLE` (never written, or punched by a
+    /// discard); a file system or device that cannot tell answers `Ok(false)`.
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, DeviceError> {
+        use rustix::fs::{SeekFrom as Whence, seek};
+        use rustix::io::Errno;
+        check_range(DeviceOp::Read, offset, len, self.len)?;
+        let end = offset + len;
+        let first = out.len();
+        // Where the next data (or hole) at or after `at` starts; past the
+        // file's end there is only hole.
+        let next = |whence: Whence| match seek(&self.file, whence) {
+            Ok(found) => Ok(Some(found.min(end))),
+            Err(Errno::NXIO) => Ok(Some(end)),
+            Err(Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => Ok(None),
+            Err(e) => Err(self.io_error(DeviceOp::Read, offset, len, e.into())),
+        };
+        let mut at = offset;
+        while at < end {
+            let Some(data) = next(Whence::Data(at))? else {
+                out.truncate(first);
+                return Ok(false);
+            };
+            push_extent(out, data - at, true);
+            if data >= end {
+                break;
+            }
+            let Some(hole) = next(Whence::Hole(data))? else {
+                out.truncate(first);
+                return Ok(false);
+            };
+            push_extent(out, hole - data, false);
+            at = hole;
+        }
+        Ok(true)
+    }
+
     fn len(&self) -> u64 {
         self.len
     }
@@ -208,6 +249,41 @@ mod tests {
         assert!(buf.iter().all(|&b| b == 0) || buf.iter().all(|&b| b == 0xFF));
         dev.read_at(&mut buf, 4096).unwrap();
         assert!(buf.iter().all(|&b| b == 0xFF));
+    }
+
+    #[test]
+    fn allocation_reports_holes_where_the_file_system_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, 4 << 20);
+        dev.write_at(&vec![0xAB; 65536], 1 << 20).unwrap();
+        let mut out = Vec::new();
+        if !dev.allocation(0, 4 << 20, &mut out).unwrap() {
+            eprintln!("SKIPPED: this file system has no SEEK_HOLE");
+            return;
+        }
+        // The runs cover the range exactly, and the written bytes are data.
+        assert_eq!(out.iter().map(|e| e.len).sum::<u64>(), 4 << 20);
+        let mut at = 0;
+        for e in &out {
+            if (at..at + e.len).contains(&(1 << 20)) {
+                assert!(!e.hole, "{out:?}");
+            }
+            at += e.len;
+        }
+        // A sparse file system (tmpfs, ext4, xfs, btrfs) sees the holes.
+        assert!(out.len() >= 2 && out[0].hole, "{out:?}");
+        // A sub-range starting inside the data.
+        out.clear();
+        assert!(dev.allocation((1 << 20) + 4096, 8192, &mut out).unwrap());
+        assert_eq!(
+            out,
+            [Extent {
+                len: 8192,
+                hole: false
+            }]
+        );
+        // Past the end: an error, as a read's.
+        assert!(dev.allocation(4 << 20, 1, &mut out).is_err());
     }
 
     #[test]

@@ -184,6 +184,12 @@ pub trait Device: Send + Sync {
         let _ = (offset, len, out);
         Ok(false)
     }
+    /// A hint that `offset..offset + len` will be read soon (NBD's `CACHE`):
+    /// a device that caches loads it now. The default does nothing.
+    fn prefetch(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Make every write completed before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// The range's contents are no longer needed.
@@ -260,6 +266,9 @@ macro_rules! forward_device {
                 out: &mut Vec<Extent>,
             ) -> Result<bool, DeviceError> {
                 (**self).allocation(offset, len, out)
+            }
+            fn prefetch(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+                (**self).prefetch(offset, len)
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)
