@@ -40,6 +40,8 @@ fn missing_facility() -> Option<String> {
     }
     for name in [
         "nbdfuse",
+        "nbdinfo",
+        "fstrim",
         "mkfs.ext4",
         "e2fsck",
         "dumpe2fs",
@@ -167,6 +169,21 @@ fn contents(i: u32) -> Vec<u8> {
 
 const FILES: u32 = 240;
 
+/// Bytes the export reports as data (`nbdinfo --map --totals`).
+fn data_bytes(socket: &Path) -> u64 {
+    let uri = format!("nbd+unix:///cairn?socket={}", socket.display());
+    let output = Command::new("nbdinfo")
+        .args(["--map", "--totals", &uri])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "nbdinfo: {output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .filter(|l| l.trim_end().ends_with(" data"))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn file_path(root: &Path, i: u32) -> PathBuf {
     root.join(format!("d{}", i % 12)).join(format!("f{i}"))
 }
@@ -228,6 +245,27 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     run("sync", &[]);
     verify(&fs);
     eprintln!("wrote {FILES} files, {} MiB", total >> 20);
+    // fstrim reaches the log disk (loop → FUSE → nbdfuse → NBD TRIM): a
+    // deleted 48 MiB file's blocks stop being data in BLOCK_STATUS, and
+    // every other file is untouched.
+    let big = fs.join("big");
+    std::fs::write(&big, contents(7).repeat((48 << 20) / contents(7).len() + 1)).unwrap();
+    run("sync", &[]);
+    let before = data_bytes(&socket);
+    std::fs::remove_file(&big).unwrap();
+    run("sync", &[]);
+    run("fstrim", &[fs.to_str().unwrap()]);
+    let after = data_bytes(&socket);
+    eprintln!(
+        "fstrim: {} MiB of data before, {} MiB after",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        before >= after + (40 << 20),
+        "fstrim freed too little: {before} bytes of data before, {after} after"
+    );
+    verify(&fs);
     stack.unmount(&fs);
     fsck(&image);
     stop_fuse(&mut stack, &mnt);
