@@ -92,6 +92,37 @@ pub struct BlockCache<D> {
     capacity_bytes: u64,
 }
 
+/// What the stream table knows of a request, looked up lazily: a hit on a
+/// random request never touches the table's shared state.
+#[derive(Clone, Copy, Debug)]
+enum Stream {
+    /// Not looked up: the first miss observes `first..end`.
+    Unseen { first: u64, end: u64 },
+    /// Looked up, continues no stream; the first miss records it as a
+    /// possible stream start, ending before `end`.
+    Unregistered { end: u64 },
+    /// Recorded: how many requests in a row continued its stream (0 =
+    /// random).
+    Run(u32),
+}
+
+impl Stream {
+    /// The request's run, recording the request if it is not yet.
+    #[inline]
+    fn resolve(&mut self, streams: &StreamTable) -> u32 {
+        let run = match *self {
+            Stream::Unseen { first, end } => streams.observe(first, end),
+            Stream::Unregistered { end } => {
+                streams.start(end);
+                0
+            }
+            Stream::Run(run) => run,
+        };
+        *self = Stream::Run(run);
+        run
+    }
+}
+
 /// Counters of one cost group, summed over shards.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GroupMetrics {
@@ -284,7 +315,13 @@ impl<D: Device> BlockCache<D> {
             });
         }
         let mut got = None;
-        self.fetch(block, block + 1, None, &mut |handle| got = Some(handle))?;
+        let mut stream = Stream::Unseen {
+            first: block,
+            end: block + 1,
+        };
+        self.fetch(block, block + 1, &mut stream, &mut |handle| {
+            got = Some(handle);
+        })?;
         Ok(got.expect("fetch delivers the block asked for"))
     }
 
@@ -297,7 +334,7 @@ impl<D: Device> BlockCache<D> {
         out: &mut Vec<BlockSlice>,
     ) -> Result<(), DeviceError> {
         self.for_each_block(offset, len, |block, range| {
-            out.push(block.slice(range));
+            out.push(block.into_slice(range));
         })
     }
 
@@ -315,12 +352,18 @@ impl<D: Device> BlockCache<D> {
         }
         let first = offset >> self.block_shift;
         let last = (offset + len - 1) >> self.block_shift;
-        let run = self.streams.observe(first, last + 1);
+        // A request that continues a stream is recorded now (its hits move the
+        // stream on); a random one only at its first miss, so a random hit
+        // writes nothing shared.
+        let mut stream = match self.streams.continue_stream(first, last + 1) {
+            Some(run) => Stream::Run(run),
+            None => Stream::Unregistered { end: last + 1 },
+        };
         let mut at = offset;
         let end = offset + len;
         let mut block = first;
         while block <= last {
-            block += self.fetch(block, last + 1, Some(run), &mut |handle| {
+            block += self.fetch(block, last + 1, &mut stream, &mut |handle| {
                 let start = (at - (at >> self.block_shift << self.block_shift)) as usize;
                 let n = (handle.len() - start).min((end - at) as usize);
                 f(handle, start..start + n);
@@ -332,7 +375,9 @@ impl<D: Device> BlockCache<D> {
     }
 
     /// The hit path, or waiting for a load, or leading one. `request_end`:
-    /// the block after the caller's request (a leader reads up to it).
+    /// the block after the caller's request (a leader reads up to it);
+    /// `stream`: the request's place in the stream table, resolved at the
+    /// first miss.
     /// Hands `deliver` the block and, when this call led a run, the run's
     /// following blocks up to `request_end`, in order; returns how many it
     /// delivered (each is one access: the policy sees it once).
@@ -340,7 +385,7 @@ impl<D: Device> BlockCache<D> {
         &self,
         block: u64,
         request_end: u64,
-        run: Option<u32>,
+        stream: &mut Stream,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         loop {
@@ -364,7 +409,7 @@ impl<D: Device> BlockCache<D> {
                     return Ok(1);
                 }
                 None => {
-                    let run = run.unwrap_or_else(|| self.streams.observe(block, block + 1));
+                    let run = stream.resolve(&self.streams);
                     let group = self.groups.group(block << self.block_shift, run > 0);
                     let claim = shard.claim(block, group, false);
                     drop(shard);
@@ -442,7 +487,7 @@ impl<D: Device> BlockCache<D> {
                 if several {
                     // Perhaps only a block read ahead is unreadable: retry
                     // the one block asked for on its own.
-                    return self.fetch(start, start + 1, Some(0), deliver);
+                    return self.fetch(start, start + 1, &mut Stream::Run(0), deliver);
                 }
                 Err(error)
             }
