@@ -243,7 +243,12 @@ impl<D: Device> BlockCache<D> {
             shard_bits: shards.trailing_zeros(),
             write_locks: (0..WRITE_LOCKS).map(|_| Mutex::new(())).collect(),
             streams: StreamTable::new(readahead_blocks.max(2)),
-            groups: GroupTracker::new(Arc::clone(&config.placement), table, config.cost_smoothing),
+            groups: GroupTracker::new(
+                Arc::clone(&config.placement),
+                table,
+                config.cost_smoothing,
+                block,
+            ),
             readahead_blocks,
             write_mode: config.write_mode,
             policy_name,
@@ -414,7 +419,7 @@ impl<D: Device> BlockCache<D> {
                     let claim = shard.claim(block, group, false);
                     drop(shard);
                     // Read ahead from a stream's second continuation on.
-                    return self.load(claim, request_end, run >= 2, group, deliver);
+                    return self.load(claim, request_end, run >= 2, run > 0, deliver);
                 }
             }
         }
@@ -422,12 +427,14 @@ impl<D: Device> BlockCache<D> {
 
     /// Leads the load of `first` and the absent blocks after it (to the end
     /// of the request, plus readahead when `read_ahead`) in one device read.
+    /// Each block goes in its own device's group (`sequential` or not), and
+    /// each device's part of the read is charged to that group.
     fn load(
         &self,
         first: Claim,
         request_end: u64,
         read_ahead: bool,
-        group: u16,
+        sequential: bool,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         let start = first.block;
@@ -442,9 +449,17 @@ impl<D: Device> BlockCache<D> {
             if shard.map.contains_key(&block) {
                 break;
             }
+            let group = self.groups.group(block << self.block_shift, sequential);
             run.push(shard.claim(block, group, block >= request_end));
         }
-        let bytes: u64 = run.iter().map(|c| self.block_len(c.block) as u64).sum();
+        let mut shares = Vec::with_capacity(2);
+        for claim in &run {
+            self.groups.share(
+                &mut shares,
+                claim.group / 2,
+                self.block_len(claim.block) as u64,
+            );
+        }
         let started = Instant::now();
         let result = {
             let mut buffers: Vec<&mut [u8]> = run
@@ -462,9 +477,9 @@ impl<D: Device> BlockCache<D> {
         let elapsed = started.elapsed();
         match result {
             Ok(()) => {
-                self.groups.record(group, run.len(), bytes, elapsed);
+                self.groups.record_read(&shares, sequential, elapsed);
                 for claim in &run {
-                    lock(self.shard_of(claim.block)).install(claim, group);
+                    lock(self.shard_of(claim.block)).install(claim);
                     claim.flight.complete(Some(Arc::clone(&claim.frame)));
                 }
                 // Waiters are released first; then the caller's blocks.
@@ -662,6 +677,10 @@ impl<D: Device> Device for BlockCache<D> {
 
     fn alignment(&self) -> u64 {
         self.device.alignment()
+    }
+
+    fn busy_ns(&self) -> Option<u64> {
+        self.device.busy_ns()
     }
 
     fn describe(&self) -> String {
