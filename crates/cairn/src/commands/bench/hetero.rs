@@ -97,6 +97,14 @@ pub struct HeteroBenchArgs {
     #[arg(long, value_name = "MODE", default_value = "virtual", value_parser = ["virtual", "sleep"])]
     pace: String,
 
+    /// What the cache times each device's part of a read by: `device`
+    /// (default), the throttled device's own busy clock; `wall`, the wall
+    /// time of the whole read (as for a device that keeps no clock; a read
+    /// spanning both devices then updates no estimate). `wall` only makes
+    /// sense with `--pace sleep`.
+    #[arg(long, value_name = "CLOCK", default_value = "device", value_parser = ["device", "wall"])]
+    cost_clock: String,
+
     /// Weight of a new sample in each group's service-time average; 0 keeps
     /// a `cost` policy's configured costs.
     #[arg(long, value_name = "W", default_value_t = 0.05)]
@@ -130,6 +138,8 @@ struct SplitVolume {
     threshold: u64,
     all_ssd: bool,
     len: u64,
+    /// Whether the placement gives the cache the devices' clocks.
+    clocks: bool,
 }
 
 impl SplitVolume {
@@ -178,6 +188,7 @@ impl Placement for SplitVolume {
     fn busy_ns(&self, device: u16) -> Option<u64> {
         self.devices
             .get(usize::from(device))
+            .filter(|_| self.clocks)
             .and_then(Device::busy_ns)
     }
 }
@@ -273,6 +284,8 @@ struct Outcome {
     device_mb_s: f64,
     hit_ratio: f64,
     costs: Vec<f64>,
+    /// Each group's smoothed service time per block, µs (0 = not measured).
+    per_block_us: Vec<f64>,
 }
 
 fn replay(device: &dyn Device, ios: &[Io], buf: &mut [u8]) -> Result<f64> {
@@ -361,6 +374,11 @@ pub fn run(args: &HeteroBenchArgs) -> Result<()> {
                 device_mb_s: bytes as f64 / busy.as_secs_f64().max(1e-9) / 1e6,
                 hit_ratio: metrics.hit_ratio(),
                 costs: cache.costs(),
+                per_block_us: metrics
+                    .groups
+                    .iter()
+                    .map(|g| g.miss_service_ns_per_block / 1e3)
+                    .collect(),
             };
             eprintln!(
                 "{name}, SSD {share}%: {mb_s:.1} MB/s wall, {:.1} MB/s device time, hit ratio {:.1} %, costs {:?}",
@@ -399,6 +417,7 @@ fn split_volume(args: &HeteroBenchArgs, share: f64, len: u64) -> SplitVolume {
         threshold: (share / 100.0 * 18_446_744_073_709_551_616.0) as u64,
         all_ssd: share >= 100.0,
         len,
+        clocks: args.cost_clock == "device",
     }
 }
 
@@ -482,6 +501,25 @@ fn print_results(
         for outcome in row {
             let text: Vec<String> = outcome.costs.iter().map(|c| format!("{c:.2}")).collect();
             print!(" {:>19}", text.join("/"));
+        }
+        println!();
+    }
+    let true_us = |mb_s: f64| BLOCK as f64 / (mb_s * args.speedup);
+    println!(
+        "\nmeasured device time per {BLOCK}-byte block, µs (same groups; the devices' true time: SSD {:.2}, HDD {:.2})",
+        true_us(args.ssd_mb_s),
+        true_us(args.hdd_mb_s)
+    );
+    header_width("policy", 23);
+    for ((name, _), row) in policies.iter().zip(results) {
+        print!("{name:<14}");
+        for outcome in row {
+            let text: Vec<String> = outcome
+                .per_block_us
+                .iter()
+                .map(|us| format!("{us:.1}"))
+                .collect();
+            print!(" {:>23}", text.join("/"));
         }
         println!();
     }
