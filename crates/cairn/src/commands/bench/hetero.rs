@@ -32,7 +32,7 @@ observes (smoothed, fastest group = 1). `cost:costs=[1,1,3,3]` with
 
 The devices keep their time on a modelled clock (--pace virtual, the
 default): each operation costs its length over the device's throughput, and
-nothing sleeps, so the full embedded sample replays in about half a minute.
+nothing sleeps, so the full embedded sample replays in under a minute.
 Throughput is requested bytes over the two devices' modelled busy time; the
 cache charges each device's part of every read to that device's cost group by
 the device's clock and its bytes, so its cost estimates come out at the
