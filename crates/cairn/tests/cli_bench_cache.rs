@@ -79,6 +79,69 @@ fn bench_hetero_compares_cost_groups_with_lru_at_each_share() {
     assert!(out.contains("0:100") && out.contains("100:0"));
 }
 
+/// The row `name` of the table titled `title`, as numbers.
+fn table_row(out: &str, title: &str, name: &str) -> Vec<f64> {
+    let table = &out[out
+        .find(title)
+        .unwrap_or_else(|| panic!("{title} missing:\n{out}"))..];
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} row under {title}:\n{out}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// papers/004's shape on real I/O at reduced scale (the first 40,000
+/// requests of the sample, virtual pace): the online costs come out at the
+/// devices' true 1:3, and cost groups beat LRU over the devices' busy time at
+/// the mixed splits and never lose to it.
+#[test]
+fn bench_hetero_cost_groups_beat_lru_at_mixed_splits() {
+    let out = cairn(&[
+        "bench",
+        "hetero",
+        "--requests",
+        "40000",
+        "--writes",
+        "--cache",
+        "10%",
+        "--shares",
+        "0,60,80",
+    ]);
+    let title = "throughput over the devices' modelled busy time";
+    let lru = table_row(&out, title, "lru");
+    let cost = table_row(&out, title, "cost");
+    assert_eq!((lru.len(), cost.len()), (3, 3), "{out}");
+    for (share, (c, l)) in ["0:100", "60:40", "80:20"]
+        .iter()
+        .zip(cost.iter().zip(&lru))
+    {
+        assert!(c >= &(l * 0.999), "cost {c} < lru {l} at {share}:\n{out}");
+    }
+    assert!(cost[1] > lru[1] * 1.01, "no gain at 60:40:\n{out}");
+    assert!(cost[2] > lru[2] * 1.02, "no gain at 80:20:\n{out}");
+    // The costs the cache learnt online, at 80:20: SSD 1, HDD 3.
+    let costs = &out[out.find("costs at the end").unwrap()..];
+    let row = costs
+        .lines()
+        .find(|l| l.starts_with("cost "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let last: Vec<f64> = row
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .split('/')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(last.len(), 4, "{row}");
+    for (got, want) in last.iter().zip([1.0, 1.0, 3.0, 3.0]) {
+        assert!((got - want).abs() < 0.05, "costs {last:?}, want 1/1/3/3");
+    }
+}
+
 #[test]
 fn bench_stream_refuses_bad_sizes() {
     let output = Command::new(env!("CARGO_BIN_EXE_cairn"))

@@ -92,6 +92,37 @@ pub struct BlockCache<D> {
     capacity_bytes: u64,
 }
 
+/// What the stream table knows of a request, looked up lazily: a hit on a
+/// random request never touches the table's shared state.
+#[derive(Clone, Copy, Debug)]
+enum Stream {
+    /// Not looked up: the first miss observes `first..end`.
+    Unseen { first: u64, end: u64 },
+    /// Looked up, continues no stream; the first miss records it as a
+    /// possible stream start, ending before `end`.
+    Unregistered { end: u64 },
+    /// Recorded: how many requests in a row continued its stream (0 =
+    /// random).
+    Run(u32),
+}
+
+impl Stream {
+    /// The request's run, recording the request if it is not yet.
+    #[inline]
+    fn resolve(&mut self, streams: &StreamTable) -> u32 {
+        let run = match *self {
+            Stream::Unseen { first, end } => streams.observe(first, end),
+            Stream::Unregistered { end } => {
+                streams.start(end);
+                0
+            }
+            Stream::Run(run) => run,
+        };
+        *self = Stream::Run(run);
+        run
+    }
+}
+
 /// Counters of one cost group, summed over shards.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GroupMetrics {
@@ -212,7 +243,12 @@ impl<D: Device> BlockCache<D> {
             shard_bits: shards.trailing_zeros(),
             write_locks: (0..WRITE_LOCKS).map(|_| Mutex::new(())).collect(),
             streams: StreamTable::new(readahead_blocks.max(2)),
-            groups: GroupTracker::new(Arc::clone(&config.placement), table, config.cost_smoothing),
+            groups: GroupTracker::new(
+                Arc::clone(&config.placement),
+                table,
+                config.cost_smoothing,
+                block,
+            ),
             readahead_blocks,
             write_mode: config.write_mode,
             policy_name,
@@ -284,7 +320,13 @@ impl<D: Device> BlockCache<D> {
             });
         }
         let mut got = None;
-        self.fetch(block, block + 1, None, &mut |handle| got = Some(handle))?;
+        let mut stream = Stream::Unseen {
+            first: block,
+            end: block + 1,
+        };
+        self.fetch(block, block + 1, &mut stream, &mut |handle| {
+            got = Some(handle);
+        })?;
         Ok(got.expect("fetch delivers the block asked for"))
     }
 
@@ -297,7 +339,7 @@ impl<D: Device> BlockCache<D> {
         out: &mut Vec<BlockSlice>,
     ) -> Result<(), DeviceError> {
         self.for_each_block(offset, len, |block, range| {
-            out.push(block.slice(range));
+            out.push(block.into_slice(range));
         })
     }
 
@@ -315,12 +357,18 @@ impl<D: Device> BlockCache<D> {
         }
         let first = offset >> self.block_shift;
         let last = (offset + len - 1) >> self.block_shift;
-        let run = self.streams.observe(first, last + 1);
+        // A request that continues a stream is recorded now (its hits move the
+        // stream on); a random one only at its first miss, so a random hit
+        // writes nothing shared.
+        let mut stream = match self.streams.continue_stream(first, last + 1) {
+            Some(run) => Stream::Run(run),
+            None => Stream::Unregistered { end: last + 1 },
+        };
         let mut at = offset;
         let end = offset + len;
         let mut block = first;
         while block <= last {
-            block += self.fetch(block, last + 1, Some(run), &mut |handle| {
+            block += self.fetch(block, last + 1, &mut stream, &mut |handle| {
                 let start = (at - (at >> self.block_shift << self.block_shift)) as usize;
                 let n = (handle.len() - start).min((end - at) as usize);
                 f(handle, start..start + n);
@@ -332,7 +380,9 @@ impl<D: Device> BlockCache<D> {
     }
 
     /// The hit path, or waiting for a load, or leading one. `request_end`:
-    /// the block after the caller's request (a leader reads up to it).
+    /// the block after the caller's request (a leader reads up to it);
+    /// `stream`: the request's place in the stream table, resolved at the
+    /// first miss.
     /// Hands `deliver` the block and, when this call led a run, the run's
     /// following blocks up to `request_end`, in order; returns how many it
     /// delivered (each is one access: the policy sees it once).
@@ -340,7 +390,7 @@ impl<D: Device> BlockCache<D> {
         &self,
         block: u64,
         request_end: u64,
-        run: Option<u32>,
+        stream: &mut Stream,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         loop {
@@ -364,12 +414,12 @@ impl<D: Device> BlockCache<D> {
                     return Ok(1);
                 }
                 None => {
-                    let run = run.unwrap_or_else(|| self.streams.observe(block, block + 1));
+                    let run = stream.resolve(&self.streams);
                     let group = self.groups.group(block << self.block_shift, run > 0);
                     let claim = shard.claim(block, group, false);
                     drop(shard);
                     // Read ahead from a stream's second continuation on.
-                    return self.load(claim, request_end, run >= 2, group, deliver);
+                    return self.load(claim, request_end, run >= 2, run > 0, deliver);
                 }
             }
         }
@@ -377,12 +427,14 @@ impl<D: Device> BlockCache<D> {
 
     /// Leads the load of `first` and the absent blocks after it (to the end
     /// of the request, plus readahead when `read_ahead`) in one device read.
+    /// Each block goes in its own device's group (`sequential` or not), and
+    /// each device's part of the read is charged to that group.
     fn load(
         &self,
         first: Claim,
         request_end: u64,
         read_ahead: bool,
-        group: u16,
+        sequential: bool,
         deliver: &mut dyn FnMut(BlockRef),
     ) -> Result<u64, DeviceError> {
         let start = first.block;
@@ -397,9 +449,17 @@ impl<D: Device> BlockCache<D> {
             if shard.map.contains_key(&block) {
                 break;
             }
+            let group = self.groups.group(block << self.block_shift, sequential);
             run.push(shard.claim(block, group, block >= request_end));
         }
-        let bytes: u64 = run.iter().map(|c| self.block_len(c.block) as u64).sum();
+        let mut shares = Vec::with_capacity(2);
+        for claim in &run {
+            self.groups.share(
+                &mut shares,
+                claim.group / 2,
+                self.block_len(claim.block) as u64,
+            );
+        }
         let started = Instant::now();
         let result = {
             let mut buffers: Vec<&mut [u8]> = run
@@ -417,9 +477,9 @@ impl<D: Device> BlockCache<D> {
         let elapsed = started.elapsed();
         match result {
             Ok(()) => {
-                self.groups.record(group, run.len(), bytes, elapsed);
+                self.groups.record_read(&shares, sequential, elapsed);
                 for claim in &run {
-                    lock(self.shard_of(claim.block)).install(claim, group);
+                    lock(self.shard_of(claim.block)).install(claim);
                     claim.flight.complete(Some(Arc::clone(&claim.frame)));
                 }
                 // Waiters are released first; then the caller's blocks.
@@ -442,7 +502,7 @@ impl<D: Device> BlockCache<D> {
                 if several {
                     // Perhaps only a block read ahead is unreadable: retry
                     // the one block asked for on its own.
-                    return self.fetch(start, start + 1, Some(0), deliver);
+                    return self.fetch(start, start + 1, &mut Stream::Run(0), deliver);
                 }
                 Err(error)
             }
@@ -636,6 +696,10 @@ impl<D: Device> Device for BlockCache<D> {
 
     fn alignment(&self) -> u64 {
         self.device.alignment()
+    }
+
+    fn busy_ns(&self) -> Option<u64> {
+        self.device.busy_ns()
     }
 
     fn describe(&self) -> String {

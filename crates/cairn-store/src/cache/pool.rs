@@ -67,15 +67,17 @@ impl BlockRef {
 
     /// A part of the block, still without a copy.
     pub fn slice(&self, range: Range<usize>) -> BlockSlice {
+        self.clone().into_slice(range)
+    }
+
+    /// A part of the block, taking this handle (no reference-count traffic).
+    pub fn into_slice(self, range: Range<usize>) -> BlockSlice {
         assert!(
             range.start <= range.end && range.end <= self.len as usize,
             "slice {range:?} of a {}-byte block",
             self.len
         );
-        BlockSlice {
-            block: self.clone(),
-            range,
-        }
+        BlockSlice { block: self, range }
     }
 }
 

@@ -34,6 +34,8 @@ pub(crate) struct Counts {
 /// unique buffer to read it into.
 pub(crate) struct Claim {
     pub(crate) block: u64,
+    /// The block's cost group.
+    pub(crate) group: u16,
     pub(crate) flight: Arc<Flight>,
     pub(crate) frame: Arc<Frame>,
 }
@@ -139,6 +141,7 @@ impl Shard {
         }
         Claim {
             block,
+            group,
             flight,
             frame: self.pool.take(),
         }
@@ -153,12 +156,14 @@ impl Shard {
     /// The leader's read of `claim` succeeded: make it resident (if the slot
     /// is still ours and the policy admits it), evicting what the policy
     /// names. The caller completes the flight after releasing the lock.
-    pub(crate) fn install(&mut self, claim: &Claim, group: u16) {
+    pub(crate) fn install(&mut self, claim: &Claim) {
         let Claim {
             block,
+            group,
             flight,
             frame,
         } = claim;
+        let group = *group;
         let mut installed = false;
         if self.owns(*block, flight) {
             let access = self.access(*block, group);

@@ -56,21 +56,49 @@ impl StreamTable {
     /// random request, 1 for the first continuation, and so on (saturating
     /// at 255).
     pub(crate) fn observe(&self, first: u64, end: u64) -> u32 {
+        self.continue_stream(first, end).unwrap_or_else(|| {
+            self.start(end);
+            0
+        })
+    }
+
+    /// If a request for `first..end` continues a known stream, records it
+    /// and returns the stream's run (as [`observe`](Self::observe)); `None`
+    /// for a random request, which is not recorded (see [`start`](Self::start)).
+    /// Writes nothing shared unless the request continues a stream.
+    #[inline]
+    pub(crate) fn continue_stream(&self, first: u64, end: u64) -> Option<u32> {
+        // `first` is within `gap` of `expected` iff `expected - first + gap`
+        // (wrapping, in 64 bits) is at most `2 × gap`: one compare per entry.
+        // An empty entry's block bits are all ones (2^56 - 1), further than
+        // `gap` from any block a device has (fewer than 2^52).
+        let window = 2 * self.gap;
+        let near = |entry: u64| {
+            (entry & BLOCK_MASK)
+                .wrapping_sub(first)
+                .wrapping_add(self.gap)
+                <= window
+        };
         for slot in &self.expected {
             let mut entry = slot.load(Ordering::Relaxed);
-            while entry != EMPTY && first.abs_diff(entry & BLOCK_MASK) <= self.gap {
+            while near(entry) {
                 let run = (entry >> BLOCK_BITS) + 1;
                 let next = pack(end.max(entry & BLOCK_MASK), run);
                 match slot.compare_exchange_weak(entry, next, Ordering::Relaxed, Ordering::Relaxed)
                 {
-                    Ok(_) => return run.min(RUN_MAX) as u32,
+                    Ok(_) => return Some(run.min(RUN_MAX) as u32),
                     Err(now) => entry = now,
                 }
             }
         }
+        None
+    }
+
+    /// Records a random request ending before block `end` as a possible
+    /// stream start, replacing the oldest entry.
+    pub(crate) fn start(&self, end: u64) {
         let victim = self.cursor.fetch_add(1, Ordering::Relaxed) % STREAMS;
         self.expected[victim].store(pack(end, 0), Ordering::Relaxed);
-        0
     }
 }
 
@@ -91,6 +119,25 @@ mod tests {
             "the first stream is still known"
         );
         assert_eq!(streams.observe(120, 121), 0, "too far ahead");
+    }
+
+    #[test]
+    fn a_random_request_is_recorded_only_when_started() {
+        let streams = StreamTable::new(1);
+        assert_eq!(streams.continue_stream(100, 101), None);
+        assert_eq!(
+            streams.observe(101, 102),
+            0,
+            "an unrecorded request starts no stream"
+        );
+        assert_eq!(streams.continue_stream(102, 103), Some(1));
+        streams.start(501);
+        assert_eq!(streams.continue_stream(501, 502), Some(1));
+        assert_eq!(
+            streams.continue_stream(0, 1),
+            None,
+            "empty entries match nothing"
+        );
     }
 
     #[test]

@@ -174,6 +174,53 @@ fn concatenated_devices_get_their_own_cost_groups() {
 }
 
 #[test]
+fn a_read_across_striped_parts_charges_each_part_by_its_clock() {
+    use crate::device::{Pace, StripedDevice, Throttle, ThrottledDevice};
+    let part = |mb_s: f64| -> SharedDevice {
+        Arc::new(ThrottledDevice::new(
+            MemoryDevice::new(1 << 20),
+            Throttle {
+                op_us: 0.0,
+                seek_us: 0.0,
+                bandwidth_mb_s: mb_s,
+            },
+            Pace::Virtual,
+        ))
+    };
+    // 4 KiB stripes alternating SSD, HDD: one 64 KiB read spans both.
+    let striped = Arc::new(StripedDevice::new(vec![part(300.0), part(100.0)], 4096).unwrap());
+    let cache = BlockCache::new(
+        Arc::clone(&striped),
+        &CacheConfig {
+            placement: striped,
+            cost_smoothing: 1.0,
+            readahead_bytes: 0,
+            ..config(4096, 256 << 10, "cost")
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    cache.read_refs(0, 64 << 10, &mut out).unwrap();
+    assert_eq!(out.len(), 16);
+    let m = cache.metrics();
+    // Blocks 0, 2, .. are on the SSD, 1, 3, .. on the HDD: each in its own
+    // device's group, though one device read served them all.
+    assert_eq!((m.groups[1].misses, m.groups[3].misses), (8, 8), "{m:?}");
+    assert_eq!(
+        (m.groups[1].device_read_bytes, m.groups[3].device_read_bytes),
+        (32 << 10, 32 << 10)
+    );
+    let costs = cache.costs();
+    assert!((costs[1] - 1.0).abs() < 1e-9, "{costs:?}");
+    assert!((costs[3] - 3.0).abs() < 1e-3, "{costs:?}");
+    // 4096 bytes at 300 MB/s: 13.65 µs a block.
+    assert!(
+        (m.groups[1].miss_service_ns_per_block - 13_653.3).abs() < 1.0,
+        "{m:?}"
+    );
+}
+
+#[test]
 fn bad_configurations_are_refused_with_reasons() {
     let device = Arc::new(MemoryDevice::new(1 << 20));
     for (block, capacity, shards) in [

@@ -58,6 +58,11 @@ impl ConcatDevice {
         self.parts.len()
     }
 
+    /// Part `index`.
+    pub fn part(&self, index: usize) -> &SharedDevice {
+        &self.parts[index]
+    }
+
     /// Which part holds byte `offset` (which must be in range).
     pub(crate) fn part_of(&self, offset: u64) -> usize {
         self.starts.partition_point(|&s| s <= offset) - 1
@@ -151,6 +156,11 @@ impl StripedDevice {
     /// Number of parts.
     pub fn parts(&self) -> usize {
         self.parts.len()
+    }
+
+    /// Part `index`.
+    pub fn part(&self, index: usize) -> &SharedDevice {
+        &self.parts[index]
     }
 
     /// Stripe size in bytes.

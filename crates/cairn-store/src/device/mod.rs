@@ -206,6 +206,14 @@ pub trait Device: Send + Sync {
     }
     /// A short human-readable description (kind and path), for errors and `inspect`.
     fn describe(&self) -> String;
+    /// The device's busy time so far, nanoseconds, when the device accounts
+    /// for it itself (as a disk's `io_ticks` in `/proc/diskstats`): a
+    /// throttled device's modelled time. `None` (the default) when it does
+    /// not. The block cache times its device reads with this clock where a
+    /// device has one and with the wall clock where not.
+    fn busy_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A run of bytes in [`Device::allocation`]'s answer.
@@ -287,6 +295,9 @@ macro_rules! forward_device {
             }
             fn describe(&self) -> String {
                 (**self).describe()
+            }
+            fn busy_ns(&self) -> Option<u64> {
+                (**self).busy_ns()
             }
         }
     };

@@ -160,6 +160,10 @@ impl<D: Device> Device for ThrottledDevice<D> {
         self.inner.alignment()
     }
 
+    fn busy_ns(&self) -> Option<u64> {
+        Some(self.elapsed_ns.load(Ordering::Relaxed))
+    }
+
     fn describe(&self) -> String {
         format!(
             "throttled ({} µs/op, {} µs/seek, {} MB/s, {:?}) {}",

@@ -30,17 +30,22 @@ random whose costs the cache measures online from the service times it
 observes (smoothed, fastest group = 1). `cost:costs=[1,1,3,3]` with
 --smoothing 0 gives the paper's fixed costs.
 
-Prints throughput (MB/s of requested bytes over wall time, and over the two
-devices' modelled busy time, which no scheduling noise touches) and hit ratio
-per share and policy, the gain of each cost policy over LRU, and the cost
-estimates the cache ended with. Trace blocks are renumbered densely in order
-of first touch (the volume is the working set, not the trace's address
-range). The embedded CloudPhysics sample replays in object mode (an object is
-an extent of its size); --trace takes any block trace (MSR Cambridge CSV,
-CloudPhysics CSV or VSCSI keep their offsets).
+The devices keep their time on a modelled clock (--pace virtual, the
+default): each operation costs its length over the device's throughput, and
+nothing sleeps, so the full embedded sample replays in under a minute.
+Throughput is requested bytes over the two devices' modelled busy time; the
+cache charges each device's part of every read to that device's cost group by
+the device's clock and its bytes, so its cost estimates come out at the
+devices' true ratio. --pace sleep also waits each operation out in real time
+(scaled ×--speedup) and adds wall-clock throughput.
 
-The default run scales both devices ×--speedup (default 10: SSD 1500 MB/s,
-HDD 500 MB/s — the ratio is what matters) and takes about two minutes.";
+Prints throughput and hit ratio per share and policy, the gain of each cost
+policy over LRU, and the cost estimates the cache ended with. Trace blocks
+are renumbered densely in order of first touch (the volume is the working
+set, not the trace's address range). The embedded CloudPhysics sample
+replays in object mode (an object is an extent of its size); --trace takes
+any block trace (MSR Cambridge CSV, CloudPhysics CSV or VSCSI keep their
+offsets).";
 
 /// `cairn bench hetero` flags.
 #[derive(clap::Args, Debug)]
@@ -78,10 +83,27 @@ pub struct HeteroBenchArgs {
     #[arg(long, value_name = "MB/S", default_value_t = 50.0)]
     hdd_mb_s: f64,
 
-    /// Both devices run this many times faster (keeps their ratio; much
-    /// faster and the cache's own microseconds per block blur it).
+    /// Both devices run this many times faster (keeps their ratio). Matters
+    /// only with `--pace sleep`, where much faster and the cache's own
+    /// microseconds per block blur the devices' times.
     #[arg(long, value_name = "X", default_value_t = 2.0)]
     speedup: f64,
+
+    /// How the throttled devices spend their time: `virtual` (default)
+    /// counts each operation's modelled time on the device's clock and
+    /// sleeps none, so the replay runs at memory speed and throughput is
+    /// reported over the modelled busy time; `sleep` also waits it out in
+    /// real time (the full sample then takes tens of minutes).
+    #[arg(long, value_name = "MODE", default_value = "virtual", value_parser = ["virtual", "sleep"])]
+    pace: String,
+
+    /// What the cache times each device's part of a read by: `device`
+    /// (default), the throttled device's own busy clock; `wall`, the wall
+    /// time of the whole read (as for a device that keeps no clock; a read
+    /// spanning both devices then updates no estimate). `wall` only makes
+    /// sense with `--pace sleep`.
+    #[arg(long, value_name = "CLOCK", default_value = "device", value_parser = ["device", "wall"])]
+    cost_clock: String,
 
     /// Weight of a new sample in each group's service-time average; 0 keeps
     /// a `cost` policy's configured costs.
@@ -116,6 +138,8 @@ struct SplitVolume {
     threshold: u64,
     all_ssd: bool,
     len: u64,
+    /// Whether the placement gives the cache the devices' clocks.
+    clocks: bool,
 }
 
 impl SplitVolume {
@@ -158,6 +182,14 @@ impl Placement for SplitVolume {
     }
     fn device_of(&self, offset: u64) -> u16 {
         self.device_of_block(offset / BLOCK) as u16
+    }
+    /// Each throttled device's modelled busy time: the cache charges each
+    /// device's part of a read to that device's group by it.
+    fn busy_ns(&self, device: u16) -> Option<u64> {
+        self.devices
+            .get(usize::from(device))
+            .filter(|_| self.clocks)
+            .and_then(Device::busy_ns)
     }
 }
 
@@ -252,6 +284,8 @@ struct Outcome {
     device_mb_s: f64,
     hit_ratio: f64,
     costs: Vec<f64>,
+    /// Each group's smoothed service time per block, µs (0 = not measured).
+    per_block_us: Vec<f64>,
 }
 
 fn replay(device: &dyn Device, ios: &[Io], buf: &mut [u8]) -> Result<f64> {
@@ -340,6 +374,11 @@ pub fn run(args: &HeteroBenchArgs) -> Result<()> {
                 device_mb_s: bytes as f64 / busy.as_secs_f64().max(1e-9) / 1e6,
                 hit_ratio: metrics.hit_ratio(),
                 costs: cache.costs(),
+                per_block_us: metrics
+                    .groups
+                    .iter()
+                    .map(|g| g.miss_service_ns_per_block / 1e3)
+                    .collect(),
             };
             eprintln!(
                 "{name}, SSD {share}%: {mb_s:.1} MB/s wall, {:.1} MB/s device time, hit ratio {:.1} %, costs {:?}",
@@ -360,6 +399,11 @@ pub fn run(args: &HeteroBenchArgs) -> Result<()> {
 }
 
 fn split_volume(args: &HeteroBenchArgs, share: f64, len: u64) -> SplitVolume {
+    let pace = if args.pace == "sleep" {
+        Pace::Sleep
+    } else {
+        Pace::Virtual
+    };
     let throttle = |mb_s: f64| Throttle {
         op_us: 0.0,
         seek_us: 0.0,
@@ -367,12 +411,13 @@ fn split_volume(args: &HeteroBenchArgs, share: f64, len: u64) -> SplitVolume {
     };
     SplitVolume {
         devices: [
-            ThrottledDevice::new(MemoryDevice::new(len), throttle(args.ssd_mb_s), Pace::Sleep),
-            ThrottledDevice::new(MemoryDevice::new(len), throttle(args.hdd_mb_s), Pace::Sleep),
+            ThrottledDevice::new(MemoryDevice::new(len), throttle(args.ssd_mb_s), pace),
+            ThrottledDevice::new(MemoryDevice::new(len), throttle(args.hdd_mb_s), pace),
         ],
         threshold: (share / 100.0 * 18_446_744_073_709_551_616.0) as u64,
         all_ssd: share >= 100.0,
         len,
+        clocks: args.cost_clock == "device",
     }
 }
 
@@ -381,14 +426,21 @@ fn print_results(
     policies: &[(String, cairn_policy::PolicyConfig)],
     results: &[Vec<Outcome>],
 ) {
-    let header = |title: &str| {
+    let header_width = |title: &str, width: usize| {
         print!("{title:<14}");
         for share in &args.shares {
-            print!(" {:>9}", format!("{share}:{}", 100.0 - share));
+            print!(" {:>width$}", format!("{share}:{}", 100.0 - share));
         }
         println!();
     };
-    println!("\nthroughput, MB/s (SSD:HDD share of blocks)");
+    let header = |title: &str| header_width(title, 9);
+    if args.pace == "sleep" {
+        println!("\nthroughput, MB/s (SSD:HDD share of blocks)");
+    } else {
+        println!(
+            "\nwall-clock throughput, MB/s (SSD:HDD share of blocks; --pace virtual: the cache's own speed, not the devices')"
+        );
+    }
     header("policy");
     for ((name, _), row) in policies.iter().zip(results) {
         print!("{name:<14}");
@@ -415,7 +467,9 @@ fn print_results(
         }
         println!();
     }
-    if let Some(base) = results.first() {
+    if let Some(base) = results.first()
+        && args.pace == "sleep"
+    {
         println!("\nthroughput gain over {}, %", policies[0].0);
         header("policy");
         for ((name, _), row) in policies.iter().zip(results).skip(1) {
@@ -425,6 +479,8 @@ fn print_results(
             }
             println!();
         }
+    }
+    if let Some(base) = results.first() {
         println!("\ndevice-time throughput gain over {}, %", policies[0].0);
         header("policy");
         for ((name, _), row) in policies.iter().zip(results).skip(1) {
@@ -439,12 +495,31 @@ fn print_results(
         }
     }
     println!("\ncosts at the end (groups ssd-seq, ssd-rand, hdd-seq, hdd-rand)");
-    header("policy");
+    header_width("policy", 19);
     for ((name, _), row) in policies.iter().zip(results) {
         print!("{name:<14}");
         for outcome in row {
-            let text: Vec<String> = outcome.costs.iter().map(|c| format!("{c:.1}")).collect();
-            print!(" {:>9}", text.join("/"));
+            let text: Vec<String> = outcome.costs.iter().map(|c| format!("{c:.2}")).collect();
+            print!(" {:>19}", text.join("/"));
+        }
+        println!();
+    }
+    let true_us = |mb_s: f64| BLOCK as f64 / (mb_s * args.speedup);
+    println!(
+        "\nmeasured device time per {BLOCK}-byte block, µs (same groups; the devices' true time: SSD {:.2}, HDD {:.2})",
+        true_us(args.ssd_mb_s),
+        true_us(args.hdd_mb_s)
+    );
+    header_width("policy", 23);
+    for ((name, _), row) in policies.iter().zip(results) {
+        print!("{name:<14}");
+        for outcome in row {
+            let text: Vec<String> = outcome
+                .per_block_us
+                .iter()
+                .map(|us| format!("{us:.1}"))
+                .collect();
+            print!(" {:>23}", text.join("/"));
         }
         println!();
     }
