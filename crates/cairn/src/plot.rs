@@ -38,6 +38,29 @@ pub fn miss_ratio_curves(path: &Path, title: &str, x_label: &str, series: &[Seri
     )
 }
 
+/// A plot file's format, from its name.
+enum Format {
+    Svg,
+    Png,
+}
+
+impl Format {
+    fn of(path: &Path) -> Result<Self> {
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match extension.as_deref() {
+            Some("svg") => Ok(Self::Svg),
+            Some("png") => Ok(Self::Png),
+            _ => bail!(
+                "plot file {}: the name must end in .svg or .png",
+                path.display()
+            ),
+        }
+    }
+}
+
 /// Writes `series` to `path` (`.svg` or `.png`) as lines with points.
 pub fn lines(
     path: &Path,
@@ -46,29 +69,21 @@ pub fn lines(
     y: YAxis<'_>,
     series: &[Series],
 ) -> Result<()> {
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
     let size = (1000, 640);
-    let result = match extension.as_deref() {
-        Some("svg") => draw(
+    let result = match Format::of(path)? {
+        Format::Svg => draw(
             &SVGBackend::new(path, size).into_drawing_area(),
             title,
             x_label,
             y,
             series,
         ),
-        Some("png") => draw(
+        Format::Png => draw(
             &BitMapBackend::new(path, size).into_drawing_area(),
             title,
             x_label,
             y,
             series,
-        ),
-        _ => bail!(
-            "plot file {}: the name must end in .svg or .png",
-            path.display()
         ),
     };
     result.with_context(|| format!("drawing plot {}", path.display()))
@@ -166,29 +181,21 @@ pub fn bars(
     y_label: &str,
     series: &[BarSeries],
 ) -> Result<()> {
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
     let size = (1200, 640);
-    let result = match extension.as_deref() {
-        Some("svg") => draw_bars(
+    let result = match Format::of(path)? {
+        Format::Svg => draw_bars(
             &SVGBackend::new(path, size).into_drawing_area(),
             title,
             categories,
             y_label,
             series,
         ),
-        Some("png") => draw_bars(
+        Format::Png => draw_bars(
             &BitMapBackend::new(path, size).into_drawing_area(),
             title,
             categories,
             y_label,
             series,
-        ),
-        _ => bail!(
-            "plot file {}: the name must end in .svg or .png",
-            path.display()
         ),
     };
     result.with_context(|| format!("drawing plot {}", path.display()))

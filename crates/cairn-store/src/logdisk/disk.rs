@@ -743,6 +743,19 @@ impl<D: Device> LogDisk<D> {
         Ok(())
     }
 
+    fn check_blocks(&self, first: u64, count: u64) -> Result<(), LogDiskError> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.geo.logical_blocks)
+        {
+            return Err(LogDiskError::Invalid(format!(
+                "blocks {first}..+{count} are past the end ({} blocks)",
+                self.geo.logical_blocks
+            )));
+        }
+        Ok(())
+    }
+
     fn check_block(&self, logical: u64, len: usize) -> Result<(), LogDiskError> {
         if logical >= self.geo.logical_blocks {
             return Err(LogDiskError::Invalid(format!(
@@ -770,15 +783,7 @@ impl<D: Device> LogDisk<D> {
             )));
         }
         let count = (data.len() / b) as u64;
-        if first
-            .checked_add(count)
-            .is_none_or(|end| end > self.geo.logical_blocks)
-        {
-            return Err(LogDiskError::Invalid(format!(
-                "blocks {first}..+{count} are past the end ({} blocks)",
-                self.geo.logical_blocks
-            )));
-        }
+        self.check_blocks(first, count)?;
         let mut st = self.write_state();
         if st.nv.is_some() {
             self.write_nv(&mut st, first, data)
@@ -1250,15 +1255,7 @@ impl<D: Device> LogDisk<D> {
     /// crash before the next checkpoint may bring back an earlier write of a
     /// trimmed block (never another block's data, never bytes never written).
     pub fn trim_blocks(&self, first: u64, count: u64) -> Result<(), LogDiskError> {
-        if first
-            .checked_add(count)
-            .is_none_or(|end| end > self.geo.logical_blocks)
-        {
-            return Err(LogDiskError::Invalid(format!(
-                "blocks {first}..+{count} are past the end ({} blocks)",
-                self.geo.logical_blocks
-            )));
-        }
+        self.check_blocks(first, count)?;
         let b = self.geo.block_size as usize;
         let mut st = self.write_state();
         for logical in first..first + count {
