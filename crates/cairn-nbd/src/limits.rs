@@ -14,11 +14,13 @@ pub const STRING_MAX_BYTES: usize = 4096;
 /// when reached, the reader waits for replies to drain before reading on.
 /// At least one maximal request always fits.
 pub const INFLIGHT_MAX_BYTES: u64 = 256 << 20;
-/// Requests one connection may have queued for its workers.
-pub const QUEUE_MAX_REQUESTS: usize = 256;
-/// Worker threads per connection executing requests (replies complete out of
-/// order across them).
-pub const WORKERS_PER_CONNECTION: usize = 4;
+/// Requests one connection may have in flight (read, not yet replied to:
+/// executing, or replies queued for the sending thread); when reached, the
+/// reader waits for replies to drain before reading on.
+pub const INFLIGHT_MAX_REQUESTS: usize = 256;
+/// Threads per connection taking turns to read a request and execute it
+/// (replies complete out of order across them).
+pub const THREADS_PER_CONNECTION: usize = 4;
 /// Buffers a connection keeps for reuse after a request completes.
 pub const POOLED_BUFFERS_MAX: usize = 16;
 /// Largest buffer returned to the pool (bigger ones are freed).

@@ -242,6 +242,39 @@ fn pipelined_requests_all_get_exactly_one_reply() {
 }
 
 #[test]
+fn more_requests_than_may_be_in_flight_all_get_replies() {
+    // 1200 requests before reading any reply: far more than a connection may
+    // have in flight (256), so the server must keep sending replies while it
+    // waits to read on, and every reply — refused requests' too — must give
+    // its request's slot back, or the connection stalls (the client's read
+    // timeout fails the test).
+    let (server, _) = TestServer::memory(1 << 20);
+    let mut client = Client::connected(&server.path, true);
+    client
+        .stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    for i in 0..1200u64 {
+        let (cookie, error) = match i % 3 {
+            0 => (client.send(CMD_FLUSH, 0, 0, 0, &[]), 0),
+            1 => (client.send(200, 0, 0, 0, &[]), Errno::Inval.code()),
+            _ => (
+                client.send(CMD_WRITE, 0, (i % 256) * 4096, 4096, &[7; 4096]),
+                0,
+            ),
+        };
+        expected.insert(cookie, error);
+    }
+    for _ in 0..1200 {
+        let reply = client.reply();
+        assert_eq!(expected.remove(&reply.cookie), Some(reply.error));
+    }
+    assert!(expected.is_empty());
+    assert_eq!(client.read(4096, 4096), vec![7; 4096]);
+}
+
+#[test]
 fn graceful_shutdown_finishes_in_flight_requests_and_flushes() {
     let (server, device) = TestServer::memory(4 << 20);
     let mut client = Client::connected(&server.path, false);
