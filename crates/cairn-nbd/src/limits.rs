@@ -21,8 +21,11 @@ pub const INFLIGHT_MAX_REQUESTS: usize = 256;
 /// Threads per connection taking turns to read a request and execute it
 /// (replies complete out of order across them).
 pub const THREADS_PER_CONNECTION: usize = 4;
-/// Buffers a connection keeps for reuse after a request completes.
-pub const POOLED_BUFFERS_MAX: usize = 16;
+/// Buffers a connection keeps for reuse after a request completes (enough
+/// for a client 64 requests deep, e.g. fio at iodepth 32 with replies queued).
+pub const POOLED_BUFFERS_MAX: usize = 64;
+/// Bytes of buffers a connection keeps for reuse.
+pub const POOL_MAX_BYTES: usize = 64 << 20;
 /// Largest buffer returned to the pool (bigger ones are freed).
 pub const POOLED_BUFFER_MAX_BYTES: usize = 4 << 20;
 /// Chunk size for writing zeroes and for discarding an oversized payload.

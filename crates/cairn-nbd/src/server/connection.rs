@@ -21,8 +21,8 @@ use crate::codec::transmission::{
     self, Command, Limits, OFFSET_DATA_HEADER_LEN, REQUEST_HEADER_LEN, Rejection, RequestHeader,
 };
 use crate::limits::{
-    INFLIGHT_MAX_BYTES, INFLIGHT_MAX_REQUESTS, POOLED_BUFFER_MAX_BYTES, POOLED_BUFFERS_MAX,
-    THREADS_PER_CONNECTION, ZERO_CHUNK_BYTES,
+    INFLIGHT_MAX_BYTES, INFLIGHT_MAX_REQUESTS, POOL_MAX_BYTES, POOLED_BUFFER_MAX_BYTES,
+    POOLED_BUFFERS_MAX, THREADS_PER_CONNECTION, ZERO_CHUNK_BYTES,
 };
 use crate::proto::Errno;
 
@@ -92,10 +92,11 @@ pub(super) fn serve<R: Read + Send, W: Write + Send>(
         output: Mutex::new(Output {
             sending: false,
             queue: VecDeque::new(),
+            spare: VecDeque::new(),
         }),
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
-        pool: Mutex::new(Vec::new()),
+        pool: Mutex::new(Pool::default()),
         lent: Mutex::new(Vec::new()),
         budget: Budget::default(),
     };
@@ -205,6 +206,8 @@ struct Output {
     /// Bounded by the in-flight budget: a queued reply still holds its
     /// request's budget, and the reader waits for budget.
     queue: VecDeque<Reply>,
+    /// The sender's batch between turns (kept for its capacity).
+    spare: VecDeque<Reply>,
 }
 
 /// Longest reply header kept inline (an `OFFSET_DATA` chunk header).
@@ -255,6 +258,14 @@ impl Reply {
     }
 }
 
+/// Payload buffers kept for reuse (a fresh one costs a zero-fill).
+#[derive(Default)]
+struct Pool {
+    buffers: Vec<Vec<u8>>,
+    /// The buffers' total capacity.
+    bytes: usize,
+}
+
 struct Connection<'a, 'r, R, W> {
     device: &'a dyn Device,
     session: Session,
@@ -266,7 +277,7 @@ struct Connection<'a, 'r, R, W> {
     writer: Mutex<W>,
     /// A reply could not be sent: the client is gone, skip remaining reads.
     broken: AtomicBool,
-    pool: Mutex<Vec<Vec<u8>>>,
+    pool: Mutex<Pool>,
     /// Emptied lists of lent buffers, for reuse.
     lent: Mutex<Vec<Vec<BlockSlice>>>,
     budget: Budget,
@@ -539,35 +550,39 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
     }
 
     /// Send `reply`, or queue it when another thread is sending. The thread
-    /// that sends also sends every reply queued meanwhile, so exactly one
-    /// thread at a time can be blocked on the socket and the others keep
-    /// reading requests.
+    /// that sends also sends every reply queued meanwhile, all that waited
+    /// at once (`writev`, 64 parts per call), so exactly one thread at a time
+    /// can be blocked on the socket and the others keep reading requests.
     fn deliver(&self, reply: Reply) {
-        {
+        let mut batch = {
             let mut output = lock(&self.output);
             if output.sending {
                 output.queue.push_back(reply);
                 return;
             }
             output.sending = true;
-        }
+            std::mem::take(&mut output.spare)
+        };
+        batch.push_back(reply);
         let mut writer = lock(&self.writer);
-        let mut reply = reply;
         loop {
             if !self.broken.load(Ordering::Relaxed)
-                && let Err(e) =
-                    write_all_iter(&mut *writer, reply.parts()).and_then(|()| writer.flush())
+                && let Err(e) = write_all_iter(&mut *writer, batch.iter().flat_map(Reply::parts))
+                    .and_then(|()| writer.flush())
                 && !self.broken.swap(true, Ordering::Relaxed)
             {
                 tracing::debug!("{}: reply not delivered, client gone: {e}", self.peer);
             }
-            self.finish(reply);
+            for reply in batch.drain(..) {
+                self.finish(reply);
+            }
             let mut output = lock(&self.output);
-            let Some(next) = output.queue.pop_front() else {
+            if output.queue.is_empty() {
                 output.sending = false;
+                output.spare = batch;
                 return;
-            };
-            reply = next;
+            }
+            std::mem::swap(&mut output.queue, &mut batch);
         }
     }
 
@@ -584,22 +599,27 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
     fn buffer(&self, len: usize) -> Vec<u8> {
         let mut buffer = {
             let mut pool = lock(&self.pool);
-            match pool.iter().position(|b| b.capacity() >= len) {
-                Some(index) => pool.swap_remove(index),
-                None => pool.pop().unwrap_or_default(),
-            }
+            let index = pool.buffers.iter().position(|b| b.capacity() >= len);
+            let buffer = match index {
+                Some(index) => pool.buffers.swap_remove(index),
+                None => pool.buffers.pop().unwrap_or_default(),
+            };
+            pool.bytes -= buffer.capacity();
+            buffer
         };
         buffer.resize(len, 0);
         buffer
     }
 
     fn recycle(&self, buffer: Vec<u8>) {
-        if buffer.capacity() == 0 || buffer.capacity() > POOLED_BUFFER_MAX_BYTES {
+        let capacity = buffer.capacity();
+        if capacity == 0 || capacity > POOLED_BUFFER_MAX_BYTES {
             return;
         }
         let mut pool = lock(&self.pool);
-        if pool.len() < POOLED_BUFFERS_MAX {
-            pool.push(buffer);
+        if pool.buffers.len() < POOLED_BUFFERS_MAX && pool.bytes + capacity <= POOL_MAX_BYTES {
+            pool.bytes += capacity;
+            pool.buffers.push(buffer);
         }
     }
 
