@@ -34,7 +34,9 @@ use std::sync::Arc;
 use cairn_store::{Device, DeviceError};
 
 use crate::codec::handshake::{BlockSize, ExportInfo};
-use crate::limits::{CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, STRING_MAX_BYTES};
+use crate::limits::{
+    CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, SOCKET_SEND_BUFFER_BYTES, STRING_MAX_BYTES,
+};
 
 pub use listen::{ListenAddress, Listener, NBD_PORT, Stream};
 pub use shutdown::Shutdown;
@@ -206,6 +208,13 @@ impl Server {
             tracing::info!("{peer}: refused, the server is shutting down");
             return;
         };
+        // A bigger send buffer lets a large READ reply go out in fewer
+        // wake-ups of the sender (and of the client reading it). The kernel
+        // caps it at net.core.wmem_max; a refusal changes nothing else.
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(
+            stream.as_fd(),
+            SOCKET_SEND_BUFFER_BYTES,
+        );
         let (reader, writer) = match (stream.try_clone(), stream) {
             (Ok(reader), writer) => (reader, writer),
             (Err(e), _) => {
