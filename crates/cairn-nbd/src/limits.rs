@@ -40,6 +40,6 @@ pub const TLS_READ_BUFFER_BYTES: usize = 64 << 10;
 /// buffer limit): a 64 MiB READ reply goes out in 256 such batches, and the
 /// reader thread never waits longer than one batch's encryption for the lock.
 pub const TLS_WRITE_BATCH_BYTES: usize = 256 << 10;
-/// Send buffer asked for on each connection's socket (the kernel caps it at
-/// `net.core.wmem_max`).
+/// Send buffer asked for on each Unix-socket connection (the kernel caps it
+/// at `net.core.wmem_max`; TCP keeps the kernel's autotuning).
 pub const SOCKET_SEND_BUFFER_BYTES: usize = 4 << 20;

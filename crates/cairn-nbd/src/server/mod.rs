@@ -210,11 +210,12 @@ impl Server {
         };
         // A bigger send buffer lets a large READ reply go out in fewer
         // wake-ups of the sender (and of the client reading it). The kernel
-        // caps it at net.core.wmem_max; a refusal changes nothing else.
-        let _ = rustix::net::sockopt::set_socket_send_buffer_size(
-            stream.as_fd(),
-            SOCKET_SEND_BUFFER_BYTES,
-        );
+        // caps it at net.core.wmem_max; a refusal changes nothing else. Unix
+        // sockets only: on TCP it would switch off the kernel's autotuning.
+        if let Stream::Unix(socket) = &stream {
+            let _ =
+                rustix::net::sockopt::set_socket_send_buffer_size(socket, SOCKET_SEND_BUFFER_BYTES);
+        }
         let (reader, writer) = match (stream.try_clone(), stream) {
             (Ok(reader), writer) => (reader, writer),
             (Err(e), _) => {
