@@ -7,11 +7,11 @@
 //! - [`codec`]: the protocol as pure functions over bytes — the fixed-newstyle
 //!   handshake as a state machine, request parsing and validation, reply
 //!   encoding. No I/O; fuzzed (`fuzz/fuzz_targets/nbd_*.rs`).
-//! - [`server`]: std threads over sockets. Per connection, one reader thread
-//!   parses requests and queues them to a few workers, which execute against
-//!   the device and write replies under a per-connection writer lock, so
-//!   replies complete out of order and the reader keeps reading while a reply
-//!   is being sent.
+//! - [`server`]: std threads over sockets. Per connection, a few threads take
+//!   turns reading a request; the one that read it executes it against the
+//!   device and writes the reply, or queues it when another thread is
+//!   sending (that sender writes it too), so replies complete out of order and
+//!   a thread is always free to read while a reply is being sent.
 //!
 //! TLS (`NBD_OPT_STARTTLS`, rustls, X.509 server certificates; modes off, on,
 //! require) is in [`server::tls`]; the TLS stream wraps the connection's two

@@ -14,13 +14,18 @@ pub const STRING_MAX_BYTES: usize = 4096;
 /// when reached, the reader waits for replies to drain before reading on.
 /// At least one maximal request always fits.
 pub const INFLIGHT_MAX_BYTES: u64 = 256 << 20;
-/// Requests one connection may have queued for its workers.
-pub const QUEUE_MAX_REQUESTS: usize = 256;
-/// Worker threads per connection executing requests (replies complete out of
-/// order across them).
-pub const WORKERS_PER_CONNECTION: usize = 4;
-/// Buffers a connection keeps for reuse after a request completes.
-pub const POOLED_BUFFERS_MAX: usize = 16;
+/// Requests one connection may have in flight (read, not yet replied to:
+/// executing, or replies queued for the sending thread); when reached, the
+/// reader waits for replies to drain before reading on.
+pub const INFLIGHT_MAX_REQUESTS: usize = 256;
+/// Threads per connection taking turns to read a request and execute it
+/// (replies complete out of order across them).
+pub const THREADS_PER_CONNECTION: usize = 4;
+/// Buffers a connection keeps for reuse after a request completes (enough
+/// for a client 64 requests deep, e.g. fio at iodepth 32 with replies queued).
+pub const POOLED_BUFFERS_MAX: usize = 64;
+/// Bytes of buffers a connection keeps for reuse.
+pub const POOL_MAX_BYTES: usize = 64 << 20;
 /// Largest buffer returned to the pool (bigger ones are freed).
 pub const POOLED_BUFFER_MAX_BYTES: usize = 4 << 20;
 /// Chunk size for writing zeroes and for discarding an oversized payload.
@@ -35,3 +40,6 @@ pub const TLS_READ_BUFFER_BYTES: usize = 64 << 10;
 /// buffer limit): a 64 MiB READ reply goes out in 256 such batches, and the
 /// reader thread never waits longer than one batch's encryption for the lock.
 pub const TLS_WRITE_BATCH_BYTES: usize = 256 << 10;
+/// Send buffer asked for on each Unix-socket connection (the kernel caps it
+/// at `net.core.wmem_max`; TCP keeps the kernel's autotuning).
+pub const SOCKET_SEND_BUFFER_BYTES: usize = 4 << 20;

@@ -5,10 +5,12 @@
 
 mod common;
 
+use std::io::Write;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cairn_nbd::codec::transmission::RequestHeader;
 use cairn_nbd::proto::*;
 use cairn_store::{Device, DeviceError, MemoryDevice};
 use common::{Client, TestServer, export, pattern};
@@ -239,6 +241,53 @@ fn pipelined_requests_all_get_exactly_one_reply() {
         assert!(cookies.remove(&reply.cookie), "one reply per cookie");
     }
     assert!(cookies.is_empty());
+}
+
+#[test]
+fn more_requests_than_may_be_in_flight_all_get_replies() {
+    // 3000 requests sent by one thread while another reads the replies: far
+    // more than a connection may have in flight (256), so the server waits
+    // for replies to go out before reading on, and every reply — refused
+    // requests' too — must give its request's slot back, or the connection
+    // stalls (a socket timeout fails the test; the server is never dropped,
+    // since a stalled connection would hold up its shutdown).
+    let (server, _) = TestServer::memory(1 << 20);
+    let server = std::mem::ManuallyDrop::new(server);
+    let mut client = Client::connected(&server.path, true);
+    let mut stream = client.stream.try_clone().unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut expected = std::collections::BTreeMap::new();
+        for cookie in 1..=3000u64 {
+            let (command, length, error) = match cookie % 3 {
+                0 => (CMD_FLUSH, 0, 0),
+                1 => (200, 0, Errno::Inval.code()),
+                _ => (CMD_WRITE, 4096, 0),
+            };
+            let header = RequestHeader {
+                flags: 0,
+                command,
+                cookie,
+                offset: (cookie % 256) * 4096,
+                length,
+            };
+            stream.write_all(&header.encode()).unwrap();
+            if command == CMD_WRITE {
+                stream.write_all(&[7; 4096]).unwrap();
+            }
+            expected.insert(cookie, error);
+        }
+        expected
+    });
+    let mut replies = std::collections::BTreeMap::new();
+    for _ in 0..3000 {
+        let reply = client.reply();
+        assert!(replies.insert(reply.cookie, reply.error).is_none());
+    }
+    assert_eq!(sender.join().unwrap(), replies);
+    assert_eq!(client.read(4096, 4096), vec![7; 4096]);
 }
 
 #[test]

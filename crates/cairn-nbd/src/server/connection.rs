@@ -1,9 +1,12 @@
-//! One connection: handshake, then a reader that queues requests to workers
-//! that execute them and write replies under the writer lock.
+//! One connection: the handshake, then a few threads that take turns reading
+//! requests (leader/follower): the thread that reads a request executes it and
+//! sends its reply, while the next thread reads the next request. A thread
+//! never waits to send: when another thread is sending, the reply joins the
+//! connection's reply queue and that sender writes it too.
 
+use std::collections::VecDeque;
 use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use cairn_store::cache::BlockSlice;
@@ -15,11 +18,11 @@ use crate::codec::handshake::{
     self, BASE_ALLOCATION_ID, Negotiation, OPTION_HEADER_LEN, OptionHeader, Outcome, Session,
 };
 use crate::codec::transmission::{
-    self, Command, Limits, REQUEST_HEADER_LEN, Rejection, RequestHeader,
+    self, Command, Limits, OFFSET_DATA_HEADER_LEN, REQUEST_HEADER_LEN, Rejection, RequestHeader,
 };
 use crate::limits::{
-    INFLIGHT_MAX_BYTES, POOLED_BUFFER_MAX_BYTES, POOLED_BUFFERS_MAX, QUEUE_MAX_REQUESTS,
-    WORKERS_PER_CONNECTION, ZERO_CHUNK_BYTES,
+    INFLIGHT_MAX_BYTES, INFLIGHT_MAX_REQUESTS, POOL_MAX_BYTES, POOLED_BUFFER_MAX_BYTES,
+    POOLED_BUFFERS_MAX, THREADS_PER_CONNECTION, ZERO_CHUNK_BYTES,
 };
 use crate::proto::Errno;
 
@@ -63,9 +66,18 @@ fn block_status(
 /// Zeroes for `WRITE_ZEROES`, shared by every connection.
 static ZEROES: [u8; ZERO_CHUNK_BYTES] = [0u8; ZERO_CHUNK_BYTES];
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Run a connection to its end. Errors are logged, never propagated: one
 /// client's trouble never reaches another.
-pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, writer: W, peer: &str) {
+pub(super) fn serve<R: Read + Send, W: Write + Send>(
+    inner: &Inner,
+    reader: R,
+    writer: W,
+    peer: &str,
+) {
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, Reader::Plain(reader));
     let mut writer = Writer::Plain(writer);
     let session = match negotiate(inner, &mut reader, &mut writer, peer) {
@@ -99,31 +111,36 @@ pub(super) fn serve<R: Read, W: Write + Send>(inner: &Inner, reader: R, writer: 
     let connection = Connection {
         device: export.device.as_ref(),
         session,
+        limits: Limits {
+            export_size: info.size,
+            read_only: info.read_only,
+            structured: session.structured,
+            base_allocation: session.base_allocation,
+            max_payload_bytes: info.block_size.maximum_bytes,
+        },
+        peer,
+        input: Mutex::new(Input {
+            reader: &mut reader,
+            done: false,
+        }),
+        output: Mutex::new(Output {
+            sending: false,
+            queue: VecDeque::new(),
+            spare: VecDeque::new(),
+        }),
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
-        pool: Mutex::new(Vec::new()),
+        pool: Mutex::new(Pool::default()),
         lent: Mutex::new(Vec::new()),
         budget: Budget::default(),
     };
-    let limits = Limits {
-        export_size: info.size,
-        read_only: info.read_only,
-        structured: session.structured,
-        base_allocation: session.base_allocation,
-        max_payload_bytes: info.block_size.maximum_bytes,
-    };
-    let (sender, receiver) = sync_channel::<Job>(QUEUE_MAX_REQUESTS);
-    let receiver = Mutex::new(receiver);
     std::thread::scope(|scope| {
-        for _ in 0..WORKERS_PER_CONNECTION {
-            scope.spawn(|| connection.work(&receiver));
+        for _ in 1..THREADS_PER_CONNECTION {
+            scope.spawn(|| connection.run());
         }
-        match connection.read_requests(&mut reader, &limits, &sender) {
-            Ok(()) => tracing::debug!("{peer}: disconnected"),
-            Err(e) => tracing::info!("{peer}: closing: {e}"),
-        }
-        // Workers drain what was queued, reply, and exit.
-        drop(sender);
+        connection.run();
+        // The scope waits for the others: each finishes its request and
+        // sends (or queues) its reply; the last sender empties the queue.
     });
 }
 
@@ -194,7 +211,7 @@ fn read_or_eof<R: Read>(reader: &mut R, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
-/// One unit of work for a worker.
+/// A request read and validated, not yet executed.
 enum Job {
     /// Execute a validated command; `payload` holds WRITE data.
     Run {
@@ -208,125 +225,226 @@ enum Job {
     Reject { cookie: u64, rejection: Rejection },
 }
 
-struct Connection<'a, W> {
+/// The request stream, read by one thread at a time (the one holding the
+/// lock around it).
+struct Input<'r, R> {
+    reader: &'r mut BufReader<Reader<R>>,
+    /// The client disconnected or broke the framing: read nothing more.
+    done: bool,
+}
+
+/// Replies waiting for the thread that is sending.
+struct Output {
+    /// A thread is writing replies to the socket; others queue theirs.
+    sending: bool,
+    /// Bounded by the in-flight budget: a queued reply still holds its
+    /// request's budget, and the reader waits for budget.
+    queue: VecDeque<Reply>,
+    /// The sender's batch between turns (kept for its capacity).
+    spare: VecDeque<Reply>,
+}
+
+/// Longest reply header kept inline (an `OFFSET_DATA` chunk header).
+const HEAD_MAX: usize = OFFSET_DATA_HEADER_LEN;
+
+/// One reply, owned, so it can wait in the queue.
+struct Reply {
+    head: [u8; HEAD_MAX],
+    head_len: usize,
+    body: Body,
+    /// Budget bytes (and one request) to release once the reply is out.
+    budget: u64,
+}
+
+enum Body {
+    Empty,
+    /// A pooled buffer (READ data).
+    Buffer(Vec<u8>),
+    /// Buffers lent by the device (zero-copy READ).
+    Lent(Vec<BlockSlice>),
+    /// An error chunk or block status (allocated, not pooled).
+    Owned(Vec<u8>),
+}
+
+impl Reply {
+    fn new(head: &[u8], body: Body, budget: u64) -> Self {
+        let mut bytes = [0u8; HEAD_MAX];
+        bytes[..head.len()].copy_from_slice(head);
+        Self {
+            head: bytes,
+            head_len: head.len(),
+            body,
+            budget,
+        }
+    }
+
+    /// The reply's bytes, in order.
+    fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let (single, lent): (&[u8], &[BlockSlice]) = match &self.body {
+            Body::Empty => (&[], &[]),
+            Body::Buffer(bytes) | Body::Owned(bytes) => (bytes, &[]),
+            Body::Lent(slices) => (&[], slices),
+        };
+        std::iter::once(&self.head[..self.head_len])
+            .chain(std::iter::once(single))
+            .chain(lent.iter().map(|s| &**s))
+            .filter(|part| !part.is_empty())
+    }
+}
+
+/// Payload buffers kept for reuse (a fresh one costs a zero-fill).
+#[derive(Default)]
+struct Pool {
+    buffers: Vec<Vec<u8>>,
+    /// The buffers' total capacity.
+    bytes: usize,
+}
+
+struct Connection<'a, 'r, R, W> {
     device: &'a dyn Device,
     session: Session,
+    limits: Limits,
+    peer: &'a str,
+    input: Mutex<Input<'r, R>>,
+    output: Mutex<Output>,
+    /// Held only by the sending thread.
     writer: Mutex<W>,
     /// A reply could not be sent: the client is gone, skip remaining reads.
     broken: AtomicBool,
-    pool: Mutex<Vec<Vec<u8>>>,
+    pool: Mutex<Pool>,
     /// Emptied lists of lent buffers, for reuse.
     lent: Mutex<Vec<Vec<BlockSlice>>>,
     budget: Budget,
 }
 
-impl<W: Write + Send> Connection<'_, W> {
-    /// Parse requests and queue them until the client disconnects, sends
-    /// `NBD_CMD_DISC`, or breaks the framing.
-    fn read_requests<R: Read>(
-        &self,
-        reader: &mut R,
-        limits: &Limits,
-        sender: &SyncSender<Job>,
-    ) -> io::Result<()> {
-        let mut bytes = [0u8; REQUEST_HEADER_LEN];
-        loop {
-            if !read_or_eof(reader, &mut bytes)? {
-                return Ok(());
-            }
-            let header = RequestHeader::parse(&bytes).map_err(io::Error::other)?;
-            let job = match transmission::validate(&header, limits) {
-                Ok(Command::Disconnect) => return Ok(()),
-                Ok(command) => {
-                    let (payload, budget) = match command {
-                        Command::Write { length, .. } => {
-                            let budget = self.budget.acquire(u64::from(length));
-                            let mut payload = self.buffer(length as usize);
-                            if let Err(e) = reader.read_exact(&mut payload) {
-                                self.budget.release(budget);
-                                return Err(e);
-                            }
-                            (payload, budget)
-                        }
-                        Command::Read { length, .. } => {
-                            (Vec::new(), self.budget.acquire(u64::from(length)))
-                        }
-                        _ => (Vec::new(), 0),
-                    };
-                    Job::Run {
-                        cookie: header.cookie,
-                        command,
-                        payload,
-                        budget,
-                    }
-                }
-                Err(rejection) => {
-                    // Stay in sync: skip the payload of a refused WRITE.
-                    let skip = u64::from(header.payload_len());
-                    let skipped = io::copy(&mut reader.by_ref().take(skip), &mut io::sink())?;
-                    if skipped < skip {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "truncated write payload",
-                        ));
-                    }
-                    tracing::debug!(
-                        "request {:#x} (command {}) refused: {} {}",
-                        header.cookie,
-                        header.command,
-                        rejection.errno,
-                        rejection.message
-                    );
-                    Job::Reject {
-                        cookie: header.cookie,
-                        rejection,
-                    }
-                }
-            };
-            if sender.send(job).is_err() {
-                return Err(io::Error::other("every worker has stopped"));
-            }
-        }
-    }
-
-    fn work(&self, receiver: &Mutex<Receiver<Job>>) {
+impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
+    /// One thread's loop: take the reader, read one request, hand the reader
+    /// on, execute, reply; until the request stream ends.
+    fn run(&self) {
         loop {
             let job = {
-                let receiver = receiver.lock().unwrap_or_else(PoisonError::into_inner);
-                receiver.recv()
+                let mut input = lock(&self.input);
+                if input.done {
+                    return;
+                }
+                match self.next_job(&mut *input.reader) {
+                    Ok(Some(job)) => job,
+                    Ok(None) => {
+                        input.done = true;
+                        tracing::debug!("{}: disconnected", self.peer);
+                        return;
+                    }
+                    Err(e) => {
+                        input.done = true;
+                        tracing::info!("{}: closing: {e}", self.peer);
+                        return;
+                    }
+                }
             };
-            let Ok(job) = job else { return };
-            match job {
+            let reply = match job {
                 Job::Run {
                     cookie,
                     command,
                     payload,
                     budget,
-                } => {
-                    self.execute(cookie, command, payload);
-                    self.budget.release(budget);
-                }
+                } => self.execute(cookie, command, payload, budget),
                 Job::Reject { cookie, rejection } => {
-                    self.reply_error(cookie, rejection.errno, rejection.message);
+                    Some(self.error_reply(cookie, rejection.errno, rejection.message, 0))
                 }
+            };
+            if let Some(reply) = reply {
+                self.deliver(reply);
             }
         }
     }
 
-    fn execute(&self, cookie: u64, command: Command, payload: Vec<u8>) {
+    /// Read and validate the next request: `Ok(None)` when the client
+    /// disconnected or sent `NBD_CMD_DISC`. Takes its budget first (waiting
+    /// while the connection has too much in flight).
+    fn next_job(&self, reader: &mut impl Read) -> io::Result<Option<Job>> {
+        let mut bytes = [0u8; REQUEST_HEADER_LEN];
+        if !read_or_eof(reader, &mut bytes)? {
+            return Ok(None);
+        }
+        let header = RequestHeader::parse(&bytes).map_err(io::Error::other)?;
+        let job = match transmission::validate(&header, &self.limits) {
+            Ok(Command::Disconnect) => return Ok(None),
+            Ok(command) => {
+                let (payload, budget) = match command {
+                    Command::Write { length, .. } => {
+                        let budget = self.budget.acquire(u64::from(length));
+                        let mut payload = self.buffer(length as usize);
+                        if let Err(e) = reader.read_exact(&mut payload) {
+                            self.budget.release(budget);
+                            self.recycle(payload);
+                            return Err(e);
+                        }
+                        (payload, budget)
+                    }
+                    Command::Read { length, .. } => {
+                        (Vec::new(), self.budget.acquire(u64::from(length)))
+                    }
+                    _ => (Vec::new(), self.budget.acquire(0)),
+                };
+                Job::Run {
+                    cookie: header.cookie,
+                    command,
+                    payload,
+                    budget,
+                }
+            }
+            Err(rejection) => {
+                // Stay in sync: skip the payload of a refused WRITE.
+                let skip = u64::from(header.payload_len());
+                let skipped = io::copy(&mut reader.by_ref().take(skip), &mut io::sink())?;
+                if skipped < skip {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "truncated write payload",
+                    ));
+                }
+                tracing::debug!(
+                    "request {:#x} (command {}) refused: {} {}",
+                    header.cookie,
+                    header.command,
+                    rejection.errno,
+                    rejection.message
+                );
+                self.budget.acquire(0);
+                Job::Reject {
+                    cookie: header.cookie,
+                    rejection,
+                }
+            }
+        };
+        Ok(Some(job))
+    }
+
+    /// Execute one command; its reply (`None` when there is none to send,
+    /// its budget then released here).
+    fn execute(
+        &self,
+        cookie: u64,
+        command: Command,
+        payload: Vec<u8>,
+        budget: u64,
+    ) -> Option<Reply> {
         let device = self.device;
         let result = match command {
             Command::Read { offset, length } => {
-                self.read(cookie, offset, length);
                 self.recycle(payload);
-                return;
+                return self.read(cookie, offset, length, budget);
             }
             Command::Write { offset, fua, .. } => {
                 let written = device.write_at(&payload, offset);
                 self.recycle(payload);
                 written.and_then(|()| flush_if(device, fua))
             }
-            Command::Disconnect => return,
+            Command::Disconnect => {
+                // Handled by the reader; never executed.
+                self.budget.release(budget);
+                return None;
+            }
             Command::Flush => device.flush(),
             Command::Trim {
                 offset,
@@ -353,8 +471,12 @@ impl<W: Write + Send> Connection<'_, W> {
                 if fast_zero {
                     // Zeroing is a write of zeroes here, no faster than WRITE:
                     // the spec says fail fast and let the client write.
-                    self.reply_error(cookie, Errno::NotSup, "zeroing is not faster than writing");
-                    return;
+                    return Some(self.error_reply(
+                        cookie,
+                        Errno::NotSup,
+                        "zeroing is not faster than writing",
+                        budget,
+                    ));
                 }
                 write_zeroes(device, offset, u64::from(length)).and_then(|()| flush_if(device, fua))
             }
@@ -364,10 +486,14 @@ impl<W: Write + Send> Connection<'_, W> {
                 req_one,
             } => {
                 if length == 0 {
-                    self.reply_error(cookie, Errno::Inval, "zero-length block status");
-                    return;
+                    return Some(self.error_reply(
+                        cookie,
+                        Errno::Inval,
+                        "zero-length block status",
+                        budget,
+                    ));
                 }
-                match block_status(device, offset, length, req_one) {
+                return Some(match block_status(device, offset, length, req_one) {
                     Ok(extents) => {
                         let mut out = Vec::with_capacity(32 + 8 * extents.len());
                         transmission::block_status_chunk(
@@ -376,132 +502,178 @@ impl<W: Write + Send> Connection<'_, W> {
                             BASE_ALLOCATION_ID,
                             &extents,
                         );
-                        self.send(&[&out]);
+                        Reply::new(&[], Body::Owned(out), budget)
                     }
                     Err(e) => {
                         tracing::warn!("request {cookie:#x} failed: {e}");
-                        self.reply_error(cookie, errno_for(&e), &e.to_string());
+                        self.error_reply(cookie, errno_for(&e), &e.to_string(), budget)
                     }
-                }
-                return;
+                });
             }
         };
-        match result {
-            Ok(()) => self.send(&[&transmission::simple_reply(cookie, 0)]),
+        Some(match result {
+            Ok(()) => Reply::new(&transmission::simple_reply(cookie, 0), Body::Empty, budget),
             Err(e) => {
-                let errno = errno_for(&e);
                 tracing::warn!("request {cookie:#x} failed: {e}");
-                self.reply_error(cookie, errno, &e.to_string());
+                self.error_reply(cookie, errno_for(&e), &e.to_string(), budget)
             }
-        }
+        })
     }
 
-    fn read(&self, cookie: u64, offset: u64, length: u32) {
+    fn read(&self, cookie: u64, offset: u64, length: u32, budget: u64) -> Option<Reply> {
         if self.broken.load(Ordering::Relaxed) {
-            return;
+            self.budget.release(budget);
+            return None;
         }
+        let structured = self.session.structured;
         // Zero-copy where the device lends its buffers (the block cache):
         // the reply is written from them.
-        let mut lent = self
-            .lent
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default();
+        let mut lent = lock(&self.lent).pop().unwrap_or_default();
         match self.device.read_lent(offset, u64::from(length), &mut lent) {
-            Ok(true) => {
-                let header: &[u8] = if self.session.structured {
-                    &transmission::offset_data_header(cookie, offset, length, true)
-                } else {
-                    &transmission::simple_reply(cookie, 0)
-                };
-                if length == 0 && self.session.structured {
-                    self.send(&[&transmission::none_chunk(cookie)]);
-                } else {
-                    self.send_parts(std::iter::once(header).chain(lent.iter().map(|s| &**s)));
-                }
-                lent.clear();
-                let mut pool = self.lent.lock().unwrap_or_else(PoisonError::into_inner);
-                if pool.len() < POOLED_BUFFERS_MAX {
-                    pool.push(lent);
-                }
-                return;
+            Ok(true) if length == 0 && structured => {
+                self.recycle_lent(lent);
+                return Some(Reply::new(
+                    &transmission::none_chunk(cookie),
+                    Body::Empty,
+                    budget,
+                ));
             }
-            Ok(false) => {}
+            Ok(true) => {
+                let body = Body::Lent(lent);
+                return Some(if structured {
+                    let header = transmission::offset_data_header(cookie, offset, length, true);
+                    Reply::new(&header, body, budget)
+                } else {
+                    Reply::new(&transmission::simple_reply(cookie, 0), body, budget)
+                });
+            }
+            Ok(false) => self.recycle_lent(lent),
             Err(e) => {
+                self.recycle_lent(lent);
                 tracing::warn!("read {cookie:#x} failed: {e}");
-                self.reply_error(cookie, errno_for(&e), &e.to_string());
-                return;
+                return Some(self.error_reply(cookie, errno_for(&e), &e.to_string(), budget));
             }
         }
         let mut buffer = self.buffer(length as usize);
-        match self.device.read_at(&mut buffer, offset) {
-            Ok(()) if !self.session.structured => {
-                self.send(&[&transmission::simple_reply(cookie, 0), &buffer]);
+        Some(match self.device.read_at(&mut buffer, offset) {
+            Ok(()) if !structured => Reply::new(
+                &transmission::simple_reply(cookie, 0),
+                Body::Buffer(buffer),
+                budget,
+            ),
+            Ok(()) if length == 0 => {
+                self.recycle(buffer);
+                Reply::new(&transmission::none_chunk(cookie), Body::Empty, budget)
             }
-            Ok(()) if length == 0 => self.send(&[&transmission::none_chunk(cookie)]),
             Ok(()) => {
                 let header = transmission::offset_data_header(cookie, offset, length, true);
-                self.send(&[&header, &buffer]);
+                Reply::new(&header, Body::Buffer(buffer), budget)
             }
             Err(e) => {
+                self.recycle(buffer);
                 tracing::warn!("read {cookie:#x} failed: {e}");
-                self.reply_error(cookie, errno_for(&e), &e.to_string());
+                self.error_reply(cookie, errno_for(&e), &e.to_string(), budget)
             }
-        }
-        self.recycle(buffer);
+        })
     }
 
     /// An error reply: a structured error chunk when negotiated (it carries
     /// the message, and a READ must not get a simple reply then), else a
     /// simple reply.
-    fn reply_error(&self, cookie: u64, errno: Errno, message: &str) {
+    fn error_reply(&self, cookie: u64, errno: Errno, message: &str, budget: u64) -> Reply {
         if self.session.structured {
             let mut out = Vec::with_capacity(32 + message.len());
             transmission::error_chunk(&mut out, cookie, errno, message);
-            self.send(&[&out]);
+            Reply::new(&[], Body::Owned(out), budget)
         } else {
-            self.send(&[&transmission::simple_reply(cookie, errno.code())]);
+            Reply::new(
+                &transmission::simple_reply(cookie, errno.code()),
+                Body::Empty,
+                budget,
+            )
         }
     }
 
-    /// Write one reply whole under the writer lock.
-    fn send(&self, parts: &[&[u8]]) {
-        self.send_parts(parts.iter().copied());
+    /// Send `reply`, or queue it when another thread is sending. The thread
+    /// that sends also sends every reply queued meanwhile, all that waited
+    /// at once (`writev`, 64 parts per call), so exactly one thread at a time
+    /// can be blocked on the socket and the others keep reading requests.
+    fn deliver(&self, reply: Reply) {
+        let mut batch = {
+            let mut output = lock(&self.output);
+            if output.sending {
+                output.queue.push_back(reply);
+                return;
+            }
+            output.sending = true;
+            std::mem::take(&mut output.spare)
+        };
+        batch.push_back(reply);
+        let mut writer = lock(&self.writer);
+        loop {
+            if !self.broken.load(Ordering::Relaxed)
+                && let Err(e) = write_all_iter(&mut *writer, batch.iter().flat_map(Reply::parts))
+                    .and_then(|()| writer.flush())
+                && !self.broken.swap(true, Ordering::Relaxed)
+            {
+                tracing::debug!("{}: reply not delivered, client gone: {e}", self.peer);
+            }
+            for reply in batch.drain(..) {
+                self.finish(reply);
+            }
+            let mut output = lock(&self.output);
+            if output.queue.is_empty() {
+                output.sending = false;
+                output.spare = batch;
+                return;
+            }
+            std::mem::swap(&mut output.queue, &mut batch);
+        }
     }
 
-    /// Write one reply whole under the writer lock, from any number of parts.
-    fn send_parts<'a>(&self, parts: impl Iterator<Item = &'a [u8]>) {
-        if self.broken.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = write_all_iter(&mut *writer, parts).and_then(|()| writer.flush())
-            && !self.broken.swap(true, Ordering::Relaxed)
-        {
-            tracing::debug!("reply not delivered, client gone: {e}");
+    /// A reply is out (or dropped): release its budget, keep its buffers.
+    fn finish(&self, reply: Reply) {
+        self.budget.release(reply.budget);
+        match reply.body {
+            Body::Buffer(buffer) => self.recycle(buffer),
+            Body::Lent(lent) => self.recycle_lent(lent),
+            Body::Empty | Body::Owned(_) => {}
         }
     }
 
     fn buffer(&self, len: usize) -> Vec<u8> {
         let mut buffer = {
-            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
-            match pool.iter().position(|b| b.capacity() >= len) {
-                Some(index) => pool.swap_remove(index),
-                None => pool.pop().unwrap_or_default(),
-            }
+            let mut pool = lock(&self.pool);
+            let index = pool.buffers.iter().position(|b| b.capacity() >= len);
+            let buffer = match index {
+                Some(index) => pool.buffers.swap_remove(index),
+                None => pool.buffers.pop().unwrap_or_default(),
+            };
+            pool.bytes -= buffer.capacity();
+            buffer
         };
         buffer.resize(len, 0);
         buffer
     }
 
     fn recycle(&self, buffer: Vec<u8>) {
-        if buffer.capacity() == 0 || buffer.capacity() > POOLED_BUFFER_MAX_BYTES {
+        let capacity = buffer.capacity();
+        if capacity == 0 || capacity > POOLED_BUFFER_MAX_BYTES {
             return;
         }
-        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pool = lock(&self.pool);
+        if pool.buffers.len() < POOLED_BUFFERS_MAX && pool.bytes + capacity <= POOL_MAX_BYTES {
+            pool.bytes += capacity;
+            pool.buffers.push(buffer);
+        }
+    }
+
+    fn recycle_lent(&self, mut lent: Vec<BlockSlice>) {
+        // Drop the handles (the blocks may be evicted now) outside the lock.
+        lent.clear();
+        let mut pool = lock(&self.lent);
         if pool.len() < POOLED_BUFFERS_MAX {
-            pool.push(buffer);
+            pool.push(lent);
         }
     }
 }
@@ -568,37 +740,50 @@ fn write_all_iter<'a, W: Write + ?Sized>(
     Ok(())
 }
 
-/// Payload bytes in flight on one connection, bounded by [`INFLIGHT_MAX_BYTES`].
+/// Requests and payload bytes in flight on one connection (read, not yet
+/// replied to), bounded by [`INFLIGHT_MAX_REQUESTS`] and
+/// [`INFLIGHT_MAX_BYTES`].
 #[derive(Default)]
 struct Budget {
-    used: Mutex<u64>,
+    used: Mutex<Used>,
     freed: Condvar,
 }
 
+#[derive(Default)]
+struct Used {
+    bytes: u64,
+    requests: usize,
+    /// A reader waits in [`Budget::acquire`] (so a release must wake it).
+    waiting: bool,
+}
+
 impl Budget {
-    /// Wait until `bytes` fit (a request alone always fits), then take them.
+    /// Wait until one more request and `bytes` fit (a request alone always
+    /// fits), then take them.
     fn acquire(&self, bytes: u64) -> u64 {
-        let mut used = self.lock();
-        while *used > 0 && *used + bytes > INFLIGHT_MAX_BYTES {
+        let mut used = lock(&self.used);
+        while used.requests >= INFLIGHT_MAX_REQUESTS
+            || (used.bytes > 0 && used.bytes + bytes > INFLIGHT_MAX_BYTES)
+        {
+            used.waiting = true;
             used = self
                 .freed
                 .wait(used)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        *used += bytes;
+        used.requests += 1;
+        used.bytes += bytes;
         bytes
     }
 
+    /// Give back one request and its `bytes`.
     fn release(&self, bytes: u64) {
-        if bytes == 0 {
-            return;
+        let mut used = lock(&self.used);
+        used.requests -= 1;
+        used.bytes -= bytes;
+        if used.waiting {
+            used.waiting = false;
+            self.freed.notify_all();
         }
-        let mut used = self.lock();
-        *used -= bytes;
-        self.freed.notify_all();
-    }
-
-    fn lock(&self) -> MutexGuard<'_, u64> {
-        self.used.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

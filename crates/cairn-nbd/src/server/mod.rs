@@ -3,21 +3,23 @@
 //! ```text
 //! accept loop ── per connection: handshake (one thread, codec::handshake)
 //!                                   │
-//!                 reader thread ── parse + validate ──► bounded queue ──► workers (×4)
-//!                   (reads WRITE payloads into pooled buffers)            │ device I/O
-//!                                                                          ▼
-//!                                              writer mutex ◄── one writev per reply
+//!   4 threads take turns (leader/follower): lock the reader ── parse + validate
+//!   (+ WRITE payload into a pooled buffer) ── unlock ── execute on the device
+//!     ── reply: write it if no thread is sending, else queue it for the sender
 //! ```
 //!
-//! Replies complete out of order; the reader keeps reading while a reply is
-//! being sent, up to [`INFLIGHT_MAX_BYTES`] of payload and
-//! [`QUEUE_MAX_REQUESTS`] requests per connection. A write is acknowledged
+//! At queue depth 1 the thread that read a request executes it and writes
+//! its reply: no handoff between threads. Replies complete out of order; at
+//! most one thread is ever blocked on the socket (the sender, which also
+//! writes the replies queued meanwhile), so the others keep reading requests,
+//! up to [`INFLIGHT_MAX_BYTES`] of payload and [`INFLIGHT_MAX_REQUESTS`]
+//! requests in flight per connection. A write is acknowledged
 //! only after `Device::write_at` returned (and, with FUA, `Device::flush`), so
 //! a FLUSH on any connection covers every write acknowledged on any connection:
 //! `NBD_FLAG_CAN_MULTI_CONN` is true.
 //!
 //! [`INFLIGHT_MAX_BYTES`]: crate::limits::INFLIGHT_MAX_BYTES
-//! [`QUEUE_MAX_REQUESTS`]: crate::limits::QUEUE_MAX_REQUESTS
+//! [`INFLIGHT_MAX_REQUESTS`]: crate::limits::INFLIGHT_MAX_REQUESTS
 
 mod connection;
 mod listen;
@@ -32,7 +34,9 @@ use std::sync::Arc;
 use cairn_store::{Device, DeviceError};
 
 use crate::codec::handshake::{BlockSize, ExportInfo};
-use crate::limits::{CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, STRING_MAX_BYTES};
+use crate::limits::{
+    CONNECTIONS_MAX, PAYLOAD_MAX_BYTES, SOCKET_SEND_BUFFER_BYTES, STRING_MAX_BYTES,
+};
 
 pub use listen::{ListenAddress, Listener, NBD_PORT, Stream};
 pub use shutdown::Shutdown;
@@ -204,6 +208,14 @@ impl Server {
             tracing::info!("{peer}: refused, the server is shutting down");
             return;
         };
+        // A bigger send buffer lets a large READ reply go out in fewer
+        // wake-ups of the sender (and of the client reading it). The kernel
+        // caps it at net.core.wmem_max; a refusal changes nothing else. Unix
+        // sockets only: on TCP it would switch off the kernel's autotuning.
+        if let Stream::Unix(socket) = &stream {
+            let _ =
+                rustix::net::sockopt::set_socket_send_buffer_size(socket, SOCKET_SEND_BUFFER_BYTES);
+        }
         let (reader, writer) = match (stream.try_clone(), stream) {
             (Ok(reader), writer) => (reader, writer),
             (Err(e), _) => {

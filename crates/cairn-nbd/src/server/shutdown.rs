@@ -3,9 +3,10 @@
 //!
 //! Every live connection registers a duplicate of its socket's descriptor.
 //! [`Shutdown::trigger`] sets a flag the accept loop polls and shuts down the
-//! *read* side of every registered socket: each reader sees end-of-file after
-//! the requests already received, the workers finish those and send their
-//! replies (the write side stays open), and the connection ends.
+//! *read* side of every registered socket: the thread reading sees
+//! end-of-file after the requests already received, the connection's threads
+//! finish those and send their replies (the write side stays open), and the
+//! connection ends.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};

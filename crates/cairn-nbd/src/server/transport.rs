@@ -1,13 +1,13 @@
 //! A connection's two directions, plain or TLS, after `NBD_OPT_STARTTLS`.
 //!
-//! The server reads requests on one thread while workers write replies on
+//! The server reads requests on one thread while another writes replies on
 //! others, so the two directions must never wait for each other. A rustls
 //! connection is one state machine for both; here it sits behind a mutex that
 //! is held only for memory work, never across a socket call:
 //!
 //! ```text
 //! reader thread: socket.read ──(unlocked)──► lock: read_tls, process, take plaintext
-//! a worker:      lock: encrypt the reply, take the records ──(unlocked)──► socket.write
+//! the sender:    lock: encrypt the reply, take the records ──(unlocked)──► socket.write
 //! ```
 //!
 //! Writers are serialized by the connection's writer lock (which owns the

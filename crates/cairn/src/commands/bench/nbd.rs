@@ -14,14 +14,15 @@ use cairn_store::{MemoryDevice, Volume};
 
 pub const NBD_LONG_ABOUT: &str = "\
 Measure NBD throughput through fio's nbd engine (ioengine=nbd, libnbd) against
-three servers started here, one after another, each on a Unix socket in a
+three servers started here, all at once, each on a Unix socket in a
 temporary directory: Cairn serving a memory volume (in this process), nbdkit's
 memory plugin, and qemu-nbd serving a raw file on /dev/shm. Each export is
-pre-filled with a sequential 1 MiB write, then every row runs for --seconds:
-sequential 1 MiB read and write at iodepth 1 and 32, random 4 KiB read and write
-at iodepth 1 and 32. Sequential rows report MiB/s, random rows kIOPS, and the
-last column is Cairn divided by the better peer (above 1.00 means Cairn is
-faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
+pre-filled with a sequential 1 MiB write, then every row runs for --seconds on
+each server in turn (so load from elsewhere hits all three alike): sequential
+1 MiB read and write at iodepth 1 and 32, random 4 KiB read and write at
+iodepth 1 and 32; --rounds N repeats all rows N times and reports medians.
+Sequential rows report MiB/s, random rows kIOPS, and the last column is Cairn
+divided by the better peer (above 1.00 means Cairn is faster). Needs fio built with the nbd engine, nbdkit and qemu-nbd (test.sh
 installs them); a missing peer is reported and its column left empty.
 
 --default-stack measures Cairn's embedded default volume instead of memory (the
@@ -36,6 +37,11 @@ pub struct NbdBenchArgs {
     /// Seconds per row and server.
     #[arg(long, value_name = "N", default_value_t = 5)]
     seconds: u32,
+
+    /// Rounds over every row and server (interleaved); each cell is the
+    /// median of its rounds.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
 
     /// Export size (each server's), e.g. 512MiB.
     #[arg(long, value_name = "SIZE", default_value = "256MiB")]
@@ -146,34 +152,53 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
     if let Some(volume) = &volume {
         eprintln!("cairn: {}", volume.exports()[0].description);
     }
-    // results[server][row] = value (MiB/s or kIOPS)
-    let mut results: Vec<Vec<Option<f64>>> = vec![vec![None; ROWS.len()]; SERVERS.len()];
+    // Every server runs for the whole bench and the rows interleave them, so
+    // a burst of load from elsewhere on the machine hits each one alike.
+    let mut running = Vec::new();
     for (index, server) in SERVERS.iter().enumerate() {
         let socket = dir.path().join(format!("{server}.sock"));
-        let running = match start(server, &socket, size, dir.path(), volume.as_ref()) {
-            Ok(running) => running,
+        let started = start(server, &socket, size, dir.path(), volume.as_ref())
+            .and_then(|started| wait_for(&socket).map(|()| started));
+        let started = match started {
+            Ok(started) => started,
             Err(e) => {
                 eprintln!("{server}: not measured: {e:#}");
                 continue;
             }
         };
-        wait_for(&socket)?;
         let uri = format!("nbd+unix:///?socket={}", socket.display());
         eprintln!("{server}: pre-filling {size} bytes");
         fio(&uri, "write", "1M", 8, size, None)?;
-        for (row_index, row) in ROWS.iter().enumerate() {
-            let (bytes_per_second, iops) =
-                fio(&uri, row.rw, row.block, row.depth, size, Some(args.seconds))?;
-            let value = if row.sequential {
-                bytes_per_second / f64::from(1 << 20)
-            } else {
-                iops / 1000.0
-            };
-            eprintln!("{server}: {} {value:.1}", row.name);
-            results[index][row_index] = Some(value);
-        }
-        running.stop();
+        running.push((index, started, uri));
     }
+    // samples[server][row] = one value per round (MiB/s or kIOPS)
+    let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); ROWS.len()]; SERVERS.len()];
+    for round in 1..=args.rounds {
+        for (row_index, row) in ROWS.iter().enumerate() {
+            for (index, _, uri) in &running {
+                let (bytes_per_second, iops) =
+                    fio(uri, row.rw, row.block, row.depth, size, Some(args.seconds))?;
+                let value = if row.sequential {
+                    bytes_per_second / f64::from(1 << 20)
+                } else {
+                    iops / 1000.0
+                };
+                eprintln!(
+                    "round {round}: {}: {} {value:.1}",
+                    SERVERS[*index], row.name
+                );
+                samples[*index][row_index].push(value);
+            }
+        }
+    }
+    for (_, started, _) in running {
+        started.stop();
+    }
+    // results[server][row] = the median over the rounds
+    let results: Vec<Vec<Option<f64>>> = samples
+        .into_iter()
+        .map(|rows| rows.into_iter().map(median).collect())
+        .collect();
     if let Some(volume) = &volume {
         volume.close().context("closing the volume")?;
     }
@@ -350,6 +375,20 @@ fn fio(
     let bandwidth = job[side]["bw_bytes"].as_f64().unwrap_or(0.0);
     let iops = job[side]["iops"].as_f64().unwrap_or(0.0);
     Ok((bandwidth, iops))
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        f64::midpoint(values[middle - 1], values[middle])
+    } else {
+        values[middle]
+    })
 }
 
 fn print_table(results: &[Vec<Option<f64>>]) {
