@@ -48,7 +48,7 @@ stop_server() {
   fi
 }
 failed=0
-trap 'stop_server; [ "$failed" = 0 ] && rm -rf "$work"' EXIT
+trap 'stop_server; rm -f /dev/shm/cairn-nbd-tester.img; [ "$failed" = 0 ] && rm -rf "$work"' EXIT
 
 cat >"$work/memory.toml" <<EOF
 [[export]]
@@ -71,16 +71,16 @@ EOF
 start() {
   local sock=$2
   rm -f "$sock"
+  rm -rf "$work/data"
+  rm -f /dev/shm/cairn-nbd-tester.img
+  truncate -s 50M /dev/shm/cairn-nbd-tester.img
+  # `exec`: the background job is the server itself, so stop_server's kill
+  # reaches it (not a subshell that would leave it running).
   case $1 in
-    cairn-memory) "$cairn" -q serve --config "$work/memory.toml" --listen "unix:$sock" ;;
-    cairn-default)
-      rm -rf "$work/data"
-      "$cairn" -q serve --config "$work/default.toml" --listen "unix:$sock" ;;
-    nbdkit) nbdkit -f -U "$sock" memory 50M ;;
-    qemu-nbd)
-      rm -f /dev/shm/cairn-nbd-tester.img
-      truncate -s 50M /dev/shm/cairn-nbd-tester.img
-      qemu-nbd -f raw -x export1 -k "$sock" -e 16 -t /dev/shm/cairn-nbd-tester.img ;;
+    cairn-memory) exec "$cairn" -q serve --config "$work/memory.toml" --listen "unix:$sock" ;;
+    cairn-default) exec "$cairn" -q serve --config "$work/default.toml" --listen "unix:$sock" ;;
+    nbdkit) exec nbdkit -f -U "$sock" memory 50M ;;
+    qemu-nbd) exec qemu-nbd -f raw -x export1 -k "$sock" -e 16 -t /dev/shm/cairn-nbd-tester.img ;;
   esac >"$work/$1.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
