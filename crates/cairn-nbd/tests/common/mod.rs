@@ -1,7 +1,7 @@
 //! A server on a Unix socket in a temporary directory, and a raw NBD client
 //! that speaks the protocol byte by byte (through the codec's client-side
 //! encoders), so tests can send anything a hostile client would.
-#![allow(dead_code, clippy::missing_panics_doc, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::missing_panics_doc, clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -18,6 +18,9 @@ use cairn_nbd::codec::transmission::{ReplyHeader, RequestHeader};
 use cairn_nbd::proto::*;
 use cairn_nbd::{Export, ListenAddress, Listener, Server, Shutdown, TlsConfig};
 use cairn_store::{Device, MemoryDevice};
+
+mod certificates;
+pub use certificates::certificates;
 
 pub struct TestServer {
     pub path: PathBuf,
@@ -343,96 +346,4 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| ((seed + i) * 31 % 251) as u8)
         .collect()
-}
-
-/// A CA and a server certificate for `localhost` signed by it, in the
-/// nbdkit/libnbd layout (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`)
-/// under `dir`, made with `openssl`; `None` after printing why the test
-/// skips when `openssl` is missing.
-pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
-    use std::process::Command;
-    let openssl = |args: &[&str]| {
-        let output = Command::new("openssl").args(args).current_dir(dir).output();
-        match output {
-            Ok(output) if output.status.success() => Some(()),
-            Ok(output) => panic!(
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            ),
-            Err(_) => None,
-        }
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let made = openssl(
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca-key.pem",
-                "-out",
-                "ca-cert.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=Cairn test CA",
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
-        ]
-        .concat(),
-    );
-    if made.is_none() {
-        eprintln!("SKIPPED: openssl is not installed (test.sh installs it)");
-        return None;
-    }
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "server-key.pem",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        ]
-        .concat(),
-    )?;
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
-         basicConstraints=critical,CA:FALSE\n\
-         keyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca-cert.pem",
-        "-CAkey",
-        "ca-key.pem",
-        "-CAcreateserial",
-        "-out",
-        "server-cert.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-    ])?;
-    Some(dir.to_path_buf())
 }

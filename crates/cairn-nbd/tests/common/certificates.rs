@@ -1,0 +1,96 @@
+//! Test certificates made with `openssl`: shared by the cairn-nbd tests and
+//! the `cairn` binary's tests (included there with `#[path]`).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A CA and a server certificate for `localhost` signed by it, in the
+/// nbdkit/libnbd layout (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`)
+/// under `dir`, made with `openssl`; `None` after printing why the test
+/// skips when `openssl` is missing.
+pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
+    let openssl = |args: &[&str]| {
+        let output = Command::new("openssl").args(args).current_dir(dir).output();
+        match output {
+            Ok(output) if output.status.success() => Some(()),
+            Ok(output) => panic!(
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ),
+            Err(_) => None,
+        }
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let made = openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca-key.pem",
+                "-out",
+                "ca-cert.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=Cairn test CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        ]
+        .concat(),
+    );
+    if made.is_none() {
+        eprintln!("SKIPPED: openssl is not installed (test.sh installs it)");
+        return None;
+    }
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server-key.pem",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat(),
+    )?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
+         basicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "server-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])?;
+    Some(dir.to_path_buf())
+}
