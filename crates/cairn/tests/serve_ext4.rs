@@ -74,6 +74,20 @@ struct Stack {
 }
 
 impl Stack {
+    /// Loop-mounts `image` on `path`; unmounted on drop if the test fails.
+    fn mount_loop(&mut self, image: &Path, path: &Path) {
+        run(
+            "mount",
+            &[
+                "-o",
+                "loop",
+                image.to_str().unwrap(),
+                path.to_str().unwrap(),
+            ],
+        );
+        self.mounts.push(path.to_path_buf());
+    }
+
     fn unmount(&mut self, path: &Path) {
         run("umount", &[path.to_str().unwrap()]);
         self.mounts.retain(|m| m != path);
@@ -219,11 +233,7 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     let image = start_fuse(&mut stack, &mnt, &socket);
     assert_eq!(std::fs::metadata(&image).unwrap().len(), 256 << 20);
     run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    run(
-        "mount",
-        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
-    );
-    stack.mounts.push(fs.clone());
+    stack.mount_loop(&image, &fs);
     for d in 0..12 {
         std::fs::create_dir_all(fs.join(format!("d{d}"))).unwrap();
     }
@@ -275,11 +285,7 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     stack.server = Some(start_server(dir.path(), &config, &socket));
     let image = start_fuse(&mut stack, &mnt, &socket);
     fsck(&image);
-    run(
-        "mount",
-        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
-    );
-    stack.mounts.push(fs.clone());
+    stack.mount_loop(&image, &fs);
     verify(&fs);
     stack.unmount(&fs);
     stop_fuse(&mut stack, &mnt);
@@ -317,11 +323,7 @@ fn ext4_mounted_survives_kill_9_of_the_server() {
     };
     let image = start_fuse(&mut stack, &mnt, &socket);
     run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    run(
-        "mount",
-        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
-    );
-    stack.mounts.push(fs.clone());
+    stack.mount_loop(&image, &fs);
     // SYNCED files (≈ 30 MiB), each fsync'd, their directories too, then sync.
     for d in 0..12 {
         std::fs::create_dir_all(fs.join(format!("d{d}"))).unwrap();
@@ -409,11 +411,7 @@ fn ext4_mounted_survives_kill_9_of_the_server() {
         "ext4 looks cleanly unmounted after kill -9:\n{header}"
     );
     // e2fsck -n cannot replay the journal; one read-write mount does.
-    run(
-        "mount",
-        &["-o", "loop", image.to_str().unwrap(), fs.to_str().unwrap()],
-    );
-    stack.mounts.push(fs.clone());
+    stack.mount_loop(&image, &fs);
     for i in 0..SYNCED {
         let path = file_path(&fs, i);
         let back = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -1,7 +1,12 @@
 //! A server on a Unix socket in a temporary directory, and a raw NBD client
 //! that speaks the protocol byte by byte (through the codec's client-side
 //! encoders), so tests can send anything a hostile client would.
-#![allow(dead_code, unused_imports, clippy::missing_panics_doc, clippy::unwrap_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::missing_panics_doc,
+    clippy::unwrap_used
+)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
