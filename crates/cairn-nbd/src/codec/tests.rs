@@ -446,6 +446,33 @@ fn request_header_layout_matches_the_spec() {
 }
 
 #[test]
+fn buffered_requests_counts_whole_frames_only() {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&header(CMD_READ, 0, 0, 4096).encode());
+    bytes.extend_from_slice(&header(CMD_WRITE, 0, 0, 512).encode());
+    bytes.extend_from_slice(&[0xab; 512]);
+    bytes.extend_from_slice(&header(CMD_FLUSH, 0, 0, 0).encode());
+    assert_eq!(transmission::buffered_requests(&bytes, 16), (3, 4096 + 512));
+    assert_eq!(transmission::buffered_requests(&bytes, 2), (2, 4096 + 512));
+    assert_eq!(transmission::buffered_requests(&bytes, 0), (0, 0));
+    // A WRITE whose payload has not all arrived is not counted, nor what follows.
+    let cut = REQUEST_HEADER_LEN * 2 + 511;
+    assert_eq!(
+        transmission::buffered_requests(&bytes[..cut], 16),
+        (1, 4096)
+    );
+    // Nor a partial header.
+    assert_eq!(
+        transmission::buffered_requests(&bytes[..REQUEST_HEADER_LEN - 1], 16),
+        (0, 0)
+    );
+    // A bad magic stops the count (the normal read path reports it).
+    let mut bad = bytes.clone();
+    bad[REQUEST_HEADER_LEN] ^= 0xff;
+    assert_eq!(transmission::buffered_requests(&bad, 16), (1, 4096));
+}
+
+#[test]
 fn validation_follows_the_spec_error_choices() {
     let limits = limits();
     let check = |h: RequestHeader| transmission::validate(&h, &limits).map_err(|r| r.errno);

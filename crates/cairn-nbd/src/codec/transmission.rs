@@ -101,6 +101,46 @@ impl RequestHeader {
             0
         }
     }
+
+    /// The bytes this request will hold while in flight, whatever its
+    /// validity: the payload of a WRITE, the data of a READ.
+    pub fn budget_len(&self) -> u64 {
+        if self.command == CMD_WRITE || self.command == CMD_READ {
+            u64::from(self.length)
+        } else {
+            0
+        }
+    }
+}
+
+/// The requests wholly present at the start of `bytes` (header, and payload
+/// for a WRITE), at most `max`: how many could be read without waiting for
+/// the socket, and the payload-or-reply bytes they ask for (READ and WRITE
+/// lengths, for the in-flight budget). Stops at the first incomplete or
+/// unparsable header (the normal read path reports that one).
+pub fn buffered_requests(bytes: &[u8], max: usize) -> (usize, u64) {
+    let mut at = 0;
+    let mut count = 0;
+    let mut data = 0u64;
+    while count < max {
+        let Some(head) = bytes
+            .get(at..at + REQUEST_HEADER_LEN)
+            .and_then(|head| <&[u8; REQUEST_HEADER_LEN]>::try_from(head).ok())
+        else {
+            break;
+        };
+        let Ok(header) = RequestHeader::parse(head) else {
+            break;
+        };
+        let frame = REQUEST_HEADER_LEN + header.payload_len() as usize;
+        if bytes.len() - at < frame {
+            break;
+        }
+        at += frame;
+        count += 1;
+        data += header.budget_len();
+    }
+    (count, data)
 }
 
 /// What the session allows, for validating requests.

@@ -1,8 +1,11 @@
 //! One connection: the handshake, then a few threads that take turns reading
 //! requests (leader/follower): the thread that reads a request executes it and
-//! sends its reply, while the next thread reads the next request. A thread
-//! never waits to send: when another thread is sending, the reply joins the
-//! connection's reply queue and that sender writes it too.
+//! sends its reply, while the next thread reads the next request. Requests
+//! already whole in the read buffer are taken a share at a time into a ready
+//! queue that any thread runs from, so the reader changes hands once per
+//! batch, not once per request. A thread never waits to send: when another
+//! thread is sending, the reply joins the connection's reply queue and that
+//! sender writes it too.
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, IoSlice, Read, Write};
@@ -28,6 +31,13 @@ use crate::proto::Errno;
 
 /// Bytes of the reader's buffer: several small requests per `read` syscall.
 const READ_BUFFER_BYTES: usize = 256 << 10;
+
+/// Most requests one thread takes from the read buffer at a turn (its own
+/// and those it queues as ready).
+const BATCH_MAX: usize = 16;
+
+/// Most buffered requests counted when sizing a thread's share.
+const BATCH_SCAN_MAX: usize = 64;
 
 /// At most this many extents in one `BLOCK_STATUS` reply (8 bytes each); the
 /// client asks again from where the reply stopped.
@@ -123,6 +133,7 @@ pub(super) fn serve<R: Read + Send, W: Write + Send>(
             reader: &mut reader,
             done: false,
         }),
+        ready: Mutex::new(VecDeque::with_capacity(BATCH_SCAN_MAX)),
         output: Mutex::new(Output {
             sending: false,
             queue: VecDeque::new(),
@@ -306,6 +317,9 @@ struct Connection<'a, 'r, R, W> {
     limits: Limits,
     peer: &'a str,
     input: Mutex<Input<'r, R>>,
+    /// Requests read by one thread for it to run after its current one,
+    /// unless another thread takes them first.
+    ready: Mutex<VecDeque<Job>>,
     output: Mutex<Output>,
     /// Held only by the sending thread.
     writer: Mutex<W>,
@@ -318,26 +332,27 @@ struct Connection<'a, 'r, R, W> {
 }
 
 impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
-    /// One thread's loop: take the reader, read one request, hand the reader
-    /// on, execute, reply; until the request stream ends.
+    /// One thread's loop until the request stream ends and every request
+    /// read has run: take a request from the ready queue, or else the reader
+    /// (see [`Self::take_jobs`]); hand the reader on; execute; reply.
     fn run(&self) {
+        let mut extra: Vec<Job> = Vec::with_capacity(BATCH_MAX);
+        let mut replies: Vec<Reply> = Vec::with_capacity(1);
         loop {
-            let job = {
+            let job = if let Some(job) = self.pop_ready() {
+                job
+            } else {
                 let mut input = lock(&self.input);
                 if input.done {
-                    return;
-                }
-                match self.next_job(&mut *input.reader) {
-                    Ok(Some(job)) => job,
-                    Ok(None) => {
-                        input.done = true;
-                        tracing::debug!("{}: disconnected", self.peer);
-                        return;
+                    drop(input);
+                    match self.pop_ready() {
+                        Some(job) => job,
+                        None => return,
                     }
-                    Err(e) => {
-                        input.done = true;
-                        tracing::info!("{}: closing: {e}", self.peer);
-                        return;
+                } else {
+                    match self.take_jobs(&mut input, &mut extra) {
+                        Some(job) => job,
+                        None => continue,
                     }
                 }
             };
@@ -353,7 +368,69 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
                 }
             };
             if let Some(reply) = reply {
-                self.deliver(reply);
+                replies.push(reply);
+                self.deliver(&mut replies);
+            }
+        }
+    }
+
+    fn pop_ready(&self) -> Option<Job> {
+        lock(&self.ready).pop_front()
+    }
+
+    /// With the reader held: the next request for this thread to run, and
+    /// this thread's share of the requests already whole in the read buffer
+    /// behind it (one per thread of the connection, at most [`BATCH_MAX`])
+    /// moved to the ready queue. The thread that read them runs them next,
+    /// after its own, unless another thread takes them first; so a deep
+    /// queue of small requests costs one hand-over of the reader per batch
+    /// instead of one per request, and a slow request holds up nothing
+    /// behind it: a thread that finds the read buffer empty takes a ready
+    /// request before it waits on the socket. `None` at the end of the
+    /// stream (`done` is set; requests already read still run).
+    fn take_jobs(&self, input: &mut Input<'_, R>, extra: &mut Vec<Job>) -> Option<Job> {
+        let (behind, _) = transmission::buffered_requests(input.reader.buffer(), 1);
+        if behind == 0
+            && let Some(job) = self.pop_ready()
+        {
+            return Some(job);
+        }
+        let first = self.read_job(input)?;
+        let (behind, _) = transmission::buffered_requests(input.reader.buffer(), BATCH_SCAN_MAX);
+        let share = behind.div_ceil(THREADS_PER_CONNECTION).min(BATCH_MAX - 1);
+        while extra.len() < share {
+            // Only what is buffered (no waiting on the socket), and only what
+            // fits the in-flight budget now (no waiting on replies this
+            // thread has yet to send).
+            let (whole, bytes) = transmission::buffered_requests(input.reader.buffer(), 1);
+            if whole == 0 || !self.budget.fits(bytes) {
+                break;
+            }
+            match self.read_job(input) {
+                Some(job) => extra.push(job),
+                None => break,
+            }
+        }
+        if !extra.is_empty() {
+            lock(&self.ready).extend(extra.drain(..));
+        }
+        Some(first)
+    }
+
+    /// The next request from the reader; `None` (and `done` set) at the end
+    /// of the stream or when the framing broke.
+    fn read_job(&self, input: &mut Input<'_, R>) -> Option<Job> {
+        match self.next_job(&mut *input.reader) {
+            Ok(Some(job)) => Some(job),
+            Ok(None) => {
+                input.done = true;
+                tracing::debug!("{}: disconnected", self.peer);
+                None
+            }
+            Err(e) => {
+                input.done = true;
+                tracing::info!("{}: closing: {e}", self.peer);
+                None
             }
         }
     }
@@ -594,21 +671,22 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
         }
     }
 
-    /// Send `reply`, or queue it when another thread is sending. The thread
+    /// Send `replies` (leaving the vector empty), or queue them when another
+    /// thread is sending. The thread
     /// that sends also sends every reply queued meanwhile, all that waited
     /// at once (`writev`, 64 parts per call), so exactly one thread at a time
     /// can be blocked on the socket and the others keep reading requests.
-    fn deliver(&self, reply: Reply) {
+    fn deliver(&self, replies: &mut Vec<Reply>) {
         let mut batch = {
             let mut output = lock(&self.output);
             if output.sending {
-                output.queue.push_back(reply);
+                output.queue.extend(replies.drain(..));
                 return;
             }
             output.sending = true;
             std::mem::take(&mut output.spare)
         };
-        batch.push_back(reply);
+        batch.extend(replies.drain(..));
         let mut writer = lock(&self.writer);
         loop {
             if !self.broken.load(Ordering::Relaxed)
@@ -774,6 +852,13 @@ impl Budget {
         used.requests += 1;
         used.bytes += bytes;
         bytes
+    }
+
+    /// Whether one more request and `bytes` would fit now, without waiting.
+    fn fits(&self, bytes: u64) -> bool {
+        let used = lock(&self.used);
+        used.requests < INFLIGHT_MAX_REQUESTS
+            && (used.bytes == 0 || used.bytes + bytes <= INFLIGHT_MAX_BYTES)
     }
 
     /// Give back one request and its `bytes`.

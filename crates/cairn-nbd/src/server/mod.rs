@@ -4,8 +4,10 @@
 //! accept loop ── per connection: handshake (one thread, codec::handshake)
 //!                                   │
 //!   4 threads take turns (leader/follower): lock the reader ── parse + validate
-//!   (+ WRITE payload into a pooled buffer) ── unlock ── execute on the device
-//!     ── reply: write it if no thread is sending, else queue it for the sender
+//!   (+ WRITE payload into a pooled buffer; + this thread's share of the
+//!   requests already buffered, into the ready queue) ── unlock ── execute on
+//!   the device ── reply: write it if no thread is sending, else queue it for
+//!   the sender; then a ready request, if any, before the reader again
 //! ```
 //!
 //! At queue depth 1 the thread that read a request executes it and writes
