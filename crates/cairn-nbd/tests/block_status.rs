@@ -1,7 +1,7 @@
-//! `BLOCK_STATUS` from the device: a log disk reports blocks never written and
-//! blocks trimmed as holes that read as zeroes, through the raw client (with
-//! and without `REQ_ONE`, partial blocks, a wrapping block cache) and through
-//! nbdinfo `--map`.
+//! `BLOCK_STATUS` from the device: a log disk and an NTL volume report blocks
+//! never written and blocks trimmed as holes that read as zeroes, through the
+//! raw client (with and without `REQ_ONE`, partial blocks, a wrapping block
+//! cache) and through nbdinfo `--map`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use cairn_nbd::proto::*;
 use cairn_store::logdisk::{Geometry, LogDisk, Options};
+use cairn_store::ntl::{Btt, NtlDevice, SimRegion};
 use cairn_store::{BlockCache, CacheConfig, Device, MemoryDevice};
 use common::{Client, TestServer, export, pattern};
 
@@ -25,6 +26,17 @@ fn log_disk() -> Arc<dyn Device> {
     };
     let dev = MemoryDevice::new(geo.image_blocks() * B);
     Arc::new(LogDisk::format(dev, geo, None, Options::default()).unwrap())
+}
+
+/// A 4 MiB NTL volume over a simulated persistent-memory region.
+fn ntl() -> Arc<dyn Device> {
+    let geo = cairn_store::ntl::Geometry {
+        block_size: B,
+        lbas: 1024,
+        data_blocks: 1040,
+    };
+    let btt = Btt::format(SimRegion::new(geo.region_len()), geo).unwrap();
+    Arc::new(NtlDevice::new(btt))
 }
 
 /// (length, flags) pairs of a `BLOCK_STATUS` payload (context id first).
@@ -56,9 +68,9 @@ fn status(client: &mut Client, flags: u16, offset: u64, length: u32) -> Vec<(u32
 const HOLE: u32 = STATE_HOLE | STATE_ZERO;
 
 #[test]
-fn a_log_disk_reports_unwritten_and_trimmed_blocks_as_holes() {
-    for cached in [false, true] {
-        let disk = log_disk();
+fn a_log_disk_and_an_ntl_volume_report_unwritten_and_trimmed_blocks_as_holes() {
+    for (name, cached) in [("log", false), ("log", true), ("ntl", false), ("ntl", true)] {
+        let disk = if name == "log" { log_disk() } else { ntl() };
         let device: Arc<dyn Device> = if cached {
             let config = CacheConfig {
                 capacity_bytes: 1 << 20,
@@ -89,7 +101,7 @@ fn a_log_disk_reports_unwritten_and_trimmed_blocks_as_holes() {
         assert_eq!(
             status(&mut client, 0, 0, 32 * B as u32),
             want,
-            "cached={cached}"
+            "{name} cached={cached}"
         );
         // REQ_ONE: the first extent only.
         assert_eq!(

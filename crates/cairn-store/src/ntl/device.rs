@@ -5,14 +5,16 @@
 
 use super::btt::Btt;
 use super::region::Region;
-use crate::device::{Device, DeviceError, DeviceOp, check_range};
+use crate::device::{Device, DeviceError, DeviceOp, Extent, check_range, push_extent};
 
 /// How many blocks a multi-block read prefetches ahead of the one it copies.
 const PREFETCH_BLOCKS: u64 = 4;
 
 /// A byte-addressed device over the NTL. Every write is atomic per block and durable
-/// when it returns (`flush` has nothing left to do). `discard` keeps old contents
-/// (the contract allows either; unmapping is not built yet).
+/// when it returns (`flush` has nothing left to do). `discard` unmaps the whole
+/// blocks of its range (they read as zeros and their NVM is free again; a partial
+/// block at either end keeps its bytes, which the contract allows), and
+/// `allocation` reports unmapped blocks as holes.
 pub struct NtlDevice<R: Region> {
     btt: Btt<R>,
 }
@@ -102,7 +104,33 @@ impl<R: Region> Device for NtlDevice<R> {
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        check_range(DeviceOp::Discard, offset, len, self.len())
+        check_range(DeviceOp::Discard, offset, len, self.len())?;
+        let bs = self.btt.geometry().block_size;
+        let first = offset.div_ceil(bs);
+        let end = (offset + len) / bs;
+        if end > first {
+            self.btt.trim_blocks(first, end - first)?;
+        }
+        Ok(())
+    }
+
+    fn allocation(
+        &self,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<bool, DeviceError> {
+        check_range(DeviceOp::Read, offset, len, self.len())?;
+        let bs = self.btt.geometry().block_size;
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let lba = at / bs;
+            let run = ((lba + 1) * bs).min(end) - at;
+            push_extent(out, run, !self.btt.is_mapped(lba));
+            at += run;
+        }
+        Ok(true)
     }
 
     fn len(&self) -> u64 {

@@ -137,6 +137,26 @@ impl BlockMap {
         lba: u64,
         data_block: u64,
     ) -> Result<Option<u64>, DeviceError> {
+        self.store(region, lba, encode(data_block))
+    }
+
+    /// Unmaps `lba` (it reads as zeros): one 8-byte store of zero, flushed (the
+    /// caller fences before freeing the returned block), then the DRAM mirror.
+    /// Returns the block it pointed at.
+    pub fn clear<R: Region + ?Sized>(
+        &self,
+        region: &R,
+        lba: u64,
+    ) -> Result<Option<u64>, DeviceError> {
+        self.store(region, lba, 0)
+    }
+
+    fn store<R: Region + ?Sized>(
+        &self,
+        region: &R,
+        lba: u64,
+        entry: u64,
+    ) -> Result<Option<u64>, DeviceError> {
         let Some(slot) = self.mirror.get(lba as usize) else {
             return Err(DeviceError::OutOfRange {
                 op: crate::device::DeviceOp::Write,
@@ -145,7 +165,6 @@ impl BlockMap {
                 size: self.lbas(),
             });
         };
-        let entry = encode(data_block);
         let off = self.entry_offset(lba);
         region.store_u64_flushed(off, entry)?;
         let old = slot.swap(entry, Ordering::AcqRel);
@@ -184,6 +203,13 @@ mod tests {
         assert_eq!(m.get(3), Some(9));
         assert_eq!(m.used().collect::<Vec<_>>(), vec![9]);
         assert!(m.set(&r, 16, 1).is_err());
+        assert_eq!(m.clear(&r, 3).expect("clear"), Some(9));
+        assert_eq!(m.clear(&r, 3).expect("clear again"), None);
+        r.fence().expect("fence");
+        r.crash(2);
+        let m = BlockMap::load(&r, 64, 16, 32).expect("reload");
+        assert_eq!(m.get(3), None, "the cleared entry stays cleared");
+        assert!(m.clear(&r, 16).is_err());
     }
 
     #[test]
