@@ -292,6 +292,81 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     terminate(stack.server.take().unwrap());
 }
 
+/// ext4 on an NTL volume: fstrim unmaps the NTL blocks of a deleted file (they
+/// leave `BLOCK_STATUS`'s data), the other files are intact, `e2fsck -fn` is
+/// clean, and a restarted server serves the same file system.
+#[test]
+fn fstrim_on_an_ntl_volume_unmaps_its_blocks() {
+    if let Some(reason) = missing_facility() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let nv = nv_dir();
+    let config = dir.path().join("volume.toml");
+    let region = nv.path().join("fstrim.ntl");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"data\"\n[[export]]\nname = \"cairn\"\ndevice = \"pm\"\n\n\
+             [device.pm]\nkind = \"ntl\"\nsize = \"128MiB\"\npath = {:?}\n",
+            region.display().to_string()
+        ),
+    )
+    .unwrap();
+    let socket = dir.path().join("cairn.sock");
+    let mnt = dir.path().join("mnt");
+    let fs = dir.path().join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::create_dir_all(&fs).unwrap();
+    let mut stack = Stack {
+        server: Some(start_server(dir.path(), &config, &socket)),
+        fuse: None,
+        mounts: Vec::new(),
+    };
+    let image = start_fuse(&mut stack, &mnt, &socket);
+    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+    stack.mount_loop(&image, &fs);
+    let small: Vec<u8> = contents(3);
+    std::fs::write(fs.join("small"), &small).unwrap();
+    let big = fs.join("big");
+    std::fs::write(&big, contents(7).repeat((48 << 20) / contents(7).len() + 1)).unwrap();
+    run("sync", &[]);
+    let before = data_bytes(&socket);
+    std::fs::remove_file(&big).unwrap();
+    run("sync", &[]);
+    run("fstrim", &[fs.to_str().unwrap()]);
+    let after = data_bytes(&socket);
+    eprintln!(
+        "fstrim on NTL: {} MiB of data before, {} MiB after",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        before >= after + (40 << 20),
+        "fstrim freed too little: {before} bytes of data before, {after} after"
+    );
+    assert_eq!(std::fs::read(fs.join("small")).unwrap(), small);
+    stack.unmount(&fs);
+    fsck(&image);
+    stop_fuse(&mut stack, &mnt);
+    terminate(stack.server.take().unwrap());
+
+    stack.server = Some(start_server(dir.path(), &config, &socket));
+    let image = start_fuse(&mut stack, &mnt, &socket);
+    fsck(&image);
+    assert_eq!(
+        data_bytes(&socket),
+        after,
+        "the unmapped blocks stay unmapped"
+    );
+    stack.mount_loop(&image, &fs);
+    assert_eq!(std::fs::read(fs.join("small")).unwrap(), small);
+    stack.unmount(&fs);
+    stop_fuse(&mut stack, &mnt);
+    terminate(stack.server.take().unwrap());
+}
+
 /// kill -9 of the server while ext4 is mounted on it, with fsync'd files and
 /// a write workload in flight. With the NV write cache every acknowledged
 /// write survives, and ext4's journal needs only the writes acknowledged
