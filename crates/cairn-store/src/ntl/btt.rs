@@ -436,9 +436,10 @@ impl<R: Region> Btt<R> {
         let mut old = [None; BATCH];
         for i in 0..n {
             if flip[i] {
-                old[i] = self.map.set(&self.region, first + i as u64, target[i])?;
+                old[i] = self.map.set_unflushed(&self.region, first + i as u64, target[i])?;
             }
         }
+        self.map.flush_entries(&self.region, first, n as u64)?;
         self.region.fence()?;
         for block in old[..n].iter().flatten() {
             self.alloc.free(*block);

@@ -138,7 +138,30 @@ impl BlockMap {
         lba: u64,
         data_block: u64,
     ) -> Result<Option<u64>, DeviceError> {
-        self.store(region, lba, encode(data_block))
+        self.store(region, lba, encode(data_block), true)
+    }
+
+    /// [`Self::set`] without the flush: for a batch of entries, whose lines the
+    /// caller then flushes once each with [`Self::flush_entries`] (eight entries
+    /// share a cache line) before its fence.
+    pub fn set_unflushed<R: Region + ?Sized>(
+        &self,
+        region: &R,
+        lba: u64,
+        data_block: u64,
+    ) -> Result<Option<u64>, DeviceError> {
+        self.store(region, lba, encode(data_block), false)
+    }
+
+    /// Flushes the persistent entries of `first..first + count` (the caller
+    /// fences).
+    pub fn flush_entries<R: Region + ?Sized>(
+        &self,
+        region: &R,
+        first: u64,
+        count: u64,
+    ) -> Result<(), DeviceError> {
+        region.flush(&[(self.entry_offset(first), count * 8)])
     }
 
     /// Unmaps `lba` (it reads as zeros): one 8-byte store of zero, flushed (the
@@ -149,7 +172,7 @@ impl BlockMap {
         region: &R,
         lba: u64,
     ) -> Result<Option<u64>, DeviceError> {
-        self.store(region, lba, 0)
+        self.store(region, lba, 0, true)
     }
 
     fn store<R: Region + ?Sized>(
@@ -157,6 +180,7 @@ impl BlockMap {
         region: &R,
         lba: u64,
         entry: u64,
+        flushed: bool,
     ) -> Result<Option<u64>, DeviceError> {
         let Some(slot) = self.mirror.get(lba as usize) else {
             return Err(DeviceError::OutOfRange {
@@ -167,7 +191,11 @@ impl BlockMap {
             });
         };
         let off = self.entry_offset(lba);
-        region.store_u64_flushed(off, entry)?;
+        if flushed {
+            region.store_u64_flushed(off, entry)?;
+        } else {
+            region.store_u64(off, entry)?;
+        }
         // Writers of one entry are serialised by the caller (`Btt` holds the
         // block's stripe lock), so a load and a store replace `swap`: a locked
         // `xchg` is a full barrier on x86 and would wait here for the entry's

@@ -423,22 +423,11 @@ impl Region for MmapRegion {
         }
     }
 
-    #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
     fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
-        #[cfg(target_arch = "x86_64")]
-        if let Persistence::CacheLine(_) = self.persistence {
-            check_word(DeviceOp::Write, offset, self.len)?;
-            // SAFETY: in range and 8-byte aligned (checked); an aligned 8-byte
-            // non-temporal store (MOVNTI, SSE2) is one untearable store, and the
-            // only concurrent access to a map word is through these atomics.
-            unsafe {
-                std::arch::x86_64::_mm_stream_si64(
-                    self.at(offset).cast::<i64>(),
-                    value.to_le() as i64,
-                );
-            }
-            return Ok(());
-        }
+        // A plain store, then the line written back (CLWB keeps it cached). Not
+        // MOVNTI: a non-temporal store of 8 bytes leaves a partial
+        // write-combining line, which the next fence drains as a slow partial
+        // write, and it evicts the map line that the next lookup wants.
         self.store_u64(offset, value)?;
         self.flush(&[(offset, 8)])
     }
