@@ -9,8 +9,9 @@
 //! Deliberate difference from BTT: no per-lane flog. BTT keeps its free list in the
 //! flog, so it must log {lba, old, new, seq}; here free space is rebuilt at open from
 //! the map alone, so a block not referenced by the map is free and there is nothing
-//! to replay. Writers and readers of one block serialise on a striped lock (no
-//! global lock); the allocator is lock-free.
+//! to replay. Writers of one block serialise on a striped lock (no global lock);
+//! readers in atomic mode take none (they retry a copy if a block of the stripe
+//! was freed meanwhile, see [`Stripe`]); the allocator is lock-free.
 //!
 //! A trim unmaps: one 8-byte store of the unmapped entry per block, fence, then the
 //! old data block is freed, so a crash leaves the block wholly old or unmapped.
@@ -27,6 +28,7 @@
 //! (sticky until the next format), so `fsck` can say the image may hold torn
 //! blocks.
 
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::alloc::BlockAllocator;
@@ -49,8 +51,21 @@ pub const BATCH: usize = 64;
 /// its last allocation. (Searching from the logical block number instead made a
 /// sequential writer plough through the free blocks ahead of it: each allocation
 /// scanned past everything the previous ones had taken.)
+///
+/// `freed` makes reads lock-free in atomic mode (a seqlock without the odd
+/// state): a writer holding the lock bumps it after its map entries are
+/// durable and before it frees the stripe's old data blocks, and a reader
+/// retries a copy during which it moved, since the block it copied from may
+/// have been freed and rewritten for another logical block meanwhile. Nothing
+/// else can change a mapped block in atomic mode.
 #[repr(align(64))]
-struct Stripe(Mutex<u64>);
+struct Stripe {
+    lock: Mutex<u64>,
+    freed: AtomicU64,
+}
+
+/// Lock-free read attempts before a reader takes the stripe lock.
+const OPTIMISTIC_READS: usize = 4;
 
 /// Sizes of an NTL image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +205,10 @@ impl<R: Region> Btt<R> {
             map,
             alloc,
             stripes: (0..STRIPES as u64)
-                .map(|i| Stripe(Mutex::new(i * geo.data_blocks / STRIPES as u64)))
+                .map(|i| Stripe {
+                    lock: Mutex::new(i * geo.data_blocks / STRIPES as u64),
+                    freed: AtomicU64::new(0),
+                })
                 .collect(),
         })
     }
@@ -219,7 +237,7 @@ impl<R: Region> Btt<R> {
 
     fn stripe(&self, lba: u64) -> MutexGuard<'_, u64> {
         self.stripes[(lba as usize) % STRIPES]
-            .0
+            .lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -268,9 +286,32 @@ impl<R: Region> Btt<R> {
         Ok(())
     }
 
-    /// Reads `buf.len()` bytes at byte `within` of logical block `lba`.
+    /// Reads `buf.len()` bytes at byte `within` of logical block `lba`. In atomic
+    /// mode without a lock (see [`Stripe`]): the copy is kept when no data block
+    /// of the stripe was freed while it ran, else retried, and after
+    /// [`OPTIMISTIC_READS`] tries made under the stripe lock. In-place writes
+    /// change mapped blocks, so in that mode reads always take the lock.
     pub fn read_bytes(&self, lba: u64, within: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         self.check_bytes(DeviceOp::Read, lba, within, buf.len())?;
+        if self.mode == WriteMode::Atomic {
+            let freed = &self.stripes[(lba as usize) % STRIPES].freed;
+            for _ in 0..OPTIMISTIC_READS {
+                let before = freed.load(Ordering::Acquire);
+                let Some(b) = self.map.get(lba) else {
+                    // Unmapped at this moment: zeros is what a read then returns.
+                    buf.fill(0);
+                    return Ok(());
+                };
+                // A block freed during this copy may be rewritten under it; the
+                // check below throws such a copy away (it is never returned).
+                self.region
+                    .read(self.geo.data_base() + b * self.geo.block_size + within, buf)?;
+                fence(Ordering::Acquire);
+                if freed.load(Ordering::Relaxed) == before {
+                    return Ok(());
+                }
+            }
+        }
         let _g = self.stripe(lba);
         if let Some(b) = self.map.get(lba) {
             self.region
@@ -350,6 +391,7 @@ impl<R: Region> Btt<R> {
         let old = self.map.set(&self.region, lba, new)?;
         self.region.fence()?;
         if let Some(old) = old {
+            self.freeing(lba);
             self.alloc.free(old);
         }
         Ok(())
@@ -451,11 +493,26 @@ impl<R: Region> Btt<R> {
         }
         self.map.flush_entries(&self.region, first, n as u64)?;
         self.region.fence()?;
-        for block in old[..n].iter().flatten() {
-            self.alloc.free(*block);
+        for (i, block) in old[..n].iter().enumerate() {
+            if let Some(block) = block {
+                self.freeing(first + i as u64);
+                self.alloc.free(*block);
+            }
         }
         drop(guards);
         Ok(())
+    }
+
+    /// Tells lock-free readers of `lba`'s stripe that a data block it mapped is
+    /// about to be freed. The caller holds the stripe lock (so a load and a
+    /// store, no locked instruction), and `lba`'s new map entry is already
+    /// durable and visible.
+    fn freeing(&self, lba: u64) {
+        let freed = &self.stripes[(lba as usize) % STRIPES].freed;
+        freed.store(
+            freed.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Release,
+        );
     }
 
     /// The stripe locks of blocks `first..first + n` (`n` ≤ [`BATCH`], so the
@@ -514,9 +571,12 @@ impl<R: Region> Btt<R> {
                 }
             }
             self.region.fence()?;
-            for block in old[..n].iter().flatten() {
-                self.alloc.free(*block);
-                freed += 1;
+            for (i, block) in old[..n].iter().enumerate() {
+                if let Some(block) = block {
+                    self.freeing(at + i as u64);
+                    self.alloc.free(*block);
+                    freed += 1;
+                }
             }
             drop(guards);
             at += n as u64;
@@ -863,6 +923,76 @@ mod tests {
             assert_eq!(b.is_mapped(lba), want != 0);
         }
         assert_eq!(b.alloc.free_blocks(), free + 3);
+    }
+
+    /// Lock-free reads never return a torn or foreign block: two writers keep
+    /// rewriting 8 blocks (each block all one tag) with 2 spare data blocks, so a
+    /// freed block is reused almost at once, while two readers check every block
+    /// they read is one tag that was written to that block.
+    #[test]
+    fn lock_free_reads_never_see_a_reused_block() {
+        let geo = Geometry {
+            block_size: 4096,
+            lbas: 8,
+            data_blocks: 10,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        for persistence in [
+            crate::ntl::PersistenceRequest::None,
+            crate::ntl::PersistenceRequest::CacheLine,
+        ] {
+            let region = crate::ntl::MmapRegion::open(
+                &dir.path().join(format!("{persistence:?}")),
+                geo.region_len(),
+                true,
+                persistence,
+            )
+            .expect("map");
+            let b = Btt::format(region, geo).expect("format");
+            // Block `lba` only ever holds tags `lba * 16 + 1 ..= lba * 16 + 15`.
+            for lba in 0..geo.lbas {
+                b.write_block(lba, &[lba as u8 * 16 + 1; 4096])
+                    .expect("fill");
+            }
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let reads = std::sync::atomic::AtomicU64::new(0);
+            std::thread::scope(|s| {
+                for w in 0..2u64 {
+                    let (b, stop) = (&b, &stop);
+                    s.spawn(move || {
+                        let mut rng = ChaCha8Rng::seed_from_u64(w);
+                        for _ in 0..40_000 {
+                            let lba = rng.random_range(0..geo.lbas);
+                            let tag = lba as u8 * 16 + rng.random_range(1..16u8);
+                            b.write_block(lba, &[tag; 4096]).expect("write");
+                        }
+                        stop.store(true, Ordering::Relaxed);
+                    });
+                }
+                for r in 0..2u64 {
+                    let (b, stop, reads) = (&b, &stop, &reads);
+                    s.spawn(move || {
+                        let mut rng = ChaCha8Rng::seed_from_u64(100 + r);
+                        let mut buf = vec![0u8; 4096];
+                        while !stop.load(Ordering::Relaxed) {
+                            let lba = rng.random_range(0..geo.lbas);
+                            b.read_block(lba, &mut buf).expect("read");
+                            let tag = buf[0];
+                            assert_eq!(tag / 16, lba as u8, "lba {lba} read another block's data");
+                            assert!(
+                                buf.iter().all(|&x| x == tag),
+                                "lba {lba}: torn read ({tag} and others)"
+                            );
+                            reads.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            assert!(
+                reads.load(Ordering::Relaxed) > 1000,
+                "the readers hardly ran"
+            );
+        }
     }
 
     #[test]
