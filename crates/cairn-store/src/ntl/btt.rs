@@ -11,7 +11,7 @@
 //! the map alone, so a block not referenced by the map is free and there is nothing
 //! to replay. Writers of one block serialise on a striped lock (no global lock);
 //! readers in atomic mode take none (they retry a copy if a block of the stripe
-//! was freed meanwhile, see [`Stripe`]); the allocator is lock-free.
+//! was freed meanwhile: see `Stripe`); the allocator is lock-free.
 //!
 //! A trim unmaps: one 8-byte store of the unmapped entry per block, fence, then the
 //! old data block is freed, so a crash leaves the block wholly old or unmapped.
@@ -287,9 +287,9 @@ impl<R: Region> Btt<R> {
     }
 
     /// Reads `buf.len()` bytes at byte `within` of logical block `lba`. In atomic
-    /// mode without a lock (see [`Stripe`]): the copy is kept when no data block
+    /// mode without a lock (see `Stripe`): the copy is kept when no data block
     /// of the stripe was freed while it ran, else retried, and after
-    /// [`OPTIMISTIC_READS`] tries made under the stripe lock. In-place writes
+    /// `OPTIMISTIC_READS` tries made under the stripe lock. In-place writes
     /// change mapped blocks, so in that mode reads always take the lock.
     pub fn read_bytes(&self, lba: u64, within: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
         self.check_bytes(DeviceOp::Read, lba, within, buf.len())?;
