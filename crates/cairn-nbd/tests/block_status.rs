@@ -130,6 +130,51 @@ fn a_log_disk_and_an_ntl_volume_report_unwritten_and_trimmed_blocks_as_holes() {
     }
 }
 
+/// `WRITE_ZEROES` with `FAST_ZERO`: an NTL volume unmaps the whole blocks
+/// (holes in `BLOCK_STATUS`, zeroes on read); the log disk has no fast path
+/// (its trims are advisory across a crash), so `ENOTSUP` and nothing changes,
+/// while a plain `WRITE_ZEROES` still zeroes by writing.
+#[test]
+fn fast_zero_where_the_device_can_and_enotsup_where_it_cannot() {
+    for (name, fast) in [("ntl", true), ("log", false)] {
+        let disk = if name == "ntl" { ntl() } else { log_disk() };
+        let server = TestServer::start(vec![export("disk", disk)]);
+        let mut client = Client::connected(&server.path, true);
+        let data = pattern(5, 16 * B as usize);
+        assert_eq!(client.write(0, &data), 0);
+        let reply = client.command(
+            CMD_WRITE_ZEROES,
+            CMD_FLAG_FAST_ZERO,
+            2 * B + 10,
+            8 * B as u32,
+        );
+        if fast {
+            assert_eq!(reply, 0, "{name}");
+            let mut want = data.clone();
+            want[2 * B as usize + 10..10 * B as usize + 10].fill(0);
+            assert_eq!(client.read(0, 16 * B as u32), want, "{name}");
+            assert_eq!(
+                status(&mut client, 0, 0, 16 * B as u32),
+                [(3 * B as u32, 0), (7 * B as u32, HOLE), (6 * B as u32, 0)],
+                "{name}: blocks 3..10 unmapped"
+            );
+        } else {
+            assert_eq!(reply, Errno::NotSup.code(), "{name}");
+            assert_eq!(client.read(0, 16 * B as u32), data, "{name}: unchanged");
+            assert_eq!(
+                client.command(CMD_WRITE_ZEROES, 0, 2 * B + 10, 8 * B as u32),
+                0
+            );
+            assert_eq!(
+                client.read(2 * B + 10, 8 * B as u32),
+                vec![0u8; 8 * B as usize]
+            );
+        }
+        client.disconnect();
+        server.stop().unwrap();
+    }
+}
+
 #[test]
 fn nbdinfo_maps_the_holes_of_a_log_disk() {
     let Some(nbdinfo) = std::env::var_os("PATH").and_then(|paths| {

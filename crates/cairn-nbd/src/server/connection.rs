@@ -543,19 +543,31 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
                 length,
                 fua,
                 fast_zero,
-                ..
+                no_hole,
             } => {
-                if fast_zero {
-                    // Zeroing is a write of zeroes here, no faster than WRITE:
-                    // the spec says fail fast and let the client write.
-                    return Some(self.error_reply(
-                        cookie,
-                        Errno::NotSup,
-                        "zeroing is not faster than writing",
-                        budget,
-                    ));
+                let length = u64::from(length);
+                // A fast zero may punch holes, which NO_HOLE forbids.
+                match if no_hole {
+                    Ok(false)
+                } else {
+                    device.zero_fast(offset, length)
+                } {
+                    Ok(true) => flush_if(device, fua),
+                    Ok(false) if fast_zero => {
+                        // Zeroing would be a write of zeroes, no faster than
+                        // WRITE: the spec says fail fast and let the client write.
+                        return Some(self.error_reply(
+                            cookie,
+                            Errno::NotSup,
+                            "zeroing is not faster than writing",
+                            budget,
+                        ));
+                    }
+                    Ok(false) => {
+                        write_zeroes(device, offset, length).and_then(|()| flush_if(device, fua))
+                    }
+                    Err(e) => Err(e),
                 }
-                write_zeroes(device, offset, u64::from(length)).and_then(|()| flush_if(device, fua))
             }
             Command::BlockStatus {
                 offset,

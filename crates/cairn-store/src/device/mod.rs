@@ -184,6 +184,19 @@ pub trait Device: Send + Sync {
         let _ = (offset, len, out);
         Ok(false)
     }
+    /// Zeroes `offset..offset + len` without writing zero bytes through the
+    /// device, with the durability of a write of zeroes there (once flushed, or
+    /// at once on a device whose writes are durable, it survives a crash and
+    /// never reads back older data). It may leave holes. `Ok(true)` when done;
+    /// `Ok(false)` when the device has no such path, and then the caller
+    /// writes zeroes. NBD's `WRITE_ZEROES` uses it unless the client forbade
+    /// holes, and answers `FAST_ZERO` requests with `ENOTSUP` when it returns
+    /// false. The default returns false. (A trim is no substitute where it is
+    /// advisory across a crash, as on the log disk.)
+    fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// A hint that `offset..offset + len` will be read soon (NBD's `CACHE`):
     /// a device that caches loads it now. The default does nothing.
     fn prefetch(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
@@ -277,6 +290,9 @@ macro_rules! forward_device {
             }
             fn prefetch(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
                 (**self).prefetch(offset, len)
+            }
+            fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
+                (**self).zero_fast(offset, len)
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)

@@ -117,6 +117,35 @@ impl<R: Region> Device for NtlDevice<R> {
         Ok(())
     }
 
+    /// Whole blocks are unmapped (durable when this returns, like every NTL
+    /// write: each batch's entries are fenced), partial blocks at either end
+    /// get zero bytes written, atomically per block.
+    fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
+        check_range(DeviceOp::Write, offset, len, self.len())?;
+        let bs = self.btt.geometry().block_size;
+        let end = offset + len;
+        let first = offset.div_ceil(bs).min(end / bs);
+        let last = end / bs;
+        let zeroes = [0u8; 512];
+        let zero_bytes = |from: u64, to: u64| {
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(zeroes.len() as u64);
+                self.write_at(&zeroes[..n as usize], at)?;
+                at += n;
+            }
+            Ok::<(), DeviceError>(())
+        };
+        if last > first {
+            zero_bytes(offset, first * bs)?;
+            self.btt.trim_blocks(first, last - first)?;
+            zero_bytes(last * bs, end)?;
+        } else {
+            zero_bytes(offset, end)?;
+        }
+        Ok(true)
+    }
+
     fn allocation(
         &self,
         offset: u64,
@@ -195,6 +224,55 @@ mod tests {
             Btt::format_with(r, GEO, crate::ntl::WriteMode::InPlace).expect("format"),
         );
         crate::device::conformance::check(&dev);
+    }
+
+    #[test]
+    fn zero_fast_unmaps_whole_blocks_and_zeroes_the_edges() {
+        let dev =
+            NtlDevice::new(Btt::format(SimRegion::new(GEO.region_len()), GEO).expect("format"));
+        let a: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 251) as u8 + 1).collect();
+        dev.write_at(&a, 0).expect("write");
+        // From the middle of block 1 to the middle of block 5: blocks 2..5 unmapped.
+        assert!(dev.zero_fast(4096 + 100, 4 * 4096).expect("zero"));
+        let mut want = a.clone();
+        want[4096 + 100..5 * 4096 + 100].fill(0);
+        let mut back = vec![0u8; a.len()];
+        dev.read_at(&mut back, 0).expect("read");
+        assert_eq!(back, want);
+        let mut runs = Vec::new();
+        assert!(dev.allocation(0, 8 * 4096, &mut runs).expect("allocation"));
+        assert_eq!(
+            runs,
+            [
+                Extent {
+                    len: 2 * 4096,
+                    hole: false
+                },
+                Extent {
+                    len: 3 * 4096,
+                    hole: true
+                },
+                Extent {
+                    len: 3 * 4096,
+                    hole: false
+                },
+            ]
+        );
+        // Within one block: bytes written, nothing unmapped.
+        assert!(
+            dev.zero_fast(7 * 4096 + 1, 10)
+                .expect("zero inside a block")
+        );
+        want[7 * 4096 + 1..7 * 4096 + 11].fill(0);
+        assert!(dev.zero_fast(0, 0).expect("empty"));
+        assert!(dev.zero_fast(dev.len(), 1).is_err(), "past the end");
+        // Durable when it returns: a crash keeps every zero.
+        let NtlDevice { btt } = dev;
+        let region = btt.into_region();
+        region.crash(7);
+        let dev = NtlDevice::new(Btt::open(region).expect("reopen"));
+        dev.read_at(&mut back, 0).expect("read");
+        assert_eq!(back, want);
     }
 
     #[test]
