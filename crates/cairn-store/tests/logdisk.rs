@@ -59,6 +59,33 @@ fn options(cleaner: CleanerPolicy) -> Options {
     }
 }
 
+/// How the cleaner reads its victims.
+#[derive(Clone, Copy, Debug)]
+enum Reads {
+    /// Every victim whole, in one I/O.
+    Whole,
+    /// Every victim live blocks only, bridging `gap` dead blocks, on
+    /// `threads` threads.
+    LiveOnly { gap: u32, threads: u32 },
+}
+
+impl Reads {
+    fn apply(self, o: Options) -> Options {
+        match self {
+            Reads::Whole => Options {
+                live_read_below: 0.0,
+                ..o
+            },
+            Reads::LiveOnly { gap, threads } => Options {
+                live_read_below: 1.0,
+                live_read_gap: gap,
+                cleaner_read_threads: threads,
+                ..o
+            },
+        }
+    }
+}
+
 #[test]
 fn round_trip_in_both_modes_with_cleaning() {
     for nv in [false, true] {
@@ -292,14 +319,14 @@ fn workload<D: Device>(
     true
 }
 
-fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
+fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy, reads: Reads) {
     let g = small();
     let seed = 0x10_6d15;
     let ops = 160;
-    let opts = Options {
+    let opts = reads.apply(Options {
         partial,
         ..options(cleaner)
-    };
+    });
     let nv_len = 12 * 1024;
     // Count the device writes of an uninterrupted run.
     let total = {
@@ -310,6 +337,19 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
         let before = dev.counts().writes;
         let mut model = Model::new(nv);
         assert!(workload(&disk, &mut model, seed, ops, 1));
+        // The crash points fall inside cleaning, and (live-only) inside
+        // cleaning that read less than whole victims.
+        let m = disk.metrics();
+        assert!(m.cleaner_segment_reads > 0, "the workload never cleans");
+        let whole = m.cleaner_segment_reads * u64::from(g.segment_blocks * g.block_size);
+        match reads {
+            Reads::Whole => assert_eq!(m.cleaner_read_ios, m.cleaner_segment_reads),
+            Reads::LiveOnly { .. } => assert!(
+                m.cleaner_read_bytes < whole / 2,
+                "live-only reads read {} bytes of {whole}",
+                m.cleaner_read_bytes
+            ),
+        }
         dev.counts().writes - before
     };
     assert!(total > 20, "workload too small: {total} writes");
@@ -335,7 +375,7 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
             }
             region.crash(at);
             let context = format!(
-                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}"
+                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}, {reads:?}"
             );
             let disk = LogDisk::open(dev.clone(), nv_box(), opts)
                 .unwrap_or_else(|e| panic!("{context}: does not open: {e}"));
@@ -361,17 +401,42 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
 
 #[test]
 fn every_crash_point_volatile_append() {
-    crash_points(false, PartialSegments::Append, CleanerPolicy::Greedy);
+    crash_points(
+        false,
+        PartialSegments::Append,
+        CleanerPolicy::Greedy,
+        Reads::LiveOnly { gap: 0, threads: 1 },
+    );
 }
 
 #[test]
 fn every_crash_point_volatile_close_cost_benefit() {
-    crash_points(false, PartialSegments::Close, CleanerPolicy::CostBenefit);
+    crash_points(
+        false,
+        PartialSegments::Close,
+        CleanerPolicy::CostBenefit,
+        Reads::Whole,
+    );
 }
 
 #[test]
 fn every_crash_point_nv_cache_age_sort() {
-    crash_points(true, PartialSegments::Append, CleanerPolicy::AgeSort);
+    crash_points(
+        true,
+        PartialSegments::Append,
+        CleanerPolicy::AgeSort,
+        Reads::LiveOnly { gap: 1, threads: 3 },
+    );
+}
+
+#[test]
+fn every_crash_point_nv_cache_greedy_whole_reads() {
+    crash_points(
+        true,
+        PartialSegments::Append,
+        CleanerPolicy::Greedy,
+        Reads::Whole,
+    );
 }
 
 /// Crash points inside the NV cache: after every store and fence of the
@@ -435,9 +500,11 @@ proptest! {
 
     /// Random writes, flushes and crashes against the model, both modes.
     #[test]
-    fn model_across_crash_cycles(ops in proptest::collection::vec(op(), 1..300), nv: bool, seed: u64) {
+    fn model_across_crash_cycles(ops in proptest::collection::vec(op(), 1..300), nv: bool, seed: u64, gap in 0u32..4) {
         let g = small();
-        let opts = options(CleanerPolicy::CostBenefit);
+        // Live-only reads bridging 0–2 dead blocks, or (3) whole reads.
+        let reads = if gap == 3 { Reads::Whole } else { Reads::LiveOnly { gap, threads: 2 } };
+        let opts = reads.apply(options(CleanerPolicy::CostBenefit));
         let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
         let region = Arc::new(SimRegion::new(12 * 1024));
         let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
@@ -479,6 +546,87 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+/// Sparse victims read live blocks only (in runs, on several threads, or
+/// one by one) clean exactly as whole-segment reads do — same victims, same
+/// blocks copied, same data — while reading a fraction of the bytes; and
+/// after a crash every flushed write reads back.
+#[test]
+fn sparse_victims_read_live_only_clean_as_whole_reads_do() {
+    let g = Geometry {
+        block_size: B as u32,
+        segment_blocks: 30,
+        segments: 40,
+        logical_blocks: 464, // utilisation 0.4
+    };
+    for nv in [false, true] {
+        let mut results = Vec::new();
+        for reads in [
+            Reads::Whole,
+            Reads::LiveOnly { gap: 0, threads: 1 },
+            Reads::LiveOnly { gap: 2, threads: 4 },
+        ] {
+            let opts = reads.apply(options(CleanerPolicy::Greedy));
+            let dev = Arc::new(FaultyDevice::new(image_len(&g), 3));
+            let region = Arc::new(SimRegion::new(24 * 1024));
+            let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
+            let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
+            let mut model = vec![0u64; g.logical_blocks as usize];
+            let mut rng = ChaCha8Rng::seed_from_u64(11);
+            for version in 1..=6000u64 {
+                let l = rng.random_range(0..g.logical_blocks);
+                disk.write_blocks(l, &pattern(l, version)).unwrap();
+                model[l as usize] = version;
+                if version % 250 == 0 {
+                    disk.flush().unwrap();
+                }
+            }
+            disk.flush().unwrap();
+            let m = disk.metrics();
+            let whole = m.cleaner_segment_reads * u64::from(g.segment_blocks * g.block_size);
+            assert!(m.cleaner_segment_reads > 20, "{reads:?}: {m:?}");
+            match reads {
+                Reads::Whole => {
+                    assert_eq!(m.cleaner_read_ios, m.cleaner_segment_reads);
+                }
+                Reads::LiveOnly { .. } => {
+                    assert!(m.cleaner_read_ios > m.cleaner_segment_reads, "{m:?}");
+                    assert!(m.cleaner_read_bytes < whole / 2, "{reads:?}: {m:?}");
+                }
+            }
+            let mut buf = vec![0u8; B];
+            for (l, &version) in model.iter().enumerate() {
+                disk.read_block(l as u64, &mut buf).unwrap();
+                assert_eq!(
+                    version_of(l as u64, &buf),
+                    Some(version),
+                    "{reads:?} block {l}"
+                );
+            }
+            drop(disk);
+            dev.crash_now(CrashMode::DropUnflushed);
+            region.crash(5);
+            let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
+            for (l, &version) in model.iter().enumerate() {
+                disk.read_block(l as u64, &mut buf).unwrap();
+                assert_eq!(
+                    version_of(l as u64, &buf),
+                    Some(version),
+                    "{reads:?} block {l} after the crash"
+                );
+            }
+            results.push((
+                m.cleaner_segment_reads,
+                m.cleaner_blocks_written,
+                m.cleaner_segment_writes,
+            ));
+        }
+        assert!(
+            results.windows(2).all(|w| w[0] == w[1]),
+            "nv={nv}: the read strategy changed what was cleaned: {results:?}"
+        );
     }
 }
 

@@ -114,6 +114,18 @@ pub struct Options {
     /// Segment writes between checkpoints; 0 chooses enough that a checkpoint
     /// costs about a tenth of the log writes (at least 64).
     pub checkpoint_interval: u64,
+    /// A victim whose live fraction is below this is *sparse*: the cleaner
+    /// reads only its live blocks (runs of them, see
+    /// [`Options::live_read_gap`]) instead of the whole segment in one I/O.
+    /// 0 reads every victim whole; 1 reads every victim live blocks only.
+    pub live_read_below: f64,
+    /// Dead blocks a live-only read may bridge: two runs of live blocks this
+    /// close or closer are read as one I/O (the dead blocks between are read
+    /// and dropped).
+    pub live_read_gap: u32,
+    /// Threads the cleaner reads victims with (the calling thread is one);
+    /// 1 reads them one after another.
+    pub cleaner_read_threads: u32,
 }
 
 impl Default for Options {
@@ -125,6 +137,9 @@ impl Default for Options {
             destage_threshold: 0.75,
             partial: PartialSegments::Append,
             checkpoint_interval: 0,
+            live_read_below: 0.25,
+            live_read_gap: 1,
+            cleaner_read_threads: 4,
         }
     }
 }
@@ -169,7 +184,9 @@ pub enum LogDiskError {
 }
 
 /// Counters of a log disk; all in blocks or segment writes unless named bytes.
-/// Saved with every checkpoint (in this order), so `cairn inspect` shows them.
+/// Saved with every checkpoint (in this order, up to `recoveries`), so `cairn
+/// inspect` shows them; the cleaner's read I/O counters after them are not
+/// saved (they count since this open).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
     /// Block writes the client issued.
@@ -186,7 +203,9 @@ pub struct Metrics {
     pub cleaner_blocks_written: u64,
     /// Bytes the cleaner wrote.
     pub cleaner_bytes: u64,
-    /// Segments the cleaner read (one I/O each).
+    /// Victim segments the cleaner cleaned: read whole in one I/O, or (a
+    /// sparse victim) only its live blocks. The paper's "segments read for
+    /// cleaning".
     pub cleaner_segment_reads: u64,
     /// Segment writes closed early by a flush.
     pub partial_segments: u64,
@@ -205,6 +224,10 @@ pub struct Metrics {
     pub device_flushes: u64,
     /// Recoveries (opens) this image went through.
     pub recoveries: u64,
+    /// Device reads the cleaner issued (since this open; not saved).
+    pub cleaner_read_ios: u64,
+    /// Bytes the cleaner read (since this open; not saved).
+    pub cleaner_read_bytes: u64,
 }
 
 impl Metrics {
@@ -237,7 +260,15 @@ impl Metrics {
         for (x, y) in c.iter_mut().zip(earlier.to_counters()) {
             *x = x.saturating_sub(y);
         }
-        Metrics::from_counters(&c)
+        Metrics {
+            cleaner_read_ios: self
+                .cleaner_read_ios
+                .saturating_sub(earlier.cleaner_read_ios),
+            cleaner_read_bytes: self
+                .cleaner_read_bytes
+                .saturating_sub(earlier.cleaner_read_bytes),
+            ..Metrics::from_counters(&c)
+        }
     }
 
     /// Metrics saved in a checkpoint.
@@ -259,6 +290,8 @@ impl Metrics {
             checkpoint_bytes: c[13],
             device_flushes: c[14],
             recoveries: c[15],
+            cleaner_read_ios: 0,
+            cleaner_read_bytes: 0,
         }
     }
 
@@ -342,6 +375,13 @@ struct Nv {
 
 struct State {
     map: Vec<MapEntry>,
+    /// Physical → logical: the logical block last written at each segment
+    /// block (index `segment · N + slot`), [`NO_BLOCK`] if none since open.
+    /// In DRAM only, rebuilt from the map at open. A block is live exactly
+    /// when `map[rev[p]]` points back at `p`, so stale entries (the block
+    /// was overwritten or trimmed since) need no upkeep; the cleaner finds a
+    /// victim's live blocks with it without reading the victim's summaries.
+    rev: Vec<u64>,
     live: Vec<u32>,
     last_seq: Vec<u64>,
     /// Log blocks written (user + cleaner) when each segment was opened.
@@ -367,8 +407,10 @@ struct State {
     /// Assembly buffer for destages (same layout).
     out: IoBuf,
     out_entries: Vec<SummaryEntry>,
-    /// The cleaner's: a victim segment, and its assembly buffer.
+    /// A whole segment (recovery's scan buffer).
     victim: IoBuf,
+    /// The cleaner's: victim reads land here, then its assembly buffer.
+    staging: IoBuf,
     clean_out: IoBuf,
     clean_entries: Vec<SummaryEntry>,
     nv: Option<Nv>,
@@ -393,6 +435,14 @@ pub(crate) fn block_of(geo: &Geometry, segment: u32, slot: u32) -> u64 {
 
 pub(crate) fn segment_of(geo: &Geometry, physical: u64) -> u32 {
     ((physical - geo.segment_start(0)) / u64::from(geo.segment_blocks)) as u32
+}
+
+/// No logical block: a [`State::rev`] entry never written since open.
+const NO_BLOCK: u64 = u64::MAX;
+
+/// Absolute segment block → its [`State::rev`] index.
+fn rev_index(geo: &Geometry, physical: u64) -> usize {
+    (physical - geo.segment_start(0)) as usize
 }
 
 impl<D: Device> LogDisk<D> {
@@ -516,6 +566,7 @@ impl<D: Device> LogDisk<D> {
         };
         let mut st = State {
             map: cp.map.clone(),
+            rev: vec![NO_BLOCK; geo.segments as usize * n],
             live: vec![0; geo.segments as usize],
             last_seq: vec![0; geo.segments as usize],
             opened_at: vec![0; geo.segments as usize],
@@ -535,6 +586,7 @@ impl<D: Device> LogDisk<D> {
             out: IoBuf::zeroed(2 * n * b),
             out_entries: Vec::with_capacity(n),
             victim: IoBuf::zeroed(n * b),
+            staging: IoBuf::default(),
             clean_out: IoBuf::zeroed(2 * n * b),
             clean_entries: Vec::with_capacity(n),
             nv: None,
@@ -599,11 +651,12 @@ impl<D: Device> LogDisk<D> {
         // never mistakes one for a write made after recovery.
         st.sequence += 1 << 32;
         // Usage from the map: it cannot disagree with the table it came from.
-        for e in &st.map {
+        for (logical, e) in st.map.iter().enumerate() {
             if e.physical != UNMAPPED {
                 let s = segment_of(&geo, e.physical) as usize;
                 st.live[s] += 1;
                 st.last_seq[s] = st.last_seq[s].max(e.sequence);
+                st.rev[rev_index(&geo, e.physical)] = logical as u64;
             }
         }
         for s in 0..geo.segments {
@@ -1094,6 +1147,7 @@ impl<D: Device> LogDisk<D> {
             }
             for (i, e) in chunk.iter().enumerate() {
                 let physical = block_of(&self.geo, segment, slot + 1 + i as u32);
+                st.rev[rev_index(&self.geo, physical)] = e.logical;
                 let old = std::mem::replace(
                     &mut st.map[e.logical as usize],
                     MapEntry {
@@ -1345,7 +1399,9 @@ impl<D: Device> LogDisk<D> {
         let mut out = std::mem::take(&mut st.clean_out);
         let mut entries = std::mem::take(&mut st.clean_entries);
         let mut ages: Vec<u64> = Vec::new();
-        let mut victim = std::mem::take(&mut st.victim);
+        let mut staging = std::mem::take(&mut st.staging);
+        let mut batch = Batch::default();
+        let mut victims = Vec::new();
         let mut passes = 0u32;
         let result = (|| {
             while ((st.free.len() + st.pending.len()) as u32) < self.clean_high {
@@ -1356,7 +1412,7 @@ impl<D: Device> LogDisk<D> {
                 // One pass: victims whose live blocks fit one segment write.
                 entries.clear();
                 ages.clear();
-                let mut victims = Vec::new();
+                victims.clear();
                 // What can be written before any victim is freed.
                 let room = st.head.map_or(0, |(_, slot)| n - slot as usize - 1)
                     + (st.free.len() + st.pending.len()) * per_write;
@@ -1365,8 +1421,11 @@ impl<D: Device> LogDisk<D> {
                 let limit = room;
                 let need = (limit + n + 1) * b;
                 out.grow(need);
+                // Live blocks of the victims taken so far (their reads are
+                // batched, so `entries` lags behind).
+                let mut taken = 0usize;
                 while let Some(v) = self.pick_victim(st) {
-                    if entries.len() + st.live[v as usize] as usize > limit {
+                    if taken + st.live[v as usize] as usize > limit {
                         if victims.is_empty() {
                             return Err(LogDiskError::NoSpace);
                         }
@@ -1374,8 +1433,27 @@ impl<D: Device> LogDisk<D> {
                     }
                     st.seg[v as usize] = Seg::Open; // not a candidate again this pass
                     victims.push(v);
-                    self.collect_live(st, v, &mut victim, &mut out, &mut entries, &mut ages)?;
+                    taken += st.live[v as usize] as usize;
+                    self.plan_reads(st, v, &mut batch);
+                    if batch.staged >= BATCH_SEGMENTS * self.geo.segment_blocks {
+                        self.read_and_collect(
+                            st,
+                            &mut batch,
+                            &mut staging,
+                            &mut out,
+                            &mut entries,
+                            &mut ages,
+                        )?;
+                    }
                 }
+                self.read_and_collect(
+                    st,
+                    &mut batch,
+                    &mut staging,
+                    &mut out,
+                    &mut entries,
+                    &mut ages,
+                )?;
                 if victims.is_empty() {
                     break;
                 }
@@ -1396,8 +1474,9 @@ impl<D: Device> LogDisk<D> {
                 }
                 self.append(st, &entries, &mut out, Kind::Cleaner, false)?;
                 for &v in &victims {
-                    // Every live block moved (checked in `collect_live`), so the
-                    // victim emptied; it may even be the head again already.
+                    // Every live block moved (checked in `read_and_collect`),
+                    // so the victim emptied; it may even be the head again
+                    // already.
                     if st.seg[v as usize] == Seg::Closed && st.live[v as usize] == 0 {
                         st.seg[v as usize] = Seg::Pending;
                         st.pending.push(v);
@@ -1406,77 +1485,172 @@ impl<D: Device> LogDisk<D> {
             }
             Ok(())
         })();
+        if result.is_err() {
+            // Victims taken but not written out go back to the candidates.
+            for &v in &victims {
+                if st.seg[v as usize] == Seg::Open && st.head.is_none_or(|(h, _)| h != v) {
+                    st.seg[v as usize] = Seg::Closed;
+                }
+            }
+        }
         st.clean_out = out;
         st.clean_entries = entries;
-        st.victim = victim;
+        st.staging = staging;
         result
     }
 
-    #[allow(clippy::many_single_char_names)]
-    /// Reads segment `v` in one I/O and appends its live blocks to `entries`
-    /// and `out` (data at `(i + 1)·B`), their write sequences to `ages`.
-    fn collect_live(
+    /// Whether block `slot` of segment `segment` holds a live block.
+    fn is_live(&self, st: &State, segment: u32, slot: u32) -> bool {
+        let physical = block_of(&self.geo, segment, slot);
+        let logical = st.rev[rev_index(&self.geo, physical)];
+        logical != NO_BLOCK
+            && st
+                .map
+                .get(logical as usize)
+                .is_some_and(|m| m.physical == physical)
+    }
+
+    /// Plans the reads of victim `v`: a dense victim is read in one I/O (its
+    /// first live block to its last); a sparse one (live fraction below
+    /// [`Options::live_read_below`]) only its live blocks, runs of them that
+    /// are at most [`Options::live_read_gap`] dead blocks apart read as one.
+    fn plan_reads(&self, st: &State, v: u32, batch: &mut Batch) {
+        let n = self.geo.segment_blocks;
+        let sparse =
+            f64::from(st.live[v as usize]) < self.options.live_read_below * f64::from(n - 1);
+        let gap = if sparse {
+            self.options.live_read_gap
+        } else {
+            n
+        };
+        let first = batch.runs.len();
+        let mut run: Option<(u32, u32)> = None;
+        for slot in 0..n {
+            if !self.is_live(st, v, slot) {
+                continue;
+            }
+            run = match run {
+                Some((start, end)) if slot - end <= gap => Some((start, slot + 1)),
+                Some((start, end)) => {
+                    batch.push_run(v, start, end);
+                    Some((slot, slot + 1))
+                }
+                None => Some((slot, slot + 1)),
+            };
+        }
+        if let Some((start, end)) = run {
+            batch.push_run(v, start, end);
+        }
+        batch.victims.push((v, first, batch.runs.len()));
+    }
+
+    /// Reads the batch's runs and appends its victims' live blocks, in
+    /// victim and slot order, to `entries` and `out` (data at `(i + 1)·B`),
+    /// their write sequences to `ages`; every block is checked against the
+    /// CRC32C in the table. Empties the batch.
+    fn read_and_collect(
         &self,
         st: &mut State,
-        v: u32,
-        victim: &mut [u8],
+        batch: &mut Batch,
+        staging: &mut IoBuf,
         out: &mut [u8],
         entries: &mut Vec<SummaryEntry>,
         ages: &mut Vec<u64>,
     ) -> Result<(), LogDiskError> {
+        if batch.victims.is_empty() {
+            return Ok(());
+        }
         let b = self.geo.block_size as usize;
-        let n = self.geo.segment_blocks;
-        let start = block_of(&self.geo, v, 0);
-        self.dev.read_at(victim, start * b as u64)?;
-        st.metrics.cleaner_segment_reads += 1;
-        st.metrics.lifetime_blocks += (st.metrics.user_blocks_written
-            + st.metrics.cleaner_blocks_written)
-            .saturating_sub(st.opened_at[v as usize]);
-        let mut slot = 0u32;
-        let mut prev = 0u64;
-        let first = entries.len();
-        while slot + 1 < n {
-            let at = slot as usize * b;
-            let Ok(s) = format::decode_summary(&victim[at..at + b], self.geo.block_size) else {
-                break;
-            };
-            if s.segment != v || s.first_slot != slot || s.sequence <= prev {
-                break;
+        let staged = batch.staged as usize * b;
+        staging.grow(staged);
+        self.read_runs(&batch.runs, &mut staging[..staged])?;
+        st.metrics.cleaner_read_ios += batch.runs.len() as u64;
+        st.metrics.cleaner_read_bytes += staged as u64;
+        for &(v, first, end) in &batch.victims {
+            st.metrics.cleaner_segment_reads += 1;
+            st.metrics.lifetime_blocks += (st.metrics.user_blocks_written
+                + st.metrics.cleaner_blocks_written)
+                .saturating_sub(st.opened_at[v as usize]);
+            let before = entries.len();
+            for run in &batch.runs[first..end] {
+                for k in 0..run.len {
+                    let slot = run.slot + k;
+                    if !self.is_live(st, v, slot) {
+                        continue;
+                    }
+                    let physical = block_of(&self.geo, v, slot);
+                    let logical = st.rev[rev_index(&self.geo, physical)];
+                    let m = st.map[logical as usize];
+                    let from = (run.staged + k) as usize * b;
+                    let data = &staging[from..from + b];
+                    if crc32c::crc32c(data) != m.crc {
+                        return Err(LogDiskError::Corrupt(format!(
+                            "cleaning segment {v}: logical block {logical} at physical block {physical} fails its checksum"
+                        )));
+                    }
+                    let to = entries.len() + 1;
+                    out[to * b..(to + 1) * b].copy_from_slice(data);
+                    entries.push(SummaryEntry {
+                        logical,
+                        crc: m.crc,
+                    });
+                    ages.push(m.sequence);
+                }
             }
-            prev = s.sequence;
-            for (i, e) in s.entries.iter().enumerate() {
-                let physical = start + u64::from(slot) + 1 + i as u64;
-                let Some(m) = st.map.get(e.logical as usize) else {
-                    continue;
+            let moved = entries.len() - before;
+            if moved != st.live[v as usize] as usize {
+                return Err(LogDiskError::Corrupt(format!(
+                    "segment {v}: {} live blocks in the table, {moved} found",
+                    st.live[v as usize]
+                )));
+            }
+        }
+        batch.clear();
+        Ok(())
+    }
+
+    /// Reads every run into `staging` (run `r` at block `r.staged`), on up to
+    /// [`Options::cleaner_read_threads`] threads.
+    fn read_runs(&self, runs: &[Run], staging: &mut [u8]) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let mut jobs = Vec::with_capacity(runs.len());
+        let mut rest = staging;
+        for r in runs {
+            let (head, tail) = rest.split_at_mut(r.len as usize * b);
+            jobs.push((block_of(&self.geo, r.segment, r.slot) * b as u64, head));
+            rest = tail;
+        }
+        let threads = (self.options.cleaner_read_threads.max(1) as usize).min(jobs.len());
+        if threads <= 1 {
+            for (offset, buf) in jobs {
+                self.dev.read_at(buf, offset)?;
+            }
+            return Ok(());
+        }
+        let queue = std::sync::Mutex::new(jobs.into_iter());
+        let work = || -> Result<(), DeviceError> {
+            loop {
+                let job = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+                let Some((offset, buf)) = job else {
+                    return Ok(());
                 };
-                if m.physical != physical {
-                    continue;
-                }
-                let from = (slot as usize + 1 + i) * b;
-                let data = &victim[from..from + b];
-                if crc32c::crc32c(data) != m.crc {
-                    return Err(LogDiskError::Corrupt(format!(
-                        "cleaning segment {v}: logical block {} at physical block {physical} fails its checksum",
-                        e.logical
-                    )));
-                }
-                let to = entries.len() + 1;
-                out[to * b..(to + 1) * b].copy_from_slice(data);
-                entries.push(SummaryEntry {
-                    logical: e.logical,
-                    crc: m.crc,
-                });
-                ages.push(m.sequence);
+                self.dev.read_at(buf, offset)?;
             }
-            slot += 1 + s.entries.len() as u32;
-        }
-        let moved = entries.len() - first;
-        if moved != st.live[v as usize] as usize {
-            return Err(LogDiskError::Corrupt(format!(
-                "segment {v}: {} live blocks in the table, {moved} named by its summaries",
-                st.live[v as usize]
-            )));
-        }
+        };
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+            let mine = work();
+            let mut result = mine;
+            for h in helpers {
+                let theirs = h
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if result.is_ok() {
+                    result = theirs;
+                }
+            }
+            result
+        })?;
         Ok(())
     }
 
@@ -1556,6 +1730,48 @@ impl<D: Device> LogDisk<D> {
             Self::release_pending(st);
         }
         Ok(())
+    }
+}
+
+/// Cleaner reads are batched up to this many segments' worth of blocks, so a
+/// pass of many victims reads them in parallel with bounded memory.
+const BATCH_SEGMENTS: u32 = 8;
+
+/// One device read the cleaner plans: blocks `slot..slot + len` of segment
+/// `segment`, into the staging buffer from block `staged`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    segment: u32,
+    slot: u32,
+    len: u32,
+    staged: u32,
+}
+
+/// Victims planned and not yet collected, with their reads.
+#[derive(Default)]
+struct Batch {
+    /// (victim, its runs `first..end` in `runs`).
+    victims: Vec<(u32, usize, usize)>,
+    runs: Vec<Run>,
+    /// Blocks staged so far.
+    staged: u32,
+}
+
+impl Batch {
+    fn push_run(&mut self, segment: u32, start: u32, end: u32) {
+        self.runs.push(Run {
+            segment,
+            slot: start,
+            len: end - start,
+            staged: self.staged,
+        });
+        self.staged += end - start;
+    }
+
+    fn clear(&mut self) {
+        self.victims.clear();
+        self.runs.clear();
+        self.staged = 0;
     }
 }
 

@@ -198,6 +198,7 @@ impl Experiment<'_> {
             destage_threshold: s.destage_threshold,
             partial: PartialSegments::Close,
             checkpoint_interval: u64::MAX,
+            ..Options::default()
         };
         let disk = LogDisk::format(dev, geo, nv, options)?;
         let b = s.block_size as usize;
