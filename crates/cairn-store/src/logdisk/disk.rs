@@ -2103,3 +2103,116 @@ impl<D: Device> Device for LogDisk<D> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::device::MemoryDevice;
+
+    const B: usize = 512;
+
+    fn geo() -> Geometry {
+        Geometry {
+            block_size: B as u32,
+            segment_blocks: 8,
+            segments: 12,
+            logical_blocks: 40,
+        }
+    }
+
+    fn disk(options: Options) -> (Arc<MemoryDevice>, LogDisk<Arc<MemoryDevice>>) {
+        let g = geo();
+        let dev = Arc::new(MemoryDevice::new(g.image_blocks() * B as u64));
+        let disk = LogDisk::format(dev.clone(), g, None, options).expect("format");
+        (dev, disk)
+    }
+
+    /// Runs `(slot, len)` the cleaner plans for `v`.
+    fn plan(disk: &LogDisk<Arc<MemoryDevice>>, v: u32) -> Vec<(u32, u32)> {
+        let mut batch = Batch::default();
+        disk.plan_reads(&disk.read_state(), v, &mut batch);
+        assert_eq!(batch.victims, vec![(v, 0, batch.runs.len())]);
+        batch.runs.iter().map(|r| (r.slot, r.len)).collect()
+    }
+
+    #[test]
+    fn live_only_reads_cover_the_live_blocks_bridging_at_most_the_gap() {
+        let (_, mut disk) = disk(Options::default());
+        // One full segment write: summary at slot 0, logical 0..7 at slots 1..7.
+        disk.write_blocks(0, &[7u8; 7 * B]).expect("write");
+        let v = segment_of(&disk.geo, disk.read_state().map[0].physical);
+        // Overwrite logical 1, 2 and 4: slots 2, 3 and 5 die; 1, 4, 6, 7 live.
+        for l in [1, 2, 4] {
+            disk.write_blocks(l, &[9u8; B]).expect("write");
+        }
+        disk.flush().expect("flush");
+        assert_eq!(disk.read_state().live[v as usize], 4);
+        let mut with = |below: f64, gap: u32| {
+            disk.options.live_read_below = below;
+            disk.options.live_read_gap = gap;
+            plan(&disk, v)
+        };
+        assert_eq!(with(1.0, 0), vec![(1, 1), (4, 1), (6, 2)]);
+        assert_eq!(with(1.0, 1), vec![(1, 1), (4, 4)]);
+        assert_eq!(with(1.0, 2), vec![(1, 7)]);
+        // Dense (4 of 7 live is not below half): one read, first live to last.
+        assert_eq!(with(0.5, 0), vec![(1, 7)]);
+        assert_eq!(with(0.0, 0), vec![(1, 7)]);
+    }
+
+    /// A flipped byte in a live block of a sparse victim: the cleaner's
+    /// live-only read finds it against the table's CRC and refuses to copy
+    /// it; the block is never served.
+    #[test]
+    fn a_corrupt_block_in_a_sparse_victim_is_reported_not_copied() {
+        let (dev, disk) = disk(Options {
+            live_read_below: 1.0,
+            live_read_gap: 0,
+            ..Options::default()
+        });
+        for l in 0..40u64 {
+            disk.write_blocks(l, &[l as u8 + 1; B]).expect("write");
+        }
+        disk.flush().expect("flush");
+        let physical = disk.read_state().map[5].physical;
+        let mut x = [0u8];
+        dev.read_at(&mut x, physical * B as u64 + 100)
+            .expect("read");
+        dev.write_at(&[x[0] ^ 0x40], physical * B as u64 + 100)
+            .expect("write");
+        // Rewrite the other blocks at random until the cleaner takes block
+        // 5's segment (soon the sparsest).
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut failed = None;
+        for i in 0..5000u32 {
+            let l = rng.random_range(0..39u64);
+            let l = if l >= 5 { l + 1 } else { l };
+            if let Err(e) = disk.write_blocks(l, &[i as u8; B]) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let e = failed.unwrap_or_else(|| {
+            panic!(
+                "the cleaner never took the corrupt block's segment: {:?} {:?}",
+                disk.metrics(),
+                disk.read_state().live
+            )
+        });
+        let text = e.to_string();
+        assert!(
+            matches!(e, LogDiskError::Corrupt(_))
+                && text.contains("logical block 5")
+                && text.contains("checksum"),
+            "{text}"
+        );
+        assert!(disk.metrics().cleaner_read_ios > 0);
+        let mut buf = [0u8; B];
+        assert!(disk.read_block(5, &mut buf).is_err(), "corrupt data served");
+    }
+}
