@@ -1,9 +1,9 @@
 //! [`LogDisk`]: the log-structured logical disk with an optional non-volatile
 //! write cache (papers/003), over any [`Device`].
 //!
-//! **Write path.** With an NV cache, a block write is copied into a free NV
-//! slot and persisted (flush + one fence per request): it is durable then, and
-//! acknowledged. When dirty slots pass the destage threshold, the oldest
+//! **Write path.** With an NV cache, a block write is streamed into a free NV
+//! slot (non-temporal stores on persistent memory) and its entry persisted
+//! (flush + one fence per request): it is durable then, and acknowledged. When dirty slots pass the destage threshold, the oldest
 //! `N − 1` are built into one full segment write (summary block + data, one
 //! sequential I/O at the log head), the device is flushed, and only then are
 //! the slots cleared and reused. Without an NV cache (the paper's baseline), a
@@ -16,10 +16,18 @@
 //! table; a mismatch is an error, never data.
 //!
 //! **Cleaner.** When free segments fall below the low watermark (default 2,
-//! the paper's), victims are chosen by the [`CleanerPolicy`], each read in one
-//! I/O, their live blocks written through the log, and the cleaner stops at the
-//! high watermark. A segment whose blocks all died becomes reusable only after
-//! the next device flush, so the writes that killed them are durable first.
+//! the paper's), victims are chosen by the [`CleanerPolicy`], their live
+//! blocks written through the log, and the cleaner stops at the high
+//! watermark. A victim's live blocks are found with an in-DRAM reverse map
+//! (physical → logical, checked against the table), not by reading its
+//! summaries. A dense victim is read in one I/O (first live block to last);
+//! a sparse one (live fraction below [`Options::live_read_below`], default
+//! 0.25) only its live blocks, in runs bridging at most
+//! [`Options::live_read_gap`] dead blocks. A pass's reads are batched and
+//! issued on [`Options::cleaner_read_threads`] threads; every block read is
+//! checked against the table's CRC32C before it is copied. A segment whose
+//! blocks all died becomes reusable only after the next device flush, so the
+//! writes that killed them are durable first.
 //!
 //! **Recovery.** The newest valid checkpoint slot gives the tables; then every
 //! segment write after it is found (the checkpoint's head segment from its
