@@ -6,7 +6,12 @@
 //! (flush + one fence per request): it is durable then, and acknowledged. When dirty slots pass the destage threshold, the oldest
 //! `N − 1` are built into one full segment write (summary block + data, one
 //! sequential I/O at the log head), the device is flushed, and only then are
-//! the slots cleared and reused. Without an NV cache (the paper's baseline), a
+//! the slots cleared and reused. With [`Options::background_destage`] (the
+//! default) the segment write runs on a background thread while the writer
+//! returns to staging NV writes: the destaged slots keep serving reads until
+//! the flush, and every later device operation (segment write, cleaner read,
+//! flush, checkpoint) first waits for it, so the device sees the same
+//! operations in the same order as without it. Without an NV cache (the paper's baseline), a
 //! write goes to the in-memory segment buffer; a full buffer is written as a
 //! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
 //! whatever is buffered, then flushes the device.
@@ -40,10 +45,12 @@
 //!
 //! Concurrency: reads take a shared lock and proceed in parallel; writes take
 //! the log's exclusive lock, because a log has one head and appends are
-//! serial in every log-structured design.
+//! serial in every log-structured design. A read may go to the device while a
+//! background segment write is in flight, never into that segment: its
+//! blocks are served by their NV slots until the flush that waits for it.
 
 use std::collections::VecDeque;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashMap;
 
@@ -134,6 +141,15 @@ pub struct Options {
     /// Threads the cleaner reads victims with (the calling thread is one);
     /// 1 reads them one after another.
     pub cleaner_read_threads: u32,
+    /// NV mode: a destage's segment write runs on a background thread while
+    /// the caller returns (and stages the next writes into the NV cache,
+    /// which already holds every destaged block durably). At most one device
+    /// operation is outstanding: every later one (segment write, read for
+    /// cleaning, flush, checkpoint) first waits for it, so the device sees
+    /// the same operations in the same order as with `false`, which writes
+    /// in the caller's thread. A failed background write fails every later
+    /// device operation; reopen to recover from the NV cache.
+    pub background_destage: bool,
 }
 
 impl Default for Options {
@@ -148,6 +164,7 @@ impl Default for Options {
             live_read_below: 0.25,
             live_read_gap: 2,
             cleaner_read_threads: 8,
+            background_destage: true,
         }
     }
 }
@@ -189,6 +206,10 @@ pub enum LogDiskError {
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
+    /// A background segment write failed earlier; the disk takes no more
+    /// device operations (reopen it: the NV cache still holds the data).
+    #[error("a background segment write failed ({0}); reopen the log disk to recover")]
+    Failed(String),
 }
 
 /// Counters of a log disk; all in blocks or segment writes unless named bytes.
@@ -428,11 +449,20 @@ struct State {
     clean_entries: Vec<SummaryEntry>,
     nv: Option<Nv>,
     metrics: Metrics,
+    /// The background segment writer (see [`Options::background_destage`]),
+    /// started at its first write.
+    writer: Option<Writer>,
+    /// A background segment write is in flight.
+    inflight: bool,
+    /// A destage buffer while the other is in flight.
+    spare: IoBuf,
+    /// Why a background write failed: every later device operation fails.
+    failed: Option<String>,
 }
 
 /// The log-structured disk. See the module docs.
 pub struct LogDisk<D: Device> {
-    dev: D,
+    dev: Arc<D>,
     geo: Geometry,
     id: u64,
     options: Options,
@@ -458,7 +488,7 @@ fn rev_index(geo: &Geometry, physical: u64) -> usize {
     (physical - geo.segment_start(0)) as usize
 }
 
-impl<D: Device> LogDisk<D> {
+impl<D: Device + 'static> LogDisk<D> {
     /// Writes a new, empty log disk of geometry `geo` onto `dev` (and formats
     /// `nv` as its write cache, when given).
     pub fn format(
@@ -604,6 +634,10 @@ impl<D: Device> LogDisk<D> {
             clean_entries: Vec::with_capacity(n),
             nv: None,
             metrics: Metrics::from_counters(&cp.counters),
+            writer: None,
+            inflight: false,
+            spare: IoBuf::default(),
+            failed: None,
         };
         let mut seg_buf = std::mem::take(&mut st.victim);
         let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
@@ -684,7 +718,7 @@ impl<D: Device> LogDisk<D> {
         st.free.reverse();
         st.metrics.recoveries += 1;
         let disk = Self {
-            dev,
+            dev: Arc::new(dev),
             geo,
             id: sb.id,
             options,
@@ -1091,7 +1125,7 @@ impl<D: Device> LogDisk<D> {
         &self,
         st: &mut State,
         entries: &[SummaryEntry],
-        buf: &mut [u8],
+        buf: &mut IoBuf,
         kind: Kind,
         partial: bool,
     ) -> Result<(), LogDiskError> {
@@ -1139,20 +1173,46 @@ impl<D: Device> LogDisk<D> {
                 buf[end..full].fill(0);
                 end = full;
             }
-            let io = &buf[done * b..end];
-            self.dev
-                .write_at(io, block_of(&self.geo, segment, slot) * b as u64)?;
+            let offset = block_of(&self.geo, segment, slot) * b as u64;
+            let io_len = (end - done * b) as u64;
+            // One device operation outstanding at most.
+            Self::settle(st)?;
+            if kind == Kind::User
+                && st.nv.is_some()
+                && self.options.background_destage
+                && done + k == entries.len()
+            {
+                // A destage's last (usually only) write: in the background.
+                // The caller gets the spare buffer; the blocks stay valid in
+                // the NV cache, which serves their reads until a device flush
+                // (which waits for this write) retires them.
+                let mut spare = std::mem::take(&mut st.spare);
+                if spare.len() < buf.len() {
+                    spare = IoBuf::zeroed(buf.len());
+                }
+                let owned = std::mem::replace(buf, spare);
+                if st.writer.is_none() {
+                    st.writer = Some(Writer::start(Arc::clone(&self.dev))?);
+                }
+                let writer = st.writer.as_ref().expect("started above");
+                if writer.jobs.send((owned, done * b, end, offset)).is_err() {
+                    return Err(Writer::stopped(st));
+                }
+                st.inflight = true;
+            } else {
+                self.dev.write_at(&buf[done * b..end], offset)?;
+            }
             let m = &mut st.metrics;
             match kind {
                 Kind::User => {
                     m.user_segment_writes += 1;
                     m.user_blocks_written += k as u64;
-                    m.user_bytes += io.len() as u64;
+                    m.user_bytes += io_len;
                 }
                 Kind::Cleaner => {
                     m.cleaner_segment_writes += 1;
                     m.cleaner_blocks_written += k as u64;
-                    m.cleaner_bytes += io.len() as u64;
+                    m.cleaner_bytes += io_len;
                 }
             }
             if is_partial {
@@ -1189,6 +1249,32 @@ impl<D: Device> LogDisk<D> {
             self.checkpoint(st)?;
         }
         Ok(())
+    }
+
+    /// Waits for the background segment write, if one is in flight; fails
+    /// if it failed, or if one failed before.
+    fn settle(st: &mut State) -> Result<(), LogDiskError> {
+        if std::mem::take(&mut st.inflight) {
+            let done = st.writer.as_ref().and_then(|w| {
+                w.done
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .recv()
+                    .ok()
+            });
+            let Some((buf, result)) = done else {
+                return Err(Writer::stopped(st));
+            };
+            st.spare = buf;
+            if let Err(e) = result {
+                st.failed = Some(e.to_string());
+                return Err(e.into());
+            }
+        }
+        match &st.failed {
+            Some(why) => Err(LogDiskError::Failed(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// The head segment takes no more writes.
@@ -1258,6 +1344,7 @@ impl<D: Device> LogDisk<D> {
     /// Flushes the device; segments that died before it become free, and NV
     /// slots destaged before it are cleared and freed.
     fn device_flush(&self, st: &mut State) -> Result<(), LogDiskError> {
+        Self::settle(st)?;
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
         Self::release_pending(st);
@@ -1390,6 +1477,8 @@ impl<D: Device> LogDisk<D> {
 
     /// Cleans until the high watermark (or nothing more can be gained).
     fn clean(&self, st: &mut State) -> Result<(), LogDiskError> {
+        // The victims are read from the device: nothing else outstanding.
+        Self::settle(st)?;
         if st.any_tainted {
             // Trimmed segments become reusable only once a checkpoint holds
             // the trims; take one now rather than clean around them.
@@ -1790,6 +1879,63 @@ impl Batch {
     }
 }
 
+/// Waits for a background segment write, so nothing touches the device
+/// after the disk is gone.
+impl<D: Device> Drop for LogDisk<D> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(writer) = st.writer.take() {
+            // The writer finishes its job, finds no more, and stops.
+            drop(writer.jobs);
+            let _ = writer.handle.join();
+        }
+    }
+}
+
+/// A background segment write: the buffer, the byte range of it to write,
+/// the device offset.
+type Job = (IoBuf, usize, usize, u64);
+
+/// A finished one: the buffer back, and how the write went.
+type Done = (IoBuf, Result<(), DeviceError>);
+
+/// The background segment writer: one thread, one write at a time.
+struct Writer {
+    jobs: std::sync::mpsc::Sender<Job>,
+    done: std::sync::Mutex<std::sync::mpsc::Receiver<Done>>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start<D: Device + 'static>(dev: Arc<D>) -> Result<Self, LogDiskError> {
+        let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
+        let (done_tx, done) = std::sync::mpsc::channel::<Done>();
+        let handle = std::thread::Builder::new()
+            .name("logdisk-destage".into())
+            .spawn(move || {
+                for (buf, from, to, offset) in job_rx {
+                    let result = dev.write_at(&buf[from..to], offset);
+                    if done_tx.send((buf, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| LogDiskError::Failed(format!("starting the background writer: {e}")))?;
+        Ok(Self {
+            jobs,
+            done: std::sync::Mutex::new(done),
+            handle,
+        })
+    }
+
+    /// The writer thread is gone (it panicked): the disk has failed.
+    fn stopped(st: &mut State) -> LogDiskError {
+        let why = "the background writer stopped".to_string();
+        st.failed = Some(why.clone());
+        LogDiskError::Failed(why)
+    }
+}
+
 enum Recovery {
     Fresh(NvCache),
     Region(Box<dyn Region>),
@@ -1992,7 +2138,7 @@ fn to_device_error(e: LogDiskError, op: DeviceOp, offset: u64, len: u64) -> Devi
 /// The log disk is a `Device`: byte ranges are split into blocks, and a
 /// partial block is read, patched and written whole. `discard` is accepted and
 /// does nothing (ranges read back their old contents).
-impl<D: Device> Device for LogDisk<D> {
+impl<D: Device + 'static> Device for LogDisk<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
         let b = u64::from(self.geo.block_size);

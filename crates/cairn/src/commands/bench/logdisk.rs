@@ -45,7 +45,9 @@ not the page cache's. Rows, in order:
                                       user bytes, and the wall time the cleaner
                                       waited for its reads (--live-read-below,
                                       --live-read-gap and --cleaner-read-threads
-                                      choose how it reads).
+                                      choose how it reads). --background-destage
+                                      false writes NV destages in the writing
+                                      thread.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -103,6 +105,12 @@ pub struct LogdiskBenchArgs {
     /// Threads the cleaner reads victims with.
     #[arg(long, value_name = "N", default_value_t = Options::default().cleaner_read_threads)]
     cleaner_read_threads: u32,
+
+    /// NV mode: write destaged segments on a background thread (false: in
+    /// the writing thread).
+    #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_destage,
+          action = clap::ArgAction::Set)]
+    background_destage: bool,
 }
 
 impl LogdiskBenchArgs {
@@ -111,6 +119,7 @@ impl LogdiskBenchArgs {
             live_read_below: self.live_read_below,
             live_read_gap: self.live_read_gap,
             cleaner_read_threads: self.cleaner_read_threads,
+            background_destage: self.background_destage,
             ..Options::default()
         }
     }
@@ -430,7 +439,7 @@ fn logdisk_random(
     })
 }
 
-fn fill<D: Device>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
+fn fill<D: Device + 'static>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
     let per = u64::from(SEGMENT_BLOCKS - 1);
     let mut buf = IoBuf::zeroed(per as usize * B);
     let bar = progress(blocks, what);
@@ -449,7 +458,7 @@ fn fill<D: Device>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
 
 /// Hot-spot writes at utilisation 0.8 with `cleaner`; metrics over the
 /// measured writes, and their bandwidth.
-fn hot_spot<D: Device>(
+fn hot_spot<D: Device + 'static>(
     dev: D,
     cleaner: CleanerPolicy,
     args: &LogdiskBenchArgs,
