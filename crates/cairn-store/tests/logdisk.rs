@@ -51,11 +51,40 @@ fn version_of(logical: u64, data: &[u8]) -> Option<u64> {
     (data == pattern(logical, version).as_slice()).then_some(version)
 }
 
+/// Synchronous destaging unless a test asks for the background writer.
 fn options(cleaner: CleanerPolicy) -> Options {
     Options {
         cleaner,
         checkpoint_interval: 5,
+        background_destage: false,
         ..Options::default()
+    }
+}
+
+/// How the cleaner reads its victims.
+#[derive(Clone, Copy, Debug)]
+enum Reads {
+    /// Every victim whole, in one I/O.
+    Whole,
+    /// Every victim live blocks only, bridging `gap` dead blocks, on
+    /// `threads` threads.
+    LiveOnly { gap: u32, threads: u32 },
+}
+
+impl Reads {
+    fn apply(self, o: Options) -> Options {
+        match self {
+            Reads::Whole => Options {
+                live_read_below: 0.0,
+                ..o
+            },
+            Reads::LiveOnly { gap, threads } => Options {
+                live_read_below: 1.0,
+                live_read_gap: gap,
+                cleaner_read_threads: threads,
+                ..o
+            },
+        }
     }
 }
 
@@ -216,7 +245,7 @@ impl Model {
     }
 
     /// Checks every block of `disk`, then records what it read as durable.
-    fn check_and_settle<D: Device>(&mut self, disk: &LogDisk<D>, context: &str) {
+    fn check_and_settle<D: Device + 'static>(&mut self, disk: &LogDisk<D>, context: &str) {
         let mut buf = vec![0u8; B];
         for l in 0..disk.geometry().logical_blocks {
             disk.read_block(l, &mut buf)
@@ -242,7 +271,7 @@ impl Model {
 
 /// A seeded workload of writes (1–3 blocks) and flushes. Returns on the first
 /// error (the crash), having told the model.
-fn workload<D: Device>(
+fn workload<D: Device + 'static>(
     disk: &LogDisk<D>,
     model: &mut Model,
     seed: u64,
@@ -292,14 +321,21 @@ fn workload<D: Device>(
     true
 }
 
-fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
+fn crash_points(
+    nv: bool,
+    partial: PartialSegments,
+    cleaner: CleanerPolicy,
+    reads: Reads,
+    background: bool,
+) {
     let g = small();
     let seed = 0x10_6d15;
     let ops = 160;
-    let opts = Options {
+    let opts = reads.apply(Options {
         partial,
+        background_destage: background,
         ..options(cleaner)
-    };
+    });
     let nv_len = 12 * 1024;
     // Count the device writes of an uninterrupted run.
     let total = {
@@ -310,6 +346,21 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
         let before = dev.counts().writes;
         let mut model = Model::new(nv);
         assert!(workload(&disk, &mut model, seed, ops, 1));
+        // The crash points fall inside cleaning, and (live-only) inside
+        // cleaning that read less than whole victims.
+        let m = disk.metrics();
+        assert!(m.cleaner_segment_reads > 0, "the workload never cleans");
+        let whole = m.cleaner_segment_reads * u64::from(g.segment_blocks * g.block_size);
+        match reads {
+            Reads::Whole => assert_eq!(m.cleaner_read_ios, m.cleaner_segment_reads),
+            Reads::LiveOnly { .. } => assert!(
+                m.cleaner_read_bytes < whole / 2,
+                "live-only reads read {} bytes of {whole}",
+                m.cleaner_read_bytes
+            ),
+        }
+        // Dropping the disk waits for a background write still in flight.
+        drop(disk);
         dev.counts().writes - before
     };
     assert!(total > 20, "workload too small: {total} writes");
@@ -335,7 +386,7 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
             }
             region.crash(at);
             let context = format!(
-                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}"
+                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}, {reads:?}, background={background}"
             );
             let disk = LogDisk::open(dev.clone(), nv_box(), opts)
                 .unwrap_or_else(|e| panic!("{context}: does not open: {e}"));
@@ -361,17 +412,63 @@ fn crash_points(nv: bool, partial: PartialSegments, cleaner: CleanerPolicy) {
 
 #[test]
 fn every_crash_point_volatile_append() {
-    crash_points(false, PartialSegments::Append, CleanerPolicy::Greedy);
+    crash_points(
+        false,
+        PartialSegments::Append,
+        CleanerPolicy::Greedy,
+        Reads::LiveOnly { gap: 0, threads: 1 },
+        false,
+    );
 }
 
 #[test]
 fn every_crash_point_volatile_close_cost_benefit() {
-    crash_points(false, PartialSegments::Close, CleanerPolicy::CostBenefit);
+    crash_points(
+        false,
+        PartialSegments::Close,
+        CleanerPolicy::CostBenefit,
+        Reads::Whole,
+        false,
+    );
 }
 
 #[test]
 fn every_crash_point_nv_cache_age_sort() {
-    crash_points(true, PartialSegments::Append, CleanerPolicy::AgeSort);
+    crash_points(
+        true,
+        PartialSegments::Append,
+        CleanerPolicy::AgeSort,
+        Reads::LiveOnly { gap: 1, threads: 3 },
+        false,
+    );
+}
+
+#[test]
+fn every_crash_point_nv_cache_greedy_whole_reads() {
+    crash_points(
+        true,
+        PartialSegments::Append,
+        CleanerPolicy::Greedy,
+        Reads::Whole,
+        false,
+    );
+}
+
+/// The background destage writer: the device sees the same operations in the
+/// same order, so every crash point of the synchronous run is one here too —
+/// with the workload going on staging NV writes while a segment write is in
+/// flight (and while the device has already crashed under it).
+#[test]
+fn every_crash_point_nv_cache_background_destage() {
+    for (cleaner, reads) in [
+        (
+            CleanerPolicy::Greedy,
+            Reads::LiveOnly { gap: 2, threads: 4 },
+        ),
+        (CleanerPolicy::AgeSort, Reads::Whole),
+    ] {
+        crash_points(true, PartialSegments::Append, cleaner, reads, true);
+    }
 }
 
 /// Crash points inside the NV cache: after every store and fence of the
@@ -435,48 +532,193 @@ proptest! {
 
     /// Random writes, flushes and crashes against the model, both modes.
     #[test]
-    fn model_across_crash_cycles(ops in proptest::collection::vec(op(), 1..300), nv: bool, seed: u64) {
-        let g = small();
-        let opts = options(CleanerPolicy::CostBenefit);
-        let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
-        let region = Arc::new(SimRegion::new(12 * 1024));
-        let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
-        let mut disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
-        let mut model = Model::new(nv);
-        for (i, op) in ops.iter().enumerate() {
-            match *op {
-                Op::Write(l, n) => {
-                    let n = u64::from(n).min(g.logical_blocks - l);
-                    let version = 1 + i as u64 * 4;
-                    let mut data = Vec::new();
-                    for b in l..l + n {
-                        data.extend_from_slice(&pattern(b, version + b - l));
-                    }
-                    disk.write_blocks(l, &data).unwrap();
-                    for b in l..l + n {
-                        model.write(b, version + b - l, true);
-                    }
+    fn model_across_crash_cycles(ops in proptest::collection::vec(op(), 1..300), nv: bool, seed: u64, gap in 0u32..4) {
+        // Live-only reads bridging 0–2 dead blocks, or (3) whole reads.
+        let reads = if gap == 3 { Reads::Whole } else { Reads::LiveOnly { gap, threads: 2 } };
+        // NV mode with odd seeds destages in the background.
+        let opts = Options {
+            background_destage: seed % 2 == 1,
+            ..reads.apply(options(CleanerPolicy::CostBenefit))
+        };
+        model_run(&ops, nv, seed, opts);
+    }
+}
+
+fn model_run(ops: &[Op], nv: bool, seed: u64, opts: Options) {
+    let g = small();
+    let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
+    let region = Arc::new(SimRegion::new(12 * 1024));
+    let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
+    let mut disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
+    let mut model = Model::new(nv);
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Write(l, n) => {
+                let n = u64::from(n).min(g.logical_blocks - l);
+                let version = 1 + i as u64 * 4;
+                let mut data = Vec::new();
+                for b in l..l + n {
+                    data.extend_from_slice(&pattern(b, version + b - l));
                 }
-                Op::Trim(l, n) => {
-                    let n = u64::from(n).min(g.logical_blocks - l);
-                    disk.trim_blocks(l, n).unwrap();
-                    for b in l..l + n {
-                        model.trim(b);
-                    }
+                disk.write_blocks(l, &data).unwrap();
+                for b in l..l + n {
+                    model.write(b, version + b - l, true);
                 }
-                Op::Flush => {
+            }
+            Op::Trim(l, n) => {
+                let n = u64::from(n).min(g.logical_blocks - l);
+                disk.trim_blocks(l, n).unwrap();
+                for b in l..l + n {
+                    model.trim(b);
+                }
+            }
+            Op::Flush => {
+                disk.flush().unwrap();
+                model.flushed();
+            }
+            Op::Crash(mode) => {
+                drop(disk);
+                let mode = [
+                    CrashMode::DropUnflushed,
+                    CrashMode::Reorder,
+                    CrashMode::TearLast,
+                ][mode as usize];
+                dev.crash_now(mode);
+                region.crash(seed ^ i as u64);
+                disk = LogDisk::open(dev.clone(), nv_box(), opts)
+                    .unwrap_or_else(|e| panic!("seed {seed}: op {i}: {e}"));
+                model.check_and_settle(&disk, &format!("seed {seed}, op {i}"));
+            }
+        }
+    }
+}
+
+/// Sparse victims read live blocks only (in runs, on several threads, or
+/// one by one) clean exactly as whole-segment reads do — same victims, same
+/// blocks copied, same data — while reading a fraction of the bytes; and
+/// after a crash every flushed write reads back.
+#[test]
+fn sparse_victims_read_live_only_clean_as_whole_reads_do() {
+    let g = Geometry {
+        block_size: B as u32,
+        segment_blocks: 30,
+        segments: 40,
+        logical_blocks: 464, // utilisation 0.4
+    };
+    for nv in [false, true] {
+        let mut results = Vec::new();
+        for reads in [
+            Reads::Whole,
+            Reads::LiveOnly { gap: 0, threads: 1 },
+            Reads::LiveOnly { gap: 2, threads: 4 },
+        ] {
+            let opts = reads.apply(options(CleanerPolicy::Greedy));
+            let dev = Arc::new(FaultyDevice::new(image_len(&g), 3));
+            let region = Arc::new(SimRegion::new(24 * 1024));
+            let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
+            let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
+            let mut model = vec![0u64; g.logical_blocks as usize];
+            let mut rng = ChaCha8Rng::seed_from_u64(11);
+            for version in 1..=6000u64 {
+                let l = rng.random_range(0..g.logical_blocks);
+                disk.write_blocks(l, &pattern(l, version)).unwrap();
+                model[l as usize] = version;
+                if version % 250 == 0 {
                     disk.flush().unwrap();
-                    model.flushed();
                 }
-                Op::Crash(mode) => {
-                    drop(disk);
-                    let mode = [CrashMode::DropUnflushed, CrashMode::Reorder, CrashMode::TearLast][mode as usize];
-                    dev.crash_now(mode);
-                    region.crash(seed ^ i as u64);
-                    disk = LogDisk::open(dev.clone(), nv_box(), opts)
-                        .unwrap_or_else(|e| panic!("seed {seed}: op {i}: {e}"));
-                    model.check_and_settle(&disk, &format!("seed {seed}, op {i}"));
+            }
+            disk.flush().unwrap();
+            let m = disk.metrics();
+            let whole = m.cleaner_segment_reads * u64::from(g.segment_blocks * g.block_size);
+            assert!(m.cleaner_segment_reads > 20, "{reads:?}: {m:?}");
+            match reads {
+                Reads::Whole => {
+                    assert_eq!(m.cleaner_read_ios, m.cleaner_segment_reads);
                 }
+                Reads::LiveOnly { .. } => {
+                    assert!(m.cleaner_read_ios > m.cleaner_segment_reads, "{m:?}");
+                    assert!(m.cleaner_read_bytes < whole / 2, "{reads:?}: {m:?}");
+                }
+            }
+            let mut buf = vec![0u8; B];
+            for (l, &version) in model.iter().enumerate() {
+                disk.read_block(l as u64, &mut buf).unwrap();
+                assert_eq!(
+                    version_of(l as u64, &buf),
+                    Some(version),
+                    "{reads:?} block {l}"
+                );
+            }
+            drop(disk);
+            dev.crash_now(CrashMode::DropUnflushed);
+            region.crash(5);
+            let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
+            for (l, &version) in model.iter().enumerate() {
+                disk.read_block(l as u64, &mut buf).unwrap();
+                assert_eq!(
+                    version_of(l as u64, &buf),
+                    Some(version),
+                    "{reads:?} block {l} after the crash"
+                );
+            }
+            results.push((
+                m.cleaner_segment_reads,
+                m.cleaner_blocks_written,
+                m.cleaner_segment_writes,
+            ));
+        }
+        assert!(
+            results.windows(2).all(|w| w[0] == w[1]),
+            "nv={nv}: the read strategy changed what was cleaned: {results:?}"
+        );
+    }
+}
+
+/// A background segment write that fails (EIO) fails the disk's later
+/// device operations — no device flush may retire the NV slots of a segment
+/// that never reached the disk — and loses no acknowledged write: reopened,
+/// the disk recovers them from the NV cache.
+#[test]
+fn a_failed_background_write_fails_later_device_operations_and_loses_nothing() {
+    use cairn_store::device::DeviceOp;
+    let g = small();
+    for after in [0u64, 1, 3, 6] {
+        let dev = Arc::new(FaultyDevice::new(image_len(&g), 9));
+        let region = Arc::new(SimRegion::new(12 * 1024));
+        let nv_box = || Some(Box::new(region.clone()) as Box<dyn Region>);
+        let opts = Options {
+            background_destage: true,
+            ..options(CleanerPolicy::Greedy)
+        };
+        let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
+        dev.fail(DeviceOp::Write, after);
+        // Some(version) acknowledged; None: a failed write, either version.
+        let mut model: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        let mut errors = 0;
+        for version in 1..=300u64 {
+            let l = version * 7 % g.logical_blocks;
+            let ok = disk.write_blocks(l, &pattern(l, version)).is_ok();
+            model.insert(l, ok.then_some(version));
+            errors += u32::from(!ok);
+        }
+        assert!(
+            errors > 0,
+            "after {after}: the injected failure never surfaced"
+        );
+        let e = disk.sync_checkpoint().unwrap_err();
+        assert!(e.to_string().contains("reopen"), "after {after}: {e}");
+        drop(disk);
+        let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
+        let mut buf = vec![0u8; B];
+        for (&l, &version) in &model {
+            disk.read_block(l, &mut buf)
+                .unwrap_or_else(|e| panic!("after {after}: block {l}: {e}"));
+            if let Some(version) = version {
+                assert_eq!(
+                    version_of(l, &buf),
+                    Some(version),
+                    "after {after}: block {l}"
+                );
             }
         }
     }

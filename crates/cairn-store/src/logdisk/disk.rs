@@ -1,12 +1,17 @@
 //! [`LogDisk`]: the log-structured logical disk with an optional non-volatile
 //! write cache (papers/003), over any [`Device`].
 //!
-//! **Write path.** With an NV cache, a block write is copied into a free NV
-//! slot and persisted (flush + one fence per request): it is durable then, and
-//! acknowledged. When dirty slots pass the destage threshold, the oldest
+//! **Write path.** With an NV cache, a block write is streamed into a free NV
+//! slot (non-temporal stores on persistent memory) and its entry persisted
+//! (flush + one fence per request): it is durable then, and acknowledged. When dirty slots pass the destage threshold, the oldest
 //! `N − 1` are built into one full segment write (summary block + data, one
 //! sequential I/O at the log head), the device is flushed, and only then are
-//! the slots cleared and reused. Without an NV cache (the paper's baseline), a
+//! the slots cleared and reused. With [`Options::background_destage`] (the
+//! default) the segment write runs on a background thread while the writer
+//! returns to staging NV writes: the destaged slots keep serving reads until
+//! the flush, and every later device operation (segment write, cleaner read,
+//! flush, checkpoint) first waits for it, so the device sees the same
+//! operations in the same order as without it. Without an NV cache (the paper's baseline), a
 //! write goes to the in-memory segment buffer; a full buffer is written as a
 //! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
 //! whatever is buffered, then flushes the device.
@@ -16,10 +21,18 @@
 //! table; a mismatch is an error, never data.
 //!
 //! **Cleaner.** When free segments fall below the low watermark (default 2,
-//! the paper's), victims are chosen by the [`CleanerPolicy`], each read in one
-//! I/O, their live blocks written through the log, and the cleaner stops at the
-//! high watermark. A segment whose blocks all died becomes reusable only after
-//! the next device flush, so the writes that killed them are durable first.
+//! the paper's), victims are chosen by the [`CleanerPolicy`], their live
+//! blocks written through the log, and the cleaner stops at the high
+//! watermark. A victim's live blocks are found with an in-DRAM reverse map
+//! (physical → logical, checked against the table), not by reading its
+//! summaries. A dense victim is read in one I/O (first live block to last);
+//! a sparse one (live fraction below [`Options::live_read_below`], default
+//! 0.25) only its live blocks, in runs bridging at most
+//! [`Options::live_read_gap`] dead blocks. A pass's reads are batched and
+//! issued on [`Options::cleaner_read_threads`] threads; every block read is
+//! checked against the table's CRC32C before it is copied. A segment whose
+//! blocks all died becomes reusable only after the next device flush, so the
+//! writes that killed them are durable first.
 //!
 //! **Recovery.** The newest valid checkpoint slot gives the tables; then every
 //! segment write after it is found (the checkpoint's head segment from its
@@ -32,10 +45,12 @@
 //!
 //! Concurrency: reads take a shared lock and proceed in parallel; writes take
 //! the log's exclusive lock, because a log has one head and appends are
-//! serial in every log-structured design.
+//! serial in every log-structured design. A read may go to the device while a
+//! background segment write is in flight, never into that segment: its
+//! blocks are served by their NV slots until the flush that waits for it.
 
 use std::collections::VecDeque;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashMap;
 
@@ -114,6 +129,27 @@ pub struct Options {
     /// Segment writes between checkpoints; 0 chooses enough that a checkpoint
     /// costs about a tenth of the log writes (at least 64).
     pub checkpoint_interval: u64,
+    /// A victim whose live fraction is below this is *sparse*: the cleaner
+    /// reads only its live blocks (runs of them, see
+    /// [`Options::live_read_gap`]) instead of the whole segment in one I/O.
+    /// 0 reads every victim whole; 1 reads every victim live blocks only.
+    pub live_read_below: f64,
+    /// Dead blocks a live-only read may bridge: two runs of live blocks this
+    /// close or closer are read as one I/O (the dead blocks between are read
+    /// and dropped).
+    pub live_read_gap: u32,
+    /// Threads the cleaner reads victims with (the calling thread is one);
+    /// 1 reads them one after another.
+    pub cleaner_read_threads: u32,
+    /// NV mode: a destage's segment write runs on a background thread while
+    /// the caller returns (and stages the next writes into the NV cache,
+    /// which already holds every destaged block durably). At most one device
+    /// operation is outstanding: every later one (segment write, read for
+    /// cleaning, flush, checkpoint) first waits for it, so the device sees
+    /// the same operations in the same order as with `false`, which writes
+    /// in the caller's thread. A failed background write fails every later
+    /// device operation; reopen to recover from the NV cache.
+    pub background_destage: bool,
 }
 
 impl Default for Options {
@@ -125,6 +161,10 @@ impl Default for Options {
             destage_threshold: 0.75,
             partial: PartialSegments::Append,
             checkpoint_interval: 0,
+            live_read_below: 0.25,
+            live_read_gap: 2,
+            cleaner_read_threads: 8,
+            background_destage: true,
         }
     }
 }
@@ -166,10 +206,16 @@ pub enum LogDiskError {
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
+    /// A background segment write failed earlier; the disk takes no more
+    /// device operations (reopen it: the NV cache still holds the data).
+    #[error("a background segment write failed ({0}); reopen the log disk to recover")]
+    Failed(String),
 }
 
 /// Counters of a log disk; all in blocks or segment writes unless named bytes.
-/// Saved with every checkpoint (in this order), so `cairn inspect` shows them.
+/// Saved with every checkpoint (in this order, up to `recoveries`), so `cairn
+/// inspect` shows them; the cleaner's read I/O counters after them are not
+/// saved (they count since this open).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
     /// Block writes the client issued.
@@ -186,7 +232,9 @@ pub struct Metrics {
     pub cleaner_blocks_written: u64,
     /// Bytes the cleaner wrote.
     pub cleaner_bytes: u64,
-    /// Segments the cleaner read (one I/O each).
+    /// Victim segments the cleaner cleaned: read whole in one I/O, or (a
+    /// sparse victim) only its live blocks. The paper's "segments read for
+    /// cleaning".
     pub cleaner_segment_reads: u64,
     /// Segment writes closed early by a flush.
     pub partial_segments: u64,
@@ -205,6 +253,13 @@ pub struct Metrics {
     pub device_flushes: u64,
     /// Recoveries (opens) this image went through.
     pub recoveries: u64,
+    /// Device reads the cleaner issued (since this open; not saved).
+    pub cleaner_read_ios: u64,
+    /// Bytes the cleaner read (since this open; not saved).
+    pub cleaner_read_bytes: u64,
+    /// Wall-clock nanoseconds the cleaner spent waiting for its reads (since
+    /// this open; not saved).
+    pub cleaner_read_ns: u64,
 }
 
 impl Metrics {
@@ -237,7 +292,16 @@ impl Metrics {
         for (x, y) in c.iter_mut().zip(earlier.to_counters()) {
             *x = x.saturating_sub(y);
         }
-        Metrics::from_counters(&c)
+        Metrics {
+            cleaner_read_ios: self
+                .cleaner_read_ios
+                .saturating_sub(earlier.cleaner_read_ios),
+            cleaner_read_bytes: self
+                .cleaner_read_bytes
+                .saturating_sub(earlier.cleaner_read_bytes),
+            cleaner_read_ns: self.cleaner_read_ns.saturating_sub(earlier.cleaner_read_ns),
+            ..Metrics::from_counters(&c)
+        }
     }
 
     /// Metrics saved in a checkpoint.
@@ -259,6 +323,9 @@ impl Metrics {
             checkpoint_bytes: c[13],
             device_flushes: c[14],
             recoveries: c[15],
+            cleaner_read_ios: 0,
+            cleaner_read_bytes: 0,
+            cleaner_read_ns: 0,
         }
     }
 
@@ -342,6 +409,13 @@ struct Nv {
 
 struct State {
     map: Vec<MapEntry>,
+    /// Physical → logical: the logical block last written at each segment
+    /// block (index `segment · N + slot`), [`NO_BLOCK`] if none since open.
+    /// In DRAM only, rebuilt from the map at open. A block is live exactly
+    /// when `map[rev[p]]` points back at `p`, so stale entries (the block
+    /// was overwritten or trimmed since) need no upkeep; the cleaner finds a
+    /// victim's live blocks with it without reading the victim's summaries.
+    rev: Vec<u64>,
     live: Vec<u32>,
     last_seq: Vec<u64>,
     /// Log blocks written (user + cleaner) when each segment was opened.
@@ -367,17 +441,28 @@ struct State {
     /// Assembly buffer for destages (same layout).
     out: IoBuf,
     out_entries: Vec<SummaryEntry>,
-    /// The cleaner's: a victim segment, and its assembly buffer.
+    /// A whole segment (recovery's scan buffer).
     victim: IoBuf,
+    /// The cleaner's: victim reads land here, then its assembly buffer.
+    staging: IoBuf,
     clean_out: IoBuf,
     clean_entries: Vec<SummaryEntry>,
     nv: Option<Nv>,
     metrics: Metrics,
+    /// The background segment writer (see [`Options::background_destage`]),
+    /// started at its first write.
+    writer: Option<Writer>,
+    /// A background segment write is in flight.
+    inflight: bool,
+    /// A destage buffer while the other is in flight.
+    spare: IoBuf,
+    /// Why a background write failed: every later device operation fails.
+    failed: Option<String>,
 }
 
 /// The log-structured disk. See the module docs.
 pub struct LogDisk<D: Device> {
-    dev: D,
+    dev: Arc<D>,
     geo: Geometry,
     id: u64,
     options: Options,
@@ -395,7 +480,15 @@ pub(crate) fn segment_of(geo: &Geometry, physical: u64) -> u32 {
     ((physical - geo.segment_start(0)) / u64::from(geo.segment_blocks)) as u32
 }
 
-impl<D: Device> LogDisk<D> {
+/// No logical block: a [`State::rev`] entry never written since open.
+const NO_BLOCK: u64 = u64::MAX;
+
+/// Absolute segment block → its [`State::rev`] index.
+fn rev_index(geo: &Geometry, physical: u64) -> usize {
+    (physical - geo.segment_start(0)) as usize
+}
+
+impl<D: Device + 'static> LogDisk<D> {
     /// Writes a new, empty log disk of geometry `geo` onto `dev` (and formats
     /// `nv` as its write cache, when given).
     pub fn format(
@@ -516,6 +609,7 @@ impl<D: Device> LogDisk<D> {
         };
         let mut st = State {
             map: cp.map.clone(),
+            rev: vec![NO_BLOCK; geo.segments as usize * n],
             live: vec![0; geo.segments as usize],
             last_seq: vec![0; geo.segments as usize],
             opened_at: vec![0; geo.segments as usize],
@@ -535,10 +629,15 @@ impl<D: Device> LogDisk<D> {
             out: IoBuf::zeroed(2 * n * b),
             out_entries: Vec::with_capacity(n),
             victim: IoBuf::zeroed(n * b),
+            staging: IoBuf::default(),
             clean_out: IoBuf::zeroed(2 * n * b),
             clean_entries: Vec::with_capacity(n),
             nv: None,
             metrics: Metrics::from_counters(&cp.counters),
+            writer: None,
+            inflight: false,
+            spare: IoBuf::default(),
+            failed: None,
         };
         let mut seg_buf = std::mem::take(&mut st.victim);
         let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
@@ -599,11 +698,12 @@ impl<D: Device> LogDisk<D> {
         // never mistakes one for a write made after recovery.
         st.sequence += 1 << 32;
         // Usage from the map: it cannot disagree with the table it came from.
-        for e in &st.map {
+        for (logical, e) in st.map.iter().enumerate() {
             if e.physical != UNMAPPED {
                 let s = segment_of(&geo, e.physical) as usize;
                 st.live[s] += 1;
                 st.last_seq[s] = st.last_seq[s].max(e.sequence);
+                st.rev[rev_index(&geo, e.physical)] = logical as u64;
             }
         }
         for s in 0..geo.segments {
@@ -618,7 +718,7 @@ impl<D: Device> LogDisk<D> {
         st.free.reverse();
         st.metrics.recoveries += 1;
         let disk = Self {
-            dev,
+            dev: Arc::new(dev),
             geo,
             id: sb.id,
             options,
@@ -1025,7 +1125,7 @@ impl<D: Device> LogDisk<D> {
         &self,
         st: &mut State,
         entries: &[SummaryEntry],
-        buf: &mut [u8],
+        buf: &mut IoBuf,
         kind: Kind,
         partial: bool,
     ) -> Result<(), LogDiskError> {
@@ -1073,20 +1173,46 @@ impl<D: Device> LogDisk<D> {
                 buf[end..full].fill(0);
                 end = full;
             }
-            let io = &buf[done * b..end];
-            self.dev
-                .write_at(io, block_of(&self.geo, segment, slot) * b as u64)?;
+            let offset = block_of(&self.geo, segment, slot) * b as u64;
+            let io_len = (end - done * b) as u64;
+            // One device operation outstanding at most.
+            Self::settle(st)?;
+            if kind == Kind::User
+                && st.nv.is_some()
+                && self.options.background_destage
+                && done + k == entries.len()
+            {
+                // A destage's last (usually only) write: in the background.
+                // The caller gets the spare buffer; the blocks stay valid in
+                // the NV cache, which serves their reads until a device flush
+                // (which waits for this write) retires them.
+                let mut spare = std::mem::take(&mut st.spare);
+                if spare.len() < buf.len() {
+                    spare = IoBuf::zeroed(buf.len());
+                }
+                let owned = std::mem::replace(buf, spare);
+                if st.writer.is_none() {
+                    st.writer = Some(Writer::start(Arc::clone(&self.dev))?);
+                }
+                let writer = st.writer.as_ref().expect("started above");
+                if writer.jobs.send((owned, done * b, end, offset)).is_err() {
+                    return Err(Writer::stopped(st));
+                }
+                st.inflight = true;
+            } else {
+                self.dev.write_at(&buf[done * b..end], offset)?;
+            }
             let m = &mut st.metrics;
             match kind {
                 Kind::User => {
                     m.user_segment_writes += 1;
                     m.user_blocks_written += k as u64;
-                    m.user_bytes += io.len() as u64;
+                    m.user_bytes += io_len;
                 }
                 Kind::Cleaner => {
                     m.cleaner_segment_writes += 1;
                     m.cleaner_blocks_written += k as u64;
-                    m.cleaner_bytes += io.len() as u64;
+                    m.cleaner_bytes += io_len;
                 }
             }
             if is_partial {
@@ -1094,6 +1220,7 @@ impl<D: Device> LogDisk<D> {
             }
             for (i, e) in chunk.iter().enumerate() {
                 let physical = block_of(&self.geo, segment, slot + 1 + i as u32);
+                st.rev[rev_index(&self.geo, physical)] = e.logical;
                 let old = std::mem::replace(
                     &mut st.map[e.logical as usize],
                     MapEntry {
@@ -1122,6 +1249,32 @@ impl<D: Device> LogDisk<D> {
             self.checkpoint(st)?;
         }
         Ok(())
+    }
+
+    /// Waits for the background segment write, if one is in flight; fails
+    /// if it failed, or if one failed before.
+    fn settle(st: &mut State) -> Result<(), LogDiskError> {
+        if std::mem::take(&mut st.inflight) {
+            let done = st.writer.as_ref().and_then(|w| {
+                w.done
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .recv()
+                    .ok()
+            });
+            let Some((buf, result)) = done else {
+                return Err(Writer::stopped(st));
+            };
+            st.spare = buf;
+            if let Err(e) = result {
+                st.failed = Some(e.to_string());
+                return Err(e.into());
+            }
+        }
+        match &st.failed {
+            Some(why) => Err(LogDiskError::Failed(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// The head segment takes no more writes.
@@ -1191,6 +1344,7 @@ impl<D: Device> LogDisk<D> {
     /// Flushes the device; segments that died before it become free, and NV
     /// slots destaged before it are cleared and freed.
     fn device_flush(&self, st: &mut State) -> Result<(), LogDiskError> {
+        Self::settle(st)?;
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
         Self::release_pending(st);
@@ -1323,6 +1477,8 @@ impl<D: Device> LogDisk<D> {
 
     /// Cleans until the high watermark (or nothing more can be gained).
     fn clean(&self, st: &mut State) -> Result<(), LogDiskError> {
+        // The victims are read from the device: nothing else outstanding.
+        Self::settle(st)?;
         if st.any_tainted {
             // Trimmed segments become reusable only once a checkpoint holds
             // the trims; take one now rather than clean around them.
@@ -1345,7 +1501,9 @@ impl<D: Device> LogDisk<D> {
         let mut out = std::mem::take(&mut st.clean_out);
         let mut entries = std::mem::take(&mut st.clean_entries);
         let mut ages: Vec<u64> = Vec::new();
-        let mut victim = std::mem::take(&mut st.victim);
+        let mut staging = std::mem::take(&mut st.staging);
+        let mut batch = Batch::default();
+        let mut victims = Vec::new();
         let mut passes = 0u32;
         let result = (|| {
             while ((st.free.len() + st.pending.len()) as u32) < self.clean_high {
@@ -1356,7 +1514,7 @@ impl<D: Device> LogDisk<D> {
                 // One pass: victims whose live blocks fit one segment write.
                 entries.clear();
                 ages.clear();
-                let mut victims = Vec::new();
+                victims.clear();
                 // What can be written before any victim is freed.
                 let room = st.head.map_or(0, |(_, slot)| n - slot as usize - 1)
                     + (st.free.len() + st.pending.len()) * per_write;
@@ -1365,8 +1523,11 @@ impl<D: Device> LogDisk<D> {
                 let limit = room;
                 let need = (limit + n + 1) * b;
                 out.grow(need);
+                // Live blocks of the victims taken so far (their reads are
+                // batched, so `entries` lags behind).
+                let mut taken = 0usize;
                 while let Some(v) = self.pick_victim(st) {
-                    if entries.len() + st.live[v as usize] as usize > limit {
+                    if taken + st.live[v as usize] as usize > limit {
                         if victims.is_empty() {
                             return Err(LogDiskError::NoSpace);
                         }
@@ -1374,8 +1535,27 @@ impl<D: Device> LogDisk<D> {
                     }
                     st.seg[v as usize] = Seg::Open; // not a candidate again this pass
                     victims.push(v);
-                    self.collect_live(st, v, &mut victim, &mut out, &mut entries, &mut ages)?;
+                    taken += st.live[v as usize] as usize;
+                    self.plan_reads(st, v, &mut batch);
+                    if batch.staged >= BATCH_SEGMENTS * self.geo.segment_blocks {
+                        self.read_and_collect(
+                            st,
+                            &mut batch,
+                            &mut staging,
+                            &mut out,
+                            &mut entries,
+                            &mut ages,
+                        )?;
+                    }
                 }
+                self.read_and_collect(
+                    st,
+                    &mut batch,
+                    &mut staging,
+                    &mut out,
+                    &mut entries,
+                    &mut ages,
+                )?;
                 if victims.is_empty() {
                     break;
                 }
@@ -1396,8 +1576,9 @@ impl<D: Device> LogDisk<D> {
                 }
                 self.append(st, &entries, &mut out, Kind::Cleaner, false)?;
                 for &v in &victims {
-                    // Every live block moved (checked in `collect_live`), so the
-                    // victim emptied; it may even be the head again already.
+                    // Every live block moved (checked in `read_and_collect`),
+                    // so the victim emptied; it may even be the head again
+                    // already.
                     if st.seg[v as usize] == Seg::Closed && st.live[v as usize] == 0 {
                         st.seg[v as usize] = Seg::Pending;
                         st.pending.push(v);
@@ -1406,77 +1587,174 @@ impl<D: Device> LogDisk<D> {
             }
             Ok(())
         })();
+        if result.is_err() {
+            // Victims taken but not written out go back to the candidates.
+            for &v in &victims {
+                if st.seg[v as usize] == Seg::Open && st.head.is_none_or(|(h, _)| h != v) {
+                    st.seg[v as usize] = Seg::Closed;
+                }
+            }
+        }
         st.clean_out = out;
         st.clean_entries = entries;
-        st.victim = victim;
+        st.staging = staging;
         result
     }
 
-    #[allow(clippy::many_single_char_names)]
-    /// Reads segment `v` in one I/O and appends its live blocks to `entries`
-    /// and `out` (data at `(i + 1)·B`), their write sequences to `ages`.
-    fn collect_live(
+    /// Whether block `slot` of segment `segment` holds a live block.
+    fn is_live(&self, st: &State, segment: u32, slot: u32) -> bool {
+        let physical = block_of(&self.geo, segment, slot);
+        let logical = st.rev[rev_index(&self.geo, physical)];
+        logical != NO_BLOCK
+            && st
+                .map
+                .get(logical as usize)
+                .is_some_and(|m| m.physical == physical)
+    }
+
+    /// Plans the reads of victim `v`: a dense victim is read in one I/O (its
+    /// first live block to its last); a sparse one (live fraction below
+    /// [`Options::live_read_below`]) only its live blocks, runs of them that
+    /// are at most [`Options::live_read_gap`] dead blocks apart read as one.
+    fn plan_reads(&self, st: &State, v: u32, batch: &mut Batch) {
+        let n = self.geo.segment_blocks;
+        let sparse =
+            f64::from(st.live[v as usize]) < self.options.live_read_below * f64::from(n - 1);
+        let gap = if sparse {
+            self.options.live_read_gap
+        } else {
+            n
+        };
+        let first = batch.runs.len();
+        let mut run: Option<(u32, u32)> = None;
+        for slot in 0..n {
+            if !self.is_live(st, v, slot) {
+                continue;
+            }
+            run = match run {
+                Some((start, end)) if slot - end <= gap => Some((start, slot + 1)),
+                Some((start, end)) => {
+                    batch.push_run(v, start, end);
+                    Some((slot, slot + 1))
+                }
+                None => Some((slot, slot + 1)),
+            };
+        }
+        if let Some((start, end)) = run {
+            batch.push_run(v, start, end);
+        }
+        batch.victims.push((v, first, batch.runs.len()));
+    }
+
+    /// Reads the batch's runs and appends its victims' live blocks, in
+    /// victim and slot order, to `entries` and `out` (data at `(i + 1)·B`),
+    /// their write sequences to `ages`; every block is checked against the
+    /// CRC32C in the table. Empties the batch.
+    fn read_and_collect(
         &self,
         st: &mut State,
-        v: u32,
-        victim: &mut [u8],
+        batch: &mut Batch,
+        staging: &mut IoBuf,
         out: &mut [u8],
         entries: &mut Vec<SummaryEntry>,
         ages: &mut Vec<u64>,
     ) -> Result<(), LogDiskError> {
+        if batch.victims.is_empty() {
+            return Ok(());
+        }
         let b = self.geo.block_size as usize;
-        let n = self.geo.segment_blocks;
-        let start = block_of(&self.geo, v, 0);
-        self.dev.read_at(victim, start * b as u64)?;
-        st.metrics.cleaner_segment_reads += 1;
-        st.metrics.lifetime_blocks += (st.metrics.user_blocks_written
-            + st.metrics.cleaner_blocks_written)
-            .saturating_sub(st.opened_at[v as usize]);
-        let mut slot = 0u32;
-        let mut prev = 0u64;
-        let first = entries.len();
-        while slot + 1 < n {
-            let at = slot as usize * b;
-            let Ok(s) = format::decode_summary(&victim[at..at + b], self.geo.block_size) else {
-                break;
-            };
-            if s.segment != v || s.first_slot != slot || s.sequence <= prev {
-                break;
+        let staged = batch.staged as usize * b;
+        staging.grow(staged);
+        let start = std::time::Instant::now();
+        self.read_runs(&batch.runs, &mut staging[..staged])?;
+        st.metrics.cleaner_read_ns += u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        st.metrics.cleaner_read_ios += batch.runs.len() as u64;
+        st.metrics.cleaner_read_bytes += staged as u64;
+        for &(v, first, end) in &batch.victims {
+            st.metrics.cleaner_segment_reads += 1;
+            st.metrics.lifetime_blocks += (st.metrics.user_blocks_written
+                + st.metrics.cleaner_blocks_written)
+                .saturating_sub(st.opened_at[v as usize]);
+            let before = entries.len();
+            for run in &batch.runs[first..end] {
+                for k in 0..run.len {
+                    let slot = run.slot + k;
+                    if !self.is_live(st, v, slot) {
+                        continue;
+                    }
+                    let physical = block_of(&self.geo, v, slot);
+                    let logical = st.rev[rev_index(&self.geo, physical)];
+                    let m = st.map[logical as usize];
+                    let from = (run.staged + k) as usize * b;
+                    let data = &staging[from..from + b];
+                    if crc32c::crc32c(data) != m.crc {
+                        return Err(LogDiskError::Corrupt(format!(
+                            "cleaning segment {v}: logical block {logical} at physical block {physical} fails its checksum"
+                        )));
+                    }
+                    let to = entries.len() + 1;
+                    out[to * b..(to + 1) * b].copy_from_slice(data);
+                    entries.push(SummaryEntry {
+                        logical,
+                        crc: m.crc,
+                    });
+                    ages.push(m.sequence);
+                }
             }
-            prev = s.sequence;
-            for (i, e) in s.entries.iter().enumerate() {
-                let physical = start + u64::from(slot) + 1 + i as u64;
-                let Some(m) = st.map.get(e.logical as usize) else {
-                    continue;
+            let moved = entries.len() - before;
+            if moved != st.live[v as usize] as usize {
+                return Err(LogDiskError::Corrupt(format!(
+                    "segment {v}: {} live blocks in the table, {moved} found",
+                    st.live[v as usize]
+                )));
+            }
+        }
+        batch.clear();
+        Ok(())
+    }
+
+    /// Reads every run into `staging` (run `r` at block `r.staged`), on up to
+    /// [`Options::cleaner_read_threads`] threads.
+    fn read_runs(&self, runs: &[Run], staging: &mut [u8]) -> Result<(), LogDiskError> {
+        let b = self.geo.block_size as usize;
+        let mut jobs = Vec::with_capacity(runs.len());
+        let mut rest = staging;
+        for r in runs {
+            let (head, tail) = rest.split_at_mut(r.len as usize * b);
+            jobs.push((block_of(&self.geo, r.segment, r.slot) * b as u64, head));
+            rest = tail;
+        }
+        let threads = (self.options.cleaner_read_threads.max(1) as usize).min(jobs.len());
+        if threads <= 1 {
+            for (offset, buf) in jobs {
+                self.dev.read_at(buf, offset)?;
+            }
+            return Ok(());
+        }
+        let queue = std::sync::Mutex::new(jobs.into_iter());
+        let work = || -> Result<(), DeviceError> {
+            loop {
+                let job = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+                let Some((offset, buf)) = job else {
+                    return Ok(());
                 };
-                if m.physical != physical {
-                    continue;
-                }
-                let from = (slot as usize + 1 + i) * b;
-                let data = &victim[from..from + b];
-                if crc32c::crc32c(data) != m.crc {
-                    return Err(LogDiskError::Corrupt(format!(
-                        "cleaning segment {v}: logical block {} at physical block {physical} fails its checksum",
-                        e.logical
-                    )));
-                }
-                let to = entries.len() + 1;
-                out[to * b..(to + 1) * b].copy_from_slice(data);
-                entries.push(SummaryEntry {
-                    logical: e.logical,
-                    crc: m.crc,
-                });
-                ages.push(m.sequence);
+                self.dev.read_at(buf, offset)?;
             }
-            slot += 1 + s.entries.len() as u32;
-        }
-        let moved = entries.len() - first;
-        if moved != st.live[v as usize] as usize {
-            return Err(LogDiskError::Corrupt(format!(
-                "segment {v}: {} live blocks in the table, {moved} named by its summaries",
-                st.live[v as usize]
-            )));
-        }
+        };
+        std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+            let mine = work();
+            let mut result = mine;
+            for h in helpers {
+                let theirs = h
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if result.is_ok() {
+                    result = theirs;
+                }
+            }
+            result
+        })?;
         Ok(())
     }
 
@@ -1556,6 +1834,105 @@ impl<D: Device> LogDisk<D> {
             Self::release_pending(st);
         }
         Ok(())
+    }
+}
+
+/// Cleaner reads are batched up to this many segments' worth of blocks, so a
+/// pass of many victims reads them in parallel with bounded memory.
+const BATCH_SEGMENTS: u32 = 8;
+
+/// One device read the cleaner plans: blocks `slot..slot + len` of segment
+/// `segment`, into the staging buffer from block `staged`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    segment: u32,
+    slot: u32,
+    len: u32,
+    staged: u32,
+}
+
+/// Victims planned and not yet collected, with their reads.
+#[derive(Default)]
+struct Batch {
+    /// (victim, its runs `first..end` in `runs`).
+    victims: Vec<(u32, usize, usize)>,
+    runs: Vec<Run>,
+    /// Blocks staged so far.
+    staged: u32,
+}
+
+impl Batch {
+    fn push_run(&mut self, segment: u32, start: u32, end: u32) {
+        self.runs.push(Run {
+            segment,
+            slot: start,
+            len: end - start,
+            staged: self.staged,
+        });
+        self.staged += end - start;
+    }
+
+    fn clear(&mut self) {
+        self.victims.clear();
+        self.runs.clear();
+        self.staged = 0;
+    }
+}
+
+/// Waits for a background segment write, so nothing touches the device
+/// after the disk is gone.
+impl<D: Device> Drop for LogDisk<D> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(writer) = st.writer.take() {
+            // The writer finishes its job, finds no more, and stops.
+            drop(writer.jobs);
+            let _ = writer.handle.join();
+        }
+    }
+}
+
+/// A background segment write: the buffer, the byte range of it to write,
+/// the device offset.
+type Job = (IoBuf, usize, usize, u64);
+
+/// A finished one: the buffer back, and how the write went.
+type Done = (IoBuf, Result<(), DeviceError>);
+
+/// The background segment writer: one thread, one write at a time.
+struct Writer {
+    jobs: std::sync::mpsc::Sender<Job>,
+    done: std::sync::Mutex<std::sync::mpsc::Receiver<Done>>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start<D: Device + 'static>(dev: Arc<D>) -> Result<Self, LogDiskError> {
+        let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
+        let (done_tx, done) = std::sync::mpsc::channel::<Done>();
+        let handle = std::thread::Builder::new()
+            .name("logdisk-destage".into())
+            .spawn(move || {
+                for (buf, from, to, offset) in job_rx {
+                    let result = dev.write_at(&buf[from..to], offset);
+                    if done_tx.send((buf, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| LogDiskError::Failed(format!("starting the background writer: {e}")))?;
+        Ok(Self {
+            jobs,
+            done: std::sync::Mutex::new(done),
+            handle,
+        })
+    }
+
+    /// The writer thread is gone (it panicked): the disk has failed.
+    fn stopped(st: &mut State) -> LogDiskError {
+        let why = "the background writer stopped".to_string();
+        st.failed = Some(why.clone());
+        LogDiskError::Failed(why)
     }
 }
 
@@ -1761,7 +2138,7 @@ fn to_device_error(e: LogDiskError, op: DeviceOp, offset: u64, len: u64) -> Devi
 /// The log disk is a `Device`: byte ranges are split into blocks, and a
 /// partial block is read, patched and written whole. `discard` is accepted and
 /// does nothing (ranges read back their old contents).
-impl<D: Device> Device for LogDisk<D> {
+impl<D: Device + 'static> Device for LogDisk<D> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
         let b = u64::from(self.geo.block_size);
@@ -1878,5 +2255,118 @@ impl<D: Device> Device for LogDisk<D> {
                 .unwrap_or_default(),
             self.dev.describe()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::device::MemoryDevice;
+
+    const B: usize = 512;
+
+    fn geo() -> Geometry {
+        Geometry {
+            block_size: B as u32,
+            segment_blocks: 8,
+            segments: 12,
+            logical_blocks: 40,
+        }
+    }
+
+    fn disk(options: Options) -> (Arc<MemoryDevice>, LogDisk<Arc<MemoryDevice>>) {
+        let g = geo();
+        let dev = Arc::new(MemoryDevice::new(g.image_blocks() * B as u64));
+        let disk = LogDisk::format(dev.clone(), g, None, options).expect("format");
+        (dev, disk)
+    }
+
+    /// Runs `(slot, len)` the cleaner plans for `v`.
+    fn plan(disk: &LogDisk<Arc<MemoryDevice>>, v: u32) -> Vec<(u32, u32)> {
+        let mut batch = Batch::default();
+        disk.plan_reads(&disk.read_state(), v, &mut batch);
+        assert_eq!(batch.victims, vec![(v, 0, batch.runs.len())]);
+        batch.runs.iter().map(|r| (r.slot, r.len)).collect()
+    }
+
+    #[test]
+    fn live_only_reads_cover_the_live_blocks_bridging_at_most_the_gap() {
+        let (_, mut disk) = disk(Options::default());
+        // One full segment write: summary at slot 0, logical 0..7 at slots 1..7.
+        disk.write_blocks(0, &[7u8; 7 * B]).expect("write");
+        let v = segment_of(&disk.geo, disk.read_state().map[0].physical);
+        // Overwrite logical 1, 2 and 4: slots 2, 3 and 5 die; 1, 4, 6, 7 live.
+        for l in [1, 2, 4] {
+            disk.write_blocks(l, &[9u8; B]).expect("write");
+        }
+        disk.flush().expect("flush");
+        assert_eq!(disk.read_state().live[v as usize], 4);
+        let mut with = |below: f64, gap: u32| {
+            disk.options.live_read_below = below;
+            disk.options.live_read_gap = gap;
+            plan(&disk, v)
+        };
+        assert_eq!(with(1.0, 0), vec![(1, 1), (4, 1), (6, 2)]);
+        assert_eq!(with(1.0, 1), vec![(1, 1), (4, 4)]);
+        assert_eq!(with(1.0, 2), vec![(1, 7)]);
+        // Dense (4 of 7 live is not below half): one read, first live to last.
+        assert_eq!(with(0.5, 0), vec![(1, 7)]);
+        assert_eq!(with(0.0, 0), vec![(1, 7)]);
+    }
+
+    /// A flipped byte in a live block of a sparse victim: the cleaner's
+    /// live-only read finds it against the table's CRC and refuses to copy
+    /// it; the block is never served.
+    #[test]
+    fn a_corrupt_block_in_a_sparse_victim_is_reported_not_copied() {
+        let (dev, disk) = disk(Options {
+            live_read_below: 1.0,
+            live_read_gap: 0,
+            ..Options::default()
+        });
+        for l in 0..40u64 {
+            disk.write_blocks(l, &[l as u8 + 1; B]).expect("write");
+        }
+        disk.flush().expect("flush");
+        let physical = disk.read_state().map[5].physical;
+        let mut x = [0u8];
+        dev.read_at(&mut x, physical * B as u64 + 100)
+            .expect("read");
+        dev.write_at(&[x[0] ^ 0x40], physical * B as u64 + 100)
+            .expect("write");
+        // Rewrite the other blocks at random until the cleaner takes block
+        // 5's segment (soon the sparsest).
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut failed = None;
+        for i in 0..5000u32 {
+            let l = rng.random_range(0..39u64);
+            let l = if l >= 5 { l + 1 } else { l };
+            if let Err(e) = disk.write_blocks(l, &[i as u8; B]) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let e = failed.unwrap_or_else(|| {
+            panic!(
+                "the cleaner never took the corrupt block's segment: {:?} {:?}",
+                disk.metrics(),
+                disk.read_state().live
+            )
+        });
+        let text = e.to_string();
+        assert!(
+            matches!(e, LogDiskError::Corrupt(_))
+                && text.contains("logical block 5")
+                && text.contains("checksum"),
+            "{text}"
+        );
+        assert!(disk.metrics().cleaner_read_ios > 0);
+        let mut buf = [0u8; B];
+        assert!(disk.read_block(5, &mut buf).is_err(), "corrupt data served");
     }
 }

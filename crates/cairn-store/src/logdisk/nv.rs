@@ -212,8 +212,10 @@ impl NvCache {
         (self.data_at + u64::from(slot) * b, b)
     }
 
-    /// Stores `data` and its entry in `slot` (not yet durable); the ranges to
-    /// flush are appended to `ranges`.
+    /// Stores `data` and its entry in `slot`, durable after the next
+    /// [`NvCache::persist`]: the data already flushed (on a mapping with
+    /// cache-line persistence, non-temporal stores: one pass, nothing left to
+    /// write back), the entry's range appended to `ranges`.
     pub fn stage(
         &self,
         slot: u32,
@@ -224,10 +226,10 @@ impl NvCache {
         ranges: &mut Vec<(u64, u64)>,
     ) -> Result<(), DeviceError> {
         let (at, len) = self.data_range(slot);
-        self.region.write(at, data)?;
+        debug_assert_eq!(data.len() as u64, len);
+        self.region.write_flushed(at, data)?;
         let e = Self::entry_at(slot);
         self.region.write(e, &entry_bytes(sequence, logical, crc))?;
-        ranges.push((at, len));
         ranges.push((e, 24));
         Ok(())
     }
@@ -240,7 +242,8 @@ impl NvCache {
         Ok(())
     }
 
-    /// Makes every staged range durable: flush them all, fence once.
+    /// Makes everything staged durable: flush the ranges, fence once (the
+    /// fence also completes the data flushes [`NvCache::stage`] issued).
     pub fn persist(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
         if ranges.is_empty() {
             return Ok(());

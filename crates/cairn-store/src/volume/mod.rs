@@ -433,6 +433,7 @@ impl Builder<'_> {
             destage_threshold: l.destage_threshold,
             partial: l.partial_segments.into(),
             checkpoint_interval: l.checkpoint_interval_segments,
+            ..logdisk::Options::default()
         };
         let block = l.block_size.get();
         let mut head = [0u8; 8];

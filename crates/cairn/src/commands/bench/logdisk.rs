@@ -39,6 +39,15 @@ not the page cache's. Rows, in order:
                                       as on persistent memory) and acknowledges
                                       it durable; volatile mode buffers a segment
                                       in DRAM and flushes only at the end.
+                                      A steady-state row's notes give, per user
+                                      segment written: victims cleaned, the
+                                      cleaner's read bytes as a fraction of the
+                                      user bytes, and the wall time the cleaner
+                                      waited for its reads (--live-read-below,
+                                      --live-read-gap and --cleaner-read-threads
+                                      choose how it reads). --background-destage
+                                      false writes NV destages in the writing
+                                      thread.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -83,6 +92,37 @@ pub struct LogdiskBenchArgs {
     /// Seed of the random offsets.
     #[arg(long, value_name = "N", default_value_t = 42)]
     seed: u64,
+
+    /// The cleaner reads only the live blocks of a victim whose live fraction
+    /// is below this (0: every victim whole, 1: every victim live-only).
+    #[arg(long, value_name = "F", default_value_t = Options::default().live_read_below)]
+    live_read_below: f64,
+
+    /// Dead blocks a live-only cleaner read may bridge.
+    #[arg(long, value_name = "N", default_value_t = Options::default().live_read_gap)]
+    live_read_gap: u32,
+
+    /// Threads the cleaner reads victims with.
+    #[arg(long, value_name = "N", default_value_t = Options::default().cleaner_read_threads)]
+    cleaner_read_threads: u32,
+
+    /// NV mode: write destaged segments on a background thread (false: in
+    /// the writing thread).
+    #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_destage,
+          action = clap::ArgAction::Set)]
+    background_destage: bool,
+}
+
+impl LogdiskBenchArgs {
+    fn options(&self) -> Options {
+        Options {
+            live_read_below: self.live_read_below,
+            live_read_gap: self.live_read_gap,
+            cleaner_read_threads: self.cleaner_read_threads,
+            background_destage: self.background_destage,
+            ..Options::default()
+        }
+    }
 }
 
 const B: usize = 4096;
@@ -104,6 +144,12 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
     }
     if !(args.turnover > 0.0 && args.turnover <= 100.0) {
         bail!("--turnover must be above 0 and at most 100");
+    }
+    if !(0.0..=1.0).contains(&args.live_read_below) {
+        bail!("--live-read-below must be a fraction from 0 to 1");
+    }
+    if !(1..=64).contains(&args.cleaner_read_threads) {
+        bail!("--cleaner-read-threads must be from 1 to 64");
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
@@ -158,12 +204,20 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
             format!("log disk {mode}, U 0.4, steady state"),
             r.steady,
             format!(
-                "WA {:.2}, {:.2} cleaner reads per user segment",
+                "WA {:.2}; per user segment: {:.2} victims, cleaner read {:.2} of its bytes in {:.0} µs",
                 r.steady_metrics.write_amplification().unwrap_or(1.0),
                 per(
                     r.steady_metrics.cleaner_segment_reads,
                     r.steady_metrics.user_segment_writes
                 ),
+                per(
+                    r.steady_metrics.cleaner_read_bytes,
+                    r.steady_metrics.user_bytes
+                ),
+                per(
+                    r.steady_metrics.cleaner_read_ns,
+                    r.steady_metrics.user_segment_writes
+                ) / 1e3,
             ),
         ));
         if nv {
@@ -198,7 +252,7 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
     ] {
         let _ = std::fs::remove_file(&image);
         let dev = open_device(&image, wa_size, direct)?;
-        let (m, mib) = hot_spot(dev, cleaner, args.seed)?;
+        let (m, mib) = hot_spot(dev, cleaner, args)?;
         let wa = m.write_amplification().unwrap_or(1.0);
         println!(
             "{:<13} {wa:>6.2} {:>9.2} {:>8.3} {:>22.2} {mib:>9.1}",
@@ -337,7 +391,7 @@ fn logdisk_random(
     let size = dev.len();
     let geo = geometry(size, 0.4)?;
     let region = nv.map(nv_region).transpose()?;
-    let disk = LogDisk::format(dev, geo, region, Options::default())?;
+    let disk = LogDisk::format(dev, geo, region, args.options())?;
     let label = if nv.is_some() { "NV cache" } else { "volatile" };
     fill(
         &disk,
@@ -385,7 +439,7 @@ fn logdisk_random(
     })
 }
 
-fn fill<D: Device>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
+fn fill<D: Device + 'static>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
     let per = u64::from(SEGMENT_BLOCKS - 1);
     let mut buf = IoBuf::zeroed(per as usize * B);
     let bar = progress(blocks, what);
@@ -404,11 +458,16 @@ fn fill<D: Device>(disk: &LogDisk<D>, blocks: u64, what: &str) -> Result<()> {
 
 /// Hot-spot writes at utilisation 0.8 with `cleaner`; metrics over the
 /// measured writes, and their bandwidth.
-fn hot_spot<D: Device>(dev: D, cleaner: CleanerPolicy, seed: u64) -> Result<(Metrics, f64)> {
+fn hot_spot<D: Device + 'static>(
+    dev: D,
+    cleaner: CleanerPolicy,
+    args: &LogdiskBenchArgs,
+) -> Result<(Metrics, f64)> {
+    let seed = args.seed;
     let geo = geometry(dev.len(), 0.8)?;
     let options = Options {
         cleaner,
-        ..Options::default()
+        ..args.options()
     };
     let disk = LogDisk::format(dev, geo, None, options)?;
     fill(

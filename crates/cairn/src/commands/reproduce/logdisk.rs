@@ -198,6 +198,10 @@ impl Experiment<'_> {
             destage_threshold: s.destage_threshold,
             partial: PartialSegments::Close,
             checkpoint_interval: u64::MAX,
+            // The paper's cleaner reads every victim whole, in one I/O (the
+            // disk-time model charges that).
+            live_read_below: 0.0,
+            ..Options::default()
         };
         let disk = LogDisk::format(dev, geo, nv, options)?;
         let b = s.block_size as usize;
