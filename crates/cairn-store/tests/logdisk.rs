@@ -961,3 +961,64 @@ fn trimmed_blocks_read_zeroes_spare_the_cleaner_and_survive_reopen() {
         );
     }
 }
+
+/// Found by `model_across_crash_cycles`: a trim emptied two segments, the
+/// cleaner counted them in its reserve, and a crash before the next checkpoint
+/// brought the trimmed blocks back, leaving every segment with live blocks, no
+/// segment to clean into, and every later write failing with `NoSpace`. The
+/// reserve no longer counts segments a trim emptied (a low reserve takes a
+/// checkpoint first, which makes them free for good).
+#[test]
+fn a_crash_that_brings_back_trimmed_blocks_leaves_the_cleaner_room() {
+    let ops = [
+        Op::Write(9, 2),
+        Op::Write(33, 3),
+        Op::Write(0, 1),
+        Op::Write(37, 1),
+        Op::Write(7, 2),
+        Op::Write(38, 2),
+        Op::Write(5, 3),
+        Op::Write(8, 3),
+        Op::Write(11, 3),
+        Op::Write(13, 2),
+        Op::Write(0, 1),
+        Op::Write(1, 3),
+        Op::Write(14, 2),
+        Op::Write(14, 3),
+        Op::Write(17, 3),
+        Op::Write(1, 1),
+        Op::Write(8, 3),
+        Op::Write(26, 2),
+        Op::Write(8, 2),
+        Op::Write(16, 3),
+        Op::Write(21, 3),
+        Op::Write(9, 1),
+        Op::Write(14, 1),
+        Op::Write(1, 2),
+        Op::Write(25, 2),
+        Op::Write(16, 2),
+        Op::Write(25, 3),
+        Op::Write(9, 3),
+        Op::Write(10, 2),
+        Op::Write(1, 2),
+        Op::Write(16, 2),
+        Op::Write(1, 2),
+        Op::Trim(4, 5),
+        Op::Write(37, 3),
+        Op::Write(0, 2),
+        Op::Write(4, 2),
+        Op::Write(9, 2),
+        Op::Write(4, 3),
+        Op::Write(0, 2),
+        Op::Write(0, 2),
+        Op::Write(2, 1),
+        Op::Crash(0),
+        Op::Write(3, 1),
+        Op::Write(4, 3),
+    ];
+    let opts = Options {
+        background_destage: false,
+        ..Reads::LiveOnly { gap: 0, threads: 2 }.apply(options(CleanerPolicy::CostBenefit))
+    };
+    model_run(&ops, true, 0, opts);
+}

@@ -1312,15 +1312,30 @@ impl<D: Device + 'static> LogDisk<D> {
         }
     }
 
+    /// Segments the cleaner can count on: free ones, and pending ones that a
+    /// device flush will free. Not those a trim emptied (tainted): until a
+    /// checkpoint holds the trim, a crash brings their blocks back, and a
+    /// reserve counted on them could vanish and leave the cleaner no segment
+    /// to copy into (the proptest found a crash that left every segment
+    /// holding live blocks and every write failing with `NoSpace`).
+    fn reserve(st: &State) -> u32 {
+        let usable = if st.any_tainted {
+            st.pending
+                .iter()
+                .filter(|&&s| !st.tainted[s as usize])
+                .count()
+        } else {
+            st.pending.len()
+        };
+        (st.free.len() + usable) as u32
+    }
+
     /// The log head, opening a segment (and cleaning first) if needed.
     fn ensure_head(&self, st: &mut State, kind: Kind) -> Result<(u32, u32), LogDiskError> {
         if let Some(head) = st.head {
             return Ok(head);
         }
-        if kind == Kind::User
-            && !st.in_cleaner
-            && ((st.free.len() + st.pending.len()) as u32) <= self.options.clean_low
-        {
+        if kind == Kind::User && !st.in_cleaner && Self::reserve(st) <= self.options.clean_low {
             self.clean(st)?;
             // The cleaner's last write may have left the head open: continue there.
             if let Some(head) = st.head {
