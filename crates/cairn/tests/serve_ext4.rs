@@ -198,6 +198,29 @@ fn data_bytes(socket: &Path) -> u64 {
         .sum()
 }
 
+/// Writes a 48 MiB file on the mounted `fs`, deletes it and runs `fstrim`:
+/// the export must then report at least 40 MiB less data (`nbdinfo --map
+/// --totals`).
+fn fstrim_frees_a_deleted_file(fs: &Path, socket: &Path, what: &str) {
+    let big = fs.join("big");
+    std::fs::write(&big, contents(7).repeat((48 << 20) / contents(7).len() + 1)).unwrap();
+    run("sync", &[]);
+    let before = data_bytes(socket);
+    std::fs::remove_file(&big).unwrap();
+    run("sync", &[]);
+    run("fstrim", &[fs.to_str().unwrap()]);
+    let after = data_bytes(socket);
+    eprintln!(
+        "fstrim on {what}: {} MiB of data before, {} MiB after",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        before >= after + (40 << 20),
+        "{what}: fstrim freed too little: {before} bytes of data before, {after} after"
+    );
+}
+
 fn file_path(root: &Path, i: u32) -> PathBuf {
     root.join(format!("d{}", i % 12)).join(format!("f{i}"))
 }
@@ -258,23 +281,7 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     // fstrim reaches the log disk (loop → FUSE → nbdfuse → NBD TRIM): a
     // deleted 48 MiB file's blocks stop being data in BLOCK_STATUS, and
     // every other file is untouched.
-    let big = fs.join("big");
-    std::fs::write(&big, contents(7).repeat((48 << 20) / contents(7).len() + 1)).unwrap();
-    run("sync", &[]);
-    let before = data_bytes(&socket);
-    std::fs::remove_file(&big).unwrap();
-    run("sync", &[]);
-    run("fstrim", &[fs.to_str().unwrap()]);
-    let after = data_bytes(&socket);
-    eprintln!(
-        "fstrim: {} MiB of data before, {} MiB after",
-        before >> 20,
-        after >> 20
-    );
-    assert!(
-        before >= after + (40 << 20),
-        "fstrim freed too little: {before} bytes of data before, {after} after"
-    );
+    fstrim_frees_a_deleted_file(&fs, &socket, "default stack");
     verify(&fs);
     stack.unmount(&fs);
     fsck(&image);
@@ -329,23 +336,7 @@ fn fstrim_on_an_ntl_volume_unmaps_its_blocks() {
     stack.mount_loop(&image, &fs);
     let small: Vec<u8> = contents(3);
     std::fs::write(fs.join("small"), &small).unwrap();
-    let big = fs.join("big");
-    std::fs::write(&big, contents(7).repeat((48 << 20) / contents(7).len() + 1)).unwrap();
-    run("sync", &[]);
-    let before = data_bytes(&socket);
-    std::fs::remove_file(&big).unwrap();
-    run("sync", &[]);
-    run("fstrim", &[fs.to_str().unwrap()]);
-    let after = data_bytes(&socket);
-    eprintln!(
-        "fstrim on NTL: {} MiB of data before, {} MiB after",
-        before >> 20,
-        after >> 20
-    );
-    assert!(
-        before >= after + (40 << 20),
-        "fstrim freed too little: {before} bytes of data before, {after} after"
-    );
+    fstrim_frees_a_deleted_file(&fs, &socket, "NTL");
     assert_eq!(std::fs::read(fs.join("small")).unwrap(), small);
     stack.unmount(&fs);
     fsck(&image);

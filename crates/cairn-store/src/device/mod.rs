@@ -249,6 +249,35 @@ pub fn push_extent(out: &mut Vec<Extent>, len: u64, hole: bool) {
     }
 }
 
+/// The blocks of `block` bytes that `offset..offset + len` covers wholly, as a
+/// range of block numbers (empty when it covers none): what a trim or a fast
+/// zero may unmap; the partial blocks at either end keep their bytes.
+pub fn whole_blocks(offset: u64, len: u64, block: u64) -> std::ops::Range<u64> {
+    let first = offset.div_ceil(block);
+    let end = (offset + len) / block;
+    first..end.max(first)
+}
+
+/// Appends the extents of `offset..offset + len` block by block to `out`
+/// (merged by [`push_extent`]): block `n` is a hole where `hole(n)`, and a
+/// partial block at either end takes its block's state.
+pub fn push_block_extents(
+    out: &mut Vec<Extent>,
+    offset: u64,
+    len: u64,
+    block: u64,
+    mut hole: impl FnMut(u64) -> bool,
+) {
+    let end = offset + len;
+    let mut at = offset;
+    while at < end {
+        let n = at / block;
+        let run = ((n + 1) * block).min(end) - at;
+        push_extent(out, run, hole(n));
+        at += run;
+    }
+}
+
 /// Check that `offset..offset+len` lies within a device of `size` bytes.
 pub fn check_range(op: DeviceOp, offset: u64, len: u64, size: u64) -> Result<(), DeviceError> {
     match offset.checked_add(len) {
@@ -370,5 +399,43 @@ pub(crate) mod conformance {
         dev.read_at(&mut tail, 8192).unwrap();
         assert_eq!(tail[..], pattern[4096..]);
         assert!(!dev.describe().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::{Extent, push_block_extents, whole_blocks};
+
+    #[test]
+    fn whole_blocks_leave_out_partial_ends() {
+        assert_eq!(whole_blocks(0, 8192, 4096), 0..2);
+        assert_eq!(whole_blocks(100, 8192, 4096), 1..2);
+        assert_eq!(whole_blocks(100, 4000, 4096), 1..1, "inside one block");
+        assert!(whole_blocks(4095, 2, 4096).is_empty());
+        assert_eq!(whole_blocks(4096, 0, 4096), 1..1);
+    }
+
+    #[test]
+    fn block_extents_merge_runs_and_clip_partial_ends() {
+        let mut out = Vec::new();
+        // Blocks 1 and 2 are holes; the range starts inside block 0 and ends inside block 3.
+        push_block_extents(&mut out, 100, 3 * 4096, 4096, |n| n == 1 || n == 2);
+        assert_eq!(
+            out,
+            [
+                Extent {
+                    len: 3996,
+                    hole: false
+                },
+                Extent {
+                    len: 8192,
+                    hole: true
+                },
+                Extent {
+                    len: 100,
+                    hole: false
+                },
+            ]
+        );
     }
 }

@@ -60,7 +60,8 @@ use super::format::{
 };
 use super::nv::{NvCache, NvError};
 use crate::device::{
-    Device, DeviceError, DeviceOp, Extent, IoBuf, SECTOR, check_range, is_aligned, push_extent,
+    Device, DeviceError, DeviceOp, Extent, IoBuf, SECTOR, check_range, is_aligned,
+    push_block_extents, whole_blocks,
 };
 use crate::ntl::Region;
 
@@ -2213,11 +2214,9 @@ impl<D: Device + 'static> Device for LogDisk<D> {
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Discard, offset, len, self.len())?;
         // Whole blocks only: a partial block at either end keeps its bytes.
-        let b = u64::from(self.geo.block_size);
-        let first = offset.div_ceil(b);
-        let end = (offset + len) / b;
-        if end > first {
-            self.trim_blocks(first, end - first)
+        let blocks = whole_blocks(offset, len, u64::from(self.geo.block_size));
+        if !blocks.is_empty() {
+            self.trim_blocks(blocks.start, blocks.end - blocks.start)
                 .map_err(|e| to_device_error(e, DeviceOp::Discard, offset, len))?;
         }
         Ok(())
@@ -2230,22 +2229,22 @@ impl<D: Device + 'static> Device for LogDisk<D> {
         out: &mut Vec<Extent>,
     ) -> Result<bool, DeviceError> {
         check_range(DeviceOp::Read, offset, len, self.len())?;
-        let b = u64::from(self.geo.block_size);
-        let end = offset + len;
         let st = self.read_state();
-        let mut at = offset;
-        while at < end {
-            let logical = at / b;
-            let run = ((logical + 1) * b).min(end) - at;
-            let data = st.buffer_of.contains_key(&logical)
-                || st
-                    .nv
-                    .as_ref()
-                    .is_some_and(|nv| nv.of.contains_key(&logical))
-                || st.map[logical as usize].physical != UNMAPPED;
-            push_extent(out, run, !data);
-            at += run;
-        }
+        push_block_extents(
+            out,
+            offset,
+            len,
+            u64::from(self.geo.block_size),
+            |logical| {
+                let data = st.buffer_of.contains_key(&logical)
+                    || st
+                        .nv
+                        .as_ref()
+                        .is_some_and(|nv| nv.of.contains_key(&logical))
+                    || st.map[logical as usize].physical != UNMAPPED;
+                !data
+            },
+        );
         Ok(true)
     }
 

@@ -5,7 +5,9 @@
 
 use super::btt::Btt;
 use super::region::Region;
-use crate::device::{Device, DeviceError, DeviceOp, Extent, check_range, push_extent};
+use crate::device::{
+    Device, DeviceError, DeviceOp, Extent, check_range, push_block_extents, whole_blocks,
+};
 
 /// How many blocks a multi-block read prefetches ahead of the one it copies (the
 /// first line of each). 1 MiB sequential reads over a scattered 1 GiB volume, one
@@ -108,11 +110,10 @@ impl<R: Region> Device for NtlDevice<R> {
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Discard, offset, len, self.len())?;
-        let bs = self.btt.geometry().block_size;
-        let first = offset.div_ceil(bs);
-        let end = (offset + len) / bs;
-        if end > first {
-            self.btt.trim_blocks(first, end - first)?;
+        let blocks = whole_blocks(offset, len, self.btt.geometry().block_size);
+        if !blocks.is_empty() {
+            self.btt
+                .trim_blocks(blocks.start, blocks.end - blocks.start)?;
         }
         Ok(())
     }
@@ -124,8 +125,8 @@ impl<R: Region> Device for NtlDevice<R> {
         check_range(DeviceOp::Write, offset, len, self.len())?;
         let bs = self.btt.geometry().block_size;
         let end = offset + len;
-        let first = offset.div_ceil(bs).min(end / bs);
-        let last = end / bs;
+        let whole = whole_blocks(offset, len, bs);
+        let (first, last) = (whole.start, whole.end);
         let zeroes = [0u8; 512];
         let zero_bytes = |from: u64, to: u64| {
             let mut at = from;
@@ -154,14 +155,7 @@ impl<R: Region> Device for NtlDevice<R> {
     ) -> Result<bool, DeviceError> {
         check_range(DeviceOp::Read, offset, len, self.len())?;
         let bs = self.btt.geometry().block_size;
-        let end = offset + len;
-        let mut at = offset;
-        while at < end {
-            let lba = at / bs;
-            let run = ((lba + 1) * bs).min(end) - at;
-            push_extent(out, run, !self.btt.is_mapped(lba));
-            at += run;
-        }
+        push_block_extents(out, offset, len, bs, |lba| !self.btt.is_mapped(lba));
         Ok(true)
     }
 
