@@ -337,6 +337,16 @@ fn spec_mistakes_name_the_field() {
                 + "\n[device.t]\nkind = \"throttled\"\nover = \"m\"",
             "device.t.bandwidth_mb_s",
         ),
+        (
+            base.replace("device = \"m\"", "device = \"c\"")
+                + "\n[device.c]\nkind = \"log\"\nover = \"m\"\nlive_read_below = 1.5",
+            "device.c.live_read_below",
+        ),
+        (
+            base.replace("device = \"m\"", "device = \"c\"")
+                + "\n[device.c]\nkind = \"log\"\nover = \"m\"\ncleaner_read_threads = 0",
+            "device.c.cleaner_read_threads",
+        ),
     ] {
         let error = parse(&text).validate().unwrap_err();
         assert_eq!(error.field, field, "{error}\n{text}");
@@ -523,4 +533,52 @@ fn a_read_cache_over_parts_gets_a_cost_group_pair_per_part() {
         "{:?}",
         volume.notes()
     );
+}
+
+/// The cleaner's read options and the background destage are spec fields:
+/// they round-trip through TOML, and a log disk opened with every victim read
+/// live blocks only, one thread, no background writer, cleans and reads back
+/// after a reopen.
+#[test]
+fn log_cleaner_read_and_destage_options_are_spec_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = log_spec(true);
+    let DeviceSpec::Log(log) = spec.devices.get_mut("log").unwrap() else {
+        unreachable!()
+    };
+    assert_eq!(
+        (
+            log.live_read_below,
+            log.live_read_gap,
+            log.cleaner_read_threads,
+            log.background_destage
+        ),
+        (0.25, 2, 8, true),
+        "defaults are the log disk's"
+    );
+    log.live_read_below = 1.0;
+    log.live_read_gap = 0;
+    log.cleaner_read_threads = 1;
+    log.background_destage = false;
+    let text = toml::to_string(&spec).unwrap();
+    assert!(text.contains("background_destage = false"), "{text}");
+    assert_eq!(parse(&text), spec);
+    let volume = open(&spec, dir.path()).unwrap();
+    let dev = device(&volume);
+    // Three times the volume's size in 64 KiB writes: the cleaner runs.
+    for round in 0..3u8 {
+        for at in (0..dev.len()).step_by(64 << 10) {
+            dev.write_at(&pattern(round ^ (at >> 16) as u8, 64 << 10), at)
+                .unwrap();
+        }
+    }
+    volume.close().unwrap();
+    let volume = open(&spec, dir.path()).unwrap();
+    let dev = device(&volume);
+    let mut back = vec![0u8; 64 << 10];
+    for at in (0..dev.len()).step_by(64 << 10) {
+        dev.read_at(&mut back, at).unwrap();
+        assert_eq!(back, pattern(2 ^ (at >> 16) as u8, 64 << 10), "at {at}");
+    }
+    volume.close().unwrap();
 }

@@ -433,7 +433,10 @@ impl Builder<'_> {
             destage_threshold: l.destage_threshold,
             partial: l.partial_segments.into(),
             checkpoint_interval: l.checkpoint_interval_segments,
-            ..logdisk::Options::default()
+            live_read_below: l.live_read_below,
+            live_read_gap: l.live_read_gap,
+            cleaner_read_threads: l.cleaner_read_threads,
+            background_destage: l.background_destage,
         };
         let block = l.block_size.get();
         let mut head = [0u8; 8];
@@ -1031,6 +1034,18 @@ fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
                 return Err(VolumeError::new(
                     field("destage_threshold"),
                     format!("{} is not a fraction from 0 to 1", l.destage_threshold),
+                ));
+            }
+            if !(0.0..=1.0).contains(&l.live_read_below) {
+                return Err(VolumeError::new(
+                    field("live_read_below"),
+                    format!("{} is not a fraction from 0 to 1", l.live_read_below),
+                ));
+            }
+            if !(1..=64).contains(&l.cleaner_read_threads) {
+                return Err(VolumeError::new(
+                    field("cleaner_read_threads"),
+                    format!("{} is not from 1 to 64", l.cleaner_read_threads),
                 ));
             }
             if let Some(nv) = &l.nv_cache

@@ -366,6 +366,21 @@ pub struct LogSpec {
     /// Segment writes between checkpoints; 0 = automatic. Default 0.
     #[serde(default)]
     pub checkpoint_interval_segments: u64,
+    /// A victim less live than this fraction is read live blocks only; 0
+    /// reads every victim whole, 1 none. Default 0.25.
+    #[serde(default = "default_live_read_below")]
+    pub live_read_below: f64,
+    /// Dead blocks a live-only read bridges to make one I/O of two runs.
+    /// Default 2.
+    #[serde(default = "default_live_read_gap")]
+    pub live_read_gap: u32,
+    /// Threads the cleaner reads victims with, 1 to 64. Default 8.
+    #[serde(default = "default_cleaner_read_threads")]
+    pub cleaner_read_threads: u32,
+    /// With an NV cache: destage segment writes on a background thread.
+    /// Default true.
+    #[serde(default = "default_background_destage")]
+    pub background_destage: bool,
     /// The non-volatile write cache; without it a flush writes a partial
     /// segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -382,6 +397,22 @@ fn default_clean_low() -> u32 {
 
 fn default_destage() -> f64 {
     0.75
+}
+
+fn default_live_read_below() -> f64 {
+    crate::logdisk::Options::default().live_read_below
+}
+
+fn default_live_read_gap() -> u32 {
+    crate::logdisk::Options::default().live_read_gap
+}
+
+fn default_cleaner_read_threads() -> u32 {
+    crate::logdisk::Options::default().cleaner_read_threads
+}
+
+fn default_background_destage() -> bool {
+    crate::logdisk::Options::default().background_destage
 }
 
 /// A log disk's `nv_cache` table.
