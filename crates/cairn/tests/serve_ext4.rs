@@ -109,6 +109,42 @@ impl Drop for Stack {
     }
 }
 
+/// A fresh ext4 on a server started in `dir` with `config`: the server,
+/// nbdfuse exposing its export at `mnt/disk` (`image`), `mkfs.ext4` on it and
+/// the file system loop-mounted on `fs`.
+struct Ext4 {
+    stack: Stack,
+    socket: PathBuf,
+    mnt: PathBuf,
+    fs: PathBuf,
+    image: PathBuf,
+}
+
+impl Ext4 {
+    fn start(dir: &Path, config: &Path) -> Self {
+        let socket = dir.join("cairn.sock");
+        let (mnt, fs) = (dir.join("mnt"), dir.join("fs"));
+        for path in [&mnt, &fs] {
+            std::fs::create_dir_all(path).unwrap();
+        }
+        let mut stack = Stack {
+            server: Some(start_server(dir, config, &socket)),
+            fuse: None,
+            mounts: Vec::new(),
+        };
+        let image = start_fuse(&mut stack, &mnt, &socket);
+        run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+        stack.mount_loop(&image, &fs);
+        Self {
+            stack,
+            socket,
+            mnt,
+            fs,
+            image,
+        }
+    }
+}
+
 fn start_server(dir: &Path, config: &Path, socket: &Path) -> Child {
     let child = cairn()
         .args(["serve", "--quiet", "--config"])
@@ -243,20 +279,14 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
     let nv = nv_dir();
     let config = dir.path().join("volume.toml");
     std::fs::write(&config, small_default_spec("256MiB", "320MiB", nv.path())).unwrap();
-    let socket = dir.path().join("cairn.sock");
-    let mnt = dir.path().join("mnt");
-    let fs = dir.path().join("fs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    std::fs::create_dir_all(&fs).unwrap();
-    let mut stack = Stack {
-        server: Some(start_server(dir.path(), &config, &socket)),
-        fuse: None,
-        mounts: Vec::new(),
-    };
-    let image = start_fuse(&mut stack, &mnt, &socket);
+    let Ext4 {
+        mut stack,
+        socket,
+        mnt,
+        fs,
+        image,
+    } = Ext4::start(dir.path(), &config);
     assert_eq!(std::fs::metadata(&image).unwrap().len(), 256 << 20);
-    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    stack.mount_loop(&image, &fs);
     for d in 0..12 {
         std::fs::create_dir_all(fs.join(format!("d{d}"))).unwrap();
     }
@@ -321,19 +351,13 @@ fn fstrim_on_an_ntl_volume_unmaps_its_blocks() {
         ),
     )
     .unwrap();
-    let socket = dir.path().join("cairn.sock");
-    let mnt = dir.path().join("mnt");
-    let fs = dir.path().join("fs");
-    std::fs::create_dir_all(&mnt).unwrap();
-    std::fs::create_dir_all(&fs).unwrap();
-    let mut stack = Stack {
-        server: Some(start_server(dir.path(), &config, &socket)),
-        fuse: None,
-        mounts: Vec::new(),
-    };
-    let image = start_fuse(&mut stack, &mnt, &socket);
-    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    stack.mount_loop(&image, &fs);
+    let Ext4 {
+        mut stack,
+        socket,
+        mnt,
+        fs,
+        image,
+    } = Ext4::start(dir.path(), &config);
     let small: Vec<u8> = contents(3);
     std::fs::write(fs.join("small"), &small).unwrap();
     fstrim_frees_a_deleted_file(&fs, &socket, "NTL");
@@ -379,19 +403,13 @@ fn ext4_mounted_survives_kill_9_of_the_server() {
     let nv = nv_dir();
     let config = dir.path().join("volume.toml");
     std::fs::write(&config, small_default_spec("128MiB", "160MiB", nv.path())).unwrap();
-    let socket = dir.path().join("cairn.sock");
-    let (mnt, fs) = (dir.path().join("mnt"), dir.path().join("fs"));
-    for path in [&mnt, &fs] {
-        std::fs::create_dir_all(path).unwrap();
-    }
-    let mut stack = Stack {
-        server: Some(start_server(dir.path(), &config, &socket)),
-        fuse: None,
-        mounts: Vec::new(),
-    };
-    let image = start_fuse(&mut stack, &mnt, &socket);
-    run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
-    stack.mount_loop(&image, &fs);
+    let Ext4 {
+        mut stack,
+        socket,
+        mnt,
+        fs,
+        image: _,
+    } = Ext4::start(dir.path(), &config);
     // SYNCED files (≈ 30 MiB), each fsync'd, their directories too, then sync.
     for d in 0..12 {
         std::fs::create_dir_all(fs.join(format!("d{d}"))).unwrap();
