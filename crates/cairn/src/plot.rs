@@ -61,6 +61,20 @@ impl Format {
     }
 }
 
+/// Calls `$draw(area, args…)` on an SVG or PNG drawing area of `$size` pixels
+/// for `$path`, chosen by its extension (the drawing functions are generic over
+/// the backend, so a closure cannot stand in for them).
+macro_rules! render {
+    ($path:expr, $size:expr, $draw:ident($($arg:expr),* $(,)?)) => {{
+        let path: &Path = $path;
+        let result = match Format::of(path)? {
+            Format::Svg => $draw(&SVGBackend::new(path, $size).into_drawing_area(), $($arg),*),
+            Format::Png => $draw(&BitMapBackend::new(path, $size).into_drawing_area(), $($arg),*),
+        };
+        result.with_context(|| format!("drawing plot {}", path.display()))
+    }};
+}
+
 /// Writes `series` to `path` (`.svg` or `.png`) as lines with points.
 pub fn lines(
     path: &Path,
@@ -69,24 +83,7 @@ pub fn lines(
     y: YAxis<'_>,
     series: &[Series],
 ) -> Result<()> {
-    let size = (1000, 640);
-    let result = match Format::of(path)? {
-        Format::Svg => draw(
-            &SVGBackend::new(path, size).into_drawing_area(),
-            title,
-            x_label,
-            y,
-            series,
-        ),
-        Format::Png => draw(
-            &BitMapBackend::new(path, size).into_drawing_area(),
-            title,
-            x_label,
-            y,
-            series,
-        ),
-    };
-    result.with_context(|| format!("drawing plot {}", path.display()))
+    render!(path, (1000, 640), draw(title, x_label, y, series))
 }
 
 fn draw<DB: DrawingBackend>(
@@ -181,24 +178,11 @@ pub fn bars(
     y_label: &str,
     series: &[BarSeries],
 ) -> Result<()> {
-    let size = (1200, 640);
-    let result = match Format::of(path)? {
-        Format::Svg => draw_bars(
-            &SVGBackend::new(path, size).into_drawing_area(),
-            title,
-            categories,
-            y_label,
-            series,
-        ),
-        Format::Png => draw_bars(
-            &BitMapBackend::new(path, size).into_drawing_area(),
-            title,
-            categories,
-            y_label,
-            series,
-        ),
-    };
-    result.with_context(|| format!("drawing plot {}", path.display()))
+    render!(
+        path,
+        (1200, 640),
+        draw_bars(title, categories, y_label, series)
+    )
 }
 
 fn draw_bars<DB: DrawingBackend>(
