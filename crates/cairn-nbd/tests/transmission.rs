@@ -367,3 +367,63 @@ fn reads_from_a_block_cache_are_sent_from_its_buffers() {
     assert!(cache.metrics().hits() > 0, "{:?}", cache.metrics());
     server.stop().unwrap();
 }
+
+/// A memory export takes whole-stripe WRITE payloads as its stripes and sends
+/// large READs from its stripes: the bytes are exactly what was written,
+/// including while another connection overwrites a stripe a READ's reply is
+/// still being sent from (the reply has one version of each stripe, never a
+/// mix).
+#[test]
+fn memory_volume_swaps_whole_stripe_writes_and_lends_stripes_to_reads() {
+    const MIB: usize = 1 << 20;
+    let (server, device) = TestServer::memory(8 << 20);
+    for structured in [false, true] {
+        let mut client = Client::connected(&server.path, structured);
+        // Whole stripes (swapped in), then an unaligned megabyte (copied).
+        let whole = pattern(10 + u64::from(structured), 3 * MIB);
+        for (i, stripe) in whole.chunks(MIB).enumerate() {
+            assert_eq!(client.write((i * MIB) as u64, stripe), 0);
+        }
+        let odd = pattern(20, MIB);
+        assert_eq!(client.write((4 * MIB + 4096) as u64, &odd), 0);
+        let mut back = vec![0u8; 3 * MIB];
+        device.read_at(&mut back, 0).unwrap();
+        assert!(back == whole, "whole-stripe writes read back");
+        // Lent (≥ half a stripe) and copied reads, across stripe edges.
+        assert!(client.read(0, 3 * MIB as u32) == whole);
+        assert!(client.read(4 * MIB as u64 + 4096, MIB as u32) == odd);
+        assert_eq!(client.read(MIB as u64 - 10, 20), whole[MIB - 10..MIB + 10]);
+        client.disconnect();
+    }
+    // A 3 MiB READ whose reply the client does not take yet, and a second
+    // connection overwriting its middle stripe meanwhile.
+    let old = pattern(30, 3 * MIB);
+    device.write_at(&old, 0).unwrap();
+    let mut slow = Client::connected(&server.path, false);
+    slow.send(CMD_READ, 0, 0, 3 * MIB as u32, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut other = Client::connected(&server.path, true);
+    let new = pattern(31, MIB);
+    assert_eq!(other.write(MIB as u64, &new), 0);
+    assert_eq!(other.write(MIB as u64 - 4096, &new[..8192]), 0);
+    // The device's three states: before, after the first write, after both.
+    let mut states = vec![old.clone()];
+    let mut state = old.clone();
+    state[MIB..2 * MIB].copy_from_slice(&new);
+    states.push(state.clone());
+    state[MIB - 4096..MIB + 4096].copy_from_slice(&new[..8192]);
+    states.push(state);
+    let reply = slow.reply();
+    assert_eq!(reply.error, 0);
+    for (i, stripe) in reply.data.chunks(MIB).enumerate() {
+        assert!(
+            states.iter().any(|s| stripe == &s[i * MIB..(i + 1) * MIB]),
+            "stripe {i} of the reply mixes two versions"
+        );
+    }
+    assert!(reply.data == states[0], "the READ ran before the writes");
+    let now = other.read(0, 3 * MIB as u32);
+    assert!(now[MIB - 4096..MIB + 4096] == new[..8192]);
+    assert!(now[MIB + 4096..2 * MIB] == new[4096..]);
+    server.stop().unwrap();
+}

@@ -513,7 +513,10 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
                 return self.read(cookie, offset, length, budget);
             }
             Command::Write { offset, fua, .. } => {
-                let written = device.write_at(&payload, offset);
+                // The device may keep the payload's buffer (a memory volume
+                // takes a whole stripe so) and hand back another to pool.
+                let mut payload = payload;
+                let written = device.write_swap(&mut payload, offset);
                 self.recycle(payload);
                 written.and_then(|()| flush_if(device, fua))
             }

@@ -50,19 +50,45 @@ impl Frame {
 /// increment.
 #[derive(Clone)]
 pub struct BlockRef {
-    frame: Arc<Frame>,
+    backing: Backing,
     len: u32,
+}
+
+/// What a [`BlockRef`] keeps alive: a cache frame, or a memory device's
+/// stripe (see `MemoryDevice`'s `read_lent`).
+#[derive(Clone)]
+enum Backing {
+    Frame(Arc<Frame>),
+    Bytes(Arc<Vec<u8>>),
 }
 
 impl BlockRef {
     pub(crate) fn new(frame: Arc<Frame>, len: u32) -> Self {
         debug_assert!(len as usize <= frame.bytes().len());
-        Self { frame, len }
+        Self {
+            backing: Backing::Frame(frame),
+            len,
+        }
+    }
+
+    /// A handle on shared bytes that are never written while shared (a
+    /// writer that finds them shared copies them first): a memory device's
+    /// stripe.
+    pub(crate) fn shared(bytes: Arc<Vec<u8>>) -> Self {
+        let len = u32::try_from(bytes.len()).expect("a shared buffer under 4 GiB");
+        Self {
+            backing: Backing::Bytes(bytes),
+            len,
+        }
     }
 
     /// Whether both handles share one buffer (the same load of the block).
     pub fn same_buffer(&self, other: &BlockRef) -> bool {
-        Arc::ptr_eq(&self.frame, &other.frame)
+        match (&self.backing, &other.backing) {
+            (Backing::Frame(a), Backing::Frame(b)) => Arc::ptr_eq(a, b),
+            (Backing::Bytes(a), Backing::Bytes(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// A part of the block, still without a copy.
@@ -85,7 +111,11 @@ impl Deref for BlockRef {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        &self.frame.bytes()[..self.len as usize]
+        let bytes = match &self.backing {
+            Backing::Frame(frame) => frame.bytes(),
+            Backing::Bytes(bytes) => bytes.as_slice(),
+        };
+        &bytes[..self.len as usize]
     }
 }
 
@@ -211,7 +241,7 @@ mod tests {
         pool.give(frame);
         // The only frame is still held by `handle`: the pool must allocate.
         let other = pool.take();
-        assert!(!Arc::ptr_eq(&other, &handle.frame));
+        assert!(!handle.same_buffer(&BlockRef::new(Arc::clone(&other), 8192)));
         assert_eq!(pool.grown, 1);
         assert_eq!(handle[0], 7);
         pool.give(other);

@@ -143,6 +143,15 @@ pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError>;
     /// Write `buf` at `offset`. Visible at once, durable after the next `flush`.
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError>;
+    /// Write `buf` at `offset`, as [`Device::write_at`], where the device may
+    /// keep `buf`'s allocation instead of copying from it and leave another
+    /// buffer in its place, contents and length unspecified (a memory device
+    /// takes a write of one whole stripe this way). The caller reuses or
+    /// drops whatever `buf` holds afterwards, on error too. The default
+    /// copies and leaves `buf` as it was.
+    fn write_swap(&self, buf: &mut Vec<u8>, offset: u64) -> Result<(), DeviceError> {
+        self.write_at(buf, offset)
+    }
     /// Fill `bufs`, one after another, with the bytes starting at `offset`:
     /// one read of `offset..offset + total length` into several buffers (the
     /// block cache reads a run of blocks into their frames this way). The
@@ -326,6 +335,9 @@ macro_rules! forward_device {
             fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
                 (**self).write_at(buf, offset)
             }
+            fn write_swap(&self, buf: &mut Vec<u8>, offset: u64) -> Result<(), DeviceError> {
+                (**self).write_swap(buf, offset)
+            }
             fn flush(&self) -> Result<(), DeviceError> {
                 (**self).flush()
             }
@@ -398,6 +410,20 @@ pub(crate) mod conformance {
         let mut tail = vec![0u8; 4096];
         dev.read_at(&mut tail, 8192).unwrap();
         assert_eq!(tail[..], pattern[4096..]);
+        // `write_swap` writes what `write_at` would.
+        let mut swap = vec![0x5Au8; 16384];
+        dev.write_swap(&mut swap, 16384).unwrap();
+        let mut back = vec![0u8; 16384];
+        dev.read_at(&mut back, 16384).unwrap();
+        assert!(back.iter().all(|&b| b == 0x5A));
+        // A lent read, where the device lends, holds what a copy would.
+        let mut lent = Vec::new();
+        if dev.read_lent(4096, 32768, &mut lent).unwrap() {
+            let mut copy = vec![0u8; 32768];
+            dev.read_at(&mut copy, 4096).unwrap();
+            let joined: Vec<u8> = lent.iter().flat_map(|s| s.iter().copied()).collect();
+            assert_eq!(joined, copy);
+        }
         assert!(!dev.describe().is_empty());
     }
 }
