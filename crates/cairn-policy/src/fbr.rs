@@ -1,6 +1,6 @@
 //! FBR: frequency-based replacement (J. T. Robinson and M. V. Devarakonda,
 //! "Data cache management using frequency-based replacement", SIGMETRICS
-//! 1990; cited as [4] by papers/000 and papers/001, which summarise it).
+//! 1990; cited as \[4\] by papers/000 and papers/001, which summarise it).
 //!
 //! Blocks sit in one LRU stack cut into three sections by position: the
 //! *new* section (the most recent `f_new` of the capacity), the *old* section

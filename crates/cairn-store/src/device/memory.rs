@@ -100,7 +100,7 @@ impl Device for MemoryDevice {
         Ok(())
     }
 
-    /// Reads of at least [`LEND_MIN`] bytes lend the stripes (one reference
+    /// Reads of at least half a stripe (512 KiB) lend the stripes (one reference
     /// count each); shorter ones are cheaper to copy.
     fn read_lent(
         &self,

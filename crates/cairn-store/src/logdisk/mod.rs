@@ -2,7 +2,7 @@
 //! log-structured block store over any [`crate::Device`], with an optional
 //! non-volatile write cache in a persistent-memory region.
 //!
-//! - [`format`]: the on-disk structures (superblock, checkpoint slots with the
+//! - [`format`](mod@format): the on-disk structures (superblock, checkpoint slots with the
 //!   block address and segment usage tables, segment summaries) as pure,
 //!   checksummed encode/decode functions.
 //! - [`nv`]: the NV write cache's slots in a [`crate::ntl::Region`].
