@@ -175,6 +175,51 @@ fn fast_zero_where_the_device_can_and_enotsup_where_it_cannot() {
     }
 }
 
+/// A file volume zeroes by punching a hole where its file system can (the
+/// test's temporary directory): `FAST_ZERO` succeeds, the range reads zeroes,
+/// its whole pages become a `BLOCK_STATUS` hole, the bytes around it stay.
+/// Where the file system cannot punch, `ENOTSUP` and nothing changed.
+#[test]
+fn fast_zero_punches_a_hole_in_a_file_volume() {
+    use cairn_store::device::{FileDevice, FileOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let file = FileDevice::open(
+        dir.path().join("volume"),
+        &FileOptions {
+            create_len: Some(64 * B),
+            ..FileOptions::default()
+        },
+    )
+    .unwrap();
+    let server = TestServer::start(vec![export("disk", Arc::new(file))]);
+    let mut client = Client::connected(&server.path, true);
+    let data = pattern(6, 16 * B as usize);
+    assert_eq!(client.write(0, &data), 0);
+    assert_eq!(client.command(CMD_FLUSH, 0, 0, 0), 0);
+    let reply = client.command(
+        CMD_WRITE_ZEROES,
+        CMD_FLAG_FAST_ZERO,
+        2 * B + 10,
+        8 * B as u32,
+    );
+    let mut want = data.clone();
+    if reply == 0 {
+        want[2 * B as usize + 10..10 * B as usize + 10].fill(0);
+        let extents = status(&mut client, 0, 0, 16 * B as u32);
+        assert_eq!(
+            extents,
+            [(3 * B as u32, 0), (7 * B as u32, HOLE), (6 * B as u32, 0)],
+            "blocks 3..10 a hole"
+        );
+    } else {
+        assert_eq!(reply, Errno::NotSup.code());
+        eprintln!("SKIPPED: this file system cannot punch holes");
+    }
+    assert_eq!(client.read(0, 16 * B as u32), want);
+    client.disconnect();
+    server.stop().unwrap();
+}
+
 #[test]
 fn nbdinfo_maps_the_holes_of_a_log_disk() {
     let Some(nbdinfo) = std::env::var_os("PATH").and_then(|paths| {

@@ -690,6 +690,25 @@ impl<D: Device> Device for BlockCache<D> {
         result
     }
 
+    /// The device's fast zero, with the range's cached blocks dropped as a
+    /// discard drops them (under the same write locks) when it zeroed.
+    fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
+        check_range(DeviceOp::Write, offset, len, self.len)?;
+        if len == 0 {
+            return self.device.zero_fast(offset, len);
+        }
+        let first = offset >> self.block_shift;
+        let last = (offset + len - 1) >> self.block_shift;
+        let guards =
+            (self.write_mode != WriteMode::Invalidate).then(|| self.lock_writes(first, last));
+        let result = self.device.zero_fast(offset, len);
+        if !matches!(result, Ok(false)) {
+            self.invalidate_range(first, last);
+        }
+        drop(guards);
+        result
+    }
+
     fn len(&self) -> u64 {
         self.len
     }

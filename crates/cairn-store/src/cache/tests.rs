@@ -299,3 +299,44 @@ fn random_requests_do_not_read_ahead() {
         m.misses()
     );
 }
+
+/// A fast zero through the cache: the device zeroes and the cached copies of
+/// the range go, so no read sees the old bytes; where the device has no fast
+/// zero (a concatenation), `Ok(false)` and the cached bytes stay valid.
+#[test]
+fn zero_fast_drops_the_cached_blocks_it_zeroes() {
+    for mode in [
+        WriteMode::Update,
+        WriteMode::Invalidate,
+        WriteMode::Allocate,
+    ] {
+        let cache = BlockCache::new(
+            MemoryDevice::new(1 << 20),
+            &CacheConfig {
+                write_mode: mode,
+                ..config(4096, 64 << 10, "lru")
+            },
+        )
+        .unwrap();
+        cache.write_at(&[9; 16384], 0).unwrap();
+        let mut buf = vec![0u8; 16384];
+        cache.read_at(&mut buf, 0).unwrap();
+        assert!(cache.zero_fast(4096 + 10, 4096).unwrap());
+        cache.read_at(&mut buf, 0).unwrap();
+        assert!(buf[..4106].iter().all(|&b| b == 9), "{mode:?}");
+        assert!(buf[4106..8202].iter().all(|&b| b == 0), "{mode:?}");
+        assert!(buf[8202..].iter().all(|&b| b == 9), "{mode:?}");
+        assert!(cache.zero_fast(1 << 20, 1).is_err());
+    }
+    let concat = ConcatDevice::new(vec![
+        Arc::new(MemoryDevice::new(1 << 19)) as Arc<dyn Device>,
+        Arc::new(MemoryDevice::new(1 << 19)),
+    ])
+    .unwrap();
+    let cache = BlockCache::new(concat, &config(4096, 64 << 10, "lru")).unwrap();
+    cache.write_at(&[5; 8192], 0).unwrap();
+    assert!(!cache.zero_fast(0, 8192).unwrap());
+    let mut buf = vec![0u8; 8192];
+    cache.read_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == 5));
+}

@@ -157,6 +157,30 @@ impl Device for FileDevice {
         }
     }
 
+    /// A punched hole reads as zeroes and costs no data I/O: where the file
+    /// system can punch one (`fallocate(PUNCH_HOLE | KEEP_SIZE)`), the range
+    /// is zeroed so, durable at the next `flush` like a write; where it
+    /// cannot, `Ok(false)` and nothing changed.
+    fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
+        if self.read_only {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Write,
+            });
+        }
+        check_range(DeviceOp::Write, offset, len, self.len)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(&self.file, flags, offset, len) {
+            Ok(()) => Ok(true),
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {
+                Ok(false)
+            }
+            Err(e) => Err(self.io_error(DeviceOp::Write, offset, len, e.into())),
+        }
+    }
+
     /// Holes from `SEEK_DATA`/`SEEK_HOLE` (never written, or punched by a
     /// discard); a file system or device that cannot tell answers `Ok(false)`.
     fn allocation(
@@ -249,6 +273,30 @@ mod tests {
         assert!(buf.iter().all(|&b| b == 0) || buf.iter().all(|&b| b == 0xFF));
         dev.read_at(&mut buf, 4096).unwrap();
         assert!(buf.iter().all(|&b| b == 0xFF));
+    }
+
+    #[test]
+    fn zero_fast_punches_zeroes_or_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = create(&dir, 1 << 20);
+        dev.write_at(&[0xFF; 12288], 0).unwrap();
+        let fast = dev.zero_fast(100, 8000).unwrap();
+        let mut buf = vec![0u8; 12288];
+        dev.read_at(&mut buf, 0).unwrap();
+        if fast {
+            // Zeroes exactly over the range, the bytes around it kept (a
+            // partial page is zeroed, not unmapped, by the file system).
+            assert!(buf[..100].iter().all(|&b| b == 0xFF));
+            assert!(buf[100..8100].iter().all(|&b| b == 0));
+            assert!(buf[8100..].iter().all(|&b| b == 0xFF));
+        } else {
+            assert!(
+                buf.iter().all(|&b| b == 0xFF),
+                "unsupported: nothing changed"
+            );
+        }
+        assert!(dev.zero_fast(1 << 20, 1).is_err(), "past the end");
+        assert!(dev.zero_fast(0, 0).unwrap());
     }
 
     #[test]
