@@ -248,6 +248,89 @@ fn bad_credentials_are_clear_errors() {
     assert!(error.to_string().contains("server-key.pem"), "{error}");
 }
 
+/// Peer verification (nbdkit's `--tls-verify-peer`): nbdinfo and qemu-io
+/// with the CA's client certificate in their directory get in; nbdinfo with
+/// only the CA certificate (no client certificate), and one whose client
+/// certificate comes from another CA, are refused at the TLS handshake; the
+/// server keeps serving. A directory without `ca-cert.pem` is a clear error.
+#[test]
+fn verify_peer_admits_only_clients_with_a_certificate_from_the_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = certificates(&dir.path().join("pki")) else {
+        return;
+    };
+    let device = Arc::new(MemoryDevice::new(1 << 20));
+    device.write_at(&pattern(3, 1 << 20), 0).unwrap();
+    let tls = TlsConfig::with_peer_verification(TlsMode::Require, Some(&pki), true).unwrap();
+    assert!(tls.verifies_peers());
+    let server = TestServer::start_with_tls(vec![export("disk", device.clone())], tls);
+    let uri = |certs: &Path| {
+        format!(
+            "nbds+unix:///disk?socket={}&tls-certificates={}",
+            server.path.display(),
+            certs.display()
+        )
+    };
+    let Some(output) = run("nbdinfo", &["--json", &uri(&pki)]) else {
+        return;
+    };
+    let json = ok(&output);
+    assert!(json.contains("\"TLS\": true"), "{json}");
+    // The CA certificate alone: the server's certificate checks out, but the
+    // client has none to show.
+    let anonymous = dir.path().join("anonymous");
+    std::fs::create_dir(&anonymous).unwrap();
+    std::fs::copy(pki.join("ca-cert.pem"), anonymous.join("ca-cert.pem")).unwrap();
+    let output = run("nbdinfo", &["--json", &uri(&anonymous)]).unwrap();
+    assert!(
+        !output.status.success(),
+        "a client without a certificate got in"
+    );
+    // A client certificate from another CA.
+    let stranger = certificates(&dir.path().join("stranger")).unwrap();
+    std::fs::copy(pki.join("ca-cert.pem"), stranger.join("ca-cert.pem")).unwrap();
+    let output = run("nbdinfo", &["--json", &uri(&stranger)]).unwrap();
+    assert!(
+        !output.status.success(),
+        "a certificate from another CA got in"
+    );
+    // Still serving, and qemu-io presents its client certificate too.
+    ok(&run("nbdinfo", &["--json", &uri(&pki)]).unwrap());
+    let creds = format!(
+        "tls-creds-x509,id=tls0,dir={},endpoint=client",
+        pki.display()
+    );
+    let image = format!(
+        "driver=nbd,server.type=unix,server.path={},export=disk,tls-creds=tls0,tls-hostname=localhost",
+        server.path.display()
+    );
+    if let Some(output) = run(
+        "qemu-io",
+        &[
+            "--object",
+            &creds,
+            "--image-opts",
+            &image,
+            "-c",
+            "write -P 0x5a 0 64k",
+        ],
+    ) {
+        ok(&output);
+        let mut back = vec![0u8; 65536];
+        device.read_at(&mut back, 0).unwrap();
+        assert!(back.iter().all(|&b| b == 0x5a));
+    }
+    server.stop().unwrap();
+    // Verification needs the CA certificate.
+    std::fs::remove_file(pki.join("ca-cert.pem")).unwrap();
+    let error = TlsConfig::with_peer_verification(TlsMode::On, Some(&pki), true).unwrap_err();
+    assert!(error.to_string().contains("ca-cert.pem"), "{error}");
+    assert!(
+        TlsConfig::new(TlsMode::On, Some(&pki)).is_ok(),
+        "not needed without it"
+    );
+}
+
 /// The reader must keep reading requests while every worker's reply send is
 /// blocked: the client pipelines 4 MiB READs (whose replies fill the socket)
 /// and then 4 MiB WRITEs (whose payloads fill the other direction) before

@@ -104,6 +104,7 @@ fn tls_from_the_spec_serves_nbds_clients_and_refuses_plaintext() {
         format!(
             "listen = \"unix:{}\"\n\
              [tls]\nmode = \"require\"\ncertificates = \"pki\"   # relative to this file\n\
+             verify_peer = true\n\
              [[export]]\nname = \"cairn\"\ndevice = \"m\"\n\
              [device.m]\nkind = \"memory\"\nsize = \"8MiB\"\n",
             socket.display()
@@ -136,6 +137,20 @@ fn tls_from_the_spec_serves_nbds_clients_and_refuses_plaintext() {
         text.contains("with TLS") && text.contains("8388608"),
         "{text}"
     );
+    // verify_peer: the CA certificate alone (no client certificate) is not
+    // enough.
+    let anonymous = dir.path().join("anonymous");
+    std::fs::create_dir(&anonymous).unwrap();
+    std::fs::copy(pki.join("ca-cert.pem"), anonymous.join("ca-cert.pem")).unwrap();
+    let output = nbdinfo(&format!(
+        "nbds+unix:///cairn?socket={}&tls-certificates={}",
+        socket.display(),
+        anonymous.display()
+    ));
+    assert!(
+        !output.status.success(),
+        "a client without a certificate was served"
+    );
     terminate(child);
 }
 
@@ -162,6 +177,10 @@ fn bad_serve_arguments_are_clear_errors() {
         ),
         (
             &["serve", "--memory", "1MiB", "--tls-certificates", "/tmp"],
+            "TLS is off",
+        ),
+        (
+            &["serve", "--memory", "1MiB", "--tls-verify-peer"],
             "TLS is off",
         ),
         (

@@ -6,15 +6,19 @@
 //! ```text
 //! DIR/server-cert.pem   the server's certificate, then any intermediates (PEM)
 //! DIR/server-key.pem    its private key (PKCS#8, PKCS#1 RSA or SEC1 EC; PEM)
-//! DIR/ca-cert.pem       the CA clients check the server against (clients read
-//!                       it; the server does not, as it does not verify client
-//!                       certificates)
+//! DIR/ca-cert.pem       the CA clients check the server against; with peer
+//!                       verification, also the CA a client's certificate
+//!                       must chain to
 //! ```
 //!
-//! TLS 1.3 and 1.2 with rustls's safe defaults over the `ring` provider.
-//! Client certificates are not requested (nbdkit's `--tls-verify-peer` has no
-//! counterpart yet): TLS here gives encryption and server authentication,
-//! and whoever can reach the socket may connect.
+//! TLS 1.3 and 1.2 with rustls's safe defaults over the `ring` provider. By
+//! default client certificates are not requested: TLS gives encryption and
+//! server authentication, and whoever can reach the socket may connect. With
+//! peer verification (nbdkit's `--tls-verify-peer`,
+//! [`TlsConfig::with_peer_verification`]) every client must present a
+//! certificate that chains to `ca-cert.pem` (libnbd and qemu send
+//! `client-cert.pem` and `client-key.pem` from their certificates
+//! directory), or its TLS handshake fails and that connection ends.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -30,6 +34,8 @@ pub use crate::codec::handshake::TlsMode;
 pub const SERVER_CERT_FILE: &str = "server-cert.pem";
 /// The server key's file name in a certificates directory.
 pub const SERVER_KEY_FILE: &str = "server-key.pem";
+/// The CA certificate's file name in a certificates directory.
+pub const CA_CERT_FILE: &str = "ca-cert.pem";
 
 /// Why TLS credentials could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +50,14 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
+        problem: String,
+    },
+    /// The CA certificates could not verify client certificates.
+    #[error("{path}: cannot verify client certificates with it: {problem}")]
+    ClientCa {
+        /// The CA file.
+        path: PathBuf,
+        /// What is wrong.
         problem: String,
     },
     /// rustls refused the certificate and key (e.g. they do not match).
@@ -63,6 +77,7 @@ pub enum TlsError {
 #[derive(Clone, Default)]
 pub struct TlsConfig {
     mode: TlsMode,
+    verify_peer: bool,
     server: Option<Arc<ServerConfig>>,
 }
 
@@ -70,6 +85,7 @@ impl fmt::Debug for TlsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConfig")
             .field("mode", &self.mode)
+            .field("verify_peer", &self.verify_peer)
             .finish_non_exhaustive()
     }
 }
@@ -81,8 +97,20 @@ impl TlsConfig {
     }
 
     /// `mode` with the credentials in `directory` (see the module docs);
-    /// `directory` is not read when `mode` is off.
+    /// `directory` is not read when `mode` is off. Clients are not asked for
+    /// certificates.
     pub fn new(mode: TlsMode, directory: Option<&Path>) -> Result<Self, TlsError> {
+        Self::with_peer_verification(mode, directory, false)
+    }
+
+    /// [`TlsConfig::new`], and with `verify_peer` every client must present
+    /// a certificate chaining to `directory`'s `ca-cert.pem` (nbdkit's
+    /// `--tls-verify-peer`).
+    pub fn with_peer_verification(
+        mode: TlsMode,
+        directory: Option<&Path>,
+        verify_peer: bool,
+    ) -> Result<Self, TlsError> {
         if mode == TlsMode::Off {
             return Ok(Self::off());
         }
@@ -95,9 +123,20 @@ impl TlsConfig {
             problem: format!("no usable private key: {e}"),
         })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let clients = if verify_peer {
+            Some(client_verifier(&directory.join(CA_CERT_FILE), &provider)?)
+        } else {
+            None
+        };
         let server = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+            .and_then(|builder| {
+                match clients {
+                    Some(verifier) => builder.with_client_cert_verifier(verifier),
+                    None => builder.with_no_client_auth(),
+                }
+                .with_single_cert(chain, key)
+            })
             .map_err(|source| TlsError::Credentials {
                 cert: cert_path,
                 key: key_path,
@@ -105,8 +144,14 @@ impl TlsConfig {
             })?;
         Ok(Self {
             mode,
+            verify_peer,
             server: Some(Arc::new(server)),
         })
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn verifies_peers(&self) -> bool {
+        self.verify_peer
     }
 
     /// The mode.
@@ -118,6 +163,26 @@ impl TlsConfig {
     pub(crate) fn server(&self) -> Option<&Arc<ServerConfig>> {
         self.server.as_ref()
     }
+}
+
+/// A verifier accepting client certificates that chain to a CA in `path`.
+fn client_verifier(
+    path: &Path,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in load_chain(path)? {
+        roots.add(cert).map_err(|e| TlsError::ClientCa {
+            path: path.to_path_buf(),
+            problem: e.to_string(),
+        })?;
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| TlsError::ClientCa {
+            path: path.to_path_buf(),
+            problem: e.to_string(),
+        })
 }
 
 fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

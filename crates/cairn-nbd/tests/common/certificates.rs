@@ -4,11 +4,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// A CA and a server certificate for `localhost` signed by it, in the
-/// nbdkit/libnbd layout (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`)
+/// A CA, a server certificate for `localhost` and a client certificate
+/// signed by it, in the nbdkit/libnbd layout (`ca-cert.pem`,
+/// `server-cert.pem`, `server-key.pem`, `client-cert.pem`, `client-key.pem`)
 /// under `dir`, made with `openssl`; `None` after printing why the test
 /// skips when `openssl` is missing.
 pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
     let openssl = |args: &[&str]| {
         let output = Command::new("openssl").args(args).current_dir(dir).output();
         match output {
@@ -91,6 +93,47 @@ pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
         "2",
         "-extfile",
         "server.ext",
+    ])?;
+    // A client certificate from the same CA, where libnbd and qemu look for
+    // one (sent only when the server asks: with peer verification).
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "client-key.pem",
+                "-out",
+                "client.csr",
+                "-subj",
+                "/CN=cairn-test-client",
+            ],
+        ]
+        .concat(),
+    )?;
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "client-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "client.ext",
     ])?;
     Some(dir.to_path_buf())
 }

@@ -69,6 +69,10 @@ pub struct TlsSpec {
     /// directory. Required unless `mode` is `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificates: Option<PathBuf>,
+    /// Clients must present a certificate signed by the directory's
+    /// `ca-cert.pem` (nbdkit's `--tls-verify-peer`). Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verify_peer: bool,
 }
 
 /// `[tls] mode`.

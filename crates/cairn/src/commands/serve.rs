@@ -60,10 +60,13 @@ up, so plaintext clients cannot use any export). --tls-certificates DIR names a
 directory in the nbdkit/qemu/libnbd layout: server-cert.pem and server-key.pem
 (the server's), ca-cert.pem (the CA clients check the server against). Clients
 connect with nbds:// URIs, e.g. nbdinfo
-'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=DIR'. Client
-certificates are not checked: TLS gives encryption and server authentication,
-not client authentication. A spec's [tls] table sets the same (--tls and
---tls-certificates override it).
+'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=DIR'. By
+default client certificates are not asked for: TLS gives encryption and server
+authentication. --tls-verify-peer (nbdkit's flag of that name) also makes
+every client present a certificate signed by DIR/ca-cert.pem (libnbd and qemu
+send client-cert.pem and client-key.pem from their own certificates
+directory); a client without one fails its TLS handshake. A spec's [tls] table
+sets the same (mode, certificates, verify_peer; the flags override it).
 
 Protocol: fixed newstyle handshake; options GO, INFO, EXPORT_NAME, LIST, ABORT,
 STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands
@@ -90,6 +93,8 @@ Examples:
   cairn serve --memory 1GiB --tls require --tls-certificates pki/
   nbdinfo 'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=pki/'
       TLS only (pki/ holds ca-cert.pem, server-cert.pem, server-key.pem).
+  cairn serve --memory 1GiB --tls require --tls-certificates pki/ --tls-verify-peer
+      TLS only, and only for clients with a certificate from pki/ca-cert.pem.
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
       'nbd+unix:///cairn?socket=cairn-data/cairn.sock'
       Write and verify a pattern through a running server.";
@@ -162,6 +167,12 @@ pub struct ServeArgs {
     /// overrides the spec's [tls] certificates.
     #[arg(long, value_name = "DIR")]
     tls_certificates: Option<PathBuf>,
+
+    /// Clients must present a certificate signed by the certificates
+    /// directory's ca-cert.pem (nbdkit's --tls-verify-peer). Needs --tls
+    /// on|require; a spec sets the same in its [tls] table.
+    #[arg(long)]
+    tls_verify_peer: bool,
 }
 
 /// Run `cairn serve`.
@@ -349,9 +360,15 @@ fn tls_of(args: &ServeArgs, loaded: &Loaded) -> Result<Tls> {
         Some(TlsModeSpec::On) => TlsMode::On,
         Some(TlsModeSpec::Require) => TlsMode::Require,
     });
+    let verify_peer = args.tls_verify_peer || spec.is_some_and(|t| t.verify_peer);
     if mode == TlsMode::Off {
         if args.tls_certificates.is_some() {
             bail!("--tls-certificates is given but TLS is off: add --tls on or --tls require");
+        }
+        if verify_peer {
+            bail!(
+                "client certificates are to be verified but TLS is off: add --tls on or --tls require"
+            );
         }
         return Ok(Tls {
             mode,
@@ -371,7 +388,7 @@ fn tls_of(args: &ServeArgs, loaded: &Loaded) -> Result<Tls> {
         ),
     };
     let directory = std::path::absolute(&directory).unwrap_or(directory);
-    let config = TlsConfig::new(mode, Some(&directory))
+    let config = TlsConfig::with_peer_verification(mode, Some(&directory), verify_peer)
         .with_context(|| format!("TLS certificates in {}", directory.display()))?;
     Ok(Tls {
         mode,
