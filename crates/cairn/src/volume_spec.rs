@@ -87,14 +87,17 @@ mod tests {
     fn a_tls_table_parses_and_its_unknown_fields_are_errors() {
         let body = "[[export]]\nname = \"x\"\ndevice = \"m\"\n[device.m]\nkind = \"memory\"\nsize = \"1MiB\"\n";
         let spec = parse(
-            &format!("[tls]\nmode = \"require\"\ncertificates = \"pki\"\n{body}"),
+            &format!(
+                "[tls]\nmode = \"require\"\ncertificates = \"pki\"\nverify_peer = true\n{body}"
+            ),
             "t",
         )
         .expect("parses");
         let tls = spec.tls.expect("a [tls] table");
         assert_eq!(tls.mode, cairn_store::volume::TlsModeSpec::Require);
         assert_eq!(tls.certificates, Some(PathBuf::from("pki")));
-        for bad in ["[tls]\nmode = \"yes\"\n", "[tls]\nverify_peer = true\n"] {
+        assert!(tls.verify_peer);
+        for bad in ["[tls]\nmode = \"yes\"\n", "[tls]\nverify_client = true\n"] {
             let error = format!("{:#}", parse(&format!("{bad}{body}"), "t").expect_err(bad));
             assert!(error.contains("line 2"), "{error}");
         }
