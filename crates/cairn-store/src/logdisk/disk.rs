@@ -55,8 +55,8 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use hashbrown::HashMap;
 
 use super::format::{
-    self, COUNTERS, Checkpoint, FormatError, Geometry, MapEntry, Summary, SummaryEntry, Superblock,
-    UNMAPPED, Usage,
+    self, COUNTERS, Checkpoint, CheckpointHead, FormatError, Geometry, MapEntry, Summary,
+    SummaryEntry, Superblock, UNMAPPED, Usage,
 };
 use super::nv::{NvCache, NvError};
 use crate::device::{
@@ -497,6 +497,8 @@ struct State {
     large_reads: Vec<IoBuf>,
     /// Write sequences of the blocks a pass collects (age sort).
     clean_ages: Vec<u64>,
+    /// The checkpoint encoding buffer (a slot's size, reused).
+    checkpoint_buf: IoBuf,
 }
 
 /// The log-structured disk. See the module docs.
@@ -683,6 +685,7 @@ impl<D: Device + 'static> LogDisk<D> {
             small_reads: Vec::new(),
             large_reads: Vec::new(),
             clean_ages: Vec::new(),
+            checkpoint_buf: IoBuf::default(),
         };
         let mut seg_buf = std::mem::take(&mut st.victim);
         let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
@@ -2082,32 +2085,40 @@ impl<D: Device + 'static> LogDisk<D> {
         st.metrics.checkpoints += 1;
         st.metrics.checkpoint_bytes +=
             self.geo.checkpoint_blocks() * u64::from(self.geo.block_size);
-        let cp = Checkpoint {
+        let head = CheckpointHead {
             number,
             sequence: st.sequence,
             head_segment,
             head_slot,
-            map: st.map.clone(),
-            usage: st
-                .live
-                .iter()
-                .zip(&st.last_seq)
-                .map(|(&live, &last_sequence)| Usage {
-                    live,
-                    last_sequence,
-                })
-                .collect(),
             counters: st.metrics.to_counters(),
         };
-        let bytes = format::encode_checkpoint(&cp, &self.geo)?;
+        // Encoded straight from the tables into a buffer kept for it: no
+        // copy of the map, no allocation (the slot is megabytes on a large
+        // volume, and fresh pages cost a fault each).
         let b = u64::from(self.geo.block_size);
+        let mut bytes = std::mem::take(&mut st.checkpoint_buf);
+        bytes.grow((self.geo.checkpoint_blocks() * b) as usize);
+        let usage = st
+            .live
+            .iter()
+            .zip(&st.last_seq)
+            .map(|(&live, &last_sequence)| Usage {
+                live,
+                last_sequence,
+            });
+        let encoded = format::encode_checkpoint_into(&mut bytes, &head, &st.map, usage, &self.geo);
+        if let Err(e) = encoded {
+            st.checkpoint_buf = bytes;
+            return Err(e.into());
+        }
         let at = if number % 2 == 1 {
             b
         } else {
             b * (1 + self.geo.checkpoint_blocks())
         };
-        let bytes = IoBuf::copy_padded(&bytes, bytes.len().next_multiple_of(b as usize));
-        self.dev.write_at(&bytes, at)?;
+        let written = self.dev.write_at(&bytes, at);
+        st.checkpoint_buf = bytes;
+        written?;
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
         st.checkpoint_number = number;
