@@ -7,11 +7,12 @@
 //! `N − 1` are built into one full segment write (summary block + data, one
 //! sequential I/O at the log head), the device is flushed, and only then are
 //! the slots cleared and reused. With [`Options::background_destage`] (the
-//! default) the segment write runs on a background thread while the writer
+//! default) the segment write — and the batched device flush behind it —
+//! run on a background thread, in the order queued, while the writer
 //! returns to staging NV writes: the destaged slots keep serving reads until
-//! the flush, and every later device operation (segment write, cleaner read,
-//! flush, checkpoint) first waits for it, so the device sees the same
-//! operations in the same order as without it. Without an NV cache (the paper's baseline), a
+//! that flush is settled, and every later write, flush or checkpoint first
+//! waits for both, so the device sees the same writes and flushes in the same
+//! order as without it. Without an NV cache (the paper's baseline), a
 //! write goes to the in-memory segment buffer; a full buffer is written as a
 //! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
 //! whatever is buffered, then flushes the device.
@@ -32,7 +33,16 @@
 //! issued on [`Options::cleaner_read_threads`] threads; every block read is
 //! checked against the table's CRC32C before it is copied. A segment whose
 //! blocks all died becomes reusable only after the next device flush, so the
-//! writes that killed them are durable first.
+//! writes that killed them are durable first. With
+//! [`Options::background_clean`] (the default) the cleaner also works below
+//! the high watermark, one pass at a time: a user segment write issues a
+//! pass's reads on reader threads and the fourth user segment write after
+//! it collects them (only blocks still live then are copied) and writes
+//! them as one cleaner write, so the reads overlap user staging and writes.
+//! A pass's victims are never the segment of the write in flight and are
+//! not reused before the pass is written; which write collects a pass
+//! depends on the operations alone, never on timing, so the device's
+//! sequence of writes and flushes is deterministic.
 //!
 //! **Recovery.** The newest valid checkpoint slot gives the tables; then every
 //! segment write after it is found (the checkpoint's head segment from its
@@ -47,7 +57,10 @@
 //! the log's exclusive lock, because a log has one head and appends are
 //! serial in every log-structured design. A read may go to the device while a
 //! background segment write is in flight, never into that segment: its
-//! blocks are served by their NV slots until the flush that waits for it.
+//! blocks are served by their NV slots until the flush that waits for it is
+//! settled. The background cleaner's reads run beside both; they read only
+//! closed segments that no write in flight touches and that nothing reuses
+//! until their pass is written.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -142,14 +155,17 @@ pub struct Options {
     /// Threads the cleaner reads victims with (the calling thread is one);
     /// 1 reads them one after another.
     pub cleaner_read_threads: u32,
-    /// NV mode: a destage's segment write runs on a background thread while
-    /// the caller returns (and stages the next writes into the NV cache,
-    /// which already holds every destaged block durably). At most one device
-    /// operation is outstanding: every later one (segment write, read for
-    /// cleaning, flush, checkpoint) first waits for it, so the device sees
-    /// the same operations in the same order as with `false`, which writes
-    /// in the caller's thread. A failed background write fails every later
-    /// device operation; reopen to recover from the NV cache.
+    /// NV mode: a destage's segment write, and the batched device flush
+    /// after it, run on a background thread while the caller returns (and
+    /// stages the next writes into the NV cache, which already holds every
+    /// destaged block durably). The thread runs them one at a time, in the
+    /// order queued, and every later write, flush or checkpoint first waits
+    /// for them, so the device sees the same writes and flushes in the same
+    /// order as with `false`, which writes and flushes in the caller's
+    /// thread. What a background flush made durable (NV slots, emptied
+    /// segments) is retired when it is waited for. A failed background
+    /// write or flush fails every later device operation; reopen to recover
+    /// from the NV cache.
     pub background_destage: bool,
     /// The cleaner works in the background: below the high watermark, each
     /// user segment write first collects the victims whose reads it issued
@@ -482,6 +498,10 @@ struct State {
     inflight: bool,
     /// A destage buffer while the other is in flight.
     spare: IoBuf,
+    /// A device flush queued behind the background write: how many of the
+    /// pending segments and destaged NV slots it covers (see
+    /// [`LogDisk::flush_in_background`]).
+    flush_queued: Option<(usize, usize)>,
     /// Why a background write failed: every later device operation fails.
     failed: Option<String>,
     /// The segment the background write in flight writes into: never a
@@ -678,6 +698,7 @@ impl<D: Device + 'static> LogDisk<D> {
             writer: None,
             inflight: false,
             spare: IoBuf::default(),
+            flush_queued: None,
             failed: None,
             writing: None,
             pass: Pass::default(),
@@ -1003,6 +1024,10 @@ impl<D: Device + 'static> LogDisk<D> {
         while blocks.peek().is_some() {
             // Room for at least one block: first free what earlier destages
             // made durable, then destage more if that was not enough.
+            if st.flush_queued.is_some() && st.nv.as_ref().is_some_and(|nv| nv.free.is_empty()) {
+                // The flush queued behind the last destage frees slots.
+                Self::settle(st)?;
+            }
             if st
                 .nv
                 .as_ref()
@@ -1158,8 +1183,14 @@ impl<D: Device + 'static> LogDisk<D> {
             }
             nv.dirty -= slots.len() as u32;
             let batch = (nv.cache.slots() / 8).max(per_write) as usize;
-            if forced || nv.awaiting.len() >= batch {
+            if forced {
                 self.device_flush(st)?;
+            } else if nv.awaiting.len() >= batch {
+                if self.options.background_destage {
+                    self.flush_in_background(st)?;
+                } else {
+                    self.device_flush(st)?;
+                }
             }
             if forced {
                 return Ok(());
@@ -1246,7 +1277,11 @@ impl<D: Device + 'static> LogDisk<D> {
                     st.writer = Some(Writer::start(Arc::clone(&self.dev))?);
                 }
                 let writer = st.writer.as_ref().expect("started above");
-                if writer.jobs.send((owned, done * b, end, offset)).is_err() {
+                if writer
+                    .jobs
+                    .send(Job::Write(owned, done * b, end, offset))
+                    .is_err()
+                {
                     return Err(Writer::stopped(st));
                 }
                 st.inflight = true;
@@ -1303,25 +1338,34 @@ impl<D: Device + 'static> LogDisk<D> {
         Ok(())
     }
 
-    /// Waits for the background segment write, if one is in flight; fails
-    /// if it failed, or if one failed before.
+    /// Waits for the background segment write and the flush queued behind
+    /// it, if any (retiring what the flush made durable); fails if either
+    /// failed, or if one failed before.
     fn settle(st: &mut State) -> Result<(), LogDiskError> {
         if std::mem::take(&mut st.inflight) {
             st.writing = None;
-            let done = st.writer.as_ref().and_then(|w| {
-                w.done
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .recv()
-                    .ok()
-            });
-            let Some((buf, result)) = done else {
-                return Err(Writer::stopped(st));
-            };
-            st.spare = buf;
-            if let Err(e) = result {
-                st.failed = Some(e.to_string());
-                return Err(e.into());
+            match Writer::next(st) {
+                Some(Done::Write(buf, result)) => {
+                    st.spare = buf;
+                    if let Err(e) = result {
+                        st.failed = Some(e.to_string());
+                        return Err(e.into());
+                    }
+                }
+                _ => return Err(Writer::stopped(st)),
+            }
+        }
+        if let Some((pending, awaiting)) = st.flush_queued.take() {
+            match Writer::next(st) {
+                Some(Done::Flush(Ok(()))) => {
+                    st.metrics.device_flushes += 1;
+                    Self::retire(st, pending, awaiting)?;
+                }
+                Some(Done::Flush(Err(e))) => {
+                    st.failed = Some(e.to_string());
+                    return Err(e.into());
+                }
+                _ => return Err(Writer::stopped(st)),
             }
         }
         match &st.failed {
@@ -1395,6 +1439,10 @@ impl<D: Device + 'static> LogDisk<D> {
                 return Ok(head);
             }
         }
+        if st.free.is_empty() && st.flush_queued.is_some() {
+            // The flush queued behind the last destage frees segments.
+            Self::settle(st)?;
+        }
         if st.free.is_empty() && !st.pending.is_empty() {
             self.device_flush(st)?;
         }
@@ -1415,11 +1463,49 @@ impl<D: Device + 'static> LogDisk<D> {
         Self::settle(st)?;
         self.dev.flush()?;
         st.metrics.device_flushes += 1;
-        Self::release_pending(st);
+        let awaiting = st.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
+        Self::retire(st, st.pending.len(), awaiting)
+    }
+
+    /// NV mode with [`Options::background_destage`]: queues a device flush
+    /// behind the segment write in flight and returns; the writer thread
+    /// issues it after that write, so the device sees the order a
+    /// synchronous flush gives. What it makes durable — the segments pending
+    /// and the NV slots destaged when it was queued — is retired when it is
+    /// settled (the next device operation, or a wait for free NV slots or
+    /// segments).
+    fn flush_in_background(&self, st: &mut State) -> Result<(), LogDiskError> {
+        if st.flush_queued.is_some() {
+            Self::settle(st)?;
+        }
+        if let Some(why) = &st.failed {
+            return Err(LogDiskError::Failed(why.clone()));
+        }
+        let Some(writer) = st.writer.as_ref() else {
+            return self.device_flush(st);
+        };
+        if writer.jobs.send(Job::Flush).is_err() {
+            return Err(Writer::stopped(st));
+        }
+        let awaiting = st.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
+        st.flush_queued = Some((st.pending.len(), awaiting));
+        Ok(())
+    }
+
+    /// After a device flush that covered the first `pending_upto` pending
+    /// segments and the first `awaiting_upto` destaged NV slots (both lists
+    /// only grow between flushes): those segments become free, and those
+    /// slots are cleared and freed.
+    fn retire(
+        st: &mut State,
+        pending_upto: usize,
+        awaiting_upto: usize,
+    ) -> Result<(), LogDiskError> {
+        Self::release_pending_upto(st, pending_upto);
         let Some(nv) = st.nv.as_mut() else {
             return Ok(());
         };
-        if nv.awaiting.is_empty() {
+        if awaiting_upto == 0 {
             return Ok(());
         }
         let mut ranges = std::mem::take(&mut nv.ranges);
@@ -1433,21 +1519,28 @@ impl<D: Device + 'static> LogDisk<D> {
         nv.free.append(&mut nv.superseded);
         ranges.clear();
         let mut awaiting = std::mem::take(&mut nv.awaiting);
-        awaiting.retain(|&(sequence, slot)| nv.meta[slot as usize].sequence == sequence);
-        for &(_, slot) in &awaiting {
+        let upto = awaiting_upto.min(awaiting.len());
+        // Slots superseded (or freed and reused) since they were destaged
+        // are skipped: their entry no longer holds that write.
+        let meta = &nv.meta;
+        let current = |&&(sequence, slot): &&(u64, u32)| meta[slot as usize].sequence == sequence;
+        for &(_, slot) in awaiting[..upto].iter().filter(current) {
             nv.cache.stage_clear(slot, &mut ranges)?;
         }
         nv.cache.persist(&ranges)?;
         nv.ranges = ranges;
-        for &(_, slot) in &awaiting {
+        for &(sequence, slot) in &awaiting[..upto] {
             let m = &mut nv.meta[slot as usize];
+            if m.sequence != sequence {
+                continue;
+            }
             if nv.of.get(&m.logical) == Some(&slot) {
                 nv.of.remove(&m.logical);
             }
             *m = SlotMeta::default();
             nv.free.push(slot);
         }
-        awaiting.clear();
+        awaiting.drain(..upto);
         nv.awaiting = awaiting;
         Ok(())
     }
@@ -1455,6 +1548,11 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Pending segments become free (after a device flush), except those a
     /// trim tainted: they wait for the next checkpoint.
     fn release_pending(st: &mut State) {
+        Self::release_pending_upto(st, usize::MAX);
+    }
+
+    /// [`LogDisk::release_pending`] of the first `upto` pending segments.
+    fn release_pending_upto(st: &mut State, upto: usize) {
         let State {
             pending,
             seg,
@@ -1462,8 +1560,10 @@ impl<D: Device + 'static> LogDisk<D> {
             tainted,
             ..
         } = st;
+        let mut index = 0usize;
         pending.retain(|&s| {
-            if tainted[s as usize] {
+            index += 1;
+            if index > upto || tainted[s as usize] {
                 return true;
             }
             seg[s as usize] = Seg::Free;
@@ -2287,14 +2387,21 @@ impl<D: Device> Drop for LogDisk<D> {
     }
 }
 
-/// A background segment write: the buffer, the byte range of it to write,
-/// the device offset.
-type Job = (IoBuf, usize, usize, u64);
+/// A job of the background writer: a segment write (the buffer, the byte
+/// range of it to write, the device offset), or a device flush.
+enum Job {
+    Write(IoBuf, usize, usize, u64),
+    Flush,
+}
 
-/// A finished one: the buffer back, and how the write went.
-type Done = (IoBuf, Result<(), DeviceError>);
+/// A finished one: a write's buffer back and how it went, or how a flush went.
+enum Done {
+    Write(IoBuf, Result<(), DeviceError>),
+    Flush(Result<(), DeviceError>),
+}
 
-/// The background segment writer: one thread, one write at a time.
+/// The background segment writer: one thread, one operation at a time, in
+/// the order queued.
 struct Writer {
     jobs: std::sync::mpsc::Sender<Job>,
     done: std::sync::Mutex<std::sync::mpsc::Receiver<Done>>,
@@ -2308,9 +2415,15 @@ impl Writer {
         let handle = std::thread::Builder::new()
             .name("logdisk-destage".into())
             .spawn(move || {
-                for (buf, from, to, offset) in job_rx {
-                    let result = dev.write_at(&buf[from..to], offset);
-                    if done_tx.send((buf, result)).is_err() {
+                for job in job_rx {
+                    let done = match job {
+                        Job::Write(buf, from, to, offset) => {
+                            let result = dev.write_at(&buf[from..to], offset);
+                            Done::Write(buf, result)
+                        }
+                        Job::Flush => Done::Flush(dev.flush()),
+                    };
+                    if done_tx.send(done).is_err() {
                         break;
                     }
                 }
@@ -2320,6 +2433,17 @@ impl Writer {
             jobs,
             done: std::sync::Mutex::new(done),
             handle,
+        })
+    }
+
+    /// The next finished job (waiting for it); `None` if the writer is gone.
+    fn next(st: &State) -> Option<Done> {
+        st.writer.as_ref().and_then(|w| {
+            w.done
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .recv()
+                .ok()
         })
     }
 
