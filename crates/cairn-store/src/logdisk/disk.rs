@@ -2836,6 +2836,67 @@ mod tests {
         assert_eq!(with(0.0, 0), vec![(1, 7)]);
     }
 
+    /// The background cleaner collects a pass some user writes after it
+    /// issued the pass's reads: a block overwritten in between must not be
+    /// copied (its copy would replace the newer write in the table), and
+    /// every other block of the victims moves intact.
+    #[test]
+    fn a_block_overwritten_while_its_background_read_is_outstanding_keeps_the_new_data() {
+        let (_, disk) = disk(Options {
+            live_read_below: 1.0,
+            live_read_gap: 0,
+            background_clean: true,
+            ..Options::default()
+        });
+        let version = |l: u64, v: u8| [v ^ l as u8; B];
+        for l in 0..40u64 {
+            disk.write_blocks(l, &version(l, 1)).expect("write");
+        }
+        // Overwrite every other block: the first segments become sparse.
+        for l in (0..40u64).step_by(2) {
+            disk.write_blocks(l, &version(l, 2)).expect("write");
+        }
+        disk.flush().expect("flush");
+        let (victims, target) = {
+            let mut st = disk.write_state();
+            disk.finish_pass(&mut st).expect("an earlier pass");
+            disk.start_pass(&mut st).expect("start a pass");
+            assert!(st.pass.active, "no victims: {:?}", st.live);
+            let victims: Vec<u32> = st.pass.batch.victims.iter().map(|v| v.0).collect();
+            let target = (0..40u64)
+                .find(|&l| victims.contains(&segment_of(&disk.geo, st.map[l as usize].physical)))
+                .expect("a live block in a victim");
+            (victims, target)
+        };
+        // The overwrite reaches the table (a segment write) while the pass's
+        // reads are outstanding and before the pass is collected.
+        disk.write_blocks(target, &version(target, 3))
+            .expect("write");
+        disk.flush().expect("flush");
+        {
+            let mut st = disk.write_state();
+            assert!(st.pass.active && st.pass.steps < BACKGROUND_LAG);
+            disk.finish_pass(&mut st).expect("finish the pass");
+            for &v in &victims {
+                assert_eq!(st.live[v as usize], 0, "victim {v} emptied");
+                assert_eq!(st.seg[v as usize], Seg::Pending, "victim {v}");
+            }
+        }
+        let mut buf = [0u8; B];
+        for l in 0..40u64 {
+            disk.read_block(l, &mut buf).expect("read");
+            let want = if l == target {
+                3
+            } else if l % 2 == 0 {
+                2
+            } else {
+                1
+            };
+            assert_eq!(buf, version(l, want), "block {l} (overwritten: {target})");
+        }
+        assert_eq!(disk.metrics().cleaner_background_passes, 1);
+    }
+
     /// A flipped byte in a live block of a sparse victim: the cleaner's
     /// live-only read finds it against the table's CRC and refuses to copy
     /// it; the block is never served.
