@@ -36,7 +36,7 @@
 //! writes that killed them are durable first. With
 //! [`Options::background_clean`] (the default) the cleaner also works below
 //! the high watermark, one pass at a time: a user segment write issues a
-//! pass's reads on reader threads and the fourth user segment write after
+//! pass's reads on reader threads and the eighth user segment write after
 //! it collects them (only blocks still live then are copied) and writes
 //! them as one cleaner write, so the reads overlap user staging and writes.
 //! A pass's victims are never the segment of the write in flight and are
@@ -2250,8 +2250,11 @@ struct Run {
 /// User segment writes between a background cleaner pass's reads and their
 /// collection: the reads run while the writer stages and writes that much
 /// user data (a pass reads about a segment's worth of live blocks, ~10
-/// sparse victims at utilisation 0.4, ~2 ms of small reads on a virtio disk).
-pub const BACKGROUND_LAG: u32 = 4;
+/// sparse victims at utilisation 0.4, ~2 ms of small reads on a virtio disk;
+/// in `cairn bench logdisk` the cleaner's step — waiting for the reads and
+/// writing the pass — took the writer 104–158 µs per user segment at 4 and
+/// 61–93 at 8).
+pub const BACKGROUND_LAG: u32 = 8;
 
 /// A background read of at most this many blocks goes into a small buffer;
 /// a longer one into a whole segment's.
