@@ -1914,12 +1914,16 @@ impl<D: Device + 'static> LogDisk<D> {
                 st.seg[v as usize] = Seg::Closed;
             }
         }
-        let n = self.geo.segment_blocks as usize * self.geo.block_size as usize;
+        // Back to the pool of their size (with segments of at most
+        // SMALL_READ_BLOCKS blocks, every buffer is a small one).
+        let b = self.geo.block_size as usize;
+        let small = SMALL_READ_BLOCKS.min(self.geo.segment_blocks) as usize * b;
+        let large = self.geo.segment_blocks as usize * b;
         for buf in pass.bufs.drain(..) {
-            if buf.len() >= n {
-                st.large_reads.push(buf);
-            } else if !buf.is_empty() {
+            if buf.len() == small {
                 st.small_reads.push(buf);
+            } else if buf.len() == large {
+                st.large_reads.push(buf);
             }
         }
         pass.batch.clear();
@@ -2898,6 +2902,38 @@ mod tests {
             assert_eq!(buf, version(l, want), "block {l} (overwritten: {target})");
         }
         assert_eq!(disk.metrics().cleaner_background_passes, 1);
+    }
+
+    /// The background passes' read buffers are reused: however many passes
+    /// run, the pools hold no more buffers than one pass reads with (at most
+    /// one run per live block of a segment write), so a workload allocates
+    /// no read buffers once they are warm.
+    #[test]
+    fn background_read_buffers_are_reused_not_piled_up() {
+        let (_, disk) = disk(Options {
+            live_read_below: 1.0,
+            live_read_gap: 0,
+            ..Options::default()
+        });
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for i in 0..4000u32 {
+            let l = rng.random_range(0..40u64);
+            disk.write_blocks(l, &[i as u8; B]).expect("write");
+        }
+        let st = disk.read_state();
+        assert!(
+            st.metrics.cleaner_background_passes > 100,
+            "{:?}",
+            st.metrics
+        );
+        let per_write = disk.geo.segment_blocks as usize - 1;
+        assert!(
+            st.small_reads.len() + st.large_reads.len() <= per_write,
+            "{} small and {} large read buffers after {} passes",
+            st.small_reads.len(),
+            st.large_reads.len(),
+            st.metrics.cleaner_background_passes
+        );
     }
 
     /// A flipped byte in a live block of a sparse victim: the cleaner's
