@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cairn_store::logdisk::{
-    CleanerPolicy, Geometry, LogDisk, LogDiskError, Options, PartialSegments,
+    CleanerPolicy, Geometry, LogDisk, LogDiskError, Metrics, Options, PartialSegments,
 };
 use cairn_store::ntl::{Region, SimRegion};
 use cairn_store::{CrashMode, Device, FaultyDevice, MemoryDevice};
@@ -327,6 +327,7 @@ fn crash_points(
     cleaner: CleanerPolicy,
     reads: Reads,
     background: bool,
+    background_clean: bool,
 ) {
     let g = small();
     let seed = 0x10_6d15;
@@ -334,6 +335,7 @@ fn crash_points(
     let opts = reads.apply(Options {
         partial,
         background_destage: background,
+        background_clean,
         ..options(cleaner)
     });
     let nv_len = 12 * 1024;
@@ -350,6 +352,14 @@ fn crash_points(
         // cleaning that read less than whole victims.
         let m = disk.metrics();
         assert!(m.cleaner_segment_reads > 0, "the workload never cleans");
+        // With background cleaning, crash points fall between a pass's
+        // reads and its write too.
+        assert_eq!(
+            m.cleaner_background_passes > 0,
+            opts.background_clean,
+            "background passes: {}",
+            m.cleaner_background_passes
+        );
         let whole = m.cleaner_segment_reads * u64::from(g.segment_blocks * g.block_size);
         match reads {
             Reads::Whole => assert_eq!(m.cleaner_read_ios, m.cleaner_segment_reads),
@@ -386,7 +396,8 @@ fn crash_points(
             }
             region.crash(at);
             let context = format!(
-                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}, {reads:?}, background={background}"
+                "seed {seed:#x}, crash after write {at} of {total}, {mode:?}, nv={nv}, {partial:?}, {cleaner:?}, {reads:?}, background={background}, background_clean={}",
+                opts.background_clean
             );
             let disk = LogDisk::open(dev.clone(), nv_box(), opts)
                 .unwrap_or_else(|e| panic!("{context}: does not open: {e}"));
@@ -418,6 +429,7 @@ fn every_crash_point_volatile_append() {
         CleanerPolicy::Greedy,
         Reads::LiveOnly { gap: 0, threads: 1 },
         false,
+        true,
     );
 }
 
@@ -428,6 +440,7 @@ fn every_crash_point_volatile_close_cost_benefit() {
         PartialSegments::Close,
         CleanerPolicy::CostBenefit,
         Reads::Whole,
+        false,
         false,
     );
 }
@@ -440,6 +453,7 @@ fn every_crash_point_nv_cache_age_sort() {
         CleanerPolicy::AgeSort,
         Reads::LiveOnly { gap: 1, threads: 3 },
         false,
+        true,
     );
 }
 
@@ -451,23 +465,71 @@ fn every_crash_point_nv_cache_greedy_whole_reads() {
         CleanerPolicy::Greedy,
         Reads::Whole,
         false,
+        false,
     );
 }
 
 /// The background destage writer: the device sees the same operations in the
 /// same order, so every crash point of the synchronous run is one here too —
 /// with the workload going on staging NV writes while a segment write is in
-/// flight (and while the device has already crashed under it).
+/// flight (and while the device has already crashed under it), with and
+/// without the background cleaner's reads running beside it.
 #[test]
 fn every_crash_point_nv_cache_background_destage() {
-    for (cleaner, reads) in [
+    for (cleaner, reads, background_clean) in [
         (
             CleanerPolicy::Greedy,
             Reads::LiveOnly { gap: 2, threads: 4 },
+            true,
         ),
-        (CleanerPolicy::AgeSort, Reads::Whole),
+        (CleanerPolicy::AgeSort, Reads::Whole, true),
+        (
+            CleanerPolicy::Greedy,
+            Reads::LiveOnly { gap: 1, threads: 2 },
+            false,
+        ),
     ] {
-        crash_points(true, PartialSegments::Append, cleaner, reads, true);
+        crash_points(
+            true,
+            PartialSegments::Append,
+            cleaner,
+            reads,
+            true,
+            background_clean,
+        );
+    }
+}
+
+/// The background cleaner's reads run on other threads while the writer goes
+/// on, yet which user write collects a pass, and so the device's sequence of
+/// writes and flushes, depends on the operations alone: the crash points
+/// enumerated above are the same in every run.
+#[test]
+fn background_cleaning_is_deterministic() {
+    let g = small();
+    let seed = 0x5eed_c1ea;
+    let run = || {
+        let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
+        let region = Box::new(SimRegion::new(12 * 1024)) as Box<dyn Region>;
+        let opts = Options {
+            background_destage: true,
+            ..Reads::LiveOnly { gap: 1, threads: 4 }.apply(options(CleanerPolicy::Greedy))
+        };
+        let disk = LogDisk::format(dev.clone(), g, Some(region), opts).unwrap();
+        assert!(workload(&disk, &mut Model::new(true), seed, 600, 1));
+        let m = Metrics {
+            cleaner_read_ns: 0,
+            ..disk.metrics()
+        };
+        let live = disk.segment_live();
+        drop(disk);
+        let c = dev.counts();
+        (c.writes, c.flushes, c.reads, m, live)
+    };
+    let first = run();
+    assert!(first.3.cleaner_background_passes > 10, "{:?}", first.3);
+    for _ in 0..4 {
+        assert_eq!(run(), first, "seed {seed:#x}");
     }
 }
 
@@ -535,9 +597,11 @@ proptest! {
     fn model_across_crash_cycles(ops in proptest::collection::vec(op(), 1..300), nv: bool, seed: u64, gap in 0u32..4) {
         // Live-only reads bridging 0–2 dead blocks, or (3) whole reads.
         let reads = if gap == 3 { Reads::Whole } else { Reads::LiveOnly { gap, threads: 2 } };
-        // NV mode with odd seeds destages in the background.
+        // NV mode with odd seeds destages in the background; seeds with bit
+        // 1 clear clean in the background.
         let opts = Options {
             background_destage: seed % 2 == 1,
+            background_clean: seed & 2 == 0,
             ..reads.apply(options(CleanerPolicy::CostBenefit))
         };
         model_run(&ops, nv, seed, opts);

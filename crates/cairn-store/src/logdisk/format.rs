@@ -483,44 +483,92 @@ pub struct Checkpoint {
 
 /// Encodes a checkpoint into whole blocks of `g`.
 pub fn encode_checkpoint(c: &Checkpoint, g: &Geometry) -> Result<Vec<u8>, FormatError> {
-    if c.map.len() as u64 != g.logical_blocks || c.usage.len() != g.segments as usize {
+    let mut b = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
+    let head = CheckpointHead {
+        number: c.number,
+        sequence: c.sequence,
+        head_segment: c.head_segment,
+        head_slot: c.head_slot,
+        counters: c.counters,
+    };
+    encode_checkpoint_into(&mut b, &head, &c.map, c.usage.iter().copied(), g)?;
+    Ok(b)
+}
+
+/// A checkpoint's fields other than its tables (see [`Checkpoint`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CheckpointHead {
+    /// [`Checkpoint::number`].
+    pub number: u64,
+    /// [`Checkpoint::sequence`].
+    pub sequence: u64,
+    /// [`Checkpoint::head_segment`].
+    pub head_segment: u32,
+    /// [`Checkpoint::head_slot`].
+    pub head_slot: u32,
+    /// [`Checkpoint::counters`].
+    pub counters: [u64; COUNTERS],
+}
+
+/// Encodes a checkpoint straight from the tables into `out`, whole blocks of
+/// `g` that are zero wherever a checkpoint of `g` holds no field (a fresh
+/// zeroed buffer, or one this function filled before: it writes the same
+/// bytes every time), with no copy of the tables. The same bytes as
+/// [`encode_checkpoint`].
+pub fn encode_checkpoint_into(
+    out: &mut [u8],
+    head: &CheckpointHead,
+    map: &[MapEntry],
+    usage: impl ExactSizeIterator<Item = Usage>,
+    g: &Geometry,
+) -> Result<(), FormatError> {
+    let size = (g.checkpoint_blocks() * u64::from(g.block_size)) as usize;
+    if map.len() as u64 != g.logical_blocks || usage.len() != g.segments as usize {
         return Err(FormatError::Invalid {
             what: "checkpoint",
             reason: format!(
                 "{} map and {} usage entries for a geometry of {} and {}",
-                c.map.len(),
-                c.usage.len(),
+                map.len(),
+                usage.len(),
                 g.logical_blocks,
                 g.segments
             ),
         });
     }
-    let mut b = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
+    if out.len() != size {
+        return Err(FormatError::Size {
+            what: "checkpoint",
+            got: out.len(),
+            want: size,
+        });
+    }
+    let b = out;
+    b[..CHECKPOINT_HEADER].fill(0);
     b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
-    put_u32(&mut b, 8, VERSION);
-    put_u64(&mut b, 16, c.number);
-    put_u64(&mut b, 24, c.sequence);
-    put_u32(&mut b, 32, c.head_segment);
-    put_u32(&mut b, 36, c.head_slot);
-    put_u64(&mut b, 40, g.logical_blocks);
-    put_u32(&mut b, 48, g.segments);
-    for (i, c) in c.counters.iter().enumerate() {
-        put_u64(&mut b, 64 + 8 * i, *c);
+    put_u32(b, 8, VERSION);
+    put_u64(b, 16, head.number);
+    put_u64(b, 24, head.sequence);
+    put_u32(b, 32, head.head_segment);
+    put_u32(b, 36, head.head_slot);
+    put_u64(b, 40, g.logical_blocks);
+    put_u32(b, 48, g.segments);
+    for (i, c) in head.counters.iter().enumerate() {
+        put_u64(b, 64 + 8 * i, *c);
     }
     let mut at = CHECKPOINT_HEADER;
-    for e in &c.map {
-        put_u64(&mut b, at, e.physical);
-        put_u64(&mut b, at + 8, e.sequence);
-        put_u32(&mut b, at + 16, e.crc);
+    for e in map {
+        put_u64(b, at, e.physical);
+        put_u64(b, at + 8, e.sequence);
+        put_u32(b, at + 16, e.crc);
         at += MAP_ENTRY;
     }
-    for u in &c.usage {
-        put_u32(&mut b, at, u.live);
-        put_u64(&mut b, at + 8, u.last_sequence);
+    for u in usage {
+        put_u32(b, at, u.live);
+        put_u64(b, at + 8, u.last_sequence);
         at += USAGE_ENTRY;
     }
-    seal(&mut b, 12);
-    Ok(b)
+    seal(b, 12);
+    Ok(())
 }
 
 /// Decodes a checkpoint slot of `g` and checks every entry against it.
@@ -674,6 +722,59 @@ mod tests {
         assert_eq!(b.len() as u64, g.checkpoint_blocks() * 512);
         assert_eq!(decode_checkpoint(&b, &g).unwrap(), c);
         every_flip_is_detected(&b, |b| decode_checkpoint(b, &g));
+    }
+
+    /// The log disk encodes every checkpoint into one reused buffer: the
+    /// bytes must be exactly a fresh encoding's, whatever the buffer held.
+    #[test]
+    fn checkpoint_encoded_into_a_reused_buffer_matches_a_fresh_encoding() {
+        let g = geometry();
+        let first = checkpoint(&g);
+        let mut second = checkpoint(&g);
+        second.number = 4;
+        second.head_slot = 1;
+        for (i, e) in second.map.iter_mut().enumerate() {
+            *e = if i % 2 == 0 {
+                MapEntry::UNMAPPED
+            } else {
+                MapEntry {
+                    physical: g.segment_start(1) + i as u64,
+                    sequence: 1000 + i as u64,
+                    crc: 0xdead_beef,
+                }
+            };
+        }
+        second.usage.iter_mut().for_each(|u| u.live += 1);
+        let mut buf = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
+        for c in [&first, &second, &first] {
+            let head = CheckpointHead {
+                number: c.number,
+                sequence: c.sequence,
+                head_segment: c.head_segment,
+                head_slot: c.head_slot,
+                counters: c.counters,
+            };
+            encode_checkpoint_into(&mut buf, &head, &c.map, c.usage.iter().copied(), &g).unwrap();
+            assert_eq!(buf, encode_checkpoint(c, &g).unwrap());
+            assert_eq!(&decode_checkpoint(&buf, &g).unwrap(), c);
+        }
+        let head = CheckpointHead {
+            number: 1,
+            sequence: 0,
+            head_segment: 0,
+            head_slot: 0,
+            counters: [0; COUNTERS],
+        };
+        assert!(
+            encode_checkpoint_into(
+                &mut buf[1..],
+                &head,
+                &first.map,
+                first.usage.iter().copied(),
+                &g
+            )
+            .is_err()
+        );
     }
 
     #[test]

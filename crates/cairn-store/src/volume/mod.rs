@@ -437,6 +437,7 @@ impl Builder<'_> {
             live_read_gap: l.live_read_gap,
             cleaner_read_threads: l.cleaner_read_threads,
             background_destage: l.background_destage,
+            background_clean: l.background_clean,
         };
         let block = l.block_size.get();
         let mut head = [0u8; 8];

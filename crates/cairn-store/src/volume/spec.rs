@@ -385,6 +385,10 @@ pub struct LogSpec {
     /// Default true.
     #[serde(default = "default_background_destage")]
     pub background_destage: bool,
+    /// Clean in the background: the cleaner's reads overlap user writes
+    /// (false: clean only synchronously, at the low watermark). Default true.
+    #[serde(default = "default_background_clean")]
+    pub background_clean: bool,
     /// The non-volatile write cache; without it a flush writes a partial
     /// segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -417,6 +421,10 @@ fn default_cleaner_read_threads() -> u32 {
 
 fn default_background_destage() -> bool {
     crate::logdisk::Options::default().background_destage
+}
+
+fn default_background_clean() -> bool {
+    crate::logdisk::Options::default().background_clean
 }
 
 /// A log disk's `nv_cache` table.

@@ -47,7 +47,8 @@ not the page cache's. Rows, in order:
                                       --live-read-gap and --cleaner-read-threads
                                       choose how it reads). --background-destage
                                       false writes NV destages in the writing
-                                      thread.
+                                      thread; --background-clean false cleans
+                                      only synchronously, at the low watermark.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -111,6 +112,12 @@ pub struct LogdiskBenchArgs {
     #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_destage,
           action = clap::ArgAction::Set)]
     background_destage: bool,
+
+    /// Clean in the background, the cleaner's reads overlapping user writes
+    /// (false: synchronously, at the low watermark).
+    #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_clean,
+          action = clap::ArgAction::Set)]
+    background_clean: bool,
 }
 
 impl LogdiskBenchArgs {
@@ -120,6 +127,7 @@ impl LogdiskBenchArgs {
             live_read_gap: self.live_read_gap,
             cleaner_read_threads: self.cleaner_read_threads,
             background_destage: self.background_destage,
+            background_clean: self.background_clean,
             ..Options::default()
         }
     }

@@ -201,6 +201,8 @@ impl Experiment<'_> {
             // The paper's cleaner reads every victim whole, in one I/O (the
             // disk-time model charges that).
             live_read_below: 0.0,
+            // The paper's cleaner: at the low watermark, synchronously.
+            background_clean: false,
             ..Options::default()
         };
         let disk = LogDisk::format(dev, geo, nv, options)?;
