@@ -55,6 +55,21 @@ impl Setup {
     }
 }
 
+/// qemu-io on export "disk" at `socket` over TLS with the credentials in
+/// `pki` (its client certificate too, when there is one), running `commands`.
+fn qemu_io_tls(pki: &Path, socket: &Path, commands: &[&str]) -> Option<Output> {
+    let creds = format!(
+        "tls-creds-x509,id=tls0,dir={},endpoint=client",
+        pki.display()
+    );
+    let image = format!(
+        "driver=nbd,server.type=unix,server.path={},export=disk,tls-creds=tls0,tls-hostname=localhost",
+        socket.display()
+    );
+    let args = [&["--object", &creds, "--image-opts", &image][..], commands].concat();
+    run("qemu-io", &args)
+}
+
 /// Run a client tool; `None` after printing why the test skips.
 fn run(program: &str, args: &[&str]) -> Option<Output> {
     let output = Command::new(program).args(args).output().ok();
@@ -105,21 +120,10 @@ fn qemu_io_writes_and_verifies_over_tls() {
     let Some(setup) = setup(TlsMode::Require, 16 << 20) else {
         return;
     };
-    let creds = format!(
-        "tls-creds-x509,id=tls0,dir={},endpoint=client",
-        setup.pki.display()
-    );
-    let image = format!(
-        "driver=nbd,server.type=unix,server.path={},export=disk,tls-creds=tls0,tls-hostname=localhost",
-        setup.server.path.display()
-    );
-    let Some(output) = run(
-        "qemu-io",
+    let Some(output) = qemu_io_tls(
+        &setup.pki,
+        &setup.server.path,
         &[
-            "--object",
-            &creds,
-            "--image-opts",
-            &image,
             "-c",
             "write -P 0xab 0 4M",
             "-c",
@@ -296,25 +300,7 @@ fn verify_peer_admits_only_clients_with_a_certificate_from_the_ca() {
     );
     // Still serving, and qemu-io presents its client certificate too.
     ok(&run("nbdinfo", &["--json", &uri(&pki)]).unwrap());
-    let creds = format!(
-        "tls-creds-x509,id=tls0,dir={},endpoint=client",
-        pki.display()
-    );
-    let image = format!(
-        "driver=nbd,server.type=unix,server.path={},export=disk,tls-creds=tls0,tls-hostname=localhost",
-        server.path.display()
-    );
-    if let Some(output) = run(
-        "qemu-io",
-        &[
-            "--object",
-            &creds,
-            "--image-opts",
-            &image,
-            "-c",
-            "write -P 0x5a 0 64k",
-        ],
-    ) {
+    if let Some(output) = qemu_io_tls(&pki, &server.path, &["-c", "write -P 0x5a 0 64k"]) {
         ok(&output);
         let mut back = vec![0u8; 65536];
         device.read_at(&mut back, 0).unwrap();

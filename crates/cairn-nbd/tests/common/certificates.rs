@@ -54,86 +54,58 @@ pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
         eprintln!("SKIPPED: openssl is not installed (test.sh installs it)");
         return None;
     }
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
+    // `{name}-key.pem` and `{name}-cert.pem` for `subject`, signed by the CA,
+    // with the X.509 extensions `ext`.
+    let issue = |name: &str, subject: &str, ext: &str| {
+        let (key, csr, extfile, cert) = (
+            format!("{name}-key.pem"),
+            format!("{name}.csr"),
+            format!("{name}.ext"),
+            format!("{name}-cert.pem"),
+        );
+        openssl(
             &[
-                "-keyout",
-                "server-key.pem",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        ]
-        .concat(),
-    )?;
-    std::fs::write(
-        dir.join("server.ext"),
+                &["req"][..],
+                &ec,
+                &["-keyout", &key, "-out", &csr, "-subj", subject],
+            ]
+            .concat(),
+        )?;
+        std::fs::write(dir.join(&extfile), ext).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-extfile",
+            &extfile,
+        ])
+    };
+    issue(
+        "server",
+        "/CN=localhost",
         "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
          basicConstraints=critical,CA:FALSE\n\
          keyUsage=critical,digitalSignature,keyEncipherment\n\
          extendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca-cert.pem",
-        "-CAkey",
-        "ca-key.pem",
-        "-CAcreateserial",
-        "-out",
-        "server-cert.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-    ])?;
+    )?;
     // A client certificate from the same CA, where libnbd and qemu look for
     // one (sent only when the server asks: with peer verification).
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "client-key.pem",
-                "-out",
-                "client.csr",
-                "-subj",
-                "/CN=cairn-test-client",
-            ],
-        ]
-        .concat(),
-    )?;
-    std::fs::write(
-        dir.join("client.ext"),
+    issue(
+        "client",
+        "/CN=cairn-test-client",
         "basicConstraints=critical,CA:FALSE\n\
          keyUsage=critical,digitalSignature,keyEncipherment\n\
          extendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-CA",
-        "ca-cert.pem",
-        "-CAkey",
-        "ca-key.pem",
-        "-CAcreateserial",
-        "-out",
-        "client-cert.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "client.ext",
-    ])?;
+    )?;
     Some(dir.to_path_buf())
 }

@@ -524,6 +524,31 @@ impl<D: Device> BlockCache<D> {
         })
     }
 
+    /// Runs `change` on the device (a discard or a fast zero of
+    /// `offset..offset + len`) under the range's write locks, then drops the
+    /// range's cached blocks unless it answered `Ok(false)` (nothing
+    /// changed).
+    fn dropping_cached(
+        &self,
+        offset: u64,
+        len: u64,
+        change: impl FnOnce(&D) -> Result<bool, DeviceError>,
+    ) -> Result<bool, DeviceError> {
+        if len == 0 {
+            return change(&self.device);
+        }
+        let first = offset >> self.block_shift;
+        let last = (offset + len - 1) >> self.block_shift;
+        let guards =
+            (self.write_mode != WriteMode::Invalidate).then(|| self.lock_writes(first, last));
+        let result = change(&self.device);
+        if !matches!(result, Ok(false)) {
+            self.invalidate_range(first, last);
+        }
+        drop(guards);
+        result
+    }
+
     /// Drops every cached copy of blocks `first..=last`.
     fn invalidate_range(&self, first: u64, last: u64) {
         let resident_max = self.capacity_bytes >> self.block_shift;
@@ -677,36 +702,17 @@ impl<D: Device> Device for BlockCache<D> {
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Discard, offset, len, self.len)?;
-        if len == 0 {
-            return self.device.discard(offset, len);
-        }
-        let first = offset >> self.block_shift;
-        let last = (offset + len - 1) >> self.block_shift;
-        let guards =
-            (self.write_mode != WriteMode::Invalidate).then(|| self.lock_writes(first, last));
-        let result = self.device.discard(offset, len);
-        self.invalidate_range(first, last);
-        drop(guards);
-        result
+        self.dropping_cached(offset, len, |device| {
+            device.discard(offset, len).map(|()| true)
+        })
+        .map(|_| ())
     }
 
     /// The device's fast zero, with the range's cached blocks dropped as a
     /// discard drops them (under the same write locks) when it zeroed.
     fn zero_fast(&self, offset: u64, len: u64) -> Result<bool, DeviceError> {
         check_range(DeviceOp::Write, offset, len, self.len)?;
-        if len == 0 {
-            return self.device.zero_fast(offset, len);
-        }
-        let first = offset >> self.block_shift;
-        let last = (offset + len - 1) >> self.block_shift;
-        let guards =
-            (self.write_mode != WriteMode::Invalidate).then(|| self.lock_writes(first, last));
-        let result = self.device.zero_fast(offset, len);
-        if !matches!(result, Ok(false)) {
-            self.invalidate_range(first, last);
-        }
-        drop(guards);
-        result
+        self.dropping_cached(offset, len, |device| device.zero_fast(offset, len))
     }
 
     fn len(&self) -> u64 {

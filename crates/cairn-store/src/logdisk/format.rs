@@ -481,17 +481,23 @@ pub struct Checkpoint {
     pub counters: [u64; COUNTERS],
 }
 
+impl Checkpoint {
+    /// The checkpoint's fields other than its tables.
+    pub fn head(&self) -> CheckpointHead {
+        CheckpointHead {
+            number: self.number,
+            sequence: self.sequence,
+            head_segment: self.head_segment,
+            head_slot: self.head_slot,
+            counters: self.counters,
+        }
+    }
+}
+
 /// Encodes a checkpoint into whole blocks of `g`.
 pub fn encode_checkpoint(c: &Checkpoint, g: &Geometry) -> Result<Vec<u8>, FormatError> {
     let mut b = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
-    let head = CheckpointHead {
-        number: c.number,
-        sequence: c.sequence,
-        head_segment: c.head_segment,
-        head_slot: c.head_slot,
-        counters: c.counters,
-    };
-    encode_checkpoint_into(&mut b, &head, &c.map, c.usage.iter().copied(), g)?;
+    encode_checkpoint_into(&mut b, &c.head(), &c.map, c.usage.iter().copied(), g)?;
     Ok(b)
 }
 
@@ -747,14 +753,8 @@ mod tests {
         second.usage.iter_mut().for_each(|u| u.live += 1);
         let mut buf = vec![0u8; (g.checkpoint_blocks() * u64::from(g.block_size)) as usize];
         for c in [&first, &second, &first] {
-            let head = CheckpointHead {
-                number: c.number,
-                sequence: c.sequence,
-                head_segment: c.head_segment,
-                head_slot: c.head_slot,
-                counters: c.counters,
-            };
-            encode_checkpoint_into(&mut buf, &head, &c.map, c.usage.iter().copied(), &g).unwrap();
+            encode_checkpoint_into(&mut buf, &c.head(), &c.map, c.usage.iter().copied(), &g)
+                .unwrap();
             assert_eq!(buf, encode_checkpoint(c, &g).unwrap());
             assert_eq!(&decode_checkpoint(&buf, &g).unwrap(), c);
         }
