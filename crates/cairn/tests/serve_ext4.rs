@@ -55,6 +55,19 @@ fn missing_facility() -> Option<String> {
     None
 }
 
+/// A test's scratch space: a temporary directory, an NV directory (on
+/// /dev/shm where there is one) and the path of its volume spec, or `None`
+/// after printing why this machine cannot run the test.
+fn scratch() -> Option<(tempfile::TempDir, tempfile::TempDir, PathBuf)> {
+    if let Some(reason) = missing_facility() {
+        eprintln!("SKIPPED: {reason}");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("volume.toml");
+    Some((dir, nv_dir(), config))
+}
+
 fn run(program: &str, args: &[&str]) {
     let output = Command::new(program).args(args).output().unwrap();
     assert!(
@@ -271,13 +284,9 @@ fn verify(root: &Path) {
 
 #[test]
 fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
-    if let Some(reason) = missing_facility() {
-        eprintln!("SKIPPED: {reason}");
+    let Some((dir, nv, config)) = scratch() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let nv = nv_dir();
-    let config = dir.path().join("volume.toml");
+    };
     std::fs::write(&config, small_default_spec("256MiB", "320MiB", nv.path())).unwrap();
     let Ext4 {
         mut stack,
@@ -334,13 +343,9 @@ fn ext4_on_the_default_stack_survives_fsck_and_a_restart() {
 /// clean, and a restarted server serves the same file system.
 #[test]
 fn fstrim_on_an_ntl_volume_unmaps_its_blocks() {
-    if let Some(reason) = missing_facility() {
-        eprintln!("SKIPPED: {reason}");
+    let Some((dir, nv, config)) = scratch() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let nv = nv_dir();
-    let config = dir.path().join("volume.toml");
+    };
     let region = nv.path().join("fstrim.ntl");
     std::fs::write(
         &config,
@@ -394,14 +399,10 @@ const SYNCED: u32 = 48;
 
 #[test]
 fn ext4_mounted_survives_kill_9_of_the_server() {
-    if let Some(reason) = missing_facility() {
-        eprintln!("SKIPPED: {reason}");
+    let Some((dir, nv, config)) = scratch() else {
         return;
-    }
+    };
     let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let nv = nv_dir();
-    let config = dir.path().join("volume.toml");
     std::fs::write(&config, small_default_spec("128MiB", "160MiB", nv.path())).unwrap();
     let Ext4 {
         mut stack,
