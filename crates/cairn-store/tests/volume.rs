@@ -585,3 +585,55 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
     }
     volume.close().unwrap();
 }
+
+#[test]
+fn an_ntl_image_on_dev_shm_reopens_with_huge_pages_unless_told_not_to() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("SKIPPED: no /dev/shm");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let spec = |huge: bool| {
+        parse(&format!(
+            r#"
+            [[export]]
+            name = "pm"
+            device = "ntl"
+
+            [device.ntl]
+            kind = "ntl"
+            path = "pm.ntl"
+            size = "8MiB"
+            huge_pages = {huge}
+            "#
+        ))
+    };
+    let data = pattern(5, 8 << 20);
+    {
+        let volume = open(&spec(true), dir.path()).unwrap();
+        assert!(
+            volume.notes()[0].contains("formatted"),
+            "{:?}",
+            volume.notes()
+        );
+        device(&volume).write_at(&data, 0).unwrap();
+        volume.close().unwrap();
+    }
+    let volume = open(&spec(true), dir.path()).unwrap();
+    let notes = volume.notes().join("\n");
+    assert!(notes.contains("opened the NTL image"), "{notes}");
+    if notes.contains("2 MiB pages on 0 of") {
+        eprintln!("SKIPPED: this kernel does not collapse tmpfs pages: {notes}");
+    } else {
+        assert!(notes.contains("2 MiB pages"), "{notes}");
+    }
+    let mut back = vec![0u8; data.len()];
+    device(&volume).read_at(&mut back, 0).unwrap();
+    assert!(back == data, "the data read back after collapsing differs");
+    volume.close().unwrap();
+    let volume = open(&spec(false), dir.path()).unwrap();
+    let notes = volume.notes().join("\n");
+    assert!(!notes.contains("MiB pages"), "{notes}");
+    volume.close().unwrap();
+}

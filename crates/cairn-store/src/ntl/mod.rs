@@ -41,6 +41,8 @@ pub use check::{Report, fsck, inspect};
 pub use device::NtlDevice;
 pub use info::{InfoError, MAGIC};
 pub use map::{BlockMap, MapError};
-pub use pmem::{FlushInstr, MmapRegion, Persistence, PersistenceRequest};
+pub use pmem::{
+    FlushInstr, HUGE_PAGE, MmapRegion, PageSize, Persistence, PersistenceRequest, collapse_buffer,
+};
 pub use region::Region;
 pub use sim::SimRegion;

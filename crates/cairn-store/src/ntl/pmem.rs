@@ -102,12 +102,108 @@ pub enum PersistenceRequest {
     None,
 }
 
+/// The size of a huge page (a PMD mapping on x86-64), and the alignment of every
+/// region mapping at least this long.
+pub const HUGE_PAGE: u64 = 2 << 20;
+
+/// What backs a region's mapping: the kernel's choice, or the outcome of
+/// [`MmapRegion::collapse_huge_pages`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageSize {
+    /// Whatever the kernel gave at fault time (4 KiB on tmpfs mounted
+    /// `huge=never`; 2 MiB on DAX mappings of aligned extents). Huge pages were
+    /// not asked for.
+    Default,
+    /// `MADV_COLLAPSE` was asked for each whole 2 MiB range of the mapping.
+    Collapsed {
+        /// Ranges now backed by one huge page.
+        huge: u64,
+        /// Whole 2 MiB ranges in the mapping.
+        ranges: u64,
+        /// Why the others were refused (the last errno): `EINVAL` for a range
+        /// with no page in memory yet (a sparse part of the file stays
+        /// unallocated; a range with some pages is collapsed, its holes
+        /// zero-filled), a kernel before 6.1, or a disk-backed file (writable
+        /// file mappings cannot be collapsed); `EAGAIN`/`ENOMEM` when no free
+        /// 2 MiB page could be found.
+        refused: Option<rustix::io::Errno>,
+    },
+}
+
+impl std::fmt::Display for PageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Default => f.write_str("default pages"),
+            Self::Collapsed {
+                huge,
+                ranges,
+                refused: None,
+            } => write!(f, "2 MiB pages ({huge} of {ranges})"),
+            Self::Collapsed {
+                huge,
+                ranges,
+                refused: Some(e),
+            } => write!(
+                f,
+                "2 MiB pages on {huge} of {ranges} ranges, 4 KiB on the rest (MADV_COLLAPSE: {e})"
+            ),
+        }
+    }
+}
+
+/// Backs `buf`'s 2 MiB-aligned interior with huge pages (`MADV_COLLAPSE`), so a
+/// DRAM buffer compared against a collapsed region pays the same TLB cost. The
+/// contents do not change. Returns the kernel's refusal, if any.
+pub fn collapse_buffer(buf: &mut [u8]) -> Result<(), rustix::io::Errno> {
+    let start = (buf.as_ptr() as u64).next_multiple_of(HUGE_PAGE);
+    let end = (buf.as_ptr() as u64 + buf.len() as u64) / HUGE_PAGE * HUGE_PAGE;
+    if end <= start {
+        return Err(rustix::io::Errno::INVAL);
+    }
+    // The range lies inside `buf` (rounded inwards to huge-page boundaries),
+    // which we borrow mutably.
+    collapse(start, end)
+}
+
+/// `MADV_COLLAPSE` over `start..end` (huge-page aligned, inside memory the
+/// caller owns).
+fn collapse(start: u64, end: u64) -> Result<(), rustix::io::Errno> {
+    // SAFETY: the caller's range is mapped memory it owns; MADV_COLLAPSE only
+    // changes which pages back it, never its contents, and concurrent access
+    // stays valid while it runs.
+    let rc = unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            (end - start) as usize,
+            libc::MADV_COLLAPSE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().map_or(
+            rustix::io::Errno::INVAL,
+            rustix::io::Errno::from_raw_os_error,
+        ))
+    }
+}
+
+fn wide_stores() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// A `Region` over a shared memory mapping of a file or DAX device.
 pub struct MmapRegion {
     ptr: NonNull<u8>,
     len: u64,
     persistence: Persistence,
     dax: bool,
+    pages: PageSize,
+    /// AVX-512F is there: whole lines go out as single 64-byte streaming stores.
+    wide_stores: bool,
     path: PathBuf,
     _file: File,
 }
@@ -184,15 +280,29 @@ impl MmapRegion {
                 )
             })?;
         let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // Map at a 2 MiB-aligned address (file offset 0 on a huge-page boundary),
+        // so the kernel can use PMD mappings: a DAX file of aligned extents gets
+        // them at fault time, a tmpfs file after `collapse_huge_pages`. A random
+        // 4 KiB access then costs no 4 KiB-page TLB miss (on a 1 GiB region,
+        // reads ran 1.5x faster). The address comes from a reservation of the
+        // length plus 2 MiB that the file mapping replaces (MAP_FIXED) and
+        // whose slack is unmapped.
+        let hint = Self::aligned_hint(map_len);
+        let fixed = if hint.is_null() {
+            MapFlags::empty()
+        } else {
+            MapFlags::FIXED
+        };
         // Try MAP_SYNC first: its success is the fs-DAX detection.
-        // SAFETY: a fresh shared mapping of a file we hold open; no existing memory is
-        // replaced (null hint, no MAP_FIXED).
+        // SAFETY: a fresh shared mapping of a file we hold open; with MAP_FIXED
+        // it replaces only the reservation `aligned_hint` made for it, which
+        // nothing else uses.
         let synced = unsafe {
             rustix::mm::mmap(
-                std::ptr::null_mut(),
+                hint,
                 map_len,
                 prot,
-                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC | fixed,
                 &file,
                 0,
             )
@@ -202,17 +312,18 @@ impl MmapRegion {
         } else {
             // SAFETY: as above, plain MAP_SHARED.
             let p = unsafe {
-                rustix::mm::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    prot,
-                    MapFlags::SHARED,
-                    &file,
-                    0,
-                )
+                rustix::mm::mmap(hint, map_len, prot, MapFlags::SHARED | fixed, &file, 0)
+            };
+            match p {
+                Ok(p) => (p, device_dax),
+                Err(e) => {
+                    if !hint.is_null() {
+                        // SAFETY: the reservation made by `aligned_hint`, unused.
+                        let _ = unsafe { rustix::mm::munmap(hint, map_len) };
+                    }
+                    return Err(io_err(DeviceOp::Read, path, e));
+                }
             }
-            .map_err(|e| io_err(DeviceOp::Read, path, e))?;
-            (p, device_dax)
         };
         let ptr = NonNull::new(raw.cast::<u8>())
             .ok_or_else(|| io_err(DeviceOp::Read, path, std::io::Error::other("null mapping")))?;
@@ -231,9 +342,94 @@ impl MmapRegion {
             len,
             persistence,
             dax,
+            pages: PageSize::Default,
+            wide_stores: wide_stores(),
             path: path.to_path_buf(),
             _file: file,
         })
+    }
+
+    /// A 2 MiB-aligned address with `map_len` bytes reserved there (an
+    /// inaccessible anonymous mapping for `open` to map over), or null when the
+    /// mapping is shorter than a huge page or no reservation could be made (the
+    /// kernel then picks the address).
+    fn aligned_hint(map_len: usize) -> *mut c_void {
+        let huge = HUGE_PAGE as usize;
+        let Some(reserve) = map_len.checked_add(huge).filter(|_| map_len >= huge) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: a fresh private anonymous mapping with no access; it replaces
+        // nothing (null hint, no MAP_FIXED).
+        let Ok(base) = (unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                reserve,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }) else {
+            return std::ptr::null_mut();
+        };
+        let start = base as usize;
+        let aligned = start.next_multiple_of(huge);
+        let head = aligned - start;
+        let tail = reserve - head - map_len;
+        // SAFETY: both ranges lie inside the reservation just made and outside
+        // `aligned..aligned + map_len`, which stays reserved for the caller.
+        unsafe {
+            if head > 0 {
+                let _ = rustix::mm::munmap(base, head);
+            }
+            if tail > 0 {
+                let _ = rustix::mm::munmap(base.cast::<u8>().add(head + map_len).cast(), tail);
+            }
+        }
+        aligned as *mut c_void
+    }
+
+    /// Asks the kernel to back the mapping with 2 MiB pages (`MADV_COLLAPSE`,
+    /// Linux 6.1+), which real persistent memory mapped with DAX gets anyway;
+    /// returns what happened, which [`Region::describe`] reports too. DAX
+    /// mappings are left to the kernel ([`PageSize::Default`]).
+    ///
+    /// This is for tmpfs and `/dev/shm` images, which a `huge=never` mount (the
+    /// default) backs with 4 KiB pages: every random block access then misses
+    /// the TLB. Collapsing works whatever the mount option and the
+    /// `shmem_enabled` setting say; it copies each populated 2 MiB range into
+    /// a huge page, taking about 0.4 s per GiB on an unfragmented machine (more
+    /// when memory must be compacted first, nothing when the pages are huge
+    /// already). Ranges with no page in memory are left alone, so the sparse
+    /// parts of an image are not filled in. Contents never change.
+    pub fn collapse_huge_pages(&mut self) -> PageSize {
+        if self.dax {
+            return self.pages;
+        }
+        // Range by range, so ranges with holes (refused) do not hide the
+        // count of those that were collapsed. The ranges lie inside our
+        // mapping (`self.ptr..+len` rounded inwards to huge-page boundaries).
+        let start = (self.ptr.as_ptr() as u64).next_multiple_of(HUGE_PAGE);
+        let end = (self.ptr.as_ptr() as u64 + self.len) / HUGE_PAGE * HUGE_PAGE;
+        let (mut huge, mut ranges, mut refused) = (0, 0, None);
+        let mut at = start;
+        while at + HUGE_PAGE <= end {
+            match collapse(at, at + HUGE_PAGE) {
+                Ok(()) => huge += 1,
+                Err(e) => refused = Some(e),
+            }
+            ranges += 1;
+            at += HUGE_PAGE;
+        }
+        self.pages = PageSize::Collapsed {
+            huge,
+            ranges,
+            refused,
+        };
+        self.pages
+    }
+
+    /// What backs the mapping (see [`MmapRegion::collapse_huge_pages`]).
+    pub fn page_size(&self) -> PageSize {
+        self.pages
     }
 
     /// The persistence level chosen at open.
@@ -275,6 +471,18 @@ impl MmapRegion {
         };
         plain(offset, first);
         let mut at = first;
+        if self.wide_stores && last > first {
+            // SAFETY: AVX-512F was detected at open; `first..last` is inside the
+            // checked range, 64-aligned, and `data` covers it.
+            unsafe {
+                stream_lines_avx512(
+                    data[(first - offset) as usize..].as_ptr(),
+                    self.at(first),
+                    ((last - first) / CACHE_LINE) as usize,
+                );
+            }
+            at = last;
+        }
         while at < last {
             let src = data[(at - offset) as usize..].as_ptr();
             let dst = self.at(at);
@@ -318,6 +526,29 @@ impl MmapRegion {
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (instr, p);
             line += CACHE_LINE;
+        }
+    }
+}
+
+/// Copies `lines` whole cache lines from `src` to the 64-byte aligned `dst`
+/// with one 64-byte non-temporal store each: a line leaves the write-combining
+/// buffer complete in one go instead of being assembled from four 16-byte
+/// stores.
+///
+/// # Safety
+/// The CPU has AVX-512F; `src..src + 64 * lines` is readable, `dst..dst + 64 *
+/// lines` is writable, 64-byte aligned, and the two do not overlap.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stream_lines_avx512(src: *const u8, dst: *mut u8, lines: usize) {
+    use std::arch::x86_64::{__m512i, _mm512_loadu_si512, _mm512_stream_si512};
+    for i in 0..lines {
+        // SAFETY: inside the ranges the caller vouches for; `dst + 64 i` is
+        // 64-byte aligned.
+        #[allow(clippy::cast_ptr_alignment)]
+        unsafe {
+            let v = _mm512_loadu_si512(src.add(i * 64).cast::<__m512i>());
+            _mm512_stream_si512(dst.add(i * 64).cast::<__m512i>(), v);
         }
     }
 }
@@ -467,10 +698,11 @@ impl Region for MmapRegion {
 
     fn describe(&self) -> String {
         format!(
-            "pmem {} ({} bytes, {}, persistence: {})",
+            "pmem {} ({} bytes, {}, {}, persistence: {})",
             self.path.display(),
             self.len,
             if self.dax { "DAX" } else { "page cache" },
+            self.pages,
             self.persistence
         )
     }
@@ -581,6 +813,127 @@ mod tests {
         assert_eq!(
             r.persistence(),
             FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+        );
+    }
+
+    /// Whether `addr` is PMD-mapped, from this process's `smaps` (the VMA
+    /// holding it: its `ShmemPmdMapped` or `FilePmdMapped` line).
+    fn pmd_mapped_kib(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut inside = false;
+        let mut kib = 0;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((a, b)) = range.split_once('-')
+                && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                inside = (a..b).contains(&addr);
+                continue;
+            }
+            if inside && (line.starts_with("ShmemPmdMapped:") || line.starts_with("FilePmdMapped:"))
+            {
+                kib += line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        kib
+    }
+
+    #[test]
+    fn regions_are_huge_page_aligned_and_collapse_on_tmpfs_without_changing_data() {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            eprintln!("SKIPPED: no /dev/shm");
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).expect("tempdir");
+        let path = dir.path().join("pm");
+        let len = 3 * HUGE_PAGE + 4096;
+        let mut r = MmapRegion::open(&path, len, true, PersistenceRequest::None).expect("open");
+        assert_eq!(
+            r.ptr.as_ptr() as u64 % HUGE_PAGE,
+            0,
+            "the mapping is 2 MiB aligned"
+        );
+        assert_eq!(r.page_size(), PageSize::Default);
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        // Fill all but the middle range: that one stays a hole, not filled in.
+        let (hole, hole_end) = (HUGE_PAGE as usize, 2 * HUGE_PAGE as usize);
+        r.write(0, &pattern[..hole]).expect("write");
+        r.write(hole_end as u64, &pattern[hole_end..])
+            .expect("write");
+        let pages = r.collapse_huge_pages();
+        if matches!(pages, PageSize::Collapsed { huge: 0, .. })
+            && std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+                .map_or(true, |s| s.contains("[deny]"))
+        {
+            eprintln!("SKIPPED: this kernel does not collapse tmpfs pages: {pages}");
+            return;
+        }
+        assert_eq!(
+            pages,
+            PageSize::Collapsed {
+                huge: 2,
+                ranges: 3,
+                refused: Some(rustix::io::Errno::INVAL)
+            }
+        );
+        assert!(
+            r.describe().contains("2 MiB pages on 2 of 3 ranges"),
+            "{}",
+            r.describe()
+        );
+        assert_eq!(
+            pmd_mapped_kib(r.ptr.as_ptr() as usize),
+            2 * HUGE_PAGE / 1024,
+            "the two ranges with data are PMD-mapped"
+        );
+        let mut back = vec![0u8; len as usize];
+        r.read(0, &mut back).expect("read");
+        let mut expect = pattern.clone();
+        expect[hole..hole_end].fill(0);
+        assert!(back == expect, "collapsing changed the data");
+        // One page of data in the hole is enough: the range collapses, its
+        // other pages zero.
+        r.write(hole as u64, &pattern[hole..hole + 4096])
+            .expect("write");
+        expect[hole..hole + 4096].copy_from_slice(&pattern[hole..hole + 4096]);
+        assert_eq!(
+            r.collapse_huge_pages(),
+            PageSize::Collapsed {
+                huge: 3,
+                ranges: 3,
+                refused: None
+            }
+        );
+        assert!(
+            r.describe().contains("2 MiB pages (3 of 3)"),
+            "{}",
+            r.describe()
+        );
+        assert_eq!(
+            pmd_mapped_kib(r.ptr.as_ptr() as usize),
+            3 * HUGE_PAGE / 1024
+        );
+        r.read(0, &mut back).expect("read");
+        assert!(back == expect, "collapsing changed the data");
+    }
+
+    #[test]
+    fn dram_buffers_collapse_without_changing_data() {
+        let mut buf: Vec<u8> = (0..3 * HUGE_PAGE).map(|i| (i % 253) as u8).collect();
+        let before = buf.clone();
+        if collapse_buffer(&mut buf).is_err() {
+            eprintln!("SKIPPED: this kernel has no MADV_COLLAPSE");
+            return;
+        }
+        assert!(buf == before, "collapsing changed the data");
+        assert_eq!(
+            collapse_buffer(&mut buf[..4096]),
+            Err(rustix::io::Errno::INVAL)
         );
     }
 }

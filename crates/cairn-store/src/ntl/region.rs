@@ -43,8 +43,7 @@ pub trait Region: Send + Sync {
     }
 
     /// [`Region::store_u64`] then [`Region::flush`] of the word: durable after the
-    /// next [`Region::fence`]. A mapping with cache-line persistence uses one
-    /// non-temporal store (no read-for-ownership of the line, no write-back).
+    /// next [`Region::fence`].
     fn store_u64_flushed(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
         self.store_u64(offset, value)?;
         self.flush(&[(offset, 8)])

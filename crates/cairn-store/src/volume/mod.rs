@@ -36,7 +36,7 @@ use crate::device::{
 use crate::logdisk::format::{CHECKPOINT_MAGIC, SUPERBLOCK_MAGIC};
 use crate::logdisk::nv::NV_MAGIC;
 use crate::logdisk::{self, LogDisk, LogDiskError, NvError};
-use crate::ntl::{self, Btt, MmapRegion, NtlDevice, Region};
+use crate::ntl::{self, Btt, MmapRegion, NtlDevice, PageSize, Region};
 
 /// Why a volume could not be opened or closed: `field` is where in the spec
 /// (`device.log.nv_cache.size`, `export[0].device`), `message` what is wrong,
@@ -369,13 +369,23 @@ impl Builder<'_> {
         if head == Some(ntl::MAGIC) {
             let is_dax = std::fs::metadata(&path)
                 .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
-            let region = MmapRegion::open(
+            let mut region = MmapRegion::open(
                 &path,
                 if is_dax { geo.region_len() } else { 0 },
                 false,
                 request,
             )
             .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+            if n.huge_pages {
+                let started = std::time::Instant::now();
+                let pages = region.collapse_huge_pages();
+                if pages != PageSize::Default {
+                    self.notes.push(format!(
+                        "{field}: {pages}, in {:.2} s",
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+            }
             let btt = Btt::open(region).map_err(|e| {
                 VolumeError::new(field, format!("opening the NTL image {shown}: {e}"))
             })?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use cairn_store::Device;
 use cairn_store::ntl::{
-    Btt, Geometry, MmapRegion, NtlDevice, PersistenceRequest, Region, WriteMode,
+    Btt, Geometry, MmapRegion, NtlDevice, PersistenceRequest, Region, WriteMode, collapse_buffer,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -705,10 +705,12 @@ fn prepared_file(path: &Path, size: u64, direct: bool) -> Result<Result<File, St
 /// Maps the NTL image at `path` with `persistence` and touches every page once,
 /// so no cell pays first-touch page faults.
 fn warm_region(path: &Path, persistence: PersistenceRequest) -> Result<Arc<MmapRegion>> {
-    let region = Arc::new(
-        MmapRegion::open(path, 0, false, persistence)
-            .with_context(|| format!("mapping {}", path.display()))?,
-    );
+    let mut region = MmapRegion::open(path, 0, false, persistence)
+        .with_context(|| format!("mapping {}", path.display()))?;
+    // 2 MiB pages, as DAX on real persistent memory maps them. The memcpy
+    // buffers get them too, so the limit column pays the same TLB cost.
+    region.collapse_huge_pages();
+    let region = Arc::new(region);
     let mut buf = vec![0u8; MIB as usize];
     let mut at = 0;
     while at < region.len() {
@@ -781,7 +783,13 @@ pub fn measure(config: &Config) -> Result<Measured> {
         .iter()
         .map(|&threads| {
             (0..threads)
-                .map(|t| vec![0x33 ^ t as u8; (size / threads as u64) as usize])
+                .map(|t| {
+                    let mut buffer = vec![0x33 ^ t as u8; (size / threads as u64) as usize];
+                    // Refused only by a kernel before 6.1 (or no free 2 MiB
+                    // pages); the NTL region is then refused too, alike.
+                    let _ = collapse_buffer(&mut buffer);
+                    buffer
+                })
                 .collect()
         })
         .collect();
