@@ -1,8 +1,9 @@
 //! Atomic block writes over a [`Region`] (the Linux BTT idea, reduced).
 //!
-//! A write of logical block `lba` goes: take a free data block, copy the new data
-//! into it, flush + fence, store the new 8-byte map entry, flush + fence, then return
-//! the old data block to the allocator. A crash at any store leaves the map entry
+//! A write of logical block `lba` goes: take a free data block (its stripe's
+//! spare, else one from the allocator), copy the new data into it, flush + fence,
+//! store the new 8-byte map entry, flush + fence, then give the old data block back
+//! (it becomes the stripe's spare, else is freed). A crash at any store leaves the map entry
 //! wholly old or wholly new (8-byte stores never tear), and the new data is durable
 //! before the entry can point at it, so the block reads wholly old or wholly new.
 //!
@@ -11,7 +12,9 @@
 //! the map alone, so a block not referenced by the map is free and there is nothing
 //! to replay. Writers of one block serialise on a striped lock (no global lock);
 //! readers in atomic mode take none (they retry a copy if a block of the stripe
-//! was freed meanwhile: see `Stripe`); the allocator is lock-free.
+//! was freed meanwhile: see `Stripe`); the allocator is lock-free, and an
+//! overwrite does not use it (see `Lane::spare`, BTT's per-lane free block kept
+//! in DRAM only).
 //!
 //! A trim unmaps: one 8-byte store of the unmapped entry per block, fence, then the
 //! old data block is freed, so a crash leaves the block wholly old or unmapped.
@@ -47,10 +50,7 @@ pub const BATCH: usize = 64;
 
 /// One stripe lock on its own cache line (unpadded, eight locks shared a line and
 /// two writers of unrelated blocks bounced it between cores). It guards the
-/// stripe's allocation cursor: where its next free-block search starts, just past
-/// its last allocation. (Searching from the logical block number instead made a
-/// sequential writer plough through the free blocks ahead of it: each allocation
-/// scanned past everything the previous ones had taken.)
+/// stripe's [`Lane`].
 ///
 /// `freed` makes reads lock-free in atomic mode (a seqlock without the odd
 /// state): a writer holding the lock bumps it after its map entries are
@@ -60,8 +60,27 @@ pub const BATCH: usize = 64;
 /// else can change a mapped block in atomic mode.
 #[repr(align(64))]
 struct Stripe {
-    lock: Mutex<u64>,
+    lock: Mutex<Lane>,
     freed: AtomicU64,
+}
+
+/// What a stripe's writers share, under its lock.
+struct Lane {
+    /// Where the stripe's next free-block search starts, just past its last
+    /// allocation. (Searching from the logical block number instead made a
+    /// sequential writer plough through the free blocks ahead of it: each
+    /// allocation scanned past everything the previous ones had taken.)
+    cursor: u64,
+    /// A free data block the stripe keeps for its next write: the block its
+    /// last overwrite replaced (BTT's per-lane free block). An overwrite then
+    /// takes its target from here and leaves the block it replaced here, with
+    /// no compare-and-swap on the shared bitmap (those were a fifth of a 4 KiB
+    /// atomic write, and their cache lines bounced between writers). Kept only
+    /// when [`Btt`] has at least [`STRIPES`] blocks beyond its logical ones, so
+    /// the bitmap always has a block for a stripe with none (see
+    /// `Btt::keep_spares`); lost at close, since free space is rebuilt from the
+    /// map.
+    spare: Option<u64>,
 }
 
 /// Lock-free read attempts before a reader takes the stripe lock.
@@ -153,6 +172,14 @@ pub struct Btt<R: Region> {
     map: BlockMap,
     alloc: BlockAllocator,
     stripes: Box<[Stripe]>,
+    /// Stripes keep a spare block ([`Lane::spare`]). Safe when the data blocks
+    /// exceed the logical ones by at least [`STRIPES`]: a stripe needing a
+    /// block holds none, each other stripe holds at most one (its spare or
+    /// the block its write in flight took), and at most `lbas` blocks are
+    /// mapped, so the bitmap has at least `data_blocks - lbas - (STRIPES - 1)`
+    /// ≥ 1 free. With fewer, spares could strand the last free blocks in idle
+    /// stripes, so overwrites free to the bitmap as before.
+    keep_spares: bool,
 }
 
 impl<R: Region> Btt<R> {
@@ -206,10 +233,14 @@ impl<R: Region> Btt<R> {
             alloc,
             stripes: (0..STRIPES as u64)
                 .map(|i| Stripe {
-                    lock: Mutex::new(i * geo.data_blocks / STRIPES as u64),
+                    lock: Mutex::new(Lane {
+                        cursor: i * geo.data_blocks / STRIPES as u64,
+                        spare: None,
+                    }),
                     freed: AtomicU64::new(0),
                 })
                 .collect(),
+            keep_spares: geo.data_blocks - geo.lbas >= STRIPES as u64,
         })
     }
 
@@ -235,7 +266,7 @@ impl<R: Region> Btt<R> {
         &self.region
     }
 
-    fn stripe(&self, lba: u64) -> MutexGuard<'_, u64> {
+    fn stripe(&self, lba: u64) -> MutexGuard<'_, Lane> {
         self.stripes[(lba as usize) % STRIPES]
             .lock
             .lock()
@@ -341,6 +372,9 @@ impl<R: Region> Btt<R> {
     /// Copies `len` bytes from region offset `from` (or zeros when `None`) to `to`,
     /// through a stack buffer (no heap allocation), flushed (the caller fences).
     fn copy(&self, from: Option<u64>, to: u64, len: u64) -> Result<(), DeviceError> {
+        if len == 0 {
+            return Ok(());
+        }
         let mut chunk = [0u8; 512];
         let mut done = 0;
         while done < len {
@@ -363,7 +397,7 @@ impl<R: Region> Btt<R> {
     pub fn write_bytes(&self, lba: u64, within: u64, data: &[u8]) -> Result<(), DeviceError> {
         self.check_bytes(DeviceOp::Write, lba, within, data.len())?;
         let bs = self.geo.block_size;
-        let mut cursor = self.stripe(lba);
+        let mut lane = self.stripe(lba);
         if self.mode == WriteMode::InPlace
             && let Some(block) = self.map.get(lba)
         {
@@ -371,13 +405,15 @@ impl<R: Region> Btt<R> {
             self.region.write_flushed(at, data)?;
             return self.region.fence();
         }
-        let Some(new) = self.alloc.alloc(*cursor) else {
+        let Some(new) = self.take_block(&mut lane, &mut None) else {
             return Err(self.no_space(lba, data.len() as u64));
         };
-        *cursor = new + 1;
         let base = self.geo.data_base();
         let off = base + new * bs;
         let old_off = self.map.get(lba).map(|b| base + b * bs);
+        // Start the map entry line's read-for-ownership under the data copy
+        // (see `write_batch`).
+        self.region.prefetch(self.map.entry_offset(lba), 8);
         let end = within + data.len() as u64;
         let staged = self
             .copy(old_off, off, within)
@@ -385,16 +421,44 @@ impl<R: Region> Btt<R> {
             .and_then(|()| self.copy(old_off.map(|o| o + end), off + end, bs - end))
             .and_then(|()| self.region.fence());
         if let Err(e) = staged {
-            self.alloc.free(new);
+            self.retire_block(&mut lane, new);
             return Err(e);
         }
         let old = self.map.set(&self.region, lba, new)?;
         self.region.fence()?;
         if let Some(old) = old {
             self.freeing(lba);
-            self.alloc.free(old);
+            self.retire_block(&mut lane, old);
         }
         Ok(())
+    }
+
+    /// A free data block for a write in `lane`'s stripe: its spare, else one
+    /// from the bitmap found from `cursor_lane`'s cursor (a batch searches
+    /// from its first stripe's cursor), else from `lane`'s own.
+    fn take_block(&self, lane: &mut Lane, cursor_lane: &mut Option<&mut Lane>) -> Option<u64> {
+        if let Some(block) = lane.spare.take() {
+            return Some(block);
+        }
+        let cursor = match cursor_lane {
+            Some(l) => &mut l.cursor,
+            None => &mut lane.cursor,
+        };
+        let block = self.alloc.alloc(*cursor)?;
+        *cursor = block + 1;
+        Some(block)
+    }
+
+    /// Gives back a data block nothing maps any more (the caller holds
+    /// `lane`'s stripe lock, and any map entry that pointed at it has been
+    /// replaced durably): kept as the stripe's spare when there is room,
+    /// else freed on the bitmap.
+    fn retire_block(&self, lane: &mut Lane, block: u64) {
+        if self.keep_spares && lane.spare.is_none() {
+            lane.spare = Some(block);
+        } else {
+            self.alloc.free(block);
+        }
     }
 
     fn no_space(&self, lba: u64, len: u64) -> DeviceError {
@@ -430,6 +494,10 @@ impl<R: Region> Btt<R> {
                 size: self.geo.lbas * bs,
             });
         }
+        if count == 1 {
+            // One block: the same steps without a batch's per-block arrays.
+            return self.write_bytes(first, 0, data);
+        }
         for (i, chunk) in data.chunks(BATCH * bs as usize).enumerate() {
             self.write_batch(first + (i * BATCH) as u64, chunk)?;
         }
@@ -444,27 +512,38 @@ impl<R: Region> Btt<R> {
         // Per block: the data block written, and whether the map must flip to it.
         let mut target = [0u64; BATCH];
         let mut flip = [false; BATCH];
-        let release = |target: &[u64; BATCH], flip: &[bool; BATCH], upto: usize| {
+        // On failure, the blocks taken so far go back to their stripes.
+        let release = |guards: &mut [Option<MutexGuard<'_, Lane>>; BATCH],
+                       target: &[u64; BATCH],
+                       flip: &[bool; BATCH],
+                       upto: usize| {
             for i in 0..upto {
-                if flip[i] {
-                    self.alloc.free(target[i]);
+                if flip[i]
+                    && let Some(lane) = guards[i].as_deref_mut()
+                {
+                    self.retire_block(lane, target[i]);
                 }
             }
-        };
-        // The batch allocates from its first block's stripe cursor.
-        let Some(cursor) = guards[0].as_deref_mut() else {
-            return Ok(());
         };
         for i in 0..n {
             let lba = first + i as u64;
             match self.map.get(lba) {
                 Some(block) if self.mode == WriteMode::InPlace => target[i] = block,
                 _ => {
-                    let Some(new) = self.alloc.alloc(*cursor) else {
-                        release(&target, &flip, i);
+                    // Block i's stripe spare, else the bitmap searched from the
+                    // batch's first stripe's cursor.
+                    let (head, rest) = guards.split_at_mut(1);
+                    let taken = match (i, head[0].as_deref_mut()) {
+                        (0, Some(lane)) => self.take_block(lane, &mut None),
+                        (_, first_lane) => match rest[i - 1].as_deref_mut() {
+                            Some(lane) => self.take_block(lane, &mut { first_lane }),
+                            None => None,
+                        },
+                    };
+                    let Some(new) = taken else {
+                        release(&mut guards, &target, &flip, i);
                         return Err(self.no_space(lba, bs));
                     };
-                    *cursor = new + 1;
                     target[i] = new;
                     flip[i] = true;
                 }
@@ -484,7 +563,7 @@ impl<R: Region> Btt<R> {
             })
             .and_then(|()| self.region.fence());
         if let Err(e) = staged {
-            release(&target, &flip, n);
+            release(&mut guards, &target, &flip, n);
             return Err(e);
         }
         if !flip[..n].contains(&true) {
@@ -501,9 +580,11 @@ impl<R: Region> Btt<R> {
         self.map.flush_entries(&self.region, first, n as u64)?;
         self.region.fence()?;
         for (i, block) in old[..n].iter().enumerate() {
-            if let Some(block) = block {
+            if let Some(block) = *block
+                && let Some(lane) = guards[i].as_deref_mut()
+            {
                 self.freeing(first + i as u64);
-                self.alloc.free(*block);
+                self.retire_block(lane, block);
             }
         }
         drop(guards);
@@ -525,14 +606,14 @@ impl<R: Region> Btt<R> {
     /// The stripe locks of blocks `first..first + n` (`n` ≤ [`BATCH`], so the
     /// stripes are distinct), `guards[i]` for block `first + i`, taken in
     /// ascending stripe order so concurrent batches cannot deadlock.
-    fn lock_batch(&self, first: u64, n: usize) -> [Option<MutexGuard<'_, u64>>; BATCH] {
+    fn lock_batch(&self, first: u64, n: usize) -> [Option<MutexGuard<'_, Lane>>; BATCH] {
         const { assert!(BATCH <= STRIPES, "a batch's stripes must be distinct") };
         debug_assert!(n <= BATCH);
         // Start at the block whose stripe index is lowest.
         let start = (0..n)
             .min_by_key(|&i| (first as usize + i) % STRIPES)
             .unwrap_or(0);
-        let mut guards: [Option<MutexGuard<'_, u64>>; BATCH] = std::array::from_fn(|_| None);
+        let mut guards: [Option<MutexGuard<'_, Lane>>; BATCH] = std::array::from_fn(|_| None);
         for k in 0..n {
             let i = (start + k) % n;
             guards[i] = Some(self.stripe(first + i as u64));
@@ -670,6 +751,103 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Blocks handed out: the bitmap's free blocks plus the stripes' spares are
+    /// exactly the blocks the map does not reference.
+    fn assert_free_space_adds_up(b: &Btt<SimRegion>, what: &str) {
+        let spares = b
+            .stripes
+            .iter()
+            .filter(|s| s.lock.lock().expect("lock").spare.is_some())
+            .count() as u64;
+        let mapped = b.map.used().count() as u64;
+        assert_eq!(
+            b.alloc.free_blocks() + spares,
+            b.geo.data_blocks - mapped,
+            "{what}: free blocks and spares do not add up"
+        );
+    }
+
+    #[test]
+    fn crash_at_every_store_with_stripe_spares_leaves_blocks_old_or_new() {
+        // Pairs of blocks share a stripe, so a block one overwrite replaces is
+        // the target of the next write to the other: reuse must wait until
+        // the map entry that left it is durable.
+        let geo = Geometry {
+            block_size: 64,
+            lbas: 260,
+            data_blocks: 260 + STRIPES as u64,
+        };
+        let used = [0u64, 256, 1, 257, 2, 258];
+        for seed in 0..6u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let ops: Vec<(u64, u8)> = (1..=20u8)
+                .map(|t| (used[rng.random_range(0..used.len())], t))
+                .collect();
+            let probe = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+            assert!(probe.keep_spares);
+            let start = probe.region().events();
+            run(&probe, &ops, &mut [0; 260], &mut None);
+            assert_free_space_adds_up(&probe, "after the workload");
+            let total = probe.region().events() - start;
+            for point in 0..=total {
+                let b = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+                b.region().crash_after(start + point);
+                let mut done = [0u8; 260];
+                let mut inflight = None;
+                run(&b, &ops, &mut done, &mut inflight);
+                let region = b.into_region();
+                region.crash(seed ^ (point << 8));
+                let b = Btt::open(region)
+                    .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}"));
+                for lba in used {
+                    let mut buf = [0u8; 64];
+                    b.read_block(lba, &mut buf).expect("read");
+                    let tag = buf[0];
+                    assert!(
+                        buf.iter().all(|&x| x == tag),
+                        "seed {seed} point {point}: torn lba {lba}"
+                    );
+                    assert!(
+                        tag == done[lba as usize] || inflight == Some((lba, tag)),
+                        "seed {seed} point {point}: lba {lba} has {tag}, want {} or {inflight:?}",
+                        done[lba as usize]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stripe_spares_never_strand_the_last_free_blocks() {
+        // Exactly STRIPES blocks beyond the logical ones (spares on), and one
+        // fewer and BATCH (spares off; a batch takes all its blocks before it
+        // flips any, so it needs BATCH free): overwriting every block in
+        // random order, single and batched, never runs out, and free space
+        // adds up.
+        for extra in [STRIPES as u64, STRIPES as u64 - 1, BATCH as u64] {
+            let geo = Geometry {
+                block_size: 64,
+                lbas: 600,
+                data_blocks: 600 + extra,
+            };
+            let b = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+            assert_eq!(b.keep_spares, extra >= STRIPES as u64);
+            b.write_blocks(0, &vec![1u8; 600 * 64]).expect("fill");
+            let mut rng = ChaCha8Rng::seed_from_u64(extra);
+            for t in 0..3000u32 {
+                let lba = rng.random_range(0..geo.lbas);
+                b.write_block(lba, &[t as u8; 64])
+                    .unwrap_or_else(|e| panic!("extra {extra}: write {t} of lba {lba}: {e}"));
+            }
+            assert_free_space_adds_up(&b, &format!("extra {extra}, single writes"));
+            b.write_blocks(7, &vec![2u8; 300 * 64])
+                .unwrap_or_else(|e| panic!("extra {extra}: batched rewrite: {e}"));
+            assert_free_space_adds_up(&b, &format!("extra {extra}, batched writes"));
+            assert_eq!(b.trim_blocks(0, 600).expect("trim"), 600);
+            assert_free_space_adds_up(&b, &format!("extra {extra}, trimmed"));
         }
     }
 
@@ -938,11 +1116,29 @@ mod tests {
     /// they read is one tag that was written to that block.
     #[test]
     fn lock_free_reads_never_see_a_reused_block() {
-        let geo = Geometry {
+        // Without stripe spares (blocks freed to the bitmap and taken by any
+        // stripe), and with them (a block replaced by an overwrite is reused
+        // by the next write of its stripe: blocks 0..4 share stripes with
+        // 256..260).
+        let small = Geometry {
             block_size: 4096,
             lbas: 8,
             data_blocks: 10,
         };
+        let spares = Geometry {
+            block_size: 4096,
+            lbas: 264,
+            data_blocks: 264 + STRIPES as u64,
+        };
+        for (geo, lbas) in [
+            (small, (0..8).collect::<Vec<u64>>()),
+            (spares, vec![0, 1, 2, 3, 256, 257, 258, 259]),
+        ] {
+            reads_race_writes(geo, &lbas);
+        }
+    }
+
+    fn reads_race_writes(geo: Geometry, lbas: &[u64]) {
         let dir = tempfile::tempdir().expect("tempdir");
         for persistence in [
             crate::ntl::PersistenceRequest::None,
@@ -956,10 +1152,10 @@ mod tests {
             )
             .expect("map");
             let b = Btt::format(region, geo).expect("format");
-            // Block `lba` only ever holds tags `lba * 16 + 1 ..= lba * 16 + 15`.
-            for lba in 0..geo.lbas {
-                b.write_block(lba, &[lba as u8 * 16 + 1; 4096])
-                    .expect("fill");
+            assert_eq!(b.keep_spares, geo.data_blocks - geo.lbas >= STRIPES as u64);
+            // Block `lbas[i]` only ever holds tags `i * 16 + 1 ..= i * 16 + 15`.
+            for (i, &lba) in lbas.iter().enumerate() {
+                b.write_block(lba, &[i as u8 * 16 + 1; 4096]).expect("fill");
             }
             let stop = std::sync::atomic::AtomicBool::new(false);
             let reads = std::sync::atomic::AtomicU64::new(0);
@@ -967,13 +1163,21 @@ mod tests {
                 for w in 0..2u64 {
                     let (b, stop) = (&b, &stop);
                     s.spawn(move || {
+                        // Stops the readers however this writer ends (a failed
+                        // write panics: the readers must not spin forever).
+                        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+                        impl Drop for Stop<'_> {
+                            fn drop(&mut self) {
+                                self.0.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        let _stop = Stop(stop);
                         let mut rng = ChaCha8Rng::seed_from_u64(w);
                         for _ in 0..40_000 {
-                            let lba = rng.random_range(0..geo.lbas);
-                            let tag = lba as u8 * 16 + rng.random_range(1..16u8);
-                            b.write_block(lba, &[tag; 4096]).expect("write");
+                            let i = rng.random_range(0..lbas.len());
+                            let tag = i as u8 * 16 + rng.random_range(1..16u8);
+                            b.write_block(lbas[i], &[tag; 4096]).expect("write");
                         }
-                        stop.store(true, Ordering::Relaxed);
                     });
                 }
                 for r in 0..2u64 {
@@ -982,10 +1186,11 @@ mod tests {
                         let mut rng = ChaCha8Rng::seed_from_u64(100 + r);
                         let mut buf = vec![0u8; 4096];
                         while !stop.load(Ordering::Relaxed) {
-                            let lba = rng.random_range(0..geo.lbas);
+                            let i = rng.random_range(0..lbas.len());
+                            let lba = lbas[i];
                             b.read_block(lba, &mut buf).expect("read");
                             let tag = buf[0];
-                            assert_eq!(tag / 16, lba as u8, "lba {lba} read another block's data");
+                            assert_eq!(tag / 16, i as u8, "lba {lba} read another block's data");
                             assert!(
                                 buf.iter().all(|&x| x == tag),
                                 "lba {lba}: torn read ({tag} and others)"
