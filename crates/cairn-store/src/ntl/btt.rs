@@ -36,11 +36,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::alloc::BlockAllocator;
 use super::info::{self, INFO_LEN, InfoError};
-use super::map::{BlockMap, MapError};
+use super::lanelog::{self, DataCrc, LOG_LEN, Record};
+use super::map::{self as entries, BlockMap, MapError};
 use super::region::Region;
 use crate::device::{DeviceError, DeviceOp};
 
-const STRIPES: usize = 256;
+const STRIPES: usize = lanelog::LANES as usize;
 
 /// Bytes [`Btt::prefetch`] asks for: one cache line.
 const CACHE_LINE: u64 = 64;
@@ -81,6 +82,13 @@ struct Lane {
     /// `Btt::keep_spares`); lost at close, since free space is rebuilt from the
     /// map.
     spare: Option<u64>,
+    /// Writes made through this lane's log (image version 2): the last
+    /// record's sequence number.
+    seq: u64,
+    /// The logical block whose map entry this lane stored last and has not
+    /// written back yet (its record still covers it); the lane's next write
+    /// writes it back in its own fence epoch, [`Btt::flush`] sooner.
+    unflushed: Option<u64>,
 }
 
 /// Lock-free read attempts before a reader takes the stripe lock.
@@ -98,18 +106,34 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    fn data_base(&self) -> u64 {
+    pub(crate) fn data_base(&self) -> u64 {
         (INFO_LEN + self.lbas * 8).div_ceil(self.block_size) * self.block_size
     }
 
-    /// Region bytes the image needs (saturating, so absurd geometry fails `validate`).
-    pub fn region_len(&self) -> u64 {
+    /// Where the lane log starts (image version 2): right after the data blocks.
+    pub(crate) fn log_base(&self) -> u64 {
         self.data_base()
             .saturating_add(self.data_blocks.saturating_mul(self.block_size))
     }
 
+    /// Region bytes the image needs, lane log included (saturating, so absurd
+    /// geometry fails `validate`).
+    pub fn region_len(&self) -> u64 {
+        self.log_base().saturating_add(LOG_LEN)
+    }
+
     /// Checks the geometry is usable in a region of `region_len` bytes.
     pub fn validate(&self, region_len: u64) -> Result<(), String> {
+        self.validate_version(region_len, true)
+    }
+
+    /// [`Geometry::validate`] for an image with or without (version 1) a lane log.
+    pub(crate) fn validate_version(&self, region_len: u64, log: bool) -> Result<(), String> {
+        let needs = if log {
+            self.region_len()
+        } else {
+            self.log_base()
+        };
         if self.block_size < 64 || !self.block_size.is_power_of_two() {
             return Err(format!(
                 "block size {} is not a power of two >= 64",
@@ -132,10 +156,9 @@ impl Geometry {
                     .checked_add(m)
             });
         match need {
-            Some(_) if self.region_len() <= region_len => Ok(()),
+            Some(_) if needs <= region_len => Ok(()),
             _ => Err(format!(
-                "image needs {} bytes, region has {region_len}",
-                self.region_len()
+                "image needs {needs} bytes, region has {region_len}"
             )),
         }
     }
@@ -180,6 +203,9 @@ pub struct Btt<R: Region> {
     /// ≥ 1 free. With fewer, spares could strand the last free blocks in idle
     /// stripes, so overwrites free to the bitmap as before.
     keep_spares: bool,
+    /// The image's lane log (version 2): where it starts. `None` for a version
+    /// 1 image, written with two fences per block.
+    log: Option<u64>,
 }
 
 impl<R: Region> Btt<R> {
@@ -197,8 +223,13 @@ impl<R: Region> Btt<R> {
             region.store_u64(INFO_LEN + lba * 8, 0)?;
         }
         region.flush(&[(INFO_LEN, geo.lbas * 8)])?;
+        let zero = [0u8; lanelog::RECORD as usize];
+        for slot in 0..LOG_LEN / lanelog::RECORD {
+            region.write(geo.log_base() + slot * lanelog::RECORD, &zero)?;
+        }
+        region.flush(&[(geo.log_base(), LOG_LEN)])?;
         region.fence()?;
-        region.write(0, &info::encode(&geo, 0))?;
+        region.write(0, &info::encode(&geo, 0, info::VERSION))?;
         region.flush(&[(0, INFO_LEN)])?;
         region.fence()?;
         Self::open_with(region, mode)
@@ -215,12 +246,19 @@ impl<R: Region> Btt<R> {
     pub fn open_with(region: R, mode: WriteMode) -> Result<Self, MapError> {
         let mut raw = [0u8; 64];
         region.read(0, &mut raw)?;
-        let (geo, mut flags) = info::decode(&raw, region.len())?;
+        let info = info::decode(&raw, region.len())?;
+        let (geo, mut flags) = (info.geometry, info.flags);
+        // Version 2: the lane log's records complete the map before it loads.
+        let seqs = if info.has_log() {
+            lanelog::replay(&region, &geo, true)?.seq
+        } else {
+            vec![0; STRIPES]
+        };
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
         let alloc = BlockAllocator::from_used(geo.data_blocks, map.used())?;
         if mode == WriteMode::InPlace && flags & info::FLAG_IN_PLACE == 0 {
             flags |= info::FLAG_IN_PLACE;
-            region.write(0, &info::encode(&geo, flags))?;
+            region.write(0, &info::encode(&geo, flags, info.version))?;
             region.flush(&[(0, INFO_LEN)])?;
             region.fence()?;
         }
@@ -236,11 +274,14 @@ impl<R: Region> Btt<R> {
                     lock: Mutex::new(Lane {
                         cursor: i * geo.data_blocks / STRIPES as u64,
                         spare: None,
+                        seq: seqs[i as usize],
+                        unflushed: None,
                     }),
                     freed: AtomicU64::new(0),
                 })
                 .collect(),
             keep_spares: geo.data_blocks - geo.lbas >= STRIPES as u64,
+            log: info.has_log().then(|| geo.log_base()),
         })
     }
 
@@ -370,8 +411,15 @@ impl<R: Region> Btt<R> {
     }
 
     /// Copies `len` bytes from region offset `from` (or zeros when `None`) to `to`,
-    /// through a stack buffer (no heap allocation), flushed (the caller fences).
-    fn copy(&self, from: Option<u64>, to: u64, len: u64) -> Result<(), DeviceError> {
+    /// through a stack buffer (no heap allocation), flushed (the caller fences),
+    /// adding them to `crc` when there is one.
+    fn copy(
+        &self,
+        from: Option<u64>,
+        to: u64,
+        len: u64,
+        crc: &mut Option<DataCrc>,
+    ) -> Result<(), DeviceError> {
         if len == 0 {
             return Ok(());
         }
@@ -381,6 +429,9 @@ impl<R: Region> Btt<R> {
             let n = (len - done).min(chunk.len() as u64) as usize;
             if let Some(f) = from {
                 self.region.read(f + done, &mut chunk[..n])?;
+            }
+            if let Some(crc) = crc {
+                crc.update(&chunk[..n]);
             }
             self.region.write_flushed(to + done, &chunk[..n])?;
             done += n as u64;
@@ -410,22 +461,43 @@ impl<R: Region> Btt<R> {
         };
         let base = self.geo.data_base();
         let off = base + new * bs;
-        let old_off = self.map.get(lba).map(|b| base + b * bs);
+        let old_block = self.map.get(lba);
+        let old_off = old_block.map(|b| base + b * bs);
         // Start the map entry line's read-for-ownership under the data copy
         // (see `write_batch`).
         self.region.prefetch(self.map.entry_offset(lba), 8);
         let end = within + data.len() as u64;
+        let mut crc = self.logged().then(DataCrc::new);
         let staged = self
-            .copy(old_off, off, within)
-            .and_then(|()| self.region.write_flushed(off + within, data))
-            .and_then(|()| self.copy(old_off.map(|o| o + end), off + end, bs - end))
+            .copy(old_off, off, within, &mut crc)
+            .and_then(|()| {
+                // Checksummed after the streaming stores are issued, so the
+                // CRC runs while they drain.
+                self.region.write_flushed(off + within, data)?;
+                if let Some(crc) = &mut crc {
+                    crc.update(data);
+                }
+                Ok(())
+            })
+            .and_then(|()| self.copy(old_off.map(|o| o + end), off + end, bs - end, &mut crc))
+            .and_then(|()| match &crc {
+                Some(crc) => self.log_write(&mut lane, lba, old_block, new, crc.finish()),
+                None => Ok(()),
+            })
             .and_then(|()| self.region.fence());
         if let Err(e) = staged {
             self.retire_block(&mut lane, new);
             return Err(e);
         }
-        let old = self.map.set(&self.region, lba, new)?;
-        self.region.fence()?;
+        let old = if self.logged() {
+            // Durable through the record; written back by the lane's next write.
+            lane.unflushed = Some(lba);
+            self.map.set_unflushed(&self.region, lba, new)?
+        } else {
+            let old = self.map.set(&self.region, lba, new)?;
+            self.region.fence()?;
+            old
+        };
         if let Some(old) = old {
             self.freeing(lba);
             self.retire_block(&mut lane, old);
@@ -459,6 +531,79 @@ impl<R: Region> Btt<R> {
         } else {
             self.alloc.free(block);
         }
+    }
+
+    /// Whether atomic writes go through the lane log: a version 2 image opened
+    /// for atomic writes. (In-place mode changes mapped blocks under their
+    /// records, whose data CRCs would then fail, so its map flips of
+    /// unmapped blocks are fenced as in version 1.)
+    fn logged(&self) -> bool {
+        self.log.is_some() && self.mode == WriteMode::Atomic
+    }
+
+    /// Lane log steps of an atomic write of `lba` (see `lanelog`): its record in
+    /// the lane's next slot, and a write-back of the entry the lane stored last,
+    /// both flushed for the caller's one fence. The caller holds `lane`'s lock.
+    fn log_write(
+        &self,
+        lane: &mut Lane,
+        lba: u64,
+        old: Option<u64>,
+        new: u64,
+        data_crc: u32,
+    ) -> Result<(), DeviceError> {
+        self.log_record(lane, lba, old, Some(new), data_crc)
+    }
+
+    /// [`Btt::log_write`], or with `new` = `None` a trim record.
+    fn log_record(
+        &self,
+        lane: &mut Lane,
+        lba: u64,
+        old: Option<u64>,
+        new: Option<u64>,
+        data_crc: u32,
+    ) -> Result<(), DeviceError> {
+        let Some(log_base) = self.log else {
+            return Ok(());
+        };
+        lane.seq += 1;
+        let record = Record {
+            seq: lane.seq,
+            lba,
+            old: old.map_or(0, entries::encode),
+            new: new.unwrap_or(lanelog::TRIMMED),
+            data_crc,
+        };
+        let slot = lanelog::slot_offset(log_base, lba % lanelog::LANES, lane.seq);
+        self.region.write_flushed(slot, &record.encode())?;
+        // The record this one replaces in two writes' time covers that entry
+        // until then; after this fence the entry no longer needs it.
+        if let Some(earlier) = lane.unflushed.take() {
+            self.map.flush_entries(&self.region, earlier, 1)?;
+        }
+        Ok(())
+    }
+
+    /// Writes back every map entry still covered only by its lane's record,
+    /// then fences. Not needed for durability (records are replayed at open);
+    /// it leaves the map current on the media, as at a clean stop.
+    pub fn flush(&self) -> Result<(), DeviceError> {
+        if self.log.is_none() {
+            return Ok(());
+        }
+        let mut any = false;
+        for stripe in &self.stripes {
+            let mut lane = stripe.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(lba) = lane.unflushed.take() {
+                self.map.flush_entries(&self.region, lba, 1)?;
+                any = true;
+            }
+        }
+        if any {
+            self.region.fence()?;
+        }
+        Ok(())
     }
 
     fn no_space(&self, lba: u64, len: u64) -> DeviceError {
@@ -559,7 +704,17 @@ impl<R: Region> Btt<R> {
         let staged = (0..n)
             .try_for_each(|i| {
                 let from = &data[i * bs as usize..(i + 1) * bs as usize];
-                self.region.write_flushed(base + target[i] * bs, from)
+                self.region.write_flushed(base + target[i] * bs, from)?;
+                if self.logged()
+                    && flip[i]
+                    && let Some(lane) = guards[i].as_deref_mut()
+                {
+                    let mut crc = DataCrc::new();
+                    crc.update(from);
+                    let lba = first + i as u64;
+                    self.log_write(lane, lba, self.map.get(lba), target[i], crc.finish())?;
+                }
+                Ok(())
             })
             .and_then(|()| self.region.fence());
         if let Err(e) = staged {
@@ -575,10 +730,17 @@ impl<R: Region> Btt<R> {
                 old[i] = self
                     .map
                     .set_unflushed(&self.region, first + i as u64, target[i])?;
+                if self.logged()
+                    && let Some(lane) = guards[i].as_deref_mut()
+                {
+                    lane.unflushed = Some(first + i as u64);
+                }
             }
         }
-        self.map.flush_entries(&self.region, first, n as u64)?;
-        self.region.fence()?;
+        if !self.logged() {
+            self.map.flush_entries(&self.region, first, n as u64)?;
+            self.region.fence()?;
+        }
         for (i, block) in old[..n].iter().enumerate() {
             if let Some(block) = *block
                 && let Some(lane) = guards[i].as_deref_mut()
@@ -650,11 +812,17 @@ impl<R: Region> Btt<R> {
                 at += n as u64;
                 continue;
             }
-            let guards = self.lock_batch(at, n);
+            let mut guards = self.lock_batch(at, n);
             let mut old = [None; BATCH];
             for (i, slot) in old[..n].iter_mut().enumerate() {
                 let lba = at + i as u64;
-                if self.map.get(lba).is_some() {
+                if let Some(block) = self.map.get(lba) {
+                    // A trim record, so that replay never redoes an older
+                    // record of this block over the trim (one from unmapped
+                    // to mapped would match the unmapped entry again).
+                    if let Some(lane) = guards[i].as_deref_mut() {
+                        self.log_record(lane, lba, Some(block), None, 0)?;
+                    }
                     *slot = self.map.clear(&self.region, lba)?;
                 }
             }
@@ -716,17 +884,37 @@ mod tests {
 
     #[test]
     fn crash_at_every_store_leaves_blocks_old_or_new() {
-        for seed in 0..8u64 {
+        // Version 2 (lane log, one fence per write) and version 1 (two).
+        for (seed, version) in
+            (0..8u64).flat_map(|s| [(s, info::VERSION), (s, info::VERSION_NO_LOG)])
+        {
+            let format = || {
+                let b = Btt::format(SimRegion::new(GEO.region_len()), GEO).expect("format");
+                if version == info::VERSION_NO_LOG {
+                    let region = b.into_region();
+                    region
+                        .write(0, &info::encode(&GEO, 0, version))
+                        .expect("info");
+                    region.flush(&[(0, INFO_LEN)]).expect("flush");
+                    region.fence().expect("fence");
+                    let b = Btt::open(region).expect("open v1");
+                    assert!(b.log.is_none(), "a version 1 image has no lane log");
+                    b
+                } else {
+                    assert!(b.log.is_some());
+                    b
+                }
+            };
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let ops: Vec<(u64, u8)> = (1..=24u8)
                 .map(|t| (rng.random_range(0..GEO.lbas), t))
                 .collect();
-            let probe = Btt::format(SimRegion::new(GEO.region_len()), GEO).expect("format");
+            let probe = format();
             let start = probe.region().events();
             run(&probe, &ops, &mut [0; 8], &mut None);
             let total = probe.region().events() - start;
             for point in 0..=total {
-                let b = Btt::format(SimRegion::new(GEO.region_len()), GEO).expect("format");
+                let b = format();
                 b.region().crash_after(start + point);
                 let mut done = [0u8; 8];
                 let mut inflight = None;

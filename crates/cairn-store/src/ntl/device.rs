@@ -105,7 +105,9 @@ impl<R: Region> Device for NtlDevice<R> {
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
-        Ok(())
+        // Every write is durable when it returns (data and lane log record);
+        // this also puts the map entries the records cover on the media.
+        self.btt.flush()
     }
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {

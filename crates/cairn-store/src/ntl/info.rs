@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! 0   8  magic  "CAIRNNTL"
-//! 8   4  version (u32 LE, 1)
+//! 8   4  version (u32 LE: 2, or 1 for an image without a lane log)
 //! 12  4  flags (u32 LE; bit 0 = FLAG_IN_PLACE, the rest zero)
 //! 16  8  block_size (u64 LE)
 //! 24  8  lbas (u64 LE)
@@ -15,8 +15,12 @@ use super::btt::Geometry;
 
 /// Magic at offset 0 of an NTL image.
 pub const MAGIC: [u8; 8] = *b"CAIRNNTL";
-/// Format version written and accepted.
-pub const VERSION: u32 = 1;
+/// Format version written: 2 has the lane log after the data blocks (see
+/// `lanelog`). Version 1 (no lane log, two fences per write) is still opened
+/// and written in its own way.
+pub const VERSION: u32 = 2;
+/// The version without a lane log.
+pub const VERSION_NO_LOG: u32 = 1;
 /// Bytes of the info block.
 pub const INFO_LEN: u64 = 64;
 /// Flag: the image has been opened for in-place (non-atomic) writes since it was
@@ -50,11 +54,11 @@ pub enum InfoError {
     Geometry(String),
 }
 
-/// Encodes `geo` and `flags` as an info block.
-pub fn encode(geo: &Geometry, flags: u32) -> [u8; 64] {
+/// Encodes `geo` and `flags` as an info block of `version`.
+pub fn encode(geo: &Geometry, flags: u32, version: u32) -> [u8; 64] {
     let mut b = [0u8; 64];
     b[0..8].copy_from_slice(&MAGIC);
-    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
     b[12..16].copy_from_slice(&flags.to_le_bytes());
     b[16..24].copy_from_slice(&geo.block_size.to_le_bytes());
     b[24..32].copy_from_slice(&geo.lbas.to_le_bytes());
@@ -76,9 +80,27 @@ fn u32_at(b: &[u8; 64], at: usize) -> u32 {
     u32::from_le_bytes(w)
 }
 
+/// A decoded info block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// Sizes.
+    pub geometry: Geometry,
+    /// Flag bits.
+    pub flags: u32,
+    /// [`VERSION`] or [`VERSION_NO_LOG`].
+    pub version: u32,
+}
+
+impl Info {
+    /// Whether the image has a lane log.
+    pub fn has_log(&self) -> bool {
+        self.version >= VERSION
+    }
+}
+
 /// Decodes and validates an info block (magic, version, CRC, flags, then geometry
-/// against `region_len`); returns the geometry and the flags.
-pub fn decode(b: &[u8; 64], region_len: u64) -> Result<(Geometry, u32), InfoError> {
+/// against `region_len`).
+pub fn decode(b: &[u8; 64], region_len: u64) -> Result<Info, InfoError> {
     let mut magic = [0u8; 8];
     magic.copy_from_slice(&b[0..8]);
     if magic != MAGIC {
@@ -90,7 +112,7 @@ pub fn decode(b: &[u8; 64], region_len: u64) -> Result<(Geometry, u32), InfoErro
         return Err(InfoError::Checksum { stored, computed });
     }
     let version = u32_at(b, 8);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_NO_LOG {
         return Err(InfoError::Version(version));
     }
     let flags = u32_at(b, 12);
@@ -102,8 +124,13 @@ pub fn decode(b: &[u8; 64], region_len: u64) -> Result<(Geometry, u32), InfoErro
         lbas: u64_at(b, 24),
         data_blocks: u64_at(b, 32),
     };
-    geo.validate(region_len).map_err(InfoError::Geometry)?;
-    Ok((geo, flags))
+    geo.validate_version(region_len, version >= VERSION)
+        .map_err(InfoError::Geometry)?;
+    Ok(Info {
+        geometry: geo,
+        flags,
+        version,
+    })
 }
 
 #[cfg(test)]
@@ -118,17 +145,33 @@ mod tests {
 
     #[test]
     fn round_trip_and_every_byte_flip_is_detected() {
-        let b = encode(&G, 0);
-        assert_eq!(decode(&b, G.region_len()), Ok((G, 0)));
+        let b = encode(&G, 0, VERSION);
+        let info = |flags, version| Info {
+            geometry: G,
+            flags,
+            version,
+        };
+        assert_eq!(decode(&b, G.region_len()), Ok(info(0, VERSION)));
         assert_eq!(
-            decode(&encode(&G, FLAG_IN_PLACE), G.region_len()),
-            Ok((G, FLAG_IN_PLACE))
+            decode(&encode(&G, FLAG_IN_PLACE, VERSION), G.region_len()),
+            Ok(info(FLAG_IN_PLACE, VERSION))
         );
         assert_eq!(
-            decode(&encode(&G, 2), G.region_len()),
+            decode(&encode(&G, 2, VERSION), G.region_len()),
             Err(InfoError::Flags(2)),
             "unknown flags are refused even with a valid CRC"
         );
+        assert_eq!(
+            decode(&encode(&G, 0, 3), G.region_len()),
+            Err(InfoError::Version(3))
+        );
+        // A version 1 image has no lane log, so it fits a shorter region.
+        let short = G.region_len() - crate::ntl::lanelog::LOG_LEN;
+        assert_eq!(
+            decode(&encode(&G, 0, VERSION_NO_LOG), short),
+            Ok(info(0, VERSION_NO_LOG))
+        );
+        assert!(matches!(decode(&b, short), Err(InfoError::Geometry(_))));
         for i in 0..64 {
             for bit in 0..8 {
                 let mut c = b;

@@ -124,6 +124,14 @@ impl BlockMap {
         decode(entry, self.data_blocks).ok().flatten()
     }
 
+    /// Sets `lba`'s DRAM entry only (a checker's view of a replay it does not
+    /// write: the entry must be valid).
+    pub(crate) fn overlay(&self, lba: u64, entry: u64) {
+        if let Some(slot) = self.mirror.get(lba as usize) {
+            slot.store(entry, Ordering::Relaxed);
+        }
+    }
+
     /// Every data block the map references (for rebuilding the allocator).
     pub fn used(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.lbas()).filter_map(|l| self.get(l))

@@ -30,6 +30,7 @@ pub mod btt;
 pub mod check;
 pub mod device;
 pub mod info;
+pub mod lanelog;
 pub mod map;
 pub mod pmem;
 pub mod region;

@@ -1,0 +1,260 @@
+//! The lane log (image version 2): one persistence round trip per atomic write.
+//!
+//! Version 1 made a write durable in two round trips: the data, fence, then the
+//! map entry, fence. On this machine the second one (write-back of the entry's
+//! line after the data had drained) was the whole price of atomicity: 31 % of a
+//! 4 KiB random write, where skipping it cost nothing measurable. Version 2
+//! persists the data and a 64-byte record naming it in the same fence epoch:
+//!
+//! 1. copy the data to a free block (non-temporal stores), computing its CRC32C;
+//! 2. write the record `{seq, lba, old entry, new block, data CRC}` to the lane's
+//!    next slot (one 64-byte line), and write back the map entry line of the
+//!    lane's previous write (see 4);
+//! 3. fence: data, record and that earlier entry are durable together;
+//! 4. store the new map entry (not written back yet: the lane's next write, or
+//!    [`super::Btt::flush`], writes it back).
+//!
+//! A crash before 3 completes may leave the record durable and the data not
+//! (nothing orders them within an epoch), which is what the data CRC is for:
+//! at open, [`replay`] applies each lane's records oldest first, setting `lba`'s
+//! entry to `new` when it still holds `old` and the block at `new` matches the
+//! CRC. A record stays in its slot until the lane's write after next, and the
+//! entry it names is durable before then (step 2 of the next write), so no
+//! entry is lost when its record is overwritten. The block an overwrite
+//! replaced may be reused as soon as the new entry is stored: if the entry is
+//! not durable at a crash, the record still redirects it.
+//!
+//! Layout: `STRIPES` lanes × 2 slots × 64 bytes, after the data blocks. A slot:
+//!
+//! ```text
+//! 0   8  seq (u64 LE; the lane's write count, from 1; 0 = empty slot)
+//! 8   8  lba (u64 LE)
+//! 16  8  old map entry (u64 LE, the raw entry: 0 = unmapped)
+//! 24  8  new data block (u64 LE; u64::MAX = unmapped: a trim record)
+//! 32  4  CRC32C of the new block's data (u32 LE; 0 in a trim record)
+//! 36 24  reserved, zero
+//! 60  4  CRC32C of bytes 0..60 (u32 LE)
+//! ```
+
+use crc_fast::{CrcAlgorithm, Digest};
+
+use super::btt::Geometry;
+use super::info::INFO_LEN;
+use super::map;
+use super::region::Region;
+use crate::device::DeviceError;
+
+/// Lanes: one per stripe lock of [`super::Btt`].
+pub const LANES: u64 = 256;
+/// Record slots per lane, written alternately.
+pub const SLOTS: u64 = 2;
+/// Bytes per record (one cache line).
+pub const RECORD: u64 = 64;
+/// Bytes of the whole lane log.
+pub const LOG_LEN: u64 = LANES * SLOTS * RECORD;
+/// `new` of a trim record: the block became unmapped. Without it, replay could
+/// redo an older record that mapped the block from unmapped over the trim.
+pub const TRIMMED: u64 = u64::MAX;
+
+/// One lane log record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The lane's write count (from 1).
+    pub seq: u64,
+    /// Logical block written.
+    pub lba: u64,
+    /// Its map entry before the write (raw; 0 = unmapped).
+    pub old: u64,
+    /// The data block it now maps to.
+    pub new: u64,
+    /// CRC32C of the data in `new`.
+    pub data_crc: u32,
+}
+
+impl Record {
+    /// The record as stored.
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.lba.to_le_bytes());
+        b[16..24].copy_from_slice(&self.old.to_le_bytes());
+        b[24..32].copy_from_slice(&self.new.to_le_bytes());
+        b[32..36].copy_from_slice(&self.data_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// A stored record, or `None` for an empty slot or one whose CRC fails (a
+    /// torn record: its write never completed, so nothing depends on it).
+    pub fn decode(b: &[u8; 64]) -> Option<Self> {
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let half = |at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&b[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        let seq = word(0);
+        if seq == 0 || half(60) != crc32c::crc32c(&b[..60]) || b[36..60].iter().any(|&x| x != 0) {
+            return None;
+        }
+        Some(Self {
+            seq,
+            lba: word(8),
+            old: word(16),
+            new: word(24),
+            data_crc: half(32),
+        })
+    }
+}
+
+/// CRC32C of a block's data, accumulated piece by piece (crc-fast: folding
+/// with carry-less multiplies, 52 ns per 4 KiB here against 180 ns for the
+/// `crc32` instruction).
+pub struct DataCrc(Digest);
+
+impl DataCrc {
+    /// An empty checksum.
+    pub fn new() -> Self {
+        Self(Digest::new(CrcAlgorithm::Crc32Iscsi))
+    }
+
+    /// Adds `data`.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    /// The CRC32C of everything added.
+    pub fn finish(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
+impl Default for DataCrc {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Offset of lane `lane`'s slot for its write number `seq`.
+pub fn slot_offset(log_base: u64, lane: u64, seq: u64) -> u64 {
+    log_base + (lane * SLOTS + seq % SLOTS) * RECORD
+}
+
+/// What [`replay`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// Per lane, the highest sequence number in its slots (0 if none).
+    pub seq: Vec<u64>,
+    /// Entries the records redirect: `(lba, new raw entry)`, in the order
+    /// applied.
+    pub redo: Vec<(u64, u64)>,
+}
+
+/// Reads every lane's records and applies them oldest first, each when its
+/// block still holds `old` and the data at `new` matches its CRC (see the
+/// module comment). With `apply` the entries are stored, written back and
+/// fenced; without (fsck) the region is only read and the result says what
+/// would change.
+pub fn replay<R: Region + ?Sized>(
+    region: &R,
+    geo: &Geometry,
+    apply: bool,
+) -> Result<Replay, DeviceError> {
+    let (log_base, map_base, data_base) = (geo.log_base(), INFO_LEN, geo.data_base());
+    let (lbas, block_size, data_blocks) = (geo.lbas, geo.block_size, geo.data_blocks);
+    let mut out = Replay {
+        seq: vec![0; LANES as usize],
+        redo: Vec::new(),
+    };
+    let mut pending: Vec<(u64, u64)> = Vec::new();
+    let mut block = vec![0u8; block_size as usize];
+    for lane in 0..LANES {
+        let mut records: Vec<Record> = Vec::with_capacity(SLOTS as usize);
+        for slot in 0..SLOTS {
+            let mut raw = [0u8; 64];
+            region.read(log_base + (lane * SLOTS + slot) * RECORD, &mut raw)?;
+            if let Some(r) = Record::decode(&raw) {
+                out.seq[lane as usize] = out.seq[lane as usize].max(r.seq);
+                // A record of another lane's block, or out of range, was not
+                // written by this layer: ignore it.
+                if r.lba < lbas
+                    && r.lba % LANES == lane
+                    && (r.new < data_blocks || r.new == TRIMMED)
+                {
+                    records.push(r);
+                }
+            }
+        }
+        records.sort_by_key(|r| r.seq);
+        for r in records {
+            let at = map_base + r.lba * 8;
+            let current = match pending.iter().rev().find(|&&(l, _)| l == r.lba) {
+                Some(&(_, e)) => e,
+                None => region.load_u64(at)?,
+            };
+            if current != r.old {
+                continue;
+            }
+            let entry = if r.new == TRIMMED {
+                0
+            } else {
+                region.read(data_base + r.new * block_size, &mut block)?;
+                let mut crc = DataCrc::new();
+                crc.update(&block);
+                if crc.finish() != r.data_crc {
+                    continue;
+                }
+                map::encode(r.new)
+            };
+            pending.push((r.lba, entry));
+            out.redo.push((r.lba, entry));
+        }
+    }
+    if apply && !pending.is_empty() {
+        for &(lba, entry) in &pending {
+            region.store_u64_flushed(map_base + lba * 8, entry)?;
+        }
+        region.fence()?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_every_flip_is_refused() {
+        let r = Record {
+            seq: 7,
+            lba: 300,
+            old: map::encode(12),
+            new: 99,
+            data_crc: 0xdead_beef,
+        };
+        let b = r.encode();
+        assert_eq!(Record::decode(&b), Some(r));
+        assert_eq!(Record::decode(&[0u8; 64]), None, "an empty slot");
+        for i in 0..64 {
+            for bit in 0..8 {
+                let mut c = b;
+                c[i] ^= 1 << bit;
+                assert_eq!(Record::decode(&c), None, "flip byte {i} bit {bit}");
+            }
+        }
+    }
+
+    #[test]
+    fn data_crc_is_crc32c_in_pieces() {
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+        let mut crc = DataCrc::new();
+        crc.update(&data[..100]);
+        crc.update(&data[100..]);
+        assert_eq!(crc.finish(), crc32c::crc32c(&data));
+    }
+}
