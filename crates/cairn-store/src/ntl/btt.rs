@@ -1,23 +1,27 @@
 //! Atomic block writes over a [`Region`] (the Linux BTT idea, reduced).
 //!
-//! A write of logical block `lba` goes: take a free data block (its stripe's
-//! spare, else one from the allocator), copy the new data into it, flush + fence,
-//! store the new 8-byte map entry, flush + fence, then give the old data block back
-//! (it becomes the stripe's spare, else is freed). A crash at any store leaves the map entry
-//! wholly old or wholly new (8-byte stores never tear), and the new data is durable
-//! before the entry can point at it, so the block reads wholly old or wholly new.
+//! A write of logical block `lba` (image version 2) goes: take a free data block
+//! (its stripe's spare, else one from the allocator), stream the new data into it,
+//! write a lane log record naming it with the data's CRC32C (and write back the
+//! lane's previous map entry), one fence, then store the new 8-byte map entry and
+//! give the old data block back (it becomes the stripe's spare, else is freed). A
+//! crash leaves the map entry wholly old or wholly new (8-byte stores never tear);
+//! if the record is durable and the entry is not, the replay at open sets the
+//! entry when the data's CRC matches, so the block reads wholly old or wholly new
+//! (see `lanelog`). A version 1 image has no lane log: data, fence, map entry,
+//! fence.
 //!
-//! Deliberate difference from BTT: no per-lane flog. BTT keeps its free list in the
-//! flog, so it must log {lba, old, new, seq}; here free space is rebuilt at open from
-//! the map alone, so a block not referenced by the map is free and there is nothing
-//! to replay. Writers of one block serialise on a striped lock (no global lock);
-//! readers in atomic mode take none (they retry a copy if a block of the stripe
-//! was freed meanwhile: see `Stripe`); the allocator is lock-free, and an
-//! overwrite does not use it (see `Lane::spare`, BTT's per-lane free block kept
-//! in DRAM only).
+//! Differences from BTT: the lane log holds only the last two writes per lane and
+//! no free list; free space is rebuilt at open from the (replayed) map, so a block
+//! not referenced by the map is free. Writers of one block serialise on a striped
+//! lock (no global lock); readers in atomic mode take none (they retry a copy if a
+//! block of the stripe was freed meanwhile: see `Stripe`); the allocator is
+//! lock-free, and an overwrite does not use it (see `Lane::spare`, BTT's per-lane
+//! free block kept in DRAM only).
 //!
-//! A trim unmaps: one 8-byte store of the unmapped entry per block, fence, then the
-//! old data block is freed, so a crash leaves the block wholly old or unmapped.
+//! A trim unmaps: a trim record and one 8-byte store of the unmapped entry per
+//! block, fence, then the old data block is freed, so a crash leaves the block
+//! wholly old or unmapped.
 //!
 //! Layout inside the region: `[info: 64 bytes][map: lbas × 8 bytes]`, padded to the
 //! block size, then `[data: data_blocks × block_size]`.

@@ -12,9 +12,11 @@
 //! - [`alloc`]: [`BlockAllocator`], `nm_alloc`/`nm_free` over a DRAM bitmap.
 //!
 //! - [`map`]: [`BlockMap`], the flat persistent map and its DRAM mirror.
-//! - [`btt`]: [`Btt`], atomic whole-block writes (copy to a free block, fence,
-//!   flip the map entry, fence), batched for multi-block writes, and the
-//!   in-place [`WriteMode`] that measures what atomicity costs.
+//! - [`btt`]: [`Btt`], atomic whole-block writes (copy to a free block and log
+//!   it, one fence, then flip the map entry), batched for multi-block writes, and
+//!   the in-place [`WriteMode`] that measures what atomicity costs.
+//! - [`lanelog`]: the per-lane records that make an atomic write one
+//!   persistence round trip, and their replay at open.
 //!
 //! - [`device`]: [`NtlDevice`], the `Device` trait at any byte offset and length.
 //!
