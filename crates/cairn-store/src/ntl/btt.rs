@@ -227,12 +227,7 @@ impl<R: Region> Btt<R> {
             region.store_u64(INFO_LEN + lba * 8, 0)?;
         }
         region.flush(&[(INFO_LEN, geo.lbas * 8)])?;
-        let zero = [0u8; lanelog::RECORD as usize];
-        for slot in 0..LOG_LEN / lanelog::RECORD {
-            region.write(geo.log_base() + slot * lanelog::RECORD, &zero)?;
-        }
-        region.flush(&[(geo.log_base(), LOG_LEN)])?;
-        region.fence()?;
+        lanelog::clear(&region, &geo)?;
         region.write(0, &info::encode(&geo, 0, info::VERSION))?;
         region.flush(&[(0, INFO_LEN)])?;
         region.fence()?;
@@ -252,12 +247,16 @@ impl<R: Region> Btt<R> {
         region.read(0, &mut raw)?;
         let info = info::decode(&raw, region.len())?;
         let (geo, mut flags) = (info.geometry, info.flags);
-        // Version 2: the lane log's records complete the map before it loads.
-        let seqs = if info.has_log() {
-            lanelog::replay(&region, &geo, true)?.seq
-        } else {
-            vec![0; STRIPES]
-        };
+        // Version 2: the lane log's records complete the map before it loads;
+        // then the log is emptied, so a record never outlives the session that
+        // wrote it (a session that does not log could otherwise bring a block
+        // back to a record's `old` and have a stale record redone).
+        if info.has_log() {
+            let replayed = lanelog::replay(&region, &geo, true)?;
+            if replayed.seq.iter().any(|&s| s > 0) {
+                lanelog::clear(&region, &geo)?;
+            }
+        }
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
         let alloc = BlockAllocator::from_used(geo.data_blocks, map.used())?;
         if mode == WriteMode::InPlace && flags & info::FLAG_IN_PLACE == 0 {
@@ -278,7 +277,7 @@ impl<R: Region> Btt<R> {
                     lock: Mutex::new(Lane {
                         cursor: i * geo.data_blocks / STRIPES as u64,
                         spare: None,
-                        seq: seqs[i as usize],
+                        seq: 0,
                         unflushed: None,
                     }),
                     freed: AtomicU64::new(0),
@@ -538,11 +537,14 @@ impl<R: Region> Btt<R> {
     }
 
     /// Whether atomic writes go through the lane log: a version 2 image opened
-    /// for atomic writes. (In-place mode changes mapped blocks under their
-    /// records, whose data CRCs would then fail, so its map flips of
-    /// unmapped blocks are fenced as in version 1.)
+    /// for atomic writes on a region whose stores need fences to persist in
+    /// order. (In-place mode changes mapped blocks under their records, whose
+    /// data CRCs would then fail, so its map flips of unmapped blocks are fenced
+    /// as in version 1; where stores persist in program order, the version 1
+    /// steps cost no fence at all.) A session logs all its writes and trims or
+    /// none.
     fn logged(&self) -> bool {
-        self.log.is_some() && self.mode == WriteMode::Atomic
+        self.log.is_some() && self.mode == WriteMode::Atomic && !self.region.persists_in_order()
     }
 
     /// Lane log steps of an atomic write of `lba` (see `lanelog`): its record in
@@ -568,7 +570,7 @@ impl<R: Region> Btt<R> {
         new: Option<u64>,
         data_crc: u32,
     ) -> Result<(), DeviceError> {
-        let Some(log_base) = self.log else {
+        let Some(log_base) = self.log.filter(|_| self.logged()) else {
             return Ok(());
         };
         lane.seq += 1;

@@ -145,6 +145,10 @@ mod tests {
         }
         let report = examine(b.region()).expect("examine");
         assert_eq!((report.pending_records, report.mapped), (0, 3));
+        // The replayed log is emptied: no record outlives its session.
+        let mut log = vec![0u8; lanelog::LOG_LEN as usize];
+        b.region().read(geo.log_base(), &mut log).expect("read log");
+        assert!(log.iter().all(|&x| x == 0), "records left after replay");
         b.flush().expect("flush");
     }
 

@@ -145,6 +145,17 @@ pub fn slot_offset(log_base: u64, lane: u64, seq: u64) -> u64 {
     log_base + (lane * SLOTS + seq % SLOTS) * RECORD
 }
 
+/// Empties every slot (zeros, written back, fenced): at format, and at open
+/// after [`replay`].
+pub fn clear<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<(), DeviceError> {
+    let zero = [0u8; RECORD as usize];
+    for slot in 0..LOG_LEN / RECORD {
+        region.write(geo.log_base() + slot * RECORD, &zero)?;
+    }
+    region.flush(&[(geo.log_base(), LOG_LEN)])?;
+    region.fence()
+}
+
 /// What [`replay`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Replay {

@@ -696,6 +696,11 @@ impl Region for MmapRegion {
         Ok(())
     }
 
+    fn persists_in_order(&self) -> bool {
+        // x86 stores become visible, and on eADR persistent, in program order.
+        self.persistence == Persistence::None && cfg!(target_arch = "x86_64")
+    }
+
     fn describe(&self) -> String {
         format!(
             "pmem {} ({} bytes, {}, {}, persistence: {})",

@@ -63,6 +63,13 @@ pub trait Region: Send + Sync {
 
     /// One-line description (path, size, persistence level).
     fn describe(&self) -> String;
+
+    /// Whether stores persist in program order with no flush or fence (an eADR
+    /// platform, or no persistence at all): then a write needs no log to be
+    /// atomic, since its map entry cannot persist before its data. Default false.
+    fn persists_in_order(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `offset..offset+len` fits in a region of `size` bytes (the
@@ -121,6 +128,9 @@ macro_rules! forward_region {
             }
             fn describe(&self) -> String {
                 (**self).describe()
+            }
+            fn persists_in_order(&self) -> bool {
+                (**self).persists_in_order()
             }
         }
     };
