@@ -1355,7 +1355,7 @@ mod tests {
             let reads = std::sync::atomic::AtomicU64::new(0);
             std::thread::scope(|s| {
                 for w in 0..2u64 {
-                    let (b, stop) = (&b, &stop);
+                    let (b, stop, reads) = (&b, &stop, &reads);
                     s.spawn(move || {
                         // Stops the readers however this writer ends (a failed
                         // write panics: the readers must not spin forever).
@@ -1367,10 +1367,19 @@ mod tests {
                         }
                         let _stop = Stop(stop);
                         let mut rng = ChaCha8Rng::seed_from_u64(w);
-                        for _ in 0..40_000 {
+                        // At least 40,000 writes each, and on until the readers
+                        // have raced them enough (a loaded machine can starve
+                        // the readers while the writers finish), within 20 s.
+                        let started = std::time::Instant::now();
+                        let mut writes = 0u32;
+                        while writes < 40_000
+                            || (reads.load(Ordering::Relaxed) < 2000
+                                && started.elapsed().as_secs() < 20)
+                        {
                             let i = rng.random_range(0..lbas.len());
                             let tag = i as u8 * 16 + rng.random_range(1..16u8);
                             b.write_block(lbas[i], &[tag; 4096]).expect("write");
+                            writes += 1;
                         }
                     });
                 }
