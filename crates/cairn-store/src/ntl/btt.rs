@@ -459,7 +459,7 @@ impl<R: Region> Btt<R> {
             self.region.write_flushed(at, data)?;
             return self.region.fence();
         }
-        let Some(new) = self.take_block(&mut lane, &mut None) else {
+        let Some(new) = self.take_block(&mut lane, None) else {
             return Err(self.no_space(lba, data.len() as u64));
         };
         let base = self.geo.data_base();
@@ -509,16 +509,13 @@ impl<R: Region> Btt<R> {
     }
 
     /// A free data block for a write in `lane`'s stripe: its spare, else one
-    /// from the bitmap found from `cursor_lane`'s cursor (a batch searches
-    /// from its first stripe's cursor), else from `lane`'s own.
-    fn take_block(&self, lane: &mut Lane, cursor_lane: &mut Option<&mut Lane>) -> Option<u64> {
+    /// from the bitmap searched from `cursor` (a batch searches from its first
+    /// stripe's cursor), or from `lane`'s own cursor when that is `None`.
+    fn take_block(&self, lane: &mut Lane, cursor: Option<&mut u64>) -> Option<u64> {
         if let Some(block) = lane.spare.take() {
             return Some(block);
         }
-        let cursor = match cursor_lane {
-            Some(l) => &mut l.cursor,
-            None => &mut lane.cursor,
-        };
+        let cursor = cursor.unwrap_or(&mut lane.cursor);
         let block = self.alloc.alloc(*cursor)?;
         *cursor = block + 1;
         Some(block)
@@ -683,13 +680,18 @@ impl<R: Region> Btt<R> {
                 _ => {
                     // Block i's stripe spare, else the bitmap searched from the
                     // batch's first stripe's cursor.
-                    let (head, rest) = guards.split_at_mut(1);
-                    let taken = match (i, head[0].as_deref_mut()) {
-                        (0, Some(lane)) => self.take_block(lane, &mut None),
-                        (_, first_lane) => match rest[i - 1].as_deref_mut() {
-                            Some(lane) => self.take_block(lane, &mut { first_lane }),
-                            None => None,
-                        },
+                    let taken = if i == 0 {
+                        guards[0]
+                            .as_deref_mut()
+                            .and_then(|lane| self.take_block(lane, None))
+                    } else {
+                        let (head, rest) = guards.split_at_mut(1);
+                        match (rest[i - 1].as_deref_mut(), head[0].as_deref_mut()) {
+                            (Some(lane), first) => {
+                                self.take_block(lane, first.map(|l| &mut l.cursor))
+                            }
+                            (None, _) => None,
+                        }
                     };
                     let Some(new) = taken else {
                         release(&mut guards, &target, &flip, i);
