@@ -917,36 +917,75 @@ mod tests {
             let ops: Vec<(u64, u8)> = (1..=24u8)
                 .map(|t| (rng.random_range(0..GEO.lbas), t))
                 .collect();
-            let probe = format();
-            let start = probe.region().events();
-            run(&probe, &ops, &mut [0; 8], &mut None);
-            let total = probe.region().events() - start;
-            for point in 0..=total {
-                let b = format();
-                b.region().crash_after(start + point);
-                let mut done = [0u8; 8];
-                let mut inflight = None;
-                run(&b, &ops, &mut done, &mut inflight);
-                let Btt { region, .. } = b;
-                region.crash(seed ^ point);
-                let b = Btt::open(region)
-                    .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}"));
-                for lba in 0..GEO.lbas {
-                    let mut buf = [0u8; 64];
-                    b.read_block(lba, &mut buf).expect("read");
-                    let tag = buf[0];
-                    assert!(
-                        buf.iter().all(|&x| x == tag),
-                        "seed {seed} point {point}: torn lba {lba}"
+            let lbas: Vec<u64> = (0..GEO.lbas).collect();
+            at_every_crash_point(
+                &|| (format(), vec![0; 8]),
+                &ops,
+                seed,
+                &mut |b, done, inflight, point| {
+                    assert_old_or_new(
+                        b,
+                        &lbas,
+                        done,
+                        inflight,
+                        &format!("v{version} seed {seed} point {point}"),
                     );
-                    let ok = tag == done[lba as usize] || inflight == Some((lba, tag));
-                    assert!(
-                        ok,
-                        "seed {seed} point {point}: lba {lba} has {tag}, want {} or {inflight:?}",
-                        done[lba as usize]
-                    );
-                }
-            }
+                },
+            );
+        }
+    }
+
+    /// What a crash-point test checks after recovery: the reopened layer, the
+    /// tags of the completed writes, the write in flight, the crash point.
+    type CrashCheck<'a> = dyn FnMut(&Btt<SimRegion>, &[u8], Option<(u64, u8)>, u64) + 'a;
+
+    /// Runs `ops` on `fresh()` once to count its stores and fences, then once
+    /// per crash point: crash after that many, lose a seeded part of what was
+    /// not fenced, reopen, and hand the reopened layer to `check` with the
+    /// tags of the writes that completed (`done`, from `fresh`'s) and of the
+    /// one in flight.
+    fn at_every_crash_point(
+        fresh: &dyn Fn() -> (Btt<SimRegion>, Vec<u8>),
+        ops: &[(u64, u8)],
+        seed: u64,
+        check: &mut CrashCheck<'_>,
+    ) {
+        let (probe, mut scratch) = fresh();
+        let start = probe.region().events();
+        run(&probe, ops, &mut scratch, &mut None);
+        let total = probe.region().events() - start;
+        for point in 0..=total {
+            let (b, mut done) = fresh();
+            b.region().crash_after(start + point);
+            let mut inflight = None;
+            run(&b, ops, &mut done, &mut inflight);
+            let region = b.into_region();
+            region.crash(seed ^ (point << 16));
+            let b = Btt::open(region)
+                .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}"));
+            check(&b, &done, inflight, point);
+        }
+    }
+
+    /// Every block of `lbas` reads wholly one tag: the last completed write's,
+    /// or the one in flight at the crash.
+    fn assert_old_or_new(
+        b: &Btt<SimRegion>,
+        lbas: &[u64],
+        done: &[u8],
+        inflight: Option<(u64, u8)>,
+        what: &str,
+    ) {
+        for &lba in lbas {
+            let mut buf = [0u8; 64];
+            b.read_block(lba, &mut buf).expect("read");
+            let tag = buf[0];
+            assert!(buf.iter().all(|&x| x == tag), "{what}: torn lba {lba}");
+            assert!(
+                tag == done[lba as usize] || inflight == Some((lba, tag)),
+                "{what}: lba {lba} has {tag}, want {} or {inflight:?}",
+                done[lba as usize]
+            );
         }
     }
 
@@ -982,37 +1021,25 @@ mod tests {
             let ops: Vec<(u64, u8)> = (1..=20u8)
                 .map(|t| (used[rng.random_range(0..used.len())], t))
                 .collect();
-            let probe = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+            let format = || Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+            let probe = format();
             assert!(probe.keep_spares);
-            let start = probe.region().events();
             run(&probe, &ops, &mut [0; 260], &mut None);
             assert_free_space_adds_up(&probe, "after the workload");
-            let total = probe.region().events() - start;
-            for point in 0..=total {
-                let b = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
-                b.region().crash_after(start + point);
-                let mut done = [0u8; 260];
-                let mut inflight = None;
-                run(&b, &ops, &mut done, &mut inflight);
-                let region = b.into_region();
-                region.crash(seed ^ (point << 8));
-                let b = Btt::open(region)
-                    .unwrap_or_else(|e| panic!("seed {seed} point {point}: reopen: {e}"));
-                for lba in used {
-                    let mut buf = [0u8; 64];
-                    b.read_block(lba, &mut buf).expect("read");
-                    let tag = buf[0];
-                    assert!(
-                        buf.iter().all(|&x| x == tag),
-                        "seed {seed} point {point}: torn lba {lba}"
+            at_every_crash_point(
+                &|| (format(), vec![0; 260]),
+                &ops,
+                seed,
+                &mut |b, done, inflight, point| {
+                    assert_old_or_new(
+                        b,
+                        &used,
+                        done,
+                        inflight,
+                        &format!("seed {seed} point {point}"),
                     );
-                    assert!(
-                        tag == done[lba as usize] || inflight == Some((lba, tag)),
-                        "seed {seed} point {point}: lba {lba} has {tag}, want {} or {inflight:?}",
-                        done[lba as usize]
-                    );
-                }
-            }
+                },
+            );
         }
     }
 
@@ -1061,24 +1088,12 @@ mod tests {
         let fill: Vec<(u64, u8)> = (0..GEO.lbas).map(|l| (l, 100 + l as u8)).collect();
         let fresh = || {
             let b = Btt::format_with(SimRegion::new(GEO.region_len()), GEO, mode).expect("format");
-            let mut done = [0u8; 8];
+            let mut done = vec![0u8; 8];
             run(&b, &fill, &mut done, &mut None);
             (b, done)
         };
-        let (probe, _) = fresh();
-        let start = probe.region().events();
-        run(&probe, &ops, &mut [0; 8], &mut None);
-        let total = probe.region().events() - start;
         let mut torn = 0;
-        for point in 0..=total {
-            let (b, mut done) = fresh();
-            b.region().crash_after(start + point);
-            let mut inflight = None;
-            run(&b, &ops, &mut done, &mut inflight);
-            let region = b.into_region();
-            region.crash(seed ^ (point << 16));
-            let b = Btt::open(region)
-                .unwrap_or_else(|e| panic!("{mode} seed {seed} point {point}: reopen: {e}"));
+        at_every_crash_point(&fresh, &ops, seed, &mut |b, done, inflight, point| {
             assert_eq!(b.in_place_written(), mode == WriteMode::InPlace);
             for lba in 0..GEO.lbas {
                 let mut buf = [0u8; 64];
@@ -1095,7 +1110,7 @@ mod tests {
                     torn += 1;
                 }
             }
-        }
+        });
         torn
     }
 
