@@ -251,11 +251,8 @@ impl<R: Region> Btt<R> {
         // then the log is emptied, so a record never outlives the session that
         // wrote it (a session that does not log could otherwise bring a block
         // back to a record's `old` and have a stale record redone).
-        if info.has_log() {
-            let replayed = lanelog::replay(&region, &geo, true)?;
-            if replayed.seq.iter().any(|&s| s > 0) {
-                lanelog::clear(&region, &geo)?;
-            }
+        if info.has_log() && lanelog::replay(&region, &geo, true)?.records > 0 {
+            lanelog::clear(&region, &geo)?;
         }
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
         let alloc = BlockAllocator::from_used(geo.data_blocks, map.used())?;
@@ -484,7 +481,7 @@ impl<R: Region> Btt<R> {
             })
             .and_then(|()| self.copy(old_off.map(|o| o + end), off + end, bs - end, &mut crc))
             .and_then(|()| match &crc {
-                Some(crc) => self.log_write(&mut lane, lba, old_block, new, crc.finish()),
+                Some(crc) => self.log_record(&mut lane, lba, old_block, Some(new), crc.finish()),
                 None => Ok(()),
             })
             .and_then(|()| self.region.fence());
@@ -544,21 +541,10 @@ impl<R: Region> Btt<R> {
         self.log.is_some() && self.mode == WriteMode::Atomic && !self.region.persists_in_order()
     }
 
-    /// Lane log steps of an atomic write of `lba` (see `lanelog`): its record in
+    /// Lane log steps of an atomic write of `lba` (see `lanelog`), or with
+    /// `new` = `None` of a trim: its record in
     /// the lane's next slot, and a write-back of the entry the lane stored last,
     /// both flushed for the caller's one fence. The caller holds `lane`'s lock.
-    fn log_write(
-        &self,
-        lane: &mut Lane,
-        lba: u64,
-        old: Option<u64>,
-        new: u64,
-        data_crc: u32,
-    ) -> Result<(), DeviceError> {
-        self.log_record(lane, lba, old, Some(new), data_crc)
-    }
-
-    /// [`Btt::log_write`], or with `new` = `None` a trim record.
     fn log_record(
         &self,
         lane: &mut Lane,
@@ -720,7 +706,7 @@ impl<R: Region> Btt<R> {
                     let mut crc = DataCrc::new();
                     crc.update(from);
                     let lba = first + i as u64;
-                    self.log_write(lane, lba, self.map.get(lba), target[i], crc.finish())?;
+                    self.log_record(lane, lba, self.map.get(lba), Some(target[i]), crc.finish())?;
                 }
                 Ok(())
             })

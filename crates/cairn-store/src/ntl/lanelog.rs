@@ -159,8 +159,8 @@ pub fn clear<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<(), Devic
 /// What [`replay`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Replay {
-    /// Per lane, the highest sequence number in its slots (0 if none).
-    pub seq: Vec<u64>,
+    /// Valid records found (applied or not).
+    pub records: usize,
     /// Entries the records redirect: `(lba, new raw entry)`, in the order
     /// applied.
     pub redo: Vec<(u64, u64)>,
@@ -178,10 +178,7 @@ pub fn replay<R: Region + ?Sized>(
 ) -> Result<Replay, DeviceError> {
     let (log_base, map_base, data_base) = (geo.log_base(), INFO_LEN, geo.data_base());
     let (lbas, block_size, data_blocks) = (geo.lbas, geo.block_size, geo.data_blocks);
-    let mut out = Replay {
-        seq: vec![0; LANES as usize],
-        redo: Vec::new(),
-    };
+    let mut out = Replay::default();
     let mut pending: Vec<(u64, u64)> = Vec::new();
     let mut block = vec![0u8; block_size as usize];
     for lane in 0..LANES {
@@ -190,7 +187,7 @@ pub fn replay<R: Region + ?Sized>(
             let mut raw = [0u8; 64];
             region.read(log_base + (lane * SLOTS + slot) * RECORD, &mut raw)?;
             if let Some(r) = Record::decode(&raw) {
-                out.seq[lane as usize] = out.seq[lane as usize].max(r.seq);
+                out.records += 1;
                 // A record of another lane's block, or out of range, was not
                 // written by this layer: ignore it.
                 if r.lba < lbas
