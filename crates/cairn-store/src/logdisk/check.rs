@@ -243,7 +243,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
             ));
         }
         dev.read_at(&mut data, e.physical * b)?;
-        let crc = crc32c::crc32c(&data);
+        let crc = format::crc32c(&data);
         if crc != e.crc {
             problems.push(format!(
                 "logical block {logical} at physical block {} (segment {s}): data checksum {crc:#010x}, expected {:#010x}",

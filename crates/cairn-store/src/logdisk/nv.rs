@@ -277,7 +277,7 @@ impl NvCache {
                 continue;
             }
             self.read(slot, &mut data)?;
-            if crc32c::crc32c(&data) != crc {
+            if super::format::crc32c(&data) != crc {
                 continue;
             }
             found.push(Recovered {
