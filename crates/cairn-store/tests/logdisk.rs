@@ -1086,3 +1086,106 @@ fn a_crash_that_brings_back_trimmed_blocks_leaves_the_cleaner_room() {
     };
     model_run(&ops, true, 0, opts);
 }
+
+/// A memory device whose writes wait while the gate is shut, and which
+/// checks every segment write it takes: each data block must match the CRC
+/// its summary gives.
+struct GatedDevice {
+    inner: MemoryDevice,
+    shut: std::sync::atomic::AtomicBool,
+    bad: std::sync::Mutex<Vec<String>>,
+}
+
+impl Device for GatedDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), cairn_store::DeviceError> {
+        while self.shut.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if buf.len() > B
+            && let Ok(s) = cairn_store::logdisk::format::decode_summary(&buf[..B], B as u32)
+        {
+            for (i, e) in s.entries.iter().enumerate() {
+                let data = &buf[(i + 1) * B..(i + 2) * B];
+                if cairn_store::logdisk::format::crc32c(data) != e.crc {
+                    self.bad.lock().unwrap().push(format!(
+                        "segment {} write at slot {}: block {i} (logical {}) does not match its summary",
+                        s.segment, s.first_slot, e.logical
+                    ));
+                }
+            }
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<(), cairn_store::DeviceError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.discard(offset, len)
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
+
+/// The background writer copies a destage's blocks out of their NV slots
+/// when it reaches the write, which may be after the caller has rewritten
+/// one of those blocks. The superseded slot must not be reused (and so
+/// overwritten) before that copy: here the writer is held on the write
+/// before, a block of the queued destage is rewritten, and the next writes
+/// would take its old slot first if it were free.
+#[test]
+fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy() {
+    let g = Geometry {
+        segments: 40,
+        logical_blocks: 200,
+        ..small()
+    };
+    let dev = Arc::new(GatedDevice {
+        inner: MemoryDevice::new(image_len(&g)),
+        shut: std::sync::atomic::AtomicBool::new(false),
+        bad: std::sync::Mutex::new(Vec::new()),
+    });
+    // 75 slots: destaging starts above 56 dirty blocks.
+    let region = Arc::new(SimRegion::new(48 * 1024));
+    let opts = Options {
+        background_destage: true,
+        background_clean: false,
+        writer_threads: 1,
+        checkpoint_interval: 1000,
+        ..Options::default()
+    };
+    let disk = LogDisk::format(dev.clone(), g, Some(Box::new(region.clone())), opts).unwrap();
+    assert_eq!(disk.nv_slots(), 75);
+    dev.shut.store(true, std::sync::atomic::Ordering::Release);
+    // Blocks 0..=56: the first destage (0..7) goes to the writer, which
+    // copies it and waits at the gate; 57..64: the second (7..14) is queued
+    // behind it, not yet copied.
+    for l in 0..64 {
+        disk.write_blocks(l, &pattern(l, 1)).unwrap();
+    }
+    assert_eq!(disk.metrics().user_segment_writes, 2);
+    // Rewrite block 8 (in the queued destage), then two more writes: the
+    // second would take block 8's old slot if it were already free.
+    disk.write_blocks(8, &pattern(8, 2)).unwrap();
+    disk.write_blocks(150, &pattern(150, 1)).unwrap();
+    disk.write_blocks(151, &pattern(151, 1)).unwrap();
+    dev.shut.store(false, std::sync::atomic::Ordering::Release);
+    disk.close().unwrap();
+    assert_eq!(dev.bad.lock().unwrap().as_slice(), &[] as &[String]);
+    drop(disk);
+    let disk = LogDisk::open(dev.clone(), Some(Box::new(region.clone())), opts).unwrap();
+    let mut buf = vec![0u8; B];
+    for (l, version) in (0..64)
+        .map(|l| (l, 1 + u64::from(l == 8)))
+        .chain([(150, 1), (151, 1)])
+    {
+        disk.read_block(l, &mut buf).unwrap();
+        assert_eq!(version_of(l, &buf), Some(version), "block {l}");
+    }
+}

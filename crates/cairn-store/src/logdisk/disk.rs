@@ -170,6 +170,14 @@ pub struct Options {
     /// write or flush fails every later device operation; reopen to recover
     /// from the NV cache.
     pub background_destage: bool,
+    /// Threads of the background writer ([`Options::background_destage`]):
+    /// with 2 (the default), two segment writes are on the device at once
+    /// and one thread's copy out of the NV cache overlaps the other's write.
+    /// Flushes stay barriers (everything before done first, nothing after
+    /// started until done), so durability is as with 1; the order of writes
+    /// between two flushes varies from run to run. 1 writes one at a time,
+    /// in the order queued.
+    pub writer_threads: u32,
     /// The cleaner works in the background: below the high watermark, each
     /// user segment write first collects the victims whose reads it issued
     /// [`BACKGROUND_LAG`] user segment writes earlier (their live blocks
@@ -198,6 +206,7 @@ impl Default for Options {
             live_read_gap: 2,
             cleaner_read_threads: 8,
             background_destage: true,
+            writer_threads: 2,
             background_clean: true,
         }
     }
@@ -433,10 +442,16 @@ struct SlotMeta {
     /// Destaged: its segment is written but not yet flushed, so the slot is
     /// still the durable copy (and still serves reads) until the next flush.
     awaiting: bool,
+    /// The number of the queued segment write that copies this slot's data
+    /// (0: none): the slot is not reused before that write is done, even if
+    /// superseded meanwhile (see [`Nv::release`]).
+    write: u64,
 }
 
 struct Nv {
-    cache: NvCache,
+    /// Shared with the background writer, which copies destaged slots into
+    /// their segment write.
+    cache: Arc<NvCache>,
     meta: Vec<SlotMeta>,
     of: HashMap<u64, u32>,
     free: Vec<u32>,
@@ -450,7 +465,59 @@ struct Nv {
     /// freed by the next one (entries whose slot moved on are skipped).
     awaiting: Vec<(u64, u32)>,
     ranges: Vec<(u64, u64)>,
+    /// Superseded slots (entries cleared) that a queued segment write still
+    /// has to copy: (write number, slot), freed when that write is done.
+    held: Vec<(u64, u32)>,
 }
+
+impl Nv {
+    /// Frees superseded `slots`, whose entries are cleared and fenced: at
+    /// once, or, for a slot that a queued segment write has not copied yet
+    /// (write number above `writes_done`), when that write is done — a new
+    /// block staged into it would otherwise be copied into the segment in
+    /// place of the one its summary names.
+    fn release(&mut self, slots: &[u32], writes_done: u64) {
+        for &slot in slots {
+            let write = self.meta[slot as usize].write;
+            if write > writes_done {
+                self.held.push((write, slot));
+            } else {
+                self.free.push(slot);
+            }
+        }
+    }
+
+    /// Segment writes up to `writes_done` are done: free the slots held for them.
+    fn unhold(&mut self, writes_done: u64) {
+        let free = &mut self.free;
+        self.held.retain(|&(write, slot)| {
+            if write <= writes_done {
+                free.push(slot);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// What the background writer was given and has not reported yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queued {
+    /// A destage's segment write into this segment.
+    Segment(u32),
+    /// A checkpoint write (its buffer comes back to
+    /// [`State::checkpoint_buf`]).
+    Checkpoint,
+    /// A device flush: it retires the first `pending` pending segments and
+    /// `awaiting` destaged NV slots (see [`LogDisk::retire`]).
+    Flush { pending: usize, awaiting: usize },
+}
+
+/// Segment writes the background writer holds at most: one being written
+/// and one ready behind it, so the device does not wait for the caller to
+/// build the next.
+const WRITE_DEPTH: usize = 2;
 
 struct State {
     map: Vec<MapEntry>,
@@ -497,19 +564,21 @@ struct State {
     /// The background segment writer (see [`Options::background_destage`]),
     /// started at its first write.
     writer: Option<Writer>,
-    /// A background segment write is in flight.
-    inflight: bool,
-    /// A destage buffer while the other is in flight.
-    spare: IoBuf,
-    /// A device flush queued behind the background write: how many of the
-    /// pending segments and destaged NV slots it covers (see
-    /// [`LogDisk::flush_in_background`]).
-    flush_queued: Option<(usize, usize)>,
+    /// What the writer was given, in order, until it reports it done. At
+    /// most [`WRITE_DEPTH`] segment writes, and at most one flush that
+    /// retires anything. A segment being written is never a victim.
+    queued: VecDeque<Queued>,
+    /// Segment writes queued since open, and those done (in order).
+    writes_queued: u64,
+    writes_done: u64,
+    /// Destage buffers not lent to the writer.
+    bufs: Vec<IoBuf>,
+    /// The NV slots the writer copies into a destage's segment write:
+    /// (block index in the buffer, slot); and spare lists for reuse.
+    out_fill: Vec<(u32, u32)>,
+    fills: Vec<Vec<(u32, u32)>>,
     /// Why a background write failed: every later device operation fails.
     failed: Option<String>,
-    /// The segment the background write in flight writes into: never a
-    /// victim until it is settled.
-    writing: Option<u32>,
     /// The background cleaner's pass whose reads are outstanding.
     pass: Pass,
     /// The background cleaner's reader threads, started at its first pass.
@@ -699,11 +768,13 @@ impl<D: Device + 'static> LogDisk<D> {
             nv: None,
             metrics: Metrics::from_counters(&cp.counters),
             writer: None,
-            inflight: false,
-            spare: IoBuf::default(),
-            flush_queued: None,
+            queued: VecDeque::new(),
+            writes_queued: 0,
+            writes_done: 0,
+            bufs: Vec::new(),
+            out_fill: Vec::with_capacity(n),
+            fills: Vec::new(),
             failed: None,
-            writing: None,
             pass: Pass::default(),
             readers: None,
             small_reads: Vec::new(),
@@ -720,7 +791,7 @@ impl<D: Device + 'static> LogDisk<D> {
             let found = cache.scan()?;
             let slots = cache.slots() as usize;
             let mut nv = Nv {
-                cache,
+                cache: Arc::new(cache),
                 meta: vec![SlotMeta::default(); slots],
                 of: HashMap::with_capacity(slots),
                 free: Vec::with_capacity(slots),
@@ -729,6 +800,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 superseded: Vec::new(),
                 awaiting: Vec::new(),
                 ranges: Vec::with_capacity(64),
+                held: Vec::new(),
             };
             let mut newest: HashMap<u64, super::nv::Recovered> = HashMap::new();
             for r in found {
@@ -753,6 +825,7 @@ impl<D: Device + 'static> LogDisk<D> {
                     sequence: r.sequence,
                     crc: r.crc,
                     awaiting: false,
+                    write: 0,
                 };
                 nv.of.insert(r.logical, r.slot);
                 nv.order.push_back((r.sequence, r.slot));
@@ -1012,7 +1085,7 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         let entries = std::mem::take(&mut st.buffered);
         let mut buffer = std::mem::take(&mut st.buffer);
-        let result = self.append(st, &entries, &mut buffer, Kind::User, partial);
+        let result = self.append(st, &entries, &mut buffer, Kind::User, partial, None);
         st.buffer = buffer;
         st.buffered = entries;
         result?;
@@ -1027,9 +1100,9 @@ impl<D: Device + 'static> LogDisk<D> {
         while blocks.peek().is_some() {
             // Room for at least one block: first free what earlier destages
             // made durable, then destage more if that was not enough.
-            if st.flush_queued.is_some() && st.nv.as_ref().is_some_and(|nv| nv.free.is_empty()) {
-                // The flush queued behind the last destage frees slots.
-                Self::settle(st)?;
+            while !st.queued.is_empty() && st.nv.as_ref().is_some_and(|nv| nv.free.is_empty()) {
+                // Queued writes free held slots, a queued flush destaged ones.
+                Self::reap_one(st)?;
             }
             if st
                 .nv
@@ -1046,6 +1119,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 nv: Some(nv),
                 metrics,
                 sequence,
+                writes_done,
                 ..
             } = st
             else {
@@ -1072,6 +1146,7 @@ impl<D: Device + 'static> LogDisk<D> {
                     sequence: *sequence,
                     crc,
                     awaiting: false,
+                    write: 0,
                 };
                 nv.order.push_back((*sequence, slot));
                 metrics.client_blocks += 1;
@@ -1094,7 +1169,7 @@ impl<D: Device + 'static> LogDisk<D> {
             debug_assert!(*sequence > sequence_base);
             nv.cache.persist(&ranges)?;
             nv.ranges = ranges;
-            nv.free.extend_from_slice(&clearing);
+            nv.release(&clearing, *writes_done);
             nv.superseded = now_superseded;
             if nv.order.len() > 4 * nv.meta.len() + 64 {
                 let meta = &nv.meta;
@@ -1113,7 +1188,6 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Destages the oldest dirty NV blocks: full segment writes until the dirty
     /// count is under the threshold, or (`forced`) at least one write.
     fn destage(&self, st: &mut State, forced: bool) -> Result<(), LogDiskError> {
-        let b = self.geo.block_size as usize;
         let per_write = self.geo.segment_blocks - 1;
         loop {
             let Some(nv) = st.nv.as_mut() else {
@@ -1137,16 +1211,24 @@ impl<D: Device + 'static> LogDisk<D> {
                 }
                 nv.cache.persist(&ranges)?;
                 nv.ranges = ranges;
-                nv.free.append(&mut nv.superseded);
+                let superseded = std::mem::take(&mut nv.superseded);
+                nv.release(&superseded, st.writes_done);
                 return Ok(());
             }
+            // As many of the oldest dirty blocks as the open segment takes
+            // (a whole segment's worth if none is open): one segment write.
+            let take = st
+                .head
+                .map_or(per_write, |(_, slot)| self.geo.segment_blocks - slot - 1)
+                .min(per_write);
             let mut entries = std::mem::take(&mut st.out_entries);
             let mut out = std::mem::take(&mut st.out);
+            let mut fill = std::mem::take(&mut st.out_fill);
             entries.clear();
-            let mut slots = Vec::with_capacity(per_write as usize);
+            fill.clear();
             {
                 let nv = st.nv.as_mut().expect("checked above");
-                while (entries.len() as u32) < per_write {
+                while (entries.len() as u32) < take {
                     let Some((seq, slot)) = nv.order.pop_front() else {
                         break;
                     };
@@ -1154,18 +1236,21 @@ impl<D: Device + 'static> LogDisk<D> {
                     if m.sequence != seq {
                         continue;
                     }
-                    let i = entries.len();
-                    nv.cache.read(slot, &mut out[(i + 1) * b..(i + 2) * b])?;
+                    // The data is copied into the segment write later: by
+                    // the background writer, or by `append` before a write
+                    // in this thread.
+                    fill.push((entries.len() as u32 + 1, slot));
                     entries.push(SummaryEntry {
                         logical: m.logical,
                         crc: m.crc,
                     });
-                    slots.push(slot);
                 }
             }
-            let result = self.append(st, &entries, &mut out, Kind::User, false);
+            let slots: Vec<u32> = fill.iter().map(|&(_, slot)| slot).collect();
+            let result = self.append(st, &entries, &mut out, Kind::User, false, Some(&mut fill));
             st.out = out;
             st.out_entries = entries;
+            st.out_fill = fill;
             if let Err(e) = result {
                 // Put the blocks back at the front: they are still dirty.
                 let nv = st.nv.as_mut().expect("checked above");
@@ -1178,17 +1263,30 @@ impl<D: Device + 'static> LogDisk<D> {
             // flush makes the segment durable. Flushes are batched, one per
             // eighth of the slots destaged (or sooner: any device flush, a full
             // cache, a forced destage), instead of one per segment written.
+            // The write just queued copies these slots (a write made in
+            // this thread is done, and its number is at most `writes_done`).
+            let write = st.writes_queued;
             let nv = st.nv.as_mut().expect("checked above");
             for &slot in &slots {
                 let m = &mut nv.meta[slot as usize];
                 m.awaiting = true;
+                m.write = write;
                 nv.awaiting.push((m.sequence, slot));
             }
             nv.dirty -= slots.len() as u32;
             let batch = (nv.cache.slots() / 8).max(per_write) as usize;
+            // Slots a queued flush already covers are not counted again.
+            let covered = st
+                .queued
+                .iter()
+                .find_map(|q| match *q {
+                    Queued::Flush { awaiting, .. } => Some(awaiting),
+                    _ => None,
+                })
+                .unwrap_or(0);
             if forced {
                 self.device_flush(st)?;
-            } else if nv.awaiting.len() >= batch {
+            } else if nv.awaiting.len() - covered.min(nv.awaiting.len()) >= batch {
                 if self.options.background_destage {
                     self.flush_in_background(st)?;
                 } else {
@@ -1202,7 +1300,10 @@ impl<D: Device + 'static> LogDisk<D> {
     }
 
     /// Writes `entries` (data at `(i + 1)·B` of `buf`) at the log head, as
-    /// one segment write per segment touched, and updates the tables.
+    /// one segment write per segment touched, and updates the tables. With
+    /// `fill`, the data of block `i` is still in NV slot `slot` for each
+    /// `(i + 1, slot)` (a destage): copied into `buf` before a write made
+    /// here, or by the writer thread for a background write.
     fn append(
         &self,
         st: &mut State,
@@ -1210,6 +1311,7 @@ impl<D: Device + 'static> LogDisk<D> {
         buf: &mut IoBuf,
         kind: Kind,
         partial: bool,
+        mut fill: Option<&mut Vec<(u32, u32)>>,
     ) -> Result<(), LogDiskError> {
         let b = self.geo.block_size as usize;
         let n = self.geo.segment_blocks;
@@ -1260,36 +1362,64 @@ impl<D: Device + 'static> LogDisk<D> {
             }
             let offset = block_of(&self.geo, segment, slot) * b as u64;
             let io_len = (end - done * b) as u64;
-            // One device operation outstanding at most.
-            Self::settle(st)?;
             if kind == Kind::User
                 && st.nv.is_some()
                 && self.options.background_destage
                 && done + k == entries.len()
             {
-                // A destage's last (usually only) write: in the background.
-                // The caller gets the spare buffer; the blocks stay valid in
-                // the NV cache, which serves their reads until a device flush
-                // (which waits for this write) retires them.
-                let mut spare = std::mem::take(&mut st.spare);
+                // A destage's last (usually only) write: in the background,
+                // behind at most WRITE_DEPTH − 1 others. The caller gets a
+                // spare buffer; the blocks stay valid in the NV cache, which
+                // serves their reads until a device flush (queued behind this
+                // write) retires them.
+                while st
+                    .queued
+                    .iter()
+                    .filter(|q| matches!(q, Queued::Segment(_)))
+                    .count()
+                    >= WRITE_DEPTH
+                {
+                    Self::reap_one(st)?;
+                }
+                if let Some(why) = &st.failed {
+                    return Err(LogDiskError::Failed(why.clone()));
+                }
+                let mut spare = st.bufs.pop().unwrap_or_default();
                 if spare.len() < buf.len() {
                     spare = IoBuf::zeroed(buf.len());
                 }
                 let owned = std::mem::replace(buf, spare);
-                if st.writer.is_none() {
-                    st.writer = Some(Writer::start(Arc::clone(&self.dev))?);
-                }
-                let writer = st.writer.as_ref().expect("started above");
-                if writer
-                    .jobs
-                    .send(Job::Write(owned, done * b, end, offset))
-                    .is_err()
-                {
+                let fill = match fill.as_deref_mut() {
+                    Some(f) => std::mem::replace(f, st.fills.pop().unwrap_or_default()),
+                    None => Vec::new(),
+                };
+                let writer = self.writer(st)?;
+                let job = Job::Write {
+                    buf: owned,
+                    from: done * b,
+                    to: end,
+                    offset,
+                    fill,
+                };
+                if writer.jobs.send(job).is_err() {
                     return Err(Writer::stopped(st));
                 }
-                st.inflight = true;
-                st.writing = Some(segment);
+                st.queued.push_back(Queued::Segment(segment));
+                st.writes_queued += 1;
             } else {
+                // One device operation outstanding at most.
+                Self::settle(st)?;
+                if let Some(f) = fill.as_deref_mut() {
+                    // This chunk's blocks, still in their NV slots (a prefix
+                    // of the list: it is in block order).
+                    let upto = f.partition_point(|&(i, _)| i as usize <= done + k);
+                    let nv = st.nv.as_ref().expect("a fill comes from the NV cache");
+                    for &(i, slot) in &f[..upto] {
+                        let i = i as usize;
+                        nv.cache.read(slot, &mut buf[i * b..(i + 1) * b])?;
+                    }
+                    f.drain(..upto);
+                }
                 self.dev.write_at(&buf[done * b..end], offset)?;
             }
             let m = &mut st.metrics;
@@ -1336,45 +1466,83 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         self.invariant(st);
         if !st.in_cleaner && st.since_checkpoint >= self.checkpoint_interval {
-            self.checkpoint(st)?;
+            self.write_checkpoint(st, self.options.background_destage)?;
         }
         Ok(())
     }
 
-    /// Waits for the background segment write and the flush queued behind
-    /// it, if any (retiring what the flush made durable); fails if either
-    /// failed, or if one failed before.
+    /// Waits for everything queued on the background writer (retiring what
+    /// its flushes made durable); fails if any of it failed, or if a
+    /// background write failed before.
     fn settle(st: &mut State) -> Result<(), LogDiskError> {
-        if std::mem::take(&mut st.inflight) {
-            st.writing = None;
-            match Writer::next(st) {
-                Some(Done::Write(buf, result)) => {
-                    st.spare = buf;
-                    if let Err(e) = result {
-                        st.failed = Some(e.to_string());
-                        return Err(e.into());
-                    }
-                }
-                _ => return Err(Writer::stopped(st)),
-            }
-        }
-        if let Some((pending, awaiting)) = st.flush_queued.take() {
-            match Writer::next(st) {
-                Some(Done::Flush(Ok(()))) => {
-                    st.metrics.device_flushes += 1;
-                    Self::retire(st, pending, awaiting)?;
-                }
-                Some(Done::Flush(Err(e))) => {
-                    st.failed = Some(e.to_string());
-                    return Err(e.into());
-                }
-                _ => return Err(Writer::stopped(st)),
-            }
+        while !st.queued.is_empty() {
+            Self::reap_one(st)?;
         }
         match &st.failed {
             Some(why) => Err(LogDiskError::Failed(why.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Waits for the oldest job queued on the background writer and takes
+    /// in what it did: a segment write's buffer back (and the NV slots held
+    /// for it freed), a checkpoint's buffer back, or a flush's segments and
+    /// NV slots retired.
+    fn reap_one(st: &mut State) -> Result<(), LogDiskError> {
+        let Some(queued) = st.queued.pop_front() else {
+            return Ok(());
+        };
+        let result = match (queued, Writer::next(st)) {
+            (
+                Queued::Segment(_),
+                Some(Done::Write {
+                    buf,
+                    mut fill,
+                    result,
+                }),
+            ) => {
+                st.bufs.push(buf);
+                fill.clear();
+                st.fills.push(fill);
+                st.writes_done += 1;
+                let done = st.writes_done;
+                if let Some(nv) = st.nv.as_mut() {
+                    nv.unhold(done);
+                }
+                result
+            }
+            (Queued::Checkpoint, Some(Done::Write { buf, result, .. })) => {
+                st.checkpoint_buf = buf;
+                result
+            }
+            (Queued::Flush { pending, awaiting }, Some(Done::Flush(result))) => {
+                if result.is_ok() {
+                    st.metrics.device_flushes += 1;
+                    Self::retire(st, pending, awaiting)?;
+                }
+                result
+            }
+            _ => return Err(Writer::stopped(st)),
+        };
+        if let Err(e) = result {
+            st.failed = Some(e.to_string());
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// The background writer, started at its first job.
+    fn writer<'s>(&self, st: &'s mut State) -> Result<&'s Writer, LogDiskError> {
+        if st.writer.is_none() {
+            let nv = st.nv.as_ref().map(|nv| &nv.cache);
+            st.writer = Some(Writer::start(
+                &self.dev,
+                nv,
+                self.geo.block_size as usize,
+                self.options.writer_threads,
+            )?);
+        }
+        Ok(st.writer.as_ref().expect("started above"))
     }
 
     /// The head segment takes no more writes.
@@ -1442,9 +1610,9 @@ impl<D: Device + 'static> LogDisk<D> {
                 return Ok(head);
             }
         }
-        if st.free.is_empty() && st.flush_queued.is_some() {
-            // The flush queued behind the last destage frees segments.
-            Self::settle(st)?;
+        while st.free.is_empty() && !st.queued.is_empty() {
+            // A flush queued behind the last destages frees segments.
+            Self::reap_one(st)?;
         }
         if st.free.is_empty() && !st.pending.is_empty() {
             self.device_flush(st)?;
@@ -1478,20 +1646,34 @@ impl<D: Device + 'static> LogDisk<D> {
     /// settled (the next device operation, or a wait for free NV slots or
     /// segments).
     fn flush_in_background(&self, st: &mut State) -> Result<(), LogDiskError> {
-        if st.flush_queued.is_some() {
-            Self::settle(st)?;
+        // One flush in the queue at a time: a flush's counts index the
+        // pending and awaiting lists, which only the flush before it shrinks.
+        while st.queued.iter().any(|q| matches!(q, Queued::Flush { .. })) {
+            Self::reap_one(st)?;
         }
         if let Some(why) = &st.failed {
             return Err(LogDiskError::Failed(why.clone()));
         }
-        let Some(writer) = st.writer.as_ref() else {
+        if st.writer.is_none() {
             return self.device_flush(st);
-        };
-        if writer.jobs.send(Job::Flush).is_err() {
-            return Err(Writer::stopped(st));
         }
         let awaiting = st.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
-        st.flush_queued = Some((st.pending.len(), awaiting));
+        let pending = st.pending.len();
+        self.queue_flush(st, pending, awaiting)
+    }
+
+    /// Queues a device flush on the background writer; when done it retires
+    /// the first `pending` pending segments and `awaiting` destaged slots.
+    fn queue_flush(
+        &self,
+        st: &mut State,
+        pending: usize,
+        awaiting: usize,
+    ) -> Result<(), LogDiskError> {
+        if self.writer(st)?.jobs.send(Job::Flush).is_err() {
+            return Err(Writer::stopped(st));
+        }
+        st.queued.push_back(Queued::Flush { pending, awaiting });
         Ok(())
     }
 
@@ -1634,8 +1816,9 @@ impl<D: Device + 'static> LogDisk<D> {
         let now = st.sequence;
         // Not the segment a background write is still writing: its blocks
         // are not all on the device yet.
-        let closed = (0..self.geo.segments)
-            .filter(|&s| st.seg[s as usize] == Seg::Closed && st.writing != Some(s));
+        let closed = (0..self.geo.segments).filter(|&s| {
+            st.seg[s as usize] == Seg::Closed && !st.queued.contains(&Queued::Segment(s))
+        });
         match self.options.cleaner {
             CleanerPolicy::Greedy => closed.min_by_key(|&s| (st.live[s as usize], s)),
             CleanerPolicy::CostBenefit | CleanerPolicy::AgeSort => closed
@@ -1739,7 +1922,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 for &v in &victims {
                     st.seg[v as usize] = Seg::Closed;
                 }
-                self.append(st, &entries, &mut out, Kind::Cleaner, false)?;
+                self.append(st, &entries, &mut out, Kind::Cleaner, false, None)?;
                 for &v in &victims {
                     // Every live block moved (checked in `read_and_collect`),
                     // so the victim emptied; it may even be the head again
@@ -1958,7 +2141,7 @@ impl<D: Device + 'static> LogDisk<D> {
         );
         if result.is_ok() {
             self.age_sort(&mut entries, &mut out, &ages);
-            result = self.append(st, &entries, &mut out, Kind::Cleaner, false);
+            result = self.append(st, &entries, &mut out, Kind::Cleaner, false, None);
         }
         st.clean_out = out;
         st.clean_entries = entries;
@@ -2185,8 +2368,25 @@ impl<D: Device + 'static> LogDisk<D> {
         self.checkpoint(&mut st)
     }
 
+    /// Writes a checkpoint and waits for it to be durable.
     fn checkpoint(&self, st: &mut State) -> Result<(), LogDiskError> {
-        self.device_flush(st)?;
+        self.write_checkpoint(st, false)
+    }
+
+    /// Writes a checkpoint: a device flush (everything the checkpoint
+    /// describes is durable before it), the checkpoint write, a flush. With
+    /// `background` and a running background writer, the three are queued
+    /// on it (in that order, behind the segment writes before them) and the
+    /// caller goes on; otherwise they are done here. A checkpoint that holds
+    /// trims is always written here: it lets tainted segments be reused,
+    /// which must wait until it is durable.
+    fn write_checkpoint(&self, st: &mut State, background: bool) -> Result<(), LogDiskError> {
+        let background = background && st.writer.is_some() && !st.any_tainted;
+        if background {
+            self.flush_in_background(st)?;
+        } else {
+            self.device_flush(st)?;
+        }
         let number = st.checkpoint_number + 1;
         let (head_segment, head_slot) = st.head.unwrap_or((0, self.geo.segment_blocks - 1));
         st.metrics.checkpoints += 1;
@@ -2223,11 +2423,27 @@ impl<D: Device + 'static> LogDisk<D> {
         } else {
             b * (1 + self.geo.checkpoint_blocks())
         };
-        let written = self.dev.write_at(&bytes, at);
-        st.checkpoint_buf = bytes;
-        written?;
-        self.dev.flush()?;
-        st.metrics.device_flushes += 1;
+        if background {
+            let to = bytes.len();
+            let job = Job::Write {
+                buf: bytes,
+                from: 0,
+                to,
+                offset: at,
+                fill: Vec::new(),
+            };
+            if self.writer(st)?.jobs.send(job).is_err() {
+                return Err(Writer::stopped(st));
+            }
+            st.queued.push_back(Queued::Checkpoint);
+            self.queue_flush(st, 0, 0)?;
+        } else {
+            let written = self.dev.write_at(&bytes, at);
+            st.checkpoint_buf = bytes;
+            written?;
+            self.dev.flush()?;
+            st.metrics.device_flushes += 1;
+        }
         st.checkpoint_number = number;
         st.since_checkpoint = 0;
         if st.any_tainted {
@@ -2387,9 +2603,11 @@ impl<D: Device> Drop for LogDisk<D> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         if let Some(writer) = st.writer.take() {
-            // The writer finishes its job, finds no more, and stops.
+            // The writer threads finish their jobs, find no more, and stop.
             drop(writer.jobs);
-            let _ = writer.handle.join();
+            for handle in writer.handles {
+                let _ = handle.join();
+            }
         }
         if let Some(readers) = st.readers.take() {
             readers.stop();
@@ -2397,64 +2615,129 @@ impl<D: Device> Drop for LogDisk<D> {
     }
 }
 
-/// A job of the background writer: a segment write (the buffer, the byte
-/// range of it to write, the device offset), or a device flush.
+/// A job of the background writer: a write of `buf[from..to]` at device
+/// offset `offset`, after copying NV slot `slot` into block `i` of `buf` for
+/// each `(i, slot)` of `fill`; or a device flush.
 enum Job {
-    Write(IoBuf, usize, usize, u64),
+    Write {
+        buf: IoBuf,
+        from: usize,
+        to: usize,
+        offset: u64,
+        fill: Vec<(u32, u32)>,
+    },
     Flush,
 }
 
-/// A finished one: a write's buffer back and how it went, or how a flush went.
+/// A finished one: a write's buffers back and how it went, or how a flush
+/// went.
 enum Done {
-    Write(IoBuf, Result<(), DeviceError>),
+    Write {
+        buf: IoBuf,
+        fill: Vec<(u32, u32)>,
+        result: Result<(), DeviceError>,
+    },
     Flush(Result<(), DeviceError>),
 }
 
-/// The background segment writer: one thread, one operation at a time, in
-/// the order queued.
+/// The background segment writer: `threads` threads taking jobs in the
+/// order queued. Writes run side by side (a disk takes two segment writes
+/// at once faster than one after the other, and one thread's copy out of
+/// the NV cache overlaps the other's write); a flush is a barrier: it starts
+/// when every job before it is done, and no job after it starts before it
+/// is. Jobs are numbered as sent; [`LogDisk::reap_one`] takes their reports
+/// in that order, whatever order they finish in.
 struct Writer {
     jobs: std::sync::mpsc::Sender<Job>,
-    done: std::sync::Mutex<std::sync::mpsc::Receiver<Done>>,
-    handle: std::thread::JoinHandle<()>,
+    done: std::sync::Mutex<WriterReports>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Reports from the writer threads, and those that arrived before their turn.
+struct WriterReports {
+    rx: std::sync::mpsc::Receiver<(u64, Done)>,
+    early: Vec<(u64, Done)>,
+    /// The number of the next job to report.
+    next: u64,
+}
+
+/// Which jobs are done: every job below `prefix`, and those in `beyond`.
+#[derive(Default)]
+struct Finished {
+    prefix: u64,
+    beyond: Vec<u64>,
 }
 
 impl Writer {
-    fn start<D: Device + 'static>(dev: Arc<D>) -> Result<Self, LogDiskError> {
+    fn start<D: Device + 'static>(
+        dev: &Arc<D>,
+        nv: Option<&Arc<NvCache>>,
+        block_size: usize,
+        threads: u32,
+    ) -> Result<Self, LogDiskError> {
         let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
-        let (done_tx, done) = std::sync::mpsc::channel::<Done>();
-        let handle = std::thread::Builder::new()
-            .name("logdisk-destage".into())
-            .spawn(move || {
-                for job in job_rx {
-                    let done = match job {
-                        Job::Write(buf, from, to, offset) => {
-                            let result = dev.write_at(&buf[from..to], offset);
-                            Done::Write(buf, result)
-                        }
-                        Job::Flush => Done::Flush(dev.flush()),
-                    };
-                    if done_tx.send(done).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| LogDiskError::Failed(format!("starting the background writer: {e}")))?;
+        let (done_tx, rx) = std::sync::mpsc::channel::<(u64, Done)>();
+        // The receiver and the next job's number, taken together.
+        let intake = Arc::new(std::sync::Mutex::new((job_rx, 0u64)));
+        let finished = Arc::new((
+            std::sync::Mutex::new(Finished::default()),
+            std::sync::Condvar::new(),
+        ));
+        let mut handles = Vec::new();
+        for t in 0..threads.max(1) {
+            let (dev, nv, intake, finished, done_tx) = (
+                Arc::clone(dev),
+                nv.cloned(),
+                Arc::clone(&intake),
+                Arc::clone(&finished),
+                done_tx.clone(),
+            );
+            let handle = std::thread::Builder::new()
+                .name(format!("logdisk-destage-{t}"))
+                .spawn(move || {
+                    writer_thread(
+                        &*dev,
+                        nv.as_deref(),
+                        block_size,
+                        &intake,
+                        &finished,
+                        &done_tx,
+                    );
+                })
+                .map_err(|e| {
+                    LogDiskError::Failed(format!("starting the background writer: {e}"))
+                })?;
+            handles.push(handle);
+        }
         Ok(Self {
             jobs,
-            done: std::sync::Mutex::new(done),
-            handle,
+            done: std::sync::Mutex::new(WriterReports {
+                rx,
+                early: Vec::new(),
+                next: 0,
+            }),
+            handles,
         })
     }
 
-    /// The next finished job (waiting for it); `None` if the writer is gone.
+    /// The next job's report, in the order sent (waiting for it); `None` if
+    /// the writer is gone.
     fn next(st: &State) -> Option<Done> {
-        st.writer.as_ref().and_then(|w| {
-            w.done
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .recv()
-                .ok()
-        })
+        let w = st.writer.as_ref()?;
+        let mut r = w.done.lock().unwrap_or_else(PoisonError::into_inner);
+        let want = r.next;
+        let done = match r.early.iter().position(|&(id, _)| id == want) {
+            Some(i) => r.early.swap_remove(i).1,
+            None => loop {
+                let (id, done) = r.rx.recv().ok()?;
+                if id == want {
+                    break done;
+                }
+                r.early.push((id, done));
+            },
+        };
+        r.next += 1;
+        Some(done)
     }
 
     /// The writer thread is gone (it panicked): the disk has failed.
@@ -2462,6 +2745,82 @@ impl Writer {
         let why = "the background writer stopped".to_string();
         st.failed = Some(why.clone());
         LogDiskError::Failed(why)
+    }
+}
+
+/// One writer thread: takes the next job (a flush holds the intake until it
+/// is done, after waiting for every job before it), does it, reports it.
+fn writer_thread<D: Device + ?Sized>(
+    dev: &D,
+    nv: Option<&NvCache>,
+    b: usize,
+    intake: &std::sync::Mutex<(std::sync::mpsc::Receiver<Job>, u64)>,
+    finished: &(std::sync::Mutex<Finished>, std::sync::Condvar),
+    done_tx: &std::sync::mpsc::Sender<(u64, Done)>,
+) {
+    let finish = |id: u64| {
+        let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if id == f.prefix {
+            f.prefix += 1;
+            loop {
+                let p = f.prefix;
+                match f.beyond.iter().position(|&x| x == p) {
+                    Some(i) => {
+                        f.beyond.swap_remove(i);
+                        f.prefix += 1;
+                    }
+                    None => break,
+                }
+            }
+        } else {
+            f.beyond.push(id);
+        }
+        finished.1.notify_all();
+    };
+    loop {
+        let mut guard = intake.lock().unwrap_or_else(PoisonError::into_inner);
+        let Ok(job) = guard.0.recv() else {
+            return;
+        };
+        let id = guard.1;
+        guard.1 += 1;
+        let done = match job {
+            Job::Write {
+                mut buf,
+                from,
+                to,
+                offset,
+                fill,
+            } => {
+                drop(guard);
+                let copied = match nv {
+                    Some(nv) => fill.iter().try_for_each(|&(i, slot)| {
+                        let i = i as usize;
+                        nv.read(slot, &mut buf[i * b..(i + 1) * b])
+                    }),
+                    // Fills come from the NV cache only.
+                    None => Ok(()),
+                };
+                let result = copied.and_then(|()| dev.write_at(&buf[from..to], offset));
+                Done::Write { buf, fill, result }
+            }
+            Job::Flush => {
+                // Every job before this one done, then the flush, with the
+                // intake held: nothing after it starts before it is done.
+                let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+                while f.prefix < id {
+                    f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
+                }
+                drop(f);
+                let result = dev.flush();
+                drop(guard);
+                Done::Flush(result)
+            }
+        };
+        finish(id);
+        if done_tx.send((id, done)).is_err() {
+            return;
+        }
     }
 }
 

@@ -447,6 +447,7 @@ impl Builder<'_> {
             live_read_gap: l.live_read_gap,
             cleaner_read_threads: l.cleaner_read_threads,
             background_destage: l.background_destage,
+            writer_threads: l.writer_threads,
             background_clean: l.background_clean,
         };
         let block = l.block_size.get();
@@ -1057,6 +1058,12 @@ fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
                 return Err(VolumeError::new(
                     field("cleaner_read_threads"),
                     format!("{} is not from 1 to 64", l.cleaner_read_threads),
+                ));
+            }
+            if !(1..=16).contains(&l.writer_threads) {
+                return Err(VolumeError::new(
+                    field("writer_threads"),
+                    format!("{} is not from 1 to 16", l.writer_threads),
                 ));
             }
             if let Some(nv) = &l.nv_cache

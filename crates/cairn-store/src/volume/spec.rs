@@ -399,6 +399,10 @@ pub struct LogSpec {
     /// Default true.
     #[serde(default = "default_background_destage")]
     pub background_destage: bool,
+    /// Threads of the background writer, 1 to 16: with 2, two segment
+    /// writes are on the device at once (flushes stay barriers). Default 2.
+    #[serde(default = "default_writer_threads")]
+    pub writer_threads: u32,
     /// Clean in the background: the cleaner's reads overlap user writes
     /// (false: clean only synchronously, at the low watermark). Default true.
     #[serde(default = "default_background_clean")]
@@ -431,6 +435,10 @@ fn default_live_read_gap() -> u32 {
 
 fn default_cleaner_read_threads() -> u32 {
     crate::logdisk::Options::default().cleaner_read_threads
+}
+
+fn default_writer_threads() -> u32 {
+    crate::logdisk::Options::default().writer_threads
 }
 
 fn default_background_destage() -> bool {

@@ -113,6 +113,11 @@ pub struct LogdiskBenchArgs {
           action = clap::ArgAction::Set)]
     background_destage: bool,
 
+    /// Threads of the background writer: with 2, two segment writes are on
+    /// the device at once (1: one at a time, in the order queued).
+    #[arg(long, value_name = "N", default_value_t = Options::default().writer_threads)]
+    writer_threads: u32,
+
     /// Clean in the background, the cleaner's reads overlapping user writes
     /// (false: synchronously, at the low watermark).
     #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_clean,
@@ -127,6 +132,7 @@ impl LogdiskBenchArgs {
             live_read_gap: self.live_read_gap,
             cleaner_read_threads: self.cleaner_read_threads,
             background_destage: self.background_destage,
+            writer_threads: self.writer_threads,
             background_clean: self.background_clean,
             ..Options::default()
         }
@@ -158,6 +164,9 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
     }
     if !(1..=64).contains(&args.cleaner_read_threads) {
         bail!("--cleaner-read-threads must be from 1 to 64");
+    }
+    if !(1..=16).contains(&args.writer_threads) {
+        bail!("--writer-threads must be from 1 to 16");
     }
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
