@@ -506,12 +506,25 @@ impl Nv {
 enum Queued {
     /// A destage's segment write into this segment.
     Segment(u32),
+    /// A background cleaner pass's write into this segment (its blocks are
+    /// read from [`State::moving`] until it is done).
+    Cleaner(u32),
     /// A checkpoint write (its buffer comes back to
     /// [`State::checkpoint_buf`]).
     Checkpoint,
     /// A device flush: it retires the first `pending` pending segments and
     /// `awaiting` destaged NV slots (see [`LogDisk::retire`]).
     Flush { pending: usize, awaiting: usize },
+}
+
+/// A background cleaner write not yet done: its `count` blocks, the first
+/// at absolute block `first`, are at byte `at` of `buf`, and reads of them
+/// are served from there (the map already points at their new place).
+struct Moving {
+    first: u64,
+    count: u64,
+    at: usize,
+    buf: Arc<IoBuf>,
 }
 
 /// Segment writes the background writer holds at most: one being written
@@ -573,6 +586,8 @@ struct State {
     writes_done: u64,
     /// Destage buffers not lent to the writer.
     bufs: Vec<IoBuf>,
+    /// Background cleaner writes queued, oldest first.
+    moving: VecDeque<Moving>,
     /// The NV slots the writer copies into a destage's segment write:
     /// (block index in the buffer, slot); and spare lists for reuse.
     out_fill: Vec<(u32, u32)>,
@@ -772,6 +787,7 @@ impl<D: Device + 'static> LogDisk<D> {
             writes_queued: 0,
             writes_done: 0,
             bufs: Vec::new(),
+            moving: VecDeque::new(),
             out_fill: Vec::with_capacity(n),
             fills: Vec::new(),
             failed: None,
@@ -968,6 +984,16 @@ impl<D: Device + 'static> LogDisk<D> {
         let e = st.map[logical as usize];
         if e.physical == UNMAPPED {
             buf.fill(0);
+            return Ok(());
+        }
+        if let Some(m) = st
+            .moving
+            .iter()
+            .find(|m| (m.first..m.first + m.count).contains(&e.physical))
+        {
+            // Moved by a cleaner write still queued: from its buffer.
+            let at = m.at + (e.physical - m.first) as usize * b;
+            buf.copy_from_slice(&m.buf[at..at + b]);
             return Ok(());
         }
         if is_aligned(buf, self.dev.alignment()) {
@@ -1362,20 +1388,22 @@ impl<D: Device + 'static> LogDisk<D> {
             }
             let offset = block_of(&self.geo, segment, slot) * b as u64;
             let io_len = (end - done * b) as u64;
-            if kind == Kind::User
-                && st.nv.is_some()
+            // A destage's last (usually only) write, or a background
+            // cleaner pass's, goes to the background writer.
+            let background = st.nv.is_some()
                 && self.options.background_destage
                 && done + k == entries.len()
-            {
-                // A destage's last (usually only) write: in the background,
-                // behind at most WRITE_DEPTH − 1 others. The caller gets a
-                // spare buffer; the blocks stay valid in the NV cache, which
-                // serves their reads until a device flush (queued behind this
-                // write) retires them.
+                && (kind == Kind::User || !st.in_cleaner);
+            if background {
+                // Behind at most WRITE_DEPTH − 1 other segment writes. The
+                // caller gets a spare buffer. A destage's blocks stay valid
+                // in the NV cache, which serves their reads until a device
+                // flush (queued behind this write) retires them; a cleaner
+                // write's blocks are served from its buffer until it is done.
                 while st
                     .queued
                     .iter()
-                    .filter(|q| matches!(q, Queued::Segment(_)))
+                    .filter(|q| matches!(q, Queued::Segment(_) | Queued::Cleaner(_)))
                     .count()
                     >= WRITE_DEPTH
                 {
@@ -1393,19 +1421,38 @@ impl<D: Device + 'static> LogDisk<D> {
                     Some(f) => std::mem::replace(f, st.fills.pop().unwrap_or_default()),
                     None => Vec::new(),
                 };
-                let writer = self.writer(st)?;
-                let job = Job::Write {
-                    buf: owned,
-                    from: done * b,
-                    to: end,
-                    offset,
-                    fill,
+                let job = if kind == Kind::User {
+                    Job::Write {
+                        buf: owned,
+                        from: done * b,
+                        to: end,
+                        offset,
+                        fill,
+                    }
+                } else {
+                    let shared = Arc::new(owned);
+                    st.moving.push_back(Moving {
+                        first: block_of(&self.geo, segment, slot + 1),
+                        count: k as u64,
+                        at: (done + 1) * b,
+                        buf: Arc::clone(&shared),
+                    });
+                    Job::WriteShared {
+                        buf: shared,
+                        from: done * b,
+                        to: end,
+                        offset,
+                    }
                 };
-                if writer.jobs.send(job).is_err() {
+                if self.writer(st)?.jobs.send(job).is_err() {
                     return Err(Writer::stopped(st));
                 }
-                st.queued.push_back(Queued::Segment(segment));
-                st.writes_queued += 1;
+                if kind == Kind::User {
+                    st.queued.push_back(Queued::Segment(segment));
+                    st.writes_queued += 1;
+                } else {
+                    st.queued.push_back(Queued::Cleaner(segment));
+                }
             } else {
                 // One device operation outstanding at most.
                 Self::settle(st)?;
@@ -1413,10 +1460,11 @@ impl<D: Device + 'static> LogDisk<D> {
                     // This chunk's blocks, still in their NV slots (a prefix
                     // of the list: it is in block order).
                     let upto = f.partition_point(|&(i, _)| i as usize <= done + k);
-                    let nv = st.nv.as_ref().expect("a fill comes from the NV cache");
-                    for &(i, slot) in &f[..upto] {
-                        let i = i as usize;
-                        nv.cache.read(slot, &mut buf[i * b..(i + 1) * b])?;
+                    if let Some(nv) = st.nv.as_ref() {
+                        for &(i, slot) in &f[..upto] {
+                            let i = i as usize;
+                            nv.cache.read(slot, &mut buf[i * b..(i + 1) * b])?;
+                        }
                     }
                     f.drain(..upto);
                 }
@@ -1508,6 +1556,14 @@ impl<D: Device + 'static> LogDisk<D> {
                 let done = st.writes_done;
                 if let Some(nv) = st.nv.as_mut() {
                     nv.unhold(done);
+                }
+                result
+            }
+            (Queued::Cleaner(_), Some(Done::Shared(buf, result))) => {
+                // Reads of its blocks go to the device again.
+                st.moving.pop_front();
+                if let Ok(buf) = Arc::try_unwrap(buf) {
+                    st.bufs.push(buf);
                 }
                 result
             }
@@ -1817,7 +1873,9 @@ impl<D: Device + 'static> LogDisk<D> {
         // Not the segment a background write is still writing: its blocks
         // are not all on the device yet.
         let closed = (0..self.geo.segments).filter(|&s| {
-            st.seg[s as usize] == Seg::Closed && !st.queued.contains(&Queued::Segment(s))
+            st.seg[s as usize] == Seg::Closed
+                && !st.queued.contains(&Queued::Segment(s))
+                && !st.queued.contains(&Queued::Cleaner(s))
         });
         match self.options.cleaner {
             CleanerPolicy::Greedy => closed.min_by_key(|&s| (st.live[s as usize], s)),
@@ -2626,6 +2684,13 @@ enum Job {
         offset: u64,
         fill: Vec<(u32, u32)>,
     },
+    /// A write of `buf[from..to]` that readers share until it is done.
+    WriteShared {
+        buf: Arc<IoBuf>,
+        from: usize,
+        to: usize,
+        offset: u64,
+    },
     Flush,
 }
 
@@ -2637,6 +2702,7 @@ enum Done {
         fill: Vec<(u32, u32)>,
         result: Result<(), DeviceError>,
     },
+    Shared(Arc<IoBuf>, Result<(), DeviceError>),
     Flush(Result<(), DeviceError>),
 }
 
@@ -2803,6 +2869,16 @@ fn writer_thread<D: Device + ?Sized>(
                 };
                 let result = copied.and_then(|()| dev.write_at(&buf[from..to], offset));
                 Done::Write { buf, fill, result }
+            }
+            Job::WriteShared {
+                buf,
+                from,
+                to,
+                offset,
+            } => {
+                drop(guard);
+                let result = dev.write_at(&buf[from..to], offset);
+                Done::Shared(buf, result)
             }
             Job::Flush => {
                 // Every job before this one done, then the flush, with the
