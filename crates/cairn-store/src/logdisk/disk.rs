@@ -173,10 +173,11 @@ pub struct Options {
     /// Threads of the background writer ([`Options::background_destage`]):
     /// with 2 (the default), two segment writes are on the device at once
     /// and one thread's copy out of the NV cache overlaps the other's write.
-    /// Flushes stay barriers (everything before done first, nothing after
-    /// started until done), so durability is as with 1; the order of writes
-    /// between two flushes varies from run to run. 1 writes one at a time,
-    /// in the order queued.
+    /// A flush starts only when every job queued before it is done, and a
+    /// checkpoint write only when the flush before it is, so what each flush
+    /// makes durable is as with 1; the order in which the device sees the
+    /// writes varies from run to run. 1 writes one at a time, in the order
+    /// queued.
     pub writer_threads: u32,
     /// The cleaner works in the background: below the high watermark, each
     /// user segment write first collects the victims whose reads it issued
@@ -527,10 +528,10 @@ struct Moving {
     buf: Arc<IoBuf>,
 }
 
-/// Segment writes the background writer holds at most: one being written
-/// and one ready behind it, so the device does not wait for the caller to
-/// build the next.
-const WRITE_DEPTH: usize = 2;
+/// Segment writes the background writer holds at most: two on the device
+/// (with two writer threads) and one ready behind them, so the device does
+/// not wait for the caller to build the next.
+const WRITE_DEPTH: usize = 3;
 
 struct State {
     map: Vec<MapEntry>,
@@ -588,6 +589,8 @@ struct State {
     bufs: Vec<IoBuf>,
     /// Background cleaner writes queued, oldest first.
     moving: VecDeque<Moving>,
+    /// Candidate victims of a background pass, best first (reused).
+    ranked: Vec<(f64, u32)>,
     /// The NV slots the writer copies into a destage's segment write:
     /// (block index in the buffer, slot); and spare lists for reuse.
     out_fill: Vec<(u32, u32)>,
@@ -788,6 +791,7 @@ impl<D: Device + 'static> LogDisk<D> {
             writes_done: 0,
             bufs: Vec::new(),
             moving: VecDeque::new(),
+            ranked: Vec::new(),
             out_fill: Vec::with_capacity(n),
             fills: Vec::new(),
             failed: None,
@@ -1241,6 +1245,11 @@ impl<D: Device + 'static> LogDisk<D> {
                 nv.release(&superseded, st.writes_done);
                 return Ok(());
             }
+            // The background cleaner's step first: its write may take part
+            // of the open segment.
+            if !st.in_cleaner && self.options.background_clean {
+                self.clean_step(st)?;
+            }
             // As many of the oldest dirty blocks as the open segment takes
             // (a whole segment's worth if none is open): one segment write.
             let take = st
@@ -1342,7 +1351,8 @@ impl<D: Device + 'static> LogDisk<D> {
         let b = self.geo.block_size as usize;
         let n = self.geo.segment_blocks;
         let mut done = 0usize;
-        if kind == Kind::User && !st.in_cleaner && self.options.background_clean {
+        // (A destage takes its step before choosing its blocks.)
+        if kind == Kind::User && fill.is_none() && !st.in_cleaner && self.options.background_clean {
             self.clean_step(st)?;
         }
         if self.options.partial == PartialSegments::Close
@@ -1389,11 +1399,14 @@ impl<D: Device + 'static> LogDisk<D> {
             let offset = block_of(&self.geo, segment, slot) * b as u64;
             let io_len = (end - done * b) as u64;
             // A destage's last (usually only) write, or a background
-            // cleaner pass's, goes to the background writer.
+            // cleaner pass's writes, go to the background writer.
+            let last = done + k == entries.len();
             let background = st.nv.is_some()
                 && self.options.background_destage
-                && done + k == entries.len()
-                && (kind == Kind::User || !st.in_cleaner);
+                && match kind {
+                    Kind::User => last,
+                    Kind::Cleaner => !st.in_cleaner,
+                };
             if background {
                 // Behind at most WRITE_DEPTH − 1 other segment writes. The
                 // caller gets a spare buffer. A destage's blocks stay valid
@@ -1416,7 +1429,15 @@ impl<D: Device + 'static> LogDisk<D> {
                 if spare.len() < buf.len() {
                     spare = IoBuf::zeroed(buf.len());
                 }
-                let owned = std::mem::replace(buf, spare);
+                let owned = if last {
+                    std::mem::replace(buf, spare)
+                } else {
+                    // A cleaner write split over two segments: this first
+                    // part goes from a copy, because the next part's summary
+                    // takes the place of its last block in `buf`.
+                    spare[done * b..end].copy_from_slice(&buf[done * b..end]);
+                    spare
+                };
                 let fill = match fill.as_deref_mut() {
                     Some(f) => std::mem::replace(f, st.fills.pop().unwrap_or_default()),
                     None => Vec::new(),
@@ -1428,6 +1449,7 @@ impl<D: Device + 'static> LogDisk<D> {
                         to: end,
                         offset,
                         fill,
+                        after_earlier: false,
                     }
                 } else {
                     let shared = Arc::new(owned);
@@ -1868,26 +1890,65 @@ impl<D: Device + 'static> LogDisk<D> {
     }
 
     fn pick_victim(&self, st: &State) -> Option<u32> {
-        let usable = f64::from(self.geo.segment_blocks - 1);
-        let now = st.sequence;
-        // Not the segment a background write is still writing: its blocks
-        // are not all on the device yet.
-        let closed = (0..self.geo.segments).filter(|&s| {
-            st.seg[s as usize] == Seg::Closed
-                && !st.queued.contains(&Queued::Segment(s))
-                && !st.queued.contains(&Queued::Cleaner(s))
+        let busy = Self::busy_segments(st);
+        (0..self.geo.segments)
+            .filter(|&s| st.seg[s as usize] == Seg::Closed && !busy.contains(&s))
+            .map(|s| (s, self.victim_score(st, s)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(s, _)| s)
+    }
+
+    /// The segments of queued writes (at most [`WRITE_DEPTH`] of them;
+    /// `u32::MAX` pads): never victims, their blocks are not all on the
+    /// device yet.
+    fn busy_segments(st: &State) -> [u32; WRITE_DEPTH] {
+        let mut busy = [u32::MAX; WRITE_DEPTH];
+        let segments = st.queued.iter().filter_map(|q| match *q {
+            Queued::Segment(s) | Queued::Cleaner(s) => Some(s),
+            _ => None,
         });
-        match self.options.cleaner {
-            CleanerPolicy::Greedy => closed.min_by_key(|&s| (st.live[s as usize], s)),
-            CleanerPolicy::CostBenefit | CleanerPolicy::AgeSort => closed
-                .map(|s| {
-                    let u = f64::from(st.live[s as usize]) / usable;
-                    let age = (now - st.last_seq[s as usize].min(now)) as f64 + 1.0;
-                    (s, (1.0 - u) * age / (1.0 + u))
-                })
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map(|(s, _)| s),
+        for (slot, s) in busy.iter_mut().zip(segments) {
+            *slot = s;
         }
+        busy
+    }
+
+    /// How much the policy wants segment `s` cleaned: the highest goes
+    /// first, the lowest segment number among equals. Greedy: fewest live
+    /// blocks; cost-benefit and age sort: `(1 − u)·age / (1 + u)`.
+    fn victim_score(&self, st: &State, s: u32) -> f64 {
+        let live = st.live[s as usize];
+        match self.options.cleaner {
+            CleanerPolicy::Greedy => -f64::from(live),
+            CleanerPolicy::CostBenefit | CleanerPolicy::AgeSort => {
+                let u = f64::from(live) / f64::from(self.geo.segment_blocks - 1);
+                let now = st.sequence;
+                let age = (now - st.last_seq[s as usize].min(now)) as f64 + 1.0;
+                (1.0 - u) * age / (1.0 + u)
+            }
+        }
+    }
+
+    /// The best `max` candidate victims, best first, into
+    /// [`State::ranked`]: one scan of the segments and a partial sort per
+    /// background pass, instead of a scan per victim taken. The same order
+    /// as taking [`LogDisk::pick_victim`] again and again.
+    fn rank_victims(&self, st: &mut State, max: usize) {
+        let busy = Self::busy_segments(st);
+        let mut ranked = std::mem::take(&mut st.ranked);
+        ranked.clear();
+        ranked.extend(
+            (0..self.geo.segments)
+                .filter(|&s| st.seg[s as usize] == Seg::Closed && !busy.contains(&s))
+                .map(|s| (self.victim_score(st, s), s)),
+        );
+        let best_first = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if ranked.len() > max && max > 0 {
+            ranked.select_nth_unstable_by(max - 1, best_first);
+            ranked.truncate(max);
+        }
+        ranked.sort_unstable_by(best_first);
+        st.ranked = ranked;
     }
 
     /// Cleans until the high watermark (or nothing more can be gained).
@@ -2058,7 +2119,11 @@ impl<D: Device + 'static> LogDisk<D> {
         let mut pass = std::mem::take(&mut st.pass);
         pass.batch.clear();
         let mut taken = 0usize;
-        while let Some(v) = self.pick_victim(st) {
+        // Every closed segment holds a live block: no pass takes more
+        // victims than a segment write has blocks.
+        self.rank_victims(st, per_write + 1);
+        let ranked = std::mem::take(&mut st.ranked);
+        for &(_, v) in &ranked {
             let live = st.live[v as usize] as usize;
             if taken + live > limit {
                 break;
@@ -2067,6 +2132,7 @@ impl<D: Device + 'static> LogDisk<D> {
             taken += live;
             self.plan_reads(st, v, &mut pass.batch);
         }
+        st.ranked = ranked;
         if pass.batch.victims.is_empty() {
             st.pass = pass;
             return Ok(());
@@ -2489,6 +2555,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 to,
                 offset: at,
                 fill: Vec::new(),
+                after_earlier: true,
             };
             if self.writer(st)?.jobs.send(job).is_err() {
                 return Err(Writer::stopped(st));
@@ -2683,6 +2750,9 @@ enum Job {
         to: usize,
         offset: u64,
         fill: Vec<(u32, u32)>,
+        /// Start only when every job before it is done (a checkpoint: after
+        /// the flush that makes what it describes durable).
+        after_earlier: bool,
     },
     /// A write of `buf[from..to]` that readers share until it is done.
     WriteShared {
@@ -2709,10 +2779,12 @@ enum Done {
 /// The background segment writer: `threads` threads taking jobs in the
 /// order queued. Writes run side by side (a disk takes two segment writes
 /// at once faster than one after the other, and one thread's copy out of
-/// the NV cache overlaps the other's write); a flush is a barrier: it starts
-/// when every job before it is done, and no job after it starts before it
-/// is. Jobs are numbered as sent; [`LogDisk::reap_one`] takes their reports
-/// in that order, whatever order they finish in.
+/// the NV cache overlaps the other's write). A flush starts when every job
+/// before it is done, so it covers them; a checkpoint write starts when
+/// every job before it is done (the flush queued before it included), so
+/// it is never durable before what it describes. Jobs are numbered as sent;
+/// [`LogDisk::reap_one`] takes their reports in that order, whatever order
+/// they finish in.
 struct Writer {
     jobs: std::sync::mpsc::Sender<Job>,
     done: std::sync::Mutex<WriterReports>,
@@ -2843,6 +2915,12 @@ fn writer_thread<D: Device + ?Sized>(
         }
         finished.1.notify_all();
     };
+    let wait_for_earlier = |id: u64| {
+        let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while f.prefix < id {
+            f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
+        }
+    };
     loop {
         let mut guard = intake.lock().unwrap_or_else(PoisonError::into_inner);
         let Ok(job) = guard.0.recv() else {
@@ -2857,8 +2935,12 @@ fn writer_thread<D: Device + ?Sized>(
                 to,
                 offset,
                 fill,
+                after_earlier,
             } => {
                 drop(guard);
+                if after_earlier {
+                    wait_for_earlier(id);
+                }
                 let copied = match nv {
                     Some(nv) => fill.iter().try_for_each(|&(i, slot)| {
                         let i = i as usize;
@@ -2881,15 +2963,12 @@ fn writer_thread<D: Device + ?Sized>(
                 Done::Shared(buf, result)
             }
             Job::Flush => {
-                // Every job before this one done, then the flush, with the
-                // intake held: nothing after it starts before it is done.
-                let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
-                while f.prefix < id {
-                    f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
-                }
-                drop(f);
-                let result = dev.flush();
+                // It covers every job before it: once they are done. Jobs
+                // after it may run beside it (a write it happens to make
+                // durable too is no harm).
                 drop(guard);
+                wait_for_earlier(id);
+                let result = dev.flush();
                 Done::Flush(result)
             }
         };
