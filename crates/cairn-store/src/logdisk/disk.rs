@@ -7,12 +7,18 @@
 //! `N − 1` are built into one full segment write (summary block + data, one
 //! sequential I/O at the log head), the device is flushed, and only then are
 //! the slots cleared and reused. With [`Options::background_destage`] (the
-//! default) the segment write — and the batched device flush behind it —
-//! run on a background thread, in the order queued, while the writer
-//! returns to staging NV writes: the destaged slots keep serving reads until
-//! that flush is settled, and every later write, flush or checkpoint first
-//! waits for both, so the device sees the same writes and flushes in the same
-//! order as without it. Without an NV cache (the paper's baseline), a
+//! default) the segment write goes to a queue of background writer threads
+//! ([`Options::writer_threads`]) while the caller returns to staging NV
+//! writes: up to three segment writes, with the batched device
+//! flush, the background cleaner's writes and the periodic checkpoint
+//! queued among them. The writer copies a destage's blocks out of their NV
+//! slots; a slot superseded before that copy is not reused until the write
+//! is done. A flush starts when every job before it is done; a checkpoint
+//! write when every job before it (its flush included) is. The destaged
+//! slots keep serving reads until a flush after their write is done and its
+//! report taken; reports are taken in the order queued, at points the
+//! operations fix, so the same slots and segments are reused in every run.
+//! Without an NV cache (the paper's baseline), a
 //! write goes to the in-memory segment buffer; a full buffer is written as a
 //! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
 //! whatever is buffered, then flushes the device.
@@ -55,10 +61,10 @@
 //!
 //! Concurrency: reads take a shared lock and proceed in parallel; writes take
 //! the log's exclusive lock, because a log has one head and appends are
-//! serial in every log-structured design. A read may go to the device while a
-//! background segment write is in flight, never into that segment: its
-//! blocks are served by their NV slots until the flush that waits for it is
-//! settled. The background cleaner's reads run beside both; they read only
+//! serial in every log-structured design. A read may go to the device while
+//! background segment writes are in flight, never into their segments: a
+//! destage's blocks are served by their NV slots until the flush after it
+//! is done, a background cleaner write's from its buffer until it is done. The background cleaner's reads run beside both; they read only
 //! closed segments that no write in flight touches and that nothing reuses
 //! until their pass is written.
 
@@ -556,6 +562,8 @@ struct State {
     tainted: Vec<bool>,
     any_tainted: bool,
     head: Option<(u32, u32)>,
+    /// The segment opened last: the next is the free one after it.
+    last_opened: u32,
     sequence: u64,
     checkpoint_number: u64,
     since_checkpoint: u64,
@@ -770,6 +778,7 @@ impl<D: Device + 'static> LogDisk<D> {
             tainted: vec![false; geo.segments as usize],
             any_tainted: false,
             head: None,
+            last_opened: u32::MAX,
             sequence: cp.sequence,
             checkpoint_number: cp.number,
             since_checkpoint: 0,
@@ -806,6 +815,9 @@ impl<D: Device + 'static> LogDisk<D> {
         let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
         st.victim = seg_buf;
         st.head = replay.head;
+        if let Some((segment, _)) = st.head {
+            st.last_opened = segment;
+        }
         st.sequence = st.sequence.max(replay.max_seen);
         if let Some(cache) = nv {
             let found = cache.scan()?;
@@ -1698,7 +1710,18 @@ impl<D: Device + 'static> LogDisk<D> {
         if st.free.is_empty() && st.any_tainted && !st.in_cleaner {
             self.checkpoint(st)?;
         }
-        let segment = st.free.pop().ok_or(LogDiskError::NoSpace)?;
+        // The free segment next after the last one opened (wrapping): the
+        // log's writes move up the disk in address order, which a disk
+        // takes faster than jumps back and forth.
+        let after = st.last_opened;
+        let (i, &segment) = st
+            .free
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &s)| s.wrapping_sub(after.wrapping_add(1)))
+            .ok_or(LogDiskError::NoSpace)?;
+        st.free.swap_remove(i);
+        st.last_opened = segment;
         st.seg[segment as usize] = Seg::Open;
         st.opened_at[segment as usize] =
             st.metrics.user_blocks_written + st.metrics.cleaner_blocks_written;
