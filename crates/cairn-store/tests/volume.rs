@@ -535,8 +535,9 @@ fn a_read_cache_over_parts_gets_a_cost_group_pair_per_part() {
     );
 }
 
-/// The cleaner's read options and the background destage are spec fields:
-/// they round-trip through TOML, and a log disk opened with every victim read
+/// The cleaner's read options, the background destage and its writer
+/// threads are spec fields: they round-trip through TOML (and 17 writer
+/// threads are refused), and a log disk opened with every victim read
 /// live blocks only, one thread, no background writer, cleans and reads back
 /// after a reopen.
 #[test]
@@ -552,11 +553,21 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
             log.live_read_gap,
             log.cleaner_read_threads,
             log.background_destage,
+            log.writer_threads,
             log.background_clean
         ),
-        (0.25, 2, 8, true, true),
+        (0.25, 2, 16, true, 2, true),
         "defaults are the log disk's"
     );
+    log.writer_threads = 17;
+    let e = open(&spec, dir.path())
+        .err()
+        .expect("17 writer threads refused");
+    assert!(e.contains("writer_threads"), "{e}");
+    let DeviceSpec::Log(log) = spec.devices.get_mut("log").unwrap() else {
+        unreachable!()
+    };
+    log.writer_threads = 1;
     log.live_read_below = 1.0;
     log.live_read_gap = 0;
     log.cleaner_read_threads = 1;
@@ -565,6 +576,7 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
     let text = toml::to_string(&spec).unwrap();
     assert!(text.contains("background_destage = false"), "{text}");
     assert!(text.contains("background_clean = false"), "{text}");
+    assert!(text.contains("writer_threads = 1"), "{text}");
     assert_eq!(parse(&text), spec);
     let volume = open(&spec, dir.path()).unwrap();
     let dev = device(&volume);

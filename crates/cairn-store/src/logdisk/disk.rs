@@ -164,17 +164,16 @@ pub struct Options {
     /// Threads the cleaner reads victims with (the calling thread is one);
     /// 1 reads them one after another.
     pub cleaner_read_threads: u32,
-    /// NV mode: a destage's segment write, and the batched device flush
-    /// after it, run on a background thread while the caller returns (and
-    /// stages the next writes into the NV cache, which already holds every
-    /// destaged block durably). The thread runs them one at a time, in the
-    /// order queued, and every later write, flush or checkpoint first waits
-    /// for them, so the device sees the same writes and flushes in the same
-    /// order as with `false`, which writes and flushes in the caller's
-    /// thread. What a background flush made durable (NV slots, emptied
-    /// segments) is retired when it is waited for. A failed background
-    /// write or flush fails every later device operation; reopen to recover
-    /// from the NV cache.
+    /// NV mode: destages' segment writes, the batched device flushes after
+    /// them, the background cleaner's writes and the periodic checkpoints
+    /// go to a queue of background writer threads while the caller returns
+    /// (and stages the next writes into the NV cache, which already holds
+    /// every destaged block durably); the caller waits only when three
+    /// segment writes are queued, or for free slots or segments. `false`
+    /// writes and flushes in the caller's thread. What a background flush
+    /// made durable (NV slots, emptied segments) is retired when its report
+    /// is taken. A failed background write or flush fails every later
+    /// device operation; reopen to recover from the NV cache.
     pub background_destage: bool,
     /// Threads of the background writer ([`Options::background_destage`]):
     /// with 2 (the default), two segment writes are on the device at once
@@ -211,7 +210,7 @@ impl Default for Options {
             checkpoint_interval: 0,
             live_read_below: 0.25,
             live_read_gap: 2,
-            cleaner_read_threads: 8,
+            cleaner_read_threads: 16,
             background_destage: true,
             writer_threads: 2,
             background_clean: true,

@@ -392,7 +392,7 @@ pub struct LogSpec {
     /// Default 2.
     #[serde(default = "default_live_read_gap")]
     pub live_read_gap: u32,
-    /// Threads the cleaner reads victims with, 1 to 64. Default 8.
+    /// Threads the cleaner reads victims with, 1 to 64. Default 16.
     #[serde(default = "default_cleaner_read_threads")]
     pub cleaner_read_threads: u32,
     /// With an NV cache: destage segment writes on a background thread.
