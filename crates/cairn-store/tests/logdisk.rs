@@ -1098,6 +1098,18 @@ struct GatedDevice {
     bad: std::sync::Mutex<Vec<String>>,
 }
 
+impl GatedDevice {
+    /// Open gate; every write takes at least `delay_us`.
+    fn new(len: u64, delay_us: u64) -> Self {
+        Self {
+            inner: MemoryDevice::new(len),
+            shut: std::sync::atomic::AtomicBool::new(false),
+            delay_us,
+            bad: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
 impl Device for GatedDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), cairn_store::DeviceError> {
         self.inner.read_at(buf, offset)
@@ -1149,12 +1161,7 @@ fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy(
         logical_blocks: 200,
         ..small()
     };
-    let dev = Arc::new(GatedDevice {
-        inner: MemoryDevice::new(image_len(&g)),
-        shut: std::sync::atomic::AtomicBool::new(false),
-        delay_us: 0,
-        bad: std::sync::Mutex::new(Vec::new()),
-    });
+    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
     // 75 slots: destaging starts above 56 dirty blocks.
     let region = Arc::new(SimRegion::new(48 * 1024));
     let opts = Options {
@@ -1207,12 +1214,7 @@ fn blocks_moved_by_a_queued_cleaner_write_read_back_before_it_lands() {
         logical_blocks: 600,
         ..small()
     };
-    let dev = Arc::new(GatedDevice {
-        inner: MemoryDevice::new(image_len(&g)),
-        shut: std::sync::atomic::AtomicBool::new(false),
-        delay_us: 3000,
-        bad: std::sync::Mutex::new(Vec::new()),
-    });
+    let dev = Arc::new(GatedDevice::new(image_len(&g), 3000));
     let region = Box::new(SimRegion::new(48 * 1024)) as Box<dyn Region>;
     let opts = Options {
         background_destage: true,
