@@ -107,8 +107,8 @@ pub struct LogdiskBenchArgs {
     #[arg(long, value_name = "N", default_value_t = Options::default().cleaner_read_threads)]
     cleaner_read_threads: u32,
 
-    /// NV mode: write destaged segments on a background thread (false: in
-    /// the writing thread).
+    /// NV mode: write destaged segments, cleaner passes and checkpoints on
+    /// background writer threads (false: in the writing thread).
     #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_destage,
           action = clap::ArgAction::Set)]
     background_destage: bool,
