@@ -601,6 +601,8 @@ struct State {
     /// The NV slots the writer copies into a destage's segment write:
     /// (block index in the buffer, slot); and spare lists for reuse.
     out_fill: Vec<(u32, u32)>,
+    /// The slots of the destage being written (reused).
+    out_slots: Vec<u32>,
     fills: Vec<Vec<(u32, u32)>>,
     /// Why a background write failed: every later device operation fails.
     failed: Option<String>,
@@ -801,6 +803,7 @@ impl<D: Device + 'static> LogDisk<D> {
             moving: VecDeque::new(),
             ranked: Vec::new(),
             out_fill: Vec::with_capacity(n),
+            out_slots: Vec::with_capacity(n),
             fills: Vec::new(),
             failed: None,
             pass: Pass::default(),
@@ -1270,8 +1273,10 @@ impl<D: Device + 'static> LogDisk<D> {
             let mut entries = std::mem::take(&mut st.out_entries);
             let mut out = std::mem::take(&mut st.out);
             let mut fill = std::mem::take(&mut st.out_fill);
+            let mut slots = std::mem::take(&mut st.out_slots);
             entries.clear();
             fill.clear();
+            slots.clear();
             {
                 let nv = st.nv.as_mut().expect("checked above");
                 while (entries.len() as u32) < take {
@@ -1286,13 +1291,13 @@ impl<D: Device + 'static> LogDisk<D> {
                     // the background writer, or by `append` before a write
                     // in this thread.
                     fill.push((entries.len() as u32 + 1, slot));
+                    slots.push(slot);
                     entries.push(SummaryEntry {
                         logical: m.logical,
                         crc: m.crc,
                     });
                 }
             }
-            let slots: Vec<u32> = fill.iter().map(|&(_, slot)| slot).collect();
             let result = self.append(st, &entries, &mut out, Kind::User, false, Some(&mut fill));
             st.out = out;
             st.out_entries = entries;
@@ -1303,6 +1308,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 for &slot in slots.iter().rev() {
                     nv.order.push_front((nv.meta[slot as usize].sequence, slot));
                 }
+                st.out_slots = slots;
                 return Err(e);
             }
             // The slots stay valid (and keep serving reads) until a device
@@ -1320,6 +1326,8 @@ impl<D: Device + 'static> LogDisk<D> {
                 nv.awaiting.push((m.sequence, slot));
             }
             nv.dirty -= slots.len() as u32;
+            st.out_slots = slots;
+            let nv = st.nv.as_mut().expect("checked above");
             let batch = (nv.cache.slots() / 8).max(per_write) as usize;
             // Slots a queued flush already covers are not counted again.
             let covered = st
