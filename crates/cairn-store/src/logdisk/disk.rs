@@ -2916,8 +2916,9 @@ impl Writer {
     }
 }
 
-/// One writer thread: takes the next job (a flush holds the intake until it
-/// is done, after waiting for every job before it), does it, reports it.
+/// One writer thread: takes the next job, does it, reports it. A flush, and
+/// a write marked `after_earlier` (a checkpoint), first wait until every
+/// job before them is done; nothing waits for a flush.
 fn writer_thread<D: Device + ?Sized>(
     dev: &D,
     nv: Option<&NvCache>,
