@@ -1201,6 +1201,133 @@ fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy(
     }
 }
 
+/// An NV region whose reads by the background writer threads, after the
+/// first `after`, wait while `shut` (which opens for good after `timeout`
+/// of waiting, should the caller itself wait for the writer): it holds a queued
+/// destage's copy out of its slots, which a [`GatedDevice`] cannot (the
+/// copy comes before the device write).
+struct GatedRegion {
+    inner: SimRegion,
+    after: usize,
+    timeout: std::time::Duration,
+    writer_reads: std::sync::atomic::AtomicUsize,
+    shut: std::sync::atomic::AtomicBool,
+}
+
+impl Region for GatedRegion {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), cairn_store::DeviceError> {
+        use std::sync::atomic::Ordering;
+        let writer = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("logdisk-destage"));
+        if writer && self.writer_reads.fetch_add(1, Ordering::AcqRel) >= self.after {
+            let start = std::time::Instant::now();
+            while self.shut.load(Ordering::Acquire) {
+                if start.elapsed() >= self.timeout {
+                    // Stuck behind the writer: open for good.
+                    self.shut.store(false, Ordering::Release);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), cairn_store::DeviceError> {
+        self.inner.write(offset, data)
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, cairn_store::DeviceError> {
+        self.inner.load_u64(offset)
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.store_u64(offset, value)
+    }
+    fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), cairn_store::DeviceError> {
+        self.inner.flush(ranges)
+    }
+    fn fence(&self) -> Result<(), cairn_store::DeviceError> {
+        self.inner.fence()
+    }
+    fn describe(&self) -> String {
+        "gated simulated region".into()
+    }
+}
+
+/// A slot superseded while sitting in a destage that was queued *after* a
+/// background flush must stay held when that flush is retired (the flush
+/// covers the destages before it, not this one). Here the writer's copy of
+/// the third destage is held at the region; its block 15 is rewritten, and
+/// the flush before it is retired by the next write: with the slot freed
+/// there, write 88 takes it and the third segment is written with block
+/// 88's data under block 15's summary entry.
+#[test]
+fn a_slot_superseded_under_a_destage_queued_after_a_flush_is_held_past_that_flush() {
+    let g = Geometry {
+        segments: 40,
+        logical_blocks: 200,
+        ..small()
+    };
+    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    // The first two destages' copies (7 blocks each) pass; the third waits.
+    let region = Arc::new(GatedRegion {
+        inner: SimRegion::new(48 * 1024),
+        after: 14,
+        timeout: std::time::Duration::from_millis(500),
+        writer_reads: std::sync::atomic::AtomicUsize::new(0),
+        shut: std::sync::atomic::AtomicBool::new(true),
+    });
+    let opts = Options {
+        background_destage: true,
+        background_clean: false,
+        writer_threads: 2,
+        checkpoint_interval: 1000,
+        ..Options::default()
+    };
+    let disk = LogDisk::format(dev.clone(), g, Some(Box::new(region.clone())), opts).unwrap();
+    // 75 slots; a destage (7 blocks) above 56 dirty; a background flush once
+    // 9 destaged slots are not covered by one.
+    assert_eq!(disk.nv_slots(), 75);
+    let flushes = disk.metrics().device_flushes;
+    // Destages of 0..7 (at block 56), 7..14 (at 63, then a flush) and
+    // 14..21 (at 70, copy held); then 71..=73 leave one free slot.
+    for l in 0..74 {
+        disk.write_blocks(l, &pattern(l, 1)).unwrap();
+    }
+    let m = disk.metrics();
+    assert_eq!(
+        (m.user_segment_writes, m.device_flushes),
+        (3, flushes),
+        "{m:?}"
+    );
+    // The last free slot; block 15's old slot is superseded under the held
+    // copy. Block 74 finds no free slot and retires the flush (freeing the
+    // 14 slots it covers); 88 would take block 15's old slot if that freed
+    // it too.
+    disk.write_blocks(15, &pattern(15, 2)).unwrap();
+    for l in 74..=88 {
+        disk.write_blocks(l, &pattern(l, 1)).unwrap();
+    }
+    assert!(disk.metrics().device_flushes > flushes);
+    region
+        .shut
+        .store(false, std::sync::atomic::Ordering::Release);
+    disk.close().unwrap();
+    assert_eq!(dev.bad.lock().unwrap().as_slice(), &[] as &[String]);
+    drop(disk);
+    let disk = LogDisk::open(dev.clone(), Some(Box::new(region.clone())), opts).unwrap();
+    let mut buf = vec![0u8; B];
+    for l in 0..=88 {
+        disk.read_block(l, &mut buf).unwrap();
+        assert_eq!(
+            version_of(l, &buf),
+            Some(1 + u64::from(l == 15)),
+            "block {l}"
+        );
+    }
+}
+
 /// A background cleaner write is queued with the map already pointing at
 /// the blocks' new places: until the device has them, reads are served
 /// from the write's buffer. Here every device write takes 3 ms, and all

@@ -1795,6 +1795,7 @@ impl<D: Device + 'static> LogDisk<D> {
         awaiting_upto: usize,
     ) -> Result<(), LogDiskError> {
         Self::release_pending_upto(st, pending_upto);
+        let writes_done = st.writes_done;
         let Some(nv) = st.nv.as_mut() else {
             return Ok(());
         };
@@ -1809,7 +1810,12 @@ impl<D: Device + 'static> LogDisk<D> {
             nv.cache.stage_clear(slot, &mut ranges)?;
         }
         nv.cache.persist(&ranges)?;
-        nv.free.append(&mut nv.superseded);
+        // A slot superseded under a segment write queued after this flush
+        // is held until that write has copied it.
+        let mut superseded = std::mem::take(&mut nv.superseded);
+        nv.release(&superseded, writes_done);
+        superseded.clear();
+        nv.superseded = superseded;
         ranges.clear();
         let mut awaiting = std::mem::take(&mut nv.awaiting);
         let upto = awaiting_upto.min(awaiting.len());
