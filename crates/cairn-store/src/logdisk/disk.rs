@@ -2816,7 +2816,8 @@ enum Done {
 /// order queued. Writes run side by side (a disk takes two segment writes
 /// at once faster than one after the other, and one thread's copy out of
 /// the NV cache overlaps the other's write). A flush starts when every job
-/// before it is done, so it covers them; a checkpoint write starts when
+/// before it is done, so it covers them (issued by the thread that finished
+/// the last of them: no thread sits idle on it); a checkpoint write starts when
 /// every job before it is done (the flush queued before it included), so
 /// it is never durable before what it describes. Jobs are numbered as sent;
 /// [`LogDisk::reap_one`] takes their reports in that order, whatever order
@@ -2835,11 +2836,15 @@ struct WriterReports {
     next: u64,
 }
 
-/// Which jobs are done: every job below `prefix`, and those in `beyond`.
+/// Which jobs are done: every job below `prefix`, and those in `beyond`;
+/// and the flushes taken before every job ahead of them was done.
 #[derive(Default)]
 struct Finished {
     prefix: u64,
     beyond: Vec<u64>,
+    /// A flush waiting for the jobs before it. The thread that finishes
+    /// the last of them issues it, so no thread sits idle on it.
+    deferred: Vec<u64>,
 }
 
 impl Writer {
@@ -2922,9 +2927,12 @@ impl Writer {
     }
 }
 
-/// One writer thread: takes the next job, does it, reports it. A flush, and
-/// a write marked `after_earlier` (a checkpoint), first wait until every
-/// job before them is done; nothing waits for a flush.
+/// One writer thread: takes the next job, does it, reports it. A flush
+/// covers every job before it: if one of those is still running, the flush
+/// is left to the thread that finishes the last of them, and this thread
+/// takes the next job. A write marked `after_earlier` (a checkpoint) waits
+/// until every job before it is done, flushes included; nothing waits for
+/// a flush otherwise.
 fn writer_thread<D: Device + ?Sized>(
     dev: &D,
     nv: Option<&NvCache>,
@@ -2932,9 +2940,12 @@ fn writer_thread<D: Device + ?Sized>(
     intake: &std::sync::Mutex<(std::sync::mpsc::Receiver<Job>, u64)>,
     finished: &(std::sync::Mutex<Finished>, std::sync::Condvar),
     done_tx: &std::sync::mpsc::Sender<(u64, Done)>,
-) {
-    let finish = |id: u64| {
-        let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+) -> Option<()> {
+    let lock = || finished.0.lock().unwrap_or_else(PoisonError::into_inner);
+    // Records job `id` done; returns a deferred flush it made ready (every
+    // job before that flush is now done).
+    let finish = |id: u64| -> Option<u64> {
+        let mut f = lock();
         if id == f.prefix {
             f.prefix += 1;
             loop {
@@ -2951,20 +2962,31 @@ fn writer_thread<D: Device + ?Sized>(
             f.beyond.push(id);
         }
         finished.1.notify_all();
+        let p = f.prefix;
+        let ready = f.deferred.iter().position(|&x| x == p)?;
+        Some(f.deferred.swap_remove(ready))
     };
-    let wait_for_earlier = |id: u64| {
-        let mut f = finished.0.lock().unwrap_or_else(PoisonError::into_inner);
-        while f.prefix < id {
-            f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
+    // Issues flush `id` (every job before it is done) and any flush that
+    // made ready in turn.
+    let flush = |mut id: u64| -> Option<()> {
+        loop {
+            let result = dev.flush();
+            let next = finish(id);
+            done_tx.send((id, Done::Flush(result))).ok()?;
+            match next {
+                Some(next) => id = next,
+                None => return Some(()),
+            }
         }
     };
     loop {
         let mut guard = intake.lock().unwrap_or_else(PoisonError::into_inner);
         let Ok(job) = guard.0.recv() else {
-            return;
+            return Some(());
         };
         let id = guard.1;
         guard.1 += 1;
+        drop(guard);
         let done = match job {
             Job::Write {
                 mut buf,
@@ -2974,9 +2996,11 @@ fn writer_thread<D: Device + ?Sized>(
                 fill,
                 after_earlier,
             } => {
-                drop(guard);
                 if after_earlier {
-                    wait_for_earlier(id);
+                    let mut f = lock();
+                    while f.prefix < id {
+                        f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
+                    }
                 }
                 let copied = match nv {
                     Some(nv) => fill.iter().try_for_each(|&(i, slot)| {
@@ -2995,23 +3019,25 @@ fn writer_thread<D: Device + ?Sized>(
                 to,
                 offset,
             } => {
-                drop(guard);
                 let result = dev.write_at(&buf[from..to], offset);
                 Done::Shared(buf, result)
             }
             Job::Flush => {
-                // It covers every job before it: once they are done. Jobs
-                // after it may run beside it (a write it happens to make
-                // durable too is no harm).
-                drop(guard);
-                wait_for_earlier(id);
-                let result = dev.flush();
-                Done::Flush(result)
+                let mut f = lock();
+                if f.prefix < id {
+                    // Left to the thread that finishes the last job before it.
+                    f.deferred.push(id);
+                    continue;
+                }
+                drop(f);
+                flush(id)?;
+                continue;
             }
         };
-        finish(id);
-        if done_tx.send((id, done)).is_err() {
-            return;
+        let ready = finish(id);
+        done_tx.send((id, done)).ok()?;
+        if let Some(flush_id) = ready {
+            flush(flush_id)?;
         }
     }
 }
@@ -3347,6 +3373,88 @@ mod tests {
     use crate::device::MemoryDevice;
 
     const B: usize = 512;
+
+    /// A memory device that logs writes and flushes in the order they
+    /// complete, and holds writes at offset 0 while `hold` is set.
+    struct Recorder {
+        inner: MemoryDevice,
+        hold: std::sync::atomic::AtomicBool,
+        log: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Device for Recorder {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+            while offset == 0 && self.hold.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.inner.write_at(buf, offset)?;
+            self.log.lock().unwrap().push(format!("write {offset}"));
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), DeviceError> {
+            self.log.lock().unwrap().push("flush".into());
+            self.inner.flush()
+        }
+        fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+            self.inner.discard(offset, len)
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn describe(&self) -> String {
+            "recorder".into()
+        }
+    }
+
+    /// A flush queued behind a write still running does not take a writer
+    /// thread out of service: the write after it runs meanwhile, and the
+    /// flush is issued once the write before it is done, by the thread
+    /// that did it. Reports still come back in the order queued.
+    #[test]
+    fn a_flush_behind_a_running_write_is_issued_when_it_is_done_without_holding_a_thread() {
+        let dev = Arc::new(Recorder {
+            inner: MemoryDevice::new(4 * B as u64),
+            hold: std::sync::atomic::AtomicBool::new(true),
+            log: std::sync::Mutex::new(Vec::new()),
+        });
+        let writer = Writer::start(&dev, None, B, 2).unwrap();
+        let write = |offset: u64| Job::Write {
+            buf: IoBuf::zeroed(B),
+            from: 0,
+            to: B,
+            offset,
+            fill: Vec::new(),
+            after_earlier: false,
+        };
+        for job in [write(0), Job::Flush, write(B as u64)] {
+            writer.jobs.send(job).unwrap();
+        }
+        // The third job completes while the first is held (with the flush
+        // holding a thread, neither thread would be free to take it).
+        let start = std::time::Instant::now();
+        while dev.log.lock().unwrap().is_empty() {
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "the write after the flush never ran"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(*dev.log.lock().unwrap(), ["write 512"]);
+        dev.hold.store(false, std::sync::atomic::Ordering::Release);
+        let reports = writer.done.lock().unwrap();
+        let mut order: Vec<u64> = (0..3).map(|_| reports.rx.recv().unwrap().0).collect();
+        drop(reports);
+        order.sort_unstable();
+        assert_eq!(order, [0, 1, 2]);
+        assert_eq!(*dev.log.lock().unwrap(), ["write 512", "write 0", "flush"]);
+        drop(writer.jobs);
+        for handle in writer.handles {
+            handle.join().unwrap();
+        }
+    }
 
     fn geo() -> Geometry {
         Geometry {
