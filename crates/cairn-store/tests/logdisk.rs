@@ -1201,16 +1201,15 @@ fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy(
     }
 }
 
-/// An NV region whose reads by the background writer threads, after the
-/// first `after`, wait while `shut` (which opens for good after `timeout`
-/// of waiting, should the caller itself wait for the writer): it holds a queued
-/// destage's copy out of its slots, which a [`GatedDevice`] cannot (the
-/// copy comes before the device write).
+/// An NV region where a background writer thread's read of bytes equal to
+/// `hold` waits while `shut` (which opens for good after `timeout` of
+/// waiting, should the caller itself wait for the writer), then reads
+/// again: it holds a queued destage's copy of one block, which a
+/// [`GatedDevice`] cannot (the copy comes before the device write).
 struct GatedRegion {
     inner: SimRegion,
-    after: usize,
+    hold: Vec<u8>,
     timeout: std::time::Duration,
-    writer_reads: std::sync::atomic::AtomicUsize,
     shut: std::sync::atomic::AtomicBool,
 }
 
@@ -1223,7 +1222,8 @@ impl Region for GatedRegion {
         let writer = std::thread::current()
             .name()
             .is_some_and(|n| n.starts_with("logdisk-destage"));
-        if writer && self.writer_reads.fetch_add(1, Ordering::AcqRel) >= self.after {
+        self.inner.read(offset, buf)?;
+        if writer && *buf == *self.hold {
             let start = std::time::Instant::now();
             while self.shut.load(Ordering::Acquire) {
                 if start.elapsed() >= self.timeout {
@@ -1270,12 +1270,11 @@ fn a_slot_superseded_under_a_destage_queued_after_a_flush_is_held_past_that_flus
         ..small()
     };
     let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
-    // The first two destages' copies (7 blocks each) pass; the third waits.
+    // The third destage's copy of block 15 waits.
     let region = Arc::new(GatedRegion {
         inner: SimRegion::new(48 * 1024),
-        after: 14,
+        hold: pattern(15, 1),
         timeout: std::time::Duration::from_millis(500),
-        writer_reads: std::sync::atomic::AtomicUsize::new(0),
         shut: std::sync::atomic::AtomicBool::new(true),
     });
     let opts = Options {
