@@ -493,6 +493,15 @@ impl Nv {
         }
     }
 
+    /// [`Nv::release`] of every superseded slot (their clears already
+    /// fenced), emptying the list.
+    fn release_superseded(&mut self, writes_done: u64) {
+        let mut superseded = std::mem::take(&mut self.superseded);
+        self.release(&superseded, writes_done);
+        superseded.clear();
+        self.superseded = superseded;
+    }
+
     /// Segment writes up to `writes_done` are done: free the slots held for them.
     fn unhold(&mut self, writes_done: u64) {
         let free = &mut self.free;
@@ -1255,8 +1264,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 }
                 nv.cache.persist(&ranges)?;
                 nv.ranges = ranges;
-                let superseded = std::mem::take(&mut nv.superseded);
-                nv.release(&superseded, st.writes_done);
+                nv.release_superseded(st.writes_done);
                 return Ok(());
             }
             // The background cleaner's step first: its write may take part
@@ -1812,10 +1820,7 @@ impl<D: Device + 'static> LogDisk<D> {
         nv.cache.persist(&ranges)?;
         // A slot superseded under a segment write queued after this flush
         // is held until that write has copied it.
-        let mut superseded = std::mem::take(&mut nv.superseded);
-        nv.release(&superseded, writes_done);
-        superseded.clear();
-        nv.superseded = superseded;
+        nv.release_superseded(writes_done);
         ranges.clear();
         let mut awaiting = std::mem::take(&mut nv.awaiting);
         let upto = awaiting_upto.min(awaiting.len());
