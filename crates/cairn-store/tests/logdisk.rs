@@ -1096,6 +1096,8 @@ struct GatedDevice {
     /// Every write takes at least this long.
     delay_us: u64,
     bad: std::sync::Mutex<Vec<String>>,
+    /// Writes done.
+    writes: std::sync::atomic::AtomicU64,
 }
 
 impl GatedDevice {
@@ -1106,6 +1108,7 @@ impl GatedDevice {
             shut: std::sync::atomic::AtomicBool::new(false),
             delay_us,
             bad: std::sync::Mutex::new(Vec::new()),
+            writes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -1132,7 +1135,10 @@ impl Device for GatedDevice {
                 }
             }
         }
-        self.inner.write_at(buf, offset)
+        self.inner.write_at(buf, offset)?;
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
     fn flush(&self) -> Result<(), cairn_store::DeviceError> {
         self.inner.flush()
@@ -1199,6 +1205,64 @@ fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy(
         disk.read_block(l, &mut buf).unwrap();
         assert_eq!(version_of(l, &buf), Some(version), "block {l}");
     }
+}
+
+/// `drain` returns only once the background writer's queued segment write
+/// is on the device: held at a shut gate, the write keeps `drain` waiting.
+#[test]
+fn drain_waits_for_the_queued_background_writes() {
+    let g = Geometry {
+        segments: 40,
+        logical_blocks: 200,
+        ..small()
+    };
+    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    let region = Box::new(SimRegion::new(48 * 1024)) as Box<dyn Region>;
+    let opts = Options {
+        background_destage: true,
+        background_clean: false,
+        writer_threads: 1,
+        checkpoint_interval: 1000,
+        ..Options::default()
+    };
+    let disk = Arc::new(LogDisk::format(dev.clone(), g, Some(region), opts).unwrap());
+    let before = dev.writes.load(std::sync::atomic::Ordering::Acquire);
+    dev.shut.store(true, std::sync::atomic::Ordering::Release);
+    // 57 dirty blocks pass the destage threshold (56 of 75 slots): one
+    // segment write is queued, and held at the gate.
+    for l in 0..57 {
+        disk.write_blocks(l, &pattern(l, 1)).unwrap();
+    }
+    assert_eq!(disk.metrics().user_segment_writes, 1);
+    let drained = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiter = {
+        let (disk, drained) = (disk.clone(), drained.clone());
+        std::thread::spawn(move || {
+            disk.drain().unwrap();
+            drained.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let early = drained.load(std::sync::atomic::Ordering::Acquire);
+    let held = dev.writes.load(std::sync::atomic::Ordering::Acquire);
+    // Open the gate before asserting: a failure must not leave the disk's
+    // writer stuck behind it.
+    dev.shut.store(false, std::sync::atomic::Ordering::Release);
+    waiter.join().unwrap();
+    assert!(!early, "drain returned while the segment write was held");
+    assert_eq!(held, before);
+    assert!(drained.load(std::sync::atomic::Ordering::Acquire));
+    assert_eq!(
+        dev.writes.load(std::sync::atomic::Ordering::Acquire),
+        before + 1
+    );
+    assert_eq!(dev.bad.lock().unwrap().as_slice(), &[] as &[String]);
+    // Nothing is left in flight: the device stays still.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(
+        dev.writes.load(std::sync::atomic::Ordering::Acquire),
+        before + 1
+    );
 }
 
 /// An NV region where a background writer thread's read of bytes equal to

@@ -1,5 +1,6 @@
 //! `cairn bench logdisk` at a small scale: every row is printed with a
-//! positive bandwidth, the bar line is judged, and each cleaner reports a
+//! positive bandwidth, the sequential reference is taken between the
+//! steady-state stretches, the bar line is judged, and each cleaner reports a
 //! write amplification above 1 and below the 1/(1-u) baseline.
 
 #![allow(clippy::unwrap_used)]
@@ -40,6 +41,10 @@ fn bench_logdisk_small_scale() {
             .unwrap();
         assert!(mib > 0.0, "{line}");
     }
+    // The reference: a pass before each of the four steady-state stretches
+    // and after the last, in each mode.
+    assert!(stdout.contains("10 passes of 64 MiB"), "{stdout}");
+    assert_eq!(stdout.matches("(5 passes, ").count(), 2, "{stdout}");
     assert!(
         stdout.contains("bar: log-disk 4 KiB random writes"),
         "{stdout}"

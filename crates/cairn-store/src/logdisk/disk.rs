@@ -2511,6 +2511,18 @@ impl<D: Device + 'static> LogDisk<D> {
         Ok(())
     }
 
+    /// Waits until every device operation queued on the background writer
+    /// so far (segment and cleaner writes, flushes, checkpoints) is done,
+    /// and retires what its flushes made durable; the first error any of
+    /// them met is returned. Dirty blocks stay in the NV cache (they are
+    /// durable there): nothing new is destaged. Afterwards the device is
+    /// idle until the next write, which is what a benchmark needs to measure
+    /// the device alone between stretches of log-disk writes.
+    pub fn drain(&self) -> Result<(), LogDiskError> {
+        let mut st = self.write_state();
+        Self::settle(&mut st)
+    }
+
     /// Destages everything, writes a checkpoint and flushes: the image then
     /// opens with no roll-forward and an empty NV cache.
     pub fn close(&self) -> Result<(), LogDiskError> {

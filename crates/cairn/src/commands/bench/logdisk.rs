@@ -22,8 +22,19 @@ A file of --size bytes is created in a temporary directory under --dir and
 opened with O_DIRECT (unless --buffered), so the device's own speed is measured,
 not the page cache's. Rows, in order:
 
-  device, sequential 512 KiB writes   one pass over the file, then fdatasync: the
-                                      bandwidth every other row is divided by
+  device, sequential 512 KiB writes   passes over a reference file of a quarter
+                                      of --size (at least 64 MiB) beside the log
+                                      disk's, each ending with fdatasync (so its
+                                      bytes are durable, as the log disk's are),
+                                      taken between stretches of each log-disk
+                                      row's steady state (below): the device is
+                                      measured when the log disk is, and a drift
+                                      in its speed moves both. The file is
+                                      written once first, untimed, so no pass
+                                      pays for allocating its blocks. The row
+                                      gives all passes together; each log-disk
+                                      row is divided by the passes taken during
+                                      its own run ('÷ seq').
   device, random 4 KiB writes         pwrite at uniformly random 4 KiB offsets
                                       for --seconds: what the log disk replaces
   log disk, NV cache / volatile       the log disk formatted on the same file at
@@ -33,7 +44,11 @@ not the page cache's. Rows, in order:
                                       --turnover times the device's capacity.
                                       'before cleaning' is the stretch before the
                                       cleaner first runs; 'steady state' is the
-                                      second half of the run, cleaner included.
+                                      second half of the run, cleaner included,
+                                      in four stretches: each ends when the log
+                                      disk's queued device writes are done, and
+                                      a sequential pass runs before each and
+                                      after the last, with the log disk idle.
                                       NV mode stages each write in an NV cache on
                                       /dev/shm (cache-line flush + fence per write,
                                       as on persistent memory) and acknowledges
@@ -194,34 +209,37 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         nv_path.display()
     );
 
-    let seq = sequential(&dev)?;
     let rand = random_device(&dev, args.seconds, args.seed)?;
     drop(dev);
-    let mut rows: Vec<(String, f64, String)> = vec![
-        (
-            "device, sequential 512 KiB writes".into(),
-            seq,
-            String::new(),
-        ),
-        ("device, random 4 KiB writes".into(), rand, String::new()),
-    ];
-    let mut bar_value = None;
+    // The reference file: written once first, untimed, so that no timed pass
+    // also allocates its blocks in the file system under it (slower).
+    let reference_len = (size / 4).max(64 << 20) / (512 << 10) * (512 << 10);
+    let reference = open_device(&tmp.path().join("reference.img"), reference_len, direct)?;
+    sequential(&reference, Some("device: writing the reference file"))?;
+    let mut rows: Vec<(String, f64, f64, String)> = Vec::new();
+    let mut all_passes = Passes::default();
+    let mut nv_ratio = None;
     for nv in [true, false] {
         let _ = std::fs::remove_file(&image);
         let _ = std::fs::remove_file(&nv_path);
         let dev = open_device(&image, size, direct)?;
-        let r = logdisk_random(dev, nv.then_some(nv_path.as_path()), args)?;
+        let r = logdisk_random(dev, nv.then_some(nv_path.as_path()), &reference, args)?;
+        let seq = r.passes.mib_s();
+        all_passes.add(&r.passes);
         let mode = if nv { "NV cache" } else { "volatile" };
         rows.push((
             format!("log disk {mode}, U 0.4, before cleaning"),
             r.before,
+            seq,
             format!("{} writes", r.before_writes),
         ));
         rows.push((
             format!("log disk {mode}, U 0.4, steady state"),
             r.steady,
+            seq,
             format!(
-                "WA {:.2}; per user segment: {:.2} victims, cleaner read {:.2} of its bytes in {:.0} µs",
+                "WA {:.2}; per user segment: {:.2} victims, cleaner read {:.2} of its bytes in {:.0} µs; \
+                 sequential {seq:.1} ({} passes, {:.1}-{:.1})",
                 r.steady_metrics.write_amplification().unwrap_or(1.0),
                 per(
                     r.steady_metrics.cleaner_segment_reads,
@@ -235,18 +253,47 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
                     r.steady_metrics.cleaner_read_ns,
                     r.steady_metrics.user_segment_writes
                 ) / 1e3,
+                r.passes.each.len(),
+                r.passes.slowest(),
+                r.passes.fastest(),
             ),
         ));
         if nv {
-            bar_value = Some(r.steady / seq);
+            nv_ratio = Some(r.steady / seq);
         }
     }
+    drop(reference);
+    let seq = all_passes.mib_s();
+    rows.insert(
+        0,
+        (
+            "device, sequential 512 KiB writes".into(),
+            seq,
+            seq,
+            format!(
+                "{} passes of {} MiB during the log-disk rows, {:.1}-{:.1}",
+                all_passes.each.len(),
+                reference_len >> 20,
+                all_passes.slowest(),
+                all_passes.fastest()
+            ),
+        ),
+    );
+    rows.insert(
+        1,
+        (
+            "device, random 4 KiB writes".into(),
+            rand,
+            seq,
+            String::new(),
+        ),
+    );
     println!();
     println!("{:<42} {:>9} {:>8}  notes", "row", "MiB/s", "÷ seq");
-    for (name, mib, note) in &rows {
+    for (name, mib, seq, note) in &rows {
         println!("{name:<42} {mib:>9.1} {:>8.3}  {note}", mib / seq);
     }
-    if let Some(ratio) = bar_value {
+    if let Some(ratio) = nv_ratio {
         println!(
             "bar: log-disk 4 KiB random writes (NV cache, steady state) >= 0.70 x sequential: {ratio:.3} {}",
             if ratio >= 0.70 { "PASS" } else { "FAIL" }
@@ -323,13 +370,54 @@ fn mib_s(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / f64::from(1u32 << 20) / elapsed.as_secs_f64().max(1e-9)
 }
 
-/// One pass of 512 KiB writes over the device, then a flush.
-fn sequential(dev: &FileDevice) -> Result<f64> {
+/// Sequential passes over the reference file: bytes and time of each.
+#[derive(Default)]
+struct Passes {
+    each: Vec<(u64, Duration)>,
+}
+
+impl Passes {
+    fn add(&mut self, other: &Passes) {
+        self.each.extend_from_slice(&other.each);
+    }
+
+    /// All passes together: their bytes over their time.
+    fn mib_s(&self) -> f64 {
+        let bytes = self.each.iter().map(|p| p.0).sum();
+        mib_s(bytes, self.each.iter().map(|p| p.1).sum())
+    }
+
+    fn rates(&self) -> impl Iterator<Item = f64> + '_ {
+        self.each.iter().map(|&(bytes, time)| mib_s(bytes, time))
+    }
+
+    fn slowest(&self) -> f64 {
+        self.rates().fold(f64::INFINITY, f64::min)
+    }
+
+    fn fastest(&self) -> f64 {
+        self.rates().fold(0.0, f64::max)
+    }
+
+    /// One timed pass over `dev`.
+    fn pass(&mut self, dev: &FileDevice) -> Result<()> {
+        let start = Instant::now();
+        sequential(dev, None)?;
+        let elapsed = start.elapsed();
+        self.each
+            .push((dev.len() / (512 << 10) * (512 << 10), elapsed));
+        Ok(())
+    }
+}
+
+/// One pass of 512 KiB writes over the device, then a flush; with `what`,
+/// a progress bar.
+fn sequential(dev: &FileDevice, what: Option<&str>) -> Result<f64> {
     let chunk = 512 << 10;
     let mut buf = IoBuf::zeroed(chunk);
     buf.fill(0x5a);
     let n = dev.len() / chunk as u64;
-    let bar = progress(n, "device: sequential 512 KiB writes");
+    let bar = what.map_or_else(ProgressBar::hidden, |what| progress(n, what));
     let start = Instant::now();
     for i in 0..n {
         buf[..8].copy_from_slice(&i.to_le_bytes());
@@ -397,12 +485,19 @@ struct RandomRun {
     before_writes: u64,
     steady: f64,
     steady_metrics: Metrics,
+    /// The reference passes taken between the steady state's stretches.
+    passes: Passes,
 }
+
+/// Stretches the steady state is measured in, a reference pass before each
+/// and after the last.
+const STRETCHES: u64 = 4;
 
 /// Fill at utilisation 0.4, then uniformly random 4 KiB writes.
 fn logdisk_random(
     dev: FileDevice,
     nv: Option<&Path>,
+    reference: &FileDevice,
     args: &LogdiskBenchArgs,
 ) -> Result<RandomRun> {
     let size = dev.len();
@@ -424,8 +519,25 @@ fn logdisk_random(
     let start = Instant::now();
     let start_metrics = disk.metrics();
     let mut before: Option<(u64, Duration)> = None;
-    let mut mid: Option<(Instant, Metrics)> = None;
+    let mut mid_metrics: Option<Metrics> = None;
+    let mut passes = Passes::default();
+    // The steady state's stretches: when each started, and their total time.
+    let stretch = (total - half).div_ceil(STRETCHES).max(1);
+    let mut stretch_start = Instant::now();
+    let mut steady_time = Duration::ZERO;
     for i in 0..total {
+        if i >= half && (i - half).is_multiple_of(stretch) {
+            if i == half {
+                mid_metrics = Some(disk.metrics());
+                before.get_or_insert((half, start.elapsed()));
+            } else {
+                disk.drain()?;
+                steady_time += stretch_start.elapsed();
+            }
+            // The log disk is idle: the device alone.
+            passes.pass(reference)?;
+            stretch_start = Instant::now();
+        }
         let l = rng.random_range(0..geo.logical_blocks);
         buf[..8].copy_from_slice(&i.to_le_bytes());
         disk.write_blocks(l, &buf)?;
@@ -437,22 +549,22 @@ fn logdisk_random(
                 before = Some((i + 1, start.elapsed()));
             }
         }
-        if i + 1 == half {
-            mid = Some((Instant::now(), disk.metrics()));
-        }
     }
     disk.flush()?;
-    let end = Instant::now();
+    disk.drain()?;
+    steady_time += stretch_start.elapsed();
+    passes.pass(reference)?;
     bar.finish_and_clear();
-    let (mid_at, mid_metrics) = mid.context("--turnover too small for two halves")?;
-    let (before_writes, before_time) = before.unwrap_or((total, end - start));
+    let mid_metrics = mid_metrics.context("--turnover too small for two halves")?;
+    let (before_writes, before_time) = before.context("--turnover too small for two halves")?;
     let steady_metrics = disk.metrics().since(&mid_metrics);
     disk.close()?;
     Ok(RandomRun {
         before: mib_s(before_writes * B as u64, before_time),
         before_writes,
-        steady: mib_s((total - half) * B as u64, end - mid_at),
+        steady: mib_s((total - half) * B as u64, steady_time),
         steady_metrics,
+        passes,
     })
 }
 
