@@ -49,11 +49,12 @@ not the page cache's. Rows, in order:
                                       disk's queued device writes are done, and
                                       a sequential pass runs before each and
                                       after the last, with the log disk idle.
-                                      NV mode stages each write in an NV cache on
-                                      /dev/shm (cache-line flush + fence per write,
-                                      as on persistent memory) and acknowledges
-                                      it durable; volatile mode buffers a segment
-                                      in DRAM and flushes only at the end.
+                                      NV mode stages each write in an NV cache
+                                      of --nv-size on /dev/shm (cache-line
+                                      flush + fence per write, as on persistent
+                                      memory) and acknowledges it durable;
+                                      volatile mode buffers a segment in DRAM
+                                      and flushes only at the end.
                                       A steady-state row's notes give, per user
                                       segment written: victims cleaned, the
                                       cleaner's read bytes as a fraction of the
@@ -95,6 +96,11 @@ pub struct LogdiskBenchArgs {
     /// Log-disk writes per bandwidth row, as a multiple of the device's capacity.
     #[arg(long, value_name = "F", default_value_t = 2.0)]
     turnover: f64,
+
+    /// Size of the NV cache of the NV rows (a file on /dev/shm, persisted
+    /// cache line by cache line as on persistent memory).
+    #[arg(long, value_name = "SIZE", default_value = "16MiB")]
+    nv_size: String,
 
     /// Seconds of device random 4 KiB writes.
     #[arg(long, value_name = "N", default_value_t = 3)]
@@ -156,7 +162,6 @@ impl LogdiskBenchArgs {
 
 const B: usize = 4096;
 const SEGMENT_BLOCKS: u32 = 128;
-const NV_BYTES: u64 = 16 << 20;
 
 /// Run `cairn bench logdisk`.
 pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
@@ -170,6 +175,14 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
                 "{flag} must be at least 64MiB (the log disk needs room for segments and cleaning)"
             );
         }
+    }
+    let nv_size = cairn_sim::parse_bytes(&args.nv_size)
+        .with_context(|| format!("--nv-size {:?}", args.nv_size))?;
+    if nv_size < 1 << 20 || nv_size > size / 2 {
+        bail!(
+            "--nv-size must be from 1MiB to half of --size ({} MiB)",
+            size >> 21
+        );
     }
     if !(args.turnover > 0.0 && args.turnover <= 100.0) {
         bail!("--turnover must be above 0 and at most 100");
@@ -205,7 +218,7 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         image.display(),
         if direct { "O_DIRECT" } else { "page cache" },
         size >> 20,
-        NV_BYTES >> 20,
+        nv_size >> 20,
         nv_path.display()
     );
 
@@ -223,7 +236,12 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         let _ = std::fs::remove_file(&image);
         let _ = std::fs::remove_file(&nv_path);
         let dev = open_device(&image, size, direct)?;
-        let r = logdisk_random(dev, nv.then_some(nv_path.as_path()), &reference, args)?;
+        let r = logdisk_random(
+            dev,
+            nv.then_some((nv_path.as_path(), nv_size)),
+            &reference,
+            args,
+        )?;
         let seq = r.passes.mib_s();
         all_passes.add(&r.passes);
         let mode = if nv { "NV cache" } else { "volatile" };
@@ -474,8 +492,8 @@ fn geometry(size: u64, utilisation: f64) -> Result<Geometry> {
     }
 }
 
-fn nv_region(path: &Path) -> Result<Box<dyn Region>> {
-    let region = MmapRegion::open(path, NV_BYTES, true, PersistenceRequest::CacheLine)
+fn nv_region((path, len): (&Path, u64)) -> Result<Box<dyn Region>> {
+    let region = MmapRegion::open(path, len, true, PersistenceRequest::CacheLine)
         .with_context(|| format!("NV cache region {}", path.display()))?;
     Ok(Box::new(region))
 }
@@ -496,7 +514,7 @@ const STRETCHES: u64 = 4;
 /// Fill at utilisation 0.4, then uniformly random 4 KiB writes.
 fn logdisk_random(
     dev: FileDevice,
-    nv: Option<&Path>,
+    nv: Option<(&Path, u64)>,
     reference: &FileDevice,
     args: &LogdiskBenchArgs,
 ) -> Result<RandomRun> {
