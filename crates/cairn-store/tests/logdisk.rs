@@ -1154,6 +1154,28 @@ impl Device for GatedDevice {
     }
 }
 
+/// The held-writer tests' disk: 40 segments of 8 blocks, 200 logical
+/// blocks, on a gated device (gate open, no delay); NV mode with the
+/// background writer on `writer_threads` threads, no background cleaning,
+/// and no checkpoint before 1,000 segment writes. A 48 KiB region gives 75
+/// NV slots: destaging starts above 56 dirty blocks.
+fn held_writer_setup(writer_threads: u32) -> (Geometry, Arc<GatedDevice>, Options) {
+    let g = Geometry {
+        segments: 40,
+        logical_blocks: 200,
+        ..small()
+    };
+    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    let opts = Options {
+        background_destage: true,
+        background_clean: false,
+        writer_threads,
+        checkpoint_interval: 1000,
+        ..Options::default()
+    };
+    (g, dev, opts)
+}
+
 /// The background writer copies a destage's blocks out of their NV slots
 /// when it reaches the write, which may be after the caller has rewritten
 /// one of those blocks. The superseded slot must not be reused (and so
@@ -1162,21 +1184,9 @@ impl Device for GatedDevice {
 /// would take its old slot first if it were free.
 #[test]
 fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy() {
-    let g = Geometry {
-        segments: 40,
-        logical_blocks: 200,
-        ..small()
-    };
-    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    let (g, dev, opts) = held_writer_setup(1);
     // 75 slots: destaging starts above 56 dirty blocks.
     let region = Arc::new(SimRegion::new(48 * 1024));
-    let opts = Options {
-        background_destage: true,
-        background_clean: false,
-        writer_threads: 1,
-        checkpoint_interval: 1000,
-        ..Options::default()
-    };
     let disk = LogDisk::format(dev.clone(), g, Some(Box::new(region.clone())), opts).unwrap();
     assert_eq!(disk.nv_slots(), 75);
     dev.shut.store(true, std::sync::atomic::Ordering::Release);
@@ -1211,20 +1221,8 @@ fn a_slot_superseded_under_a_queued_segment_write_is_not_reused_before_the_copy(
 /// is on the device: held at a shut gate, the write keeps `drain` waiting.
 #[test]
 fn drain_waits_for_the_queued_background_writes() {
-    let g = Geometry {
-        segments: 40,
-        logical_blocks: 200,
-        ..small()
-    };
-    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    let (g, dev, opts) = held_writer_setup(1);
     let region = Box::new(SimRegion::new(48 * 1024)) as Box<dyn Region>;
-    let opts = Options {
-        background_destage: true,
-        background_clean: false,
-        writer_threads: 1,
-        checkpoint_interval: 1000,
-        ..Options::default()
-    };
     let disk = Arc::new(LogDisk::format(dev.clone(), g, Some(region), opts).unwrap());
     let before = dev.writes.load(std::sync::atomic::Ordering::Acquire);
     dev.shut.store(true, std::sync::atomic::Ordering::Release);
@@ -1328,12 +1326,7 @@ impl Region for GatedRegion {
 /// 88's data under block 15's summary entry.
 #[test]
 fn a_slot_superseded_under_a_destage_queued_after_a_flush_is_held_past_that_flush() {
-    let g = Geometry {
-        segments: 40,
-        logical_blocks: 200,
-        ..small()
-    };
-    let dev = Arc::new(GatedDevice::new(image_len(&g), 0));
+    let (g, dev, opts) = held_writer_setup(2);
     // The third destage's copy of block 15 waits.
     let region = Arc::new(GatedRegion {
         inner: SimRegion::new(48 * 1024),
@@ -1341,13 +1334,6 @@ fn a_slot_superseded_under_a_destage_queued_after_a_flush_is_held_past_that_flus
         timeout: std::time::Duration::from_millis(500),
         shut: std::sync::atomic::AtomicBool::new(true),
     });
-    let opts = Options {
-        background_destage: true,
-        background_clean: false,
-        writer_threads: 2,
-        checkpoint_interval: 1000,
-        ..Options::default()
-    };
     let disk = LogDisk::format(dev.clone(), g, Some(Box::new(region.clone())), opts).unwrap();
     // 75 slots; a destage (7 blocks) above 56 dirty; a background flush once
     // 9 destaged slots are not covered by one.
