@@ -500,6 +500,23 @@ fn every_crash_point_nv_cache_background_destage() {
     }
 }
 
+/// Volatile mode with the background writer: full segment buffers are
+/// queued while the workload fills the next, and a flush waits for them; a
+/// crash at any device write, with reads served from the queued buffers
+/// meanwhile, loses nothing flushed.
+#[test]
+fn every_crash_point_volatile_background_destage() {
+    for (partial, reads) in [
+        (
+            PartialSegments::Append,
+            Reads::LiveOnly { gap: 2, threads: 4 },
+        ),
+        (PartialSegments::Close, Reads::Whole),
+    ] {
+        crash_points(false, partial, CleanerPolicy::Greedy, reads, true, true);
+    }
+}
+
 /// The background cleaner's reads run on other threads while the writer goes
 /// on, yet which user write collects a pass, and so the device's sequence of
 /// writes and flushes, depends on the operations alone: the crash points
@@ -1261,6 +1278,68 @@ fn drain_waits_for_the_queued_background_writes() {
         dev.writes.load(std::sync::atomic::Ordering::Acquire),
         before + 1
     );
+}
+
+/// Volatile mode with the background writer: a full segment buffer is
+/// queued and the caller fills a spare one. Held at a shut gate, three
+/// queued buffers' blocks read back from the buffers (one of them rewritten
+/// since, in the buffer being filled), a flush waits for every queued write,
+/// and after it everything reads back from the device, reopened.
+#[test]
+fn volatile_segment_buffers_queued_on_the_writer_serve_reads_and_a_flush_waits_for_them() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (g, dev, opts) = held_writer_setup(2);
+    let disk = Arc::new(LogDisk::format(dev.clone(), g, None, opts).unwrap());
+    let before = dev.writes.load(Ordering::Acquire);
+    dev.shut.store(true, Ordering::Release);
+    // 7 data blocks per segment write: 21 blocks fill three buffers, all
+    // queued (the writer holds three); 21 and 22 stay in the fourth.
+    for l in 0..23 {
+        disk.write_blocks(l, &pattern(l, 1)).unwrap();
+    }
+    disk.write_blocks(3, &pattern(3, 2)).unwrap();
+    assert_eq!(disk.metrics().user_segment_writes, 3);
+    let mut buf = vec![0u8; B];
+    let version = |l: u64| 1 + u64::from(l == 3);
+    // Checked after the gate opens: a failure must not leave the writer
+    // stuck behind it.
+    let held_reads: Vec<_> = (0..23)
+        .map(|l| {
+            disk.read_block(l, &mut buf)
+                .map(|()| version_of(l, &buf))
+                .map_err(|e| e.to_string())
+        })
+        .collect();
+    let flushed = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (disk, flushed) = (disk.clone(), flushed.clone());
+        std::thread::spawn(move || {
+            disk.flush().unwrap();
+            flushed.store(true, Ordering::Release);
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let early = flushed.load(Ordering::Acquire);
+    let held = dev.writes.load(Ordering::Acquire);
+    // Open the gate before asserting: a failure must not leave the writer
+    // stuck behind it.
+    dev.shut.store(false, Ordering::Release);
+    flusher.join().unwrap();
+    for (l, read) in (0..23).zip(held_reads) {
+        assert_eq!(read, Ok(Some(version(l))), "block {l}, held");
+    }
+    assert!(!early, "flush returned while segment writes were held");
+    assert_eq!(held, before);
+    // The three queued writes and the flush's partial segment.
+    assert_eq!(dev.writes.load(Ordering::Acquire), before + 4);
+    assert_eq!(disk.metrics().partial_segments, 1);
+    assert_eq!(dev.bad.lock().unwrap().as_slice(), &[] as &[String]);
+    drop(disk);
+    let disk = LogDisk::open(dev.clone(), None, opts).unwrap();
+    for l in 0..23 {
+        disk.read_block(l, &mut buf).unwrap();
+        assert_eq!(version_of(l, &buf), Some(version(l)), "block {l}, reopened");
+    }
 }
 
 /// An NV region where a background writer thread's read of bytes equal to

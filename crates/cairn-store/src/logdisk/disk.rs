@@ -21,7 +21,11 @@
 //! Without an NV cache (the paper's baseline), a
 //! write goes to the in-memory segment buffer; a full buffer is written as a
 //! segment write, and a [`LogDisk::flush`] forces a **partial** segment write of
-//! whatever is buffered, then flushes the device.
+//! whatever is buffered, then flushes the device. With
+//! [`Options::background_destage`] a full buffer goes to the same background
+//! writer (the caller fills a spare buffer meanwhile, and reads of the
+//! queued buffer's blocks are served from it until its write is done); a
+//! flush waits for every queued write before its own.
 //!
 //! **Read path.** Segment buffer → NV cache → block address table → device.
 //! Every block read from the device is checked against the CRC32C in the
@@ -173,7 +177,11 @@ pub struct Options {
     /// writes and flushes in the caller's thread. What a background flush
     /// made durable (NV slots, emptied segments) is retired when its report
     /// is taken. A failed background write or flush fails every later
-    /// device operation; reopen to recover from the NV cache.
+    /// device operation; reopen to recover from the NV cache. Volatile
+    /// mode: a full segment buffer is queued the same way and the caller
+    /// goes on filling a spare one (reads of the queued blocks come from
+    /// the queued buffer); a [`LogDisk::flush`] waits for every queued
+    /// write, and reports a failed one.
     pub background_destage: bool,
     /// Threads of the background writer ([`Options::background_destage`]):
     /// with 2 (the default), two segment writes are on the device at once
@@ -521,9 +529,10 @@ impl Nv {
 enum Queued {
     /// A destage's segment write into this segment.
     Segment(u32),
-    /// A background cleaner pass's write into this segment (its blocks are
-    /// read from [`State::moving`] until it is done).
-    Cleaner(u32),
+    /// A write into this segment whose blocks are read from
+    /// [`State::moving`] until it is done: a background cleaner pass's, or
+    /// a volatile-mode segment buffer's.
+    Shared(u32),
     /// A checkpoint write (its buffer comes back to
     /// [`State::checkpoint_buf`]).
     Checkpoint,
@@ -532,9 +541,10 @@ enum Queued {
     Flush { pending: usize, awaiting: usize },
 }
 
-/// A background cleaner write not yet done: its `count` blocks, the first
-/// at absolute block `first`, are at byte `at` of `buf`, and reads of them
-/// are served from there (the map already points at their new place).
+/// A shared background write not yet done (a cleaner pass's, or a
+/// volatile-mode segment buffer's): its `count` blocks, the first at
+/// absolute block `first`, are at byte `at` of `buf`, and reads of them are
+/// served from there (the map already points at their new place).
 struct Moving {
     first: u64,
     count: u64,
@@ -1425,11 +1435,11 @@ impl<D: Device + 'static> LogDisk<D> {
             }
             let offset = block_of(&self.geo, segment, slot) * b as u64;
             let io_len = (end - done * b) as u64;
-            // A destage's last (usually only) write, or a background
-            // cleaner pass's writes, go to the background writer.
+            // A destage's or a volatile segment buffer's last (usually
+            // only) write, or a background cleaner pass's writes, go to the
+            // background writer.
             let last = done + k == entries.len();
-            let background = st.nv.is_some()
-                && self.options.background_destage
+            let background = self.options.background_destage
                 && match kind {
                     Kind::User => last,
                     Kind::Cleaner => !st.in_cleaner,
@@ -1439,11 +1449,12 @@ impl<D: Device + 'static> LogDisk<D> {
                 // caller gets a spare buffer. A destage's blocks stay valid
                 // in the NV cache, which serves their reads until a device
                 // flush (queued behind this write) retires them; a cleaner
-                // write's blocks are served from its buffer until it is done.
+                // write's or a volatile segment buffer's blocks are served
+                // from its buffer until it is done.
                 while st
                     .queued
                     .iter()
-                    .filter(|q| matches!(q, Queued::Segment(_) | Queued::Cleaner(_)))
+                    .filter(|q| matches!(q, Queued::Segment(_) | Queued::Shared(_)))
                     .count()
                     >= WRITE_DEPTH
                 {
@@ -1469,7 +1480,8 @@ impl<D: Device + 'static> LogDisk<D> {
                     Some(f) => std::mem::replace(f, st.fills.pop().unwrap_or_default()),
                     None => Vec::new(),
                 };
-                let job = if kind == Kind::User {
+                let destage = kind == Kind::User && st.nv.is_some();
+                let job = if destage {
                     Job::Write {
                         buf: owned,
                         from: done * b,
@@ -1496,11 +1508,11 @@ impl<D: Device + 'static> LogDisk<D> {
                 if self.writer(st)?.jobs.send(job).is_err() {
                     return Err(Writer::stopped(st));
                 }
-                if kind == Kind::User {
+                if destage {
                     st.queued.push_back(Queued::Segment(segment));
                     st.writes_queued += 1;
                 } else {
-                    st.queued.push_back(Queued::Cleaner(segment));
+                    st.queued.push_back(Queued::Shared(segment));
                 }
             } else {
                 // One device operation outstanding at most.
@@ -1608,7 +1620,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 }
                 result
             }
-            (Queued::Cleaner(_), Some(Done::Shared(buf, result))) => {
+            (Queued::Shared(_), Some(Done::Shared(buf, result))) => {
                 // Reads of its blocks go to the device again.
                 st.moving.pop_front();
                 if let Ok(buf) = Arc::try_unwrap(buf) {
@@ -1945,7 +1957,7 @@ impl<D: Device + 'static> LogDisk<D> {
     fn busy_segments(st: &State) -> [u32; WRITE_DEPTH] {
         let mut busy = [u32::MAX; WRITE_DEPTH];
         let segments = st.queued.iter().filter_map(|q| match *q {
-            Queued::Segment(s) | Queued::Cleaner(s) => Some(s),
+            Queued::Segment(s) | Queued::Shared(s) => Some(s),
             _ => None,
         });
         for (slot, s) in busy.iter_mut().zip(segments) {

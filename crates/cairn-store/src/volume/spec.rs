@@ -395,8 +395,9 @@ pub struct LogSpec {
     /// Threads the cleaner reads victims with, 1 to 64. Default 16.
     #[serde(default = "default_cleaner_read_threads")]
     pub cleaner_read_threads: u32,
-    /// With an NV cache: destage segment writes, cleaner writes and
-    /// checkpoints on background writer threads. Default true.
+    /// Destage segment writes (with an NV cache) or full segment buffers
+    /// (without), cleaner writes and checkpoints on background writer
+    /// threads. Default true.
     #[serde(default = "default_background_destage")]
     pub background_destage: bool,
     /// Threads of the background writer, 1 to 16: with 2, two segment

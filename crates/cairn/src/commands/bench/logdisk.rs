@@ -62,9 +62,10 @@ not the page cache's. Rows, in order:
                                       waited for its reads (--live-read-below,
                                       --live-read-gap and --cleaner-read-threads
                                       choose how it reads). --background-destage
-                                      false writes NV destages in the writing
-                                      thread; --background-clean false cleans
-                                      only synchronously, at the low watermark.
+                                      false writes NV destages and full segment
+                                      buffers in the writing thread;
+                                      --background-clean false cleans only
+                                      synchronously, at the low watermark.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -128,8 +129,9 @@ pub struct LogdiskBenchArgs {
     #[arg(long, value_name = "N", default_value_t = Options::default().cleaner_read_threads)]
     cleaner_read_threads: u32,
 
-    /// NV mode: write destaged segments, cleaner passes and checkpoints on
-    /// background writer threads (false: in the writing thread).
+    /// Write destaged segments (NV mode), full segment buffers (volatile
+    /// mode), cleaner passes and checkpoints on background writer threads
+    /// (false: in the writing thread).
     #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_destage,
           action = clap::ArgAction::Set)]
     background_destage: bool,
