@@ -805,6 +805,103 @@ fn a_failed_background_write_fails_later_device_operations_and_loses_nothing() {
     }
 }
 
+/// A device that takes reads in batches ([`Device::read_batch`]), as a file
+/// device does through `io_uring`, by reading each in turn from a faulty
+/// device; it counts the batches.
+struct Batching {
+    inner: Arc<FaultyDevice>,
+    batches: std::sync::atomic::AtomicU64,
+}
+
+impl Device for Batching {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.read_at(buf, offset)
+    }
+    fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<bool, cairn_store::DeviceError> {
+        if !reads.is_empty() {
+            self.batches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        for (offset, buf) in reads.iter_mut() {
+            self.inner.read_at(buf, *offset)?;
+        }
+        Ok(true)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<(), cairn_store::DeviceError> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), cairn_store::DeviceError> {
+        self.inner.discard(offset, len)
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn describe(&self) -> String {
+        "batching".into()
+    }
+}
+
+/// On a device that batches reads, the background cleaner issues each
+/// pass's reads as one batch (and the synchronous cleaner its reads); a
+/// read that fails in a batch fails the write that collects the pass, and
+/// nothing acknowledged is lost: every block reads back after a reopen.
+#[test]
+fn a_failed_batched_cleaner_read_fails_the_pass_and_loses_nothing() {
+    use cairn_store::device::DeviceOp;
+    let g = small();
+    for (after, background_clean) in [(0u64, true), (5, true), (2, false)] {
+        let faulty = Arc::new(FaultyDevice::new(image_len(&g), 11));
+        let dev = Arc::new(Batching {
+            inner: faulty.clone(),
+            batches: std::sync::atomic::AtomicU64::new(0),
+        });
+        let region = Arc::new(SimRegion::new(12 * 1024));
+        let nv_box = || Some(Box::new(region.clone()) as Box<dyn Region>);
+        let opts = Options {
+            background_destage: true,
+            background_clean,
+            ..Reads::LiveOnly { gap: 1, threads: 4 }.apply(options(CleanerPolicy::Greedy))
+        };
+        let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
+        let context = format!("after {after}, background_clean={background_clean}");
+        // Some(version) acknowledged; None: a failed write, either version.
+        let mut model: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        let mut errors = 0;
+        let mut rng = ChaCha8Rng::seed_from_u64(after);
+        for version in 1..=600u64 {
+            if version == 200 {
+                faulty.fail(DeviceOp::Read, after);
+            }
+            let l = rng.random_range(0..g.logical_blocks);
+            let result = disk.write_blocks(l, &pattern(l, version));
+            if let Err(e) = &result {
+                assert!(e.to_string().contains("injected"), "{context}: {e}");
+            }
+            model.insert(l, result.is_ok().then_some(version));
+            errors += u32::from(result.is_err());
+        }
+        assert!(
+            dev.batches.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "{context}: no batch; {:?}",
+            disk.metrics()
+        );
+        assert_eq!(errors, 1, "{context}: the injected failure surfaced once");
+        drop(disk);
+        let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
+        let mut buf = vec![0u8; B];
+        for (&l, &version) in &model {
+            disk.read_block(l, &mut buf)
+                .unwrap_or_else(|e| panic!("{context}: block {l}: {e}"));
+            if let Some(version) = version {
+                assert_eq!(version_of(l, &buf), Some(version), "{context}: block {l}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_full_disk_says_no_space_and_loses_nothing() {
     // 45 live blocks in 7 segments of 7 data slots: too full to clean.

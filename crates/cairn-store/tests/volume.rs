@@ -552,11 +552,12 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
             log.live_read_below,
             log.live_read_gap,
             log.cleaner_read_threads,
+            log.batch_reads,
             log.background_destage,
             log.writer_threads,
             log.background_clean
         ),
-        (0.25, 2, 16, true, 2, true),
+        (0.25, 2, 16, true, true, 2, true),
         "defaults are the log disk's"
     );
     log.writer_threads = 17;
@@ -571,12 +572,14 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
     log.live_read_below = 1.0;
     log.live_read_gap = 0;
     log.cleaner_read_threads = 1;
+    log.batch_reads = false;
     log.background_destage = false;
     log.background_clean = false;
     let text = toml::to_string(&spec).unwrap();
     assert!(text.contains("background_destage = false"), "{text}");
     assert!(text.contains("background_clean = false"), "{text}");
     assert!(text.contains("writer_threads = 1"), "{text}");
+    assert!(text.contains("batch_reads = false"), "{text}");
     assert_eq!(parse(&text), spec);
     let volume = open(&spec, dir.path()).unwrap();
     let dev = device(&volume);

@@ -19,6 +19,7 @@ mod file;
 mod iobuf;
 mod memory;
 mod throttled;
+mod uring;
 
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice};
@@ -165,6 +166,19 @@ pub trait Device: Send + Sync {
         }
         Ok(())
     }
+    /// Fill each `(offset, buf)` of `reads` from its offset: many independent
+    /// reads, which a device that takes many at once (a file, through
+    /// `io_uring`) issues together — one submission, the whole batch in
+    /// flight — and returns when all are done. `Ok(false)` when the device
+    /// has no such path (nothing was read; read them with `read_at`, on
+    /// several threads where they should overlap). An empty batch asks
+    /// only that: `Ok(true)` if this device batches. On an error, every
+    /// read's buffer may have been written; none is written after the call.
+    /// The default batches nothing.
+    fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<bool, DeviceError> {
+        let _ = reads;
+        Ok(false)
+    }
     /// A read with no copy, where the device keeps the bytes in buffers it
     /// can lend (the block cache): appends handles to the bytes of
     /// `offset..offset + len`, in order, to `out` and returns `Ok(true)`.
@@ -310,6 +324,9 @@ macro_rules! forward_device {
             fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<(), DeviceError> {
                 (**self).read_vectored_at(bufs, offset)
             }
+            fn read_batch(&self, reads: &mut [(u64, &mut [u8])]) -> Result<bool, DeviceError> {
+                (**self).read_batch(reads)
+            }
             fn read_lent(
                 &self,
                 offset: u64,
@@ -423,6 +440,34 @@ pub(crate) mod conformance {
             dev.read_at(&mut copy, 4096).unwrap();
             let joined: Vec<u8> = lent.iter().flat_map(|s| s.iter().copied()).collect();
             assert_eq!(joined, copy);
+        }
+        // A batch, where the device batches, reads what `read_at` does
+        // (byte ranges too), and checks every range before reading any.
+        if dev.read_batch(&mut []).unwrap() {
+            let ranges = [
+                (4096u64, 4096usize),
+                (0, 512),
+                (4096 + 1000, 100),
+                (len - 1, 1),
+            ];
+            let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0xEE; n]).collect();
+            let mut reads: Vec<(u64, &mut [u8])> = ranges
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(at, _), b)| (at, b.as_mut_slice()))
+                .collect();
+            assert!(dev.read_batch(&mut reads).unwrap());
+            for (&(at, n), got) in ranges.iter().zip(&bufs) {
+                let mut want = vec![0u8; n];
+                dev.read_at(&mut want, at).unwrap();
+                assert_eq!(got, &want, "batched read of {n} bytes at {at}");
+            }
+            let mut a = [0u8; 1];
+            let mut b = [0u8; 2];
+            assert!(matches!(
+                dev.read_batch(&mut [(0, &mut a[..]), (len - 1, &mut b[..])]),
+                Err(DeviceError::OutOfRange { .. })
+            ));
         }
         assert!(!dev.describe().is_empty());
     }

@@ -166,8 +166,16 @@ pub struct Options {
     /// and dropped).
     pub live_read_gap: u32,
     /// Threads the cleaner reads victims with (the calling thread is one);
-    /// 1 reads them one after another.
+    /// 1 reads them one after another. Not used where reads are batched
+    /// ([`Options::batch_reads`]).
     pub cleaner_read_threads: u32,
+    /// Where the device takes reads in batches ([`Device::read_batch`]: a
+    /// file, through `io_uring`), the cleaner issues each pass's reads as
+    /// one batch from one thread, all in flight at once, instead of handing
+    /// them to [`Options::cleaner_read_threads`] threads one by one (same
+    /// reads, a fraction of the CPU: no thread hand-over per read). `false`
+    /// always uses the threads.
+    pub batch_reads: bool,
     /// NV mode: destages' segment writes, the batched device flushes after
     /// them, the background cleaner's writes and the periodic checkpoints
     /// go to a queue of background writer threads while the caller returns
@@ -219,6 +227,7 @@ impl Default for Options {
             live_read_below: 0.25,
             live_read_gap: 2,
             cleaner_read_threads: 16,
+            batch_reads: true,
             background_destage: true,
             writer_threads: 2,
             background_clean: true,
@@ -2194,14 +2203,14 @@ impl<D: Device + 'static> LogDisk<D> {
             st.readers = Some(Readers::start(
                 &self.dev,
                 self.options.cleaner_read_threads,
+                self.options.batch_reads,
             )?);
         }
         let small = SMALL_READ_BLOCKS.min(self.geo.segment_blocks) as usize;
         pass.bufs.clear();
-        pass.outstanding = 0;
         pass.steps = 0;
         pass.active = true;
-        let mut sent = true;
+        let mut jobs = Vec::with_capacity(pass.batch.runs.len());
         for (i, run) in pass.batch.runs.iter().enumerate() {
             let len = run.len as usize * b;
             let buf = if run.len as usize <= small {
@@ -2213,13 +2222,11 @@ impl<D: Device + 'static> LogDisk<D> {
             };
             pass.bufs.push(IoBuf::default());
             let offset = block_of(&self.geo, run.segment, run.slot) * b as u64;
-            let readers = st.readers.as_ref().expect("started above");
-            if readers.send((i, buf, len, offset)).is_err() {
-                sent = false;
-                break;
-            }
-            pass.outstanding += 1;
+            jobs.push((i, buf, len, offset));
         }
+        let readers = st.readers.as_ref().expect("started above");
+        pass.outstanding = readers.send(jobs);
+        let sent = pass.outstanding == pass.batch.runs.len();
         st.pass = pass;
         if !sent {
             return Err(Readers::stopped(st));
@@ -2467,8 +2474,9 @@ impl<D: Device + 'static> LogDisk<D> {
         Ok(())
     }
 
-    /// Reads every run into `staging` (run `r` at block `r.staged`), on up to
-    /// [`Options::cleaner_read_threads`] threads.
+    /// Reads every run into `staging` (run `r` at block `r.staged`): as one
+    /// batch where the device batches reads ([`Options::batch_reads`]), else
+    /// on up to [`Options::cleaner_read_threads`] threads.
     fn read_runs(&self, runs: &[Run], staging: &mut [u8]) -> Result<(), LogDiskError> {
         let b = self.geo.block_size as usize;
         let mut jobs = Vec::with_capacity(runs.len());
@@ -2477,6 +2485,9 @@ impl<D: Device + 'static> LogDisk<D> {
             let (head, tail) = rest.split_at_mut(r.len as usize * b);
             jobs.push((block_of(&self.geo, r.segment, r.slot) * b as u64, head));
             rest = tail;
+        }
+        if self.options.batch_reads && self.dev.read_batch(&mut jobs)? {
+            return Ok(());
         }
         let threads = (self.options.cleaner_read_threads.max(1) as usize).min(jobs.len());
         if threads <= 1 {
@@ -2694,21 +2705,37 @@ type ReadJob = (usize, IoBuf, usize, u64);
 /// A finished one: run index, the buffer back, and how the read went.
 type ReadDone = (usize, IoBuf, Result<(), DeviceError>);
 
-/// The background cleaner's reader threads: each takes the next read from
-/// a shared queue.
+/// What a reader thread takes: one read, or a pass's reads as one batch.
+enum ReadWork {
+    One(ReadJob),
+    Batch(Vec<ReadJob>),
+}
+
+/// The background cleaner's readers. On a device that batches reads
+/// ([`Device::read_batch`]: a file, through `io_uring`), one thread issues
+/// each pass's reads as one batch, all in flight at once; otherwise
+/// [`Options::cleaner_read_threads`] threads each take the next read from a
+/// shared queue.
 struct Readers {
-    jobs: Option<std::sync::mpsc::Sender<ReadJob>>,
+    jobs: Option<std::sync::mpsc::Sender<ReadWork>>,
     done: std::sync::Mutex<std::sync::mpsc::Receiver<ReadDone>>,
     handles: Vec<std::thread::JoinHandle<()>>,
+    /// One thread, a batch per pass.
+    batched: bool,
 }
 
 impl Readers {
-    fn start<D: Device + 'static>(dev: &Arc<D>, threads: u32) -> Result<Self, LogDiskError> {
-        let (jobs, job_rx) = std::sync::mpsc::channel::<ReadJob>();
+    fn start<D: Device + 'static>(
+        dev: &Arc<D>,
+        threads: u32,
+        batch: bool,
+    ) -> Result<Self, LogDiskError> {
+        let batched = batch && dev.read_batch(&mut []).unwrap_or(false);
+        let (jobs, job_rx) = std::sync::mpsc::channel::<ReadWork>();
         let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
         let (done_tx, done) = std::sync::mpsc::channel::<ReadDone>();
         let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
+        for i in 0..if batched { 1 } else { threads.max(1) } {
             let dev = Arc::clone(dev);
             let job_rx = Arc::clone(&job_rx);
             let done_tx = done_tx.clone();
@@ -2716,12 +2743,16 @@ impl Readers {
                 .name(format!("logdisk-clean-{i}"))
                 .spawn(move || {
                     loop {
-                        let job = job_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok((run, mut buf, len, offset)) = job else {
-                            return;
+                        let work = job_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let sent = match work {
+                            Err(_) => return,
+                            Ok(ReadWork::One((run, mut buf, len, offset))) => {
+                                let result = dev.read_at(&mut buf[..len], offset);
+                                done_tx.send((run, buf, result)).map_err(|_| ())
+                            }
+                            Ok(ReadWork::Batch(jobs)) => Self::read(&*dev, jobs, &done_tx),
                         };
-                        let result = dev.read_at(&mut buf[..len], offset);
-                        if done_tx.send((run, buf, result)).is_err() {
+                        if sent.is_err() {
                             return;
                         }
                     }
@@ -2733,14 +2764,74 @@ impl Readers {
             jobs: Some(jobs),
             done: std::sync::Mutex::new(done),
             handles,
+            batched,
         })
     }
 
-    fn send(&self, job: ReadJob) -> Result<(), ()> {
-        self.jobs
-            .as_ref()
-            .ok_or(())
-            .and_then(|jobs| jobs.send(job).map_err(|_| ()))
+    /// Does `jobs` as one batch (each in turn should the device refuse the
+    /// batch after all) and reports each; `Err` when nobody takes reports
+    /// any more.
+    fn read<D: Device + ?Sized>(
+        dev: &D,
+        mut jobs: Vec<ReadJob>,
+        done: &std::sync::mpsc::Sender<ReadDone>,
+    ) -> Result<(), ()> {
+        {
+            let mut reads: Vec<(u64, &mut [u8])> = jobs
+                .iter_mut()
+                .map(|(_, buf, len, offset)| (*offset, &mut buf[..*len]))
+                .collect();
+            let batch = dev.read_batch(&mut reads);
+            drop(reads);
+            match batch {
+                Ok(false) => {}
+                Ok(true) => {
+                    for (run, buf, _, _) in jobs {
+                        done.send((run, buf, Ok(()))).map_err(|_| ())?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    // The pass fails on its first error; which read failed
+                    // is in the error, and no buffer of a failed pass is used.
+                    let mut error = Some(e);
+                    for (run, buf, _, _) in jobs {
+                        let result = error.take().map_or(Ok(()), Err);
+                        done.send((run, buf, result)).map_err(|_| ())?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        for (run, mut buf, len, offset) in jobs {
+            let result = dev.read_at(&mut buf[..len], offset);
+            done.send((run, buf, result)).map_err(|_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Sends a pass's reads: one batch, or one job per read for the threads
+    /// to share. Returns how many were sent.
+    fn send(&self, jobs: Vec<ReadJob>) -> usize {
+        let Some(tx) = self.jobs.as_ref() else {
+            return 0;
+        };
+        if self.batched {
+            let n = jobs.len();
+            return if tx.send(ReadWork::Batch(jobs)).is_ok() {
+                n
+            } else {
+                0
+            };
+        }
+        let mut sent = 0;
+        for job in jobs {
+            if tx.send(ReadWork::One(job)).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        sent
     }
 
     /// A reader thread is gone (it panicked): the disk has failed.

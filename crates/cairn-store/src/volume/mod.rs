@@ -446,6 +446,7 @@ impl Builder<'_> {
             live_read_below: l.live_read_below,
             live_read_gap: l.live_read_gap,
             cleaner_read_threads: l.cleaner_read_threads,
+            batch_reads: l.batch_reads,
             background_destage: l.background_destage,
             writer_threads: l.writer_threads,
             background_clean: l.background_clean,

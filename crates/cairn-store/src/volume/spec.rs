@@ -392,9 +392,15 @@ pub struct LogSpec {
     /// Default 2.
     #[serde(default = "default_live_read_gap")]
     pub live_read_gap: u32,
-    /// Threads the cleaner reads victims with, 1 to 64. Default 16.
+    /// Threads the cleaner reads victims with, 1 to 64, where its reads are
+    /// not batched. Default 16.
     #[serde(default = "default_cleaner_read_threads")]
     pub cleaner_read_threads: u32,
+    /// Issue each cleaner pass's reads as one batch where the device can
+    /// (a file, through `io_uring`); false: on the reader threads. Default
+    /// true.
+    #[serde(default = "default_batch_reads")]
+    pub batch_reads: bool,
     /// Destage segment writes (with an NV cache) or full segment buffers
     /// (without), cleaner writes and checkpoints on background writer
     /// threads. Default true.
@@ -436,6 +442,10 @@ fn default_live_read_gap() -> u32 {
 
 fn default_cleaner_read_threads() -> u32 {
     crate::logdisk::Options::default().cleaner_read_threads
+}
+
+fn default_batch_reads() -> bool {
+    crate::logdisk::Options::default().batch_reads
 }
 
 fn default_writer_threads() -> u32 {

@@ -80,6 +80,7 @@ least 70 % of the device's 512 KiB sequential bandwidth.";
 
 /// `cairn bench logdisk` flags.
 #[derive(clap::Args, Debug)]
+#[allow(clippy::struct_excessive_bools)] // one per on/off flag of the command line
 pub struct LogdiskBenchArgs {
     /// Directory for the test files (a temporary directory is made inside and
     /// removed at the end). Put it on the device you want measured.
@@ -125,9 +126,16 @@ pub struct LogdiskBenchArgs {
     #[arg(long, value_name = "N", default_value_t = Options::default().live_read_gap)]
     live_read_gap: u32,
 
-    /// Threads the cleaner reads victims with.
+    /// Threads the cleaner reads victims with (where its reads are not
+    /// batched).
     #[arg(long, value_name = "N", default_value_t = Options::default().cleaner_read_threads)]
     cleaner_read_threads: u32,
+
+    /// Issue each cleaner pass's reads as one batch, all in flight at once
+    /// (false: on --cleaner-read-threads threads, one read each).
+    #[arg(long, value_name = "BOOL", default_value_t = Options::default().batch_reads,
+          action = clap::ArgAction::Set)]
+    batch_reads: bool,
 
     /// Write destaged segments (NV mode), full segment buffers (volatile
     /// mode), cleaner passes and checkpoints on background writer threads
@@ -154,6 +162,7 @@ impl LogdiskBenchArgs {
             live_read_below: self.live_read_below,
             live_read_gap: self.live_read_gap,
             cleaner_read_threads: self.cleaner_read_threads,
+            batch_reads: self.batch_reads,
             background_destage: self.background_destage,
             writer_threads: self.writer_threads,
             background_clean: self.background_clean,
