@@ -1,5 +1,5 @@
 //! `cairn bench logdisk` at a small scale: every row is printed with a
-//! positive bandwidth, the sequential reference is taken between the
+//! positive bandwidth (the `--free-reads` row too), the sequential reference is taken between the
 //! steady-state stretches, the bar line is judged, and each cleaner reports a
 //! write amplification above 1 and below the 1/(1-u) baseline.
 
@@ -12,7 +12,14 @@ fn bench_logdisk_small_scale() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(["bench", "logdisk", "--size", "64MiB", "--wa-size", "64MiB"])
-        .args(["--turnover", "1.5", "--seconds", "1", "--dir"])
+        .args([
+            "--turnover",
+            "1.5",
+            "--seconds",
+            "1",
+            "--free-reads",
+            "--dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -28,6 +35,7 @@ fn bench_logdisk_small_scale() {
         "device, random 4 KiB writes",
         "log disk NV cache, U 0.4, steady state",
         "log disk volatile, U 0.4, steady state",
+        "log disk NV, reads free, U 0.4, steady state",
     ] {
         let line = stdout
             .lines()
@@ -42,9 +50,9 @@ fn bench_logdisk_small_scale() {
         assert!(mib > 0.0, "{line}");
     }
     // The reference: a pass before each of the four steady-state stretches
-    // and after the last, in each mode.
-    assert!(stdout.contains("10 passes of 64 MiB"), "{stdout}");
-    assert_eq!(stdout.matches("(5 passes, ").count(), 2, "{stdout}");
+    // and after the last, in each mode (NV, NV with reads free, volatile).
+    assert!(stdout.contains("15 passes of 64 MiB"), "{stdout}");
+    assert_eq!(stdout.matches("(5 passes, ").count(), 3, "{stdout}");
     assert!(
         stdout.contains("bar: log-disk 4 KiB random writes"),
         "{stdout}"

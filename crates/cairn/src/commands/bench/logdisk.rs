@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use cairn_store::Device;
-use cairn_store::device::{FileDevice, FileOptions, IoBuf};
+use cairn_store::device::{DeviceError, FileDevice, FileOptions, IoBuf, MemoryDevice};
 use cairn_store::logdisk::{CleanerPolicy, Geometry, LogDisk, Metrics, Options};
 use cairn_store::ntl::{MmapRegion, PersistenceRequest, Region};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -66,6 +66,16 @@ not the page cache's. Rows, in order:
                                       buffers in the writing thread;
                                       --background-clean false cleans only
                                       synchronously, at the low watermark.
+  log disk NV, reads free             (--free-reads; run after the NV rows,
+                                      before the volatile ones) the NV rows
+                                      again, every
+                                      read of the log disk served from a DRAM
+                                      copy of the device (writes and flushes
+                                      still reach it): the log disk without
+                                      the cost of the cleaner's reads. Where
+                                      this row passes the bar and the NV row
+                                      does not, the device's random reads are
+                                      what bounds it.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -148,6 +158,14 @@ pub struct LogdiskBenchArgs {
     /// the device at once (1: one at a time, in the order queued).
     #[arg(long, value_name = "N", default_value_t = Options::default().writer_threads)]
     writer_threads: u32,
+
+    /// Also run the NV rows with every read of the log disk (the cleaner's)
+    /// served from a DRAM copy of the device: what the log disk sustains
+    /// when its reads cost nothing. The gap to the plain NV row is the
+    /// device's read cost; the gap from there to the sequential row is
+    /// the log disk's own (its writes, flushes, checkpoints, CPU).
+    #[arg(long)]
+    free_reads: bool,
 
     /// Clean in the background, the cleaner's reads overlapping user writes
     /// (false: synchronously, at the low watermark).
@@ -243,19 +261,29 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
     let mut rows: Vec<(String, f64, f64, String)> = Vec::new();
     let mut all_passes = Passes::default();
     let mut nv_ratio = None;
-    for nv in [true, false] {
+    let modes: &[(bool, bool)] = if args.free_reads {
+        &[(true, false), (true, true), (false, false)]
+    } else {
+        &[(true, false), (false, false)]
+    };
+    for &(nv, free_reads) in modes {
         let _ = std::fs::remove_file(&image);
         let _ = std::fs::remove_file(&nv_path);
         let dev = open_device(&image, size, direct)?;
-        let r = logdisk_random(
-            dev,
-            nv.then_some((nv_path.as_path(), nv_size)),
-            &reference,
-            args,
-        )?;
+        let nv_spec = nv.then_some((nv_path.as_path(), nv_size));
+        let r = if free_reads {
+            let copy = MemoryDevice::new(dev.len());
+            logdisk_random(FreeReads { file: dev, copy }, nv_spec, &reference, args)?
+        } else {
+            logdisk_random(dev, nv_spec, &reference, args)?
+        };
         let seq = r.passes.mib_s();
         all_passes.add(&r.passes);
-        let mode = if nv { "NV cache" } else { "volatile" };
+        let mode = match (nv, free_reads) {
+            (true, false) => "NV cache",
+            (false, _) => "volatile",
+            (true, true) => "NV, reads free",
+        };
         rows.push((
             format!("log disk {mode}, U 0.4, before cleaning"),
             r.before,
@@ -287,7 +315,7 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
                 r.passes.fastest(),
             ),
         ));
-        if nv {
+        if nv && !free_reads {
             nv_ratio = Some(r.steady / seq);
         }
     }
@@ -318,9 +346,9 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         ),
     );
     println!();
-    println!("{:<42} {:>9} {:>8}  notes", "row", "MiB/s", "÷ seq");
+    println!("{:<46} {:>9} {:>8}  notes", "row", "MiB/s", "÷ seq");
     for (name, mib, seq, note) in &rows {
-        println!("{name:<42} {mib:>9.1} {:>8.3}  {note}", mib / seq);
+        println!("{name:<46} {mib:>9.1} {:>8.3}  {note}", mib / seq);
     }
     if let Some(ratio) = nv_ratio {
         println!(
@@ -356,6 +384,46 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The file device with a DRAM copy that serves every read (`--free-reads`):
+/// writes and flushes reach the file as always, so the log disk pays for
+/// everything but its reads.
+struct FreeReads {
+    file: FileDevice,
+    copy: MemoryDevice,
+}
+
+impl Device for FreeReads {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        self.copy.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        self.copy.write_at(buf, offset)?;
+        self.file.write_at(buf, offset)
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.file.flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.copy.discard(offset, len)?;
+        self.file.discard(offset, len)
+    }
+
+    fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    fn alignment(&self) -> u64 {
+        self.file.alignment()
+    }
+
+    fn describe(&self) -> String {
+        format!("{}, reads from a DRAM copy", self.file.describe())
+    }
 }
 
 fn per(a: u64, b: u64) -> f64 {
@@ -523,8 +591,8 @@ struct RandomRun {
 const STRETCHES: u64 = 4;
 
 /// Fill at utilisation 0.4, then uniformly random 4 KiB writes.
-fn logdisk_random(
-    dev: FileDevice,
+fn logdisk_random<D: Device + 'static>(
+    dev: D,
     nv: Option<(&Path, u64)>,
     reference: &FileDevice,
     args: &LogdiskBenchArgs,
