@@ -790,17 +790,23 @@ fn a_failed_background_write_fails_later_device_operations_and_loses_nothing() {
         assert!(e.to_string().contains("reopen"), "after {after}: {e}");
         drop(disk);
         let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
-        let mut buf = vec![0u8; B];
-        for (&l, &version) in &model {
-            disk.read_block(l, &mut buf)
-                .unwrap_or_else(|e| panic!("after {after}: block {l}: {e}"));
-            if let Some(version) = version {
-                assert_eq!(
-                    version_of(l, &buf),
-                    Some(version),
-                    "after {after}: block {l}"
-                );
-            }
+        assert_acknowledged_read_back(&disk, &model, &format!("after {after}"));
+    }
+}
+
+/// Every block of `model` reads back: `Some(version)`, a write that was
+/// acknowledged, exactly; `None`, a write that failed, as anything readable.
+fn assert_acknowledged_read_back<D: Device + 'static>(
+    disk: &LogDisk<D>,
+    model: &BTreeMap<u64, Option<u64>>,
+    context: &str,
+) {
+    let mut buf = vec![0u8; B];
+    for (&l, &version) in model {
+        disk.read_block(l, &mut buf)
+            .unwrap_or_else(|e| panic!("{context}: block {l}: {e}"));
+        if let Some(version) = version {
+            assert_eq!(version_of(l, &buf), Some(version), "{context}: block {l}");
         }
     }
 }
@@ -891,14 +897,7 @@ fn a_failed_batched_cleaner_read_fails_the_pass_and_loses_nothing() {
         assert_eq!(errors, 1, "{context}: the injected failure surfaced once");
         drop(disk);
         let disk = LogDisk::open(dev, nv_box(), opts).unwrap();
-        let mut buf = vec![0u8; B];
-        for (&l, &version) in &model {
-            disk.read_block(l, &mut buf)
-                .unwrap_or_else(|e| panic!("{context}: block {l}: {e}"));
-            if let Some(version) = version {
-                assert_eq!(version_of(l, &buf), Some(version), "{context}: block {l}");
-            }
-        }
+        assert_acknowledged_read_back(&disk, &model, &context);
     }
 }
 
