@@ -40,7 +40,9 @@
 //! a sparse one (live fraction below [`Options::live_read_below`], default
 //! 0.25) only its live blocks, in runs bridging at most
 //! [`Options::live_read_gap`] dead blocks. A pass's reads are batched and
-//! issued on [`Options::cleaner_read_threads`] threads; every block read is
+//! issued as one [`Device::read_batch`] where the device batches reads (a
+//! file, through `io_uring`; [`Options::batch_reads`]), else on
+//! [`Options::cleaner_read_threads`] threads; every block read is
 //! checked against the table's CRC32C before it is copied. A segment whose
 //! blocks all died becomes reusable only after the next device flush, so the
 //! writes that killed them are durable first. With
