@@ -3,10 +3,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-
-use std::os::fd::AsFd;
 
 use super::uring::Rings;
 use super::{Device, DeviceError, DeviceOp, Extent, SECTOR, check_range, push_extent};

@@ -2748,10 +2748,7 @@ impl Readers {
                         let work = job_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         let sent = match work {
                             Err(_) => return,
-                            Ok(ReadWork::One((run, mut buf, len, offset))) => {
-                                let result = dev.read_at(&mut buf[..len], offset);
-                                done_tx.send((run, buf, result)).map_err(|_| ())
-                            }
+                            Ok(ReadWork::One(job)) => Self::read_one(&*dev, job, &done_tx),
                             Ok(ReadWork::Batch(jobs)) => Self::read(&*dev, jobs, &done_tx),
                         };
                         if sent.is_err() {
@@ -2778,38 +2775,38 @@ impl Readers {
         mut jobs: Vec<ReadJob>,
         done: &std::sync::mpsc::Sender<ReadDone>,
     ) -> Result<(), ()> {
-        {
-            let mut reads: Vec<(u64, &mut [u8])> = jobs
-                .iter_mut()
-                .map(|(_, buf, len, offset)| (*offset, &mut buf[..*len]))
-                .collect();
-            let batch = dev.read_batch(&mut reads);
-            drop(reads);
-            match batch {
-                Ok(false) => {}
-                Ok(true) => {
-                    for (run, buf, _, _) in jobs {
-                        done.send((run, buf, Ok(()))).map_err(|_| ())?;
-                    }
-                    return Ok(());
-                }
-                Err(e) => {
-                    // The pass fails on its first error; which read failed
-                    // is in the error, and no buffer of a failed pass is used.
-                    let mut error = Some(e);
-                    for (run, buf, _, _) in jobs {
-                        let result = error.take().map_or(Ok(()), Err);
-                        done.send((run, buf, result)).map_err(|_| ())?;
-                    }
-                    return Ok(());
-                }
+        let mut reads: Vec<(u64, &mut [u8])> = jobs
+            .iter_mut()
+            .map(|(_, buf, len, offset)| (*offset, &mut buf[..*len]))
+            .collect();
+        let batch = dev.read_batch(&mut reads);
+        drop(reads);
+        if let Ok(false) = batch {
+            for job in jobs {
+                Self::read_one(dev, job, done)?;
             }
+            return Ok(());
         }
-        for (run, mut buf, len, offset) in jobs {
-            let result = dev.read_at(&mut buf[..len], offset);
+        // The pass fails on its first error; which read failed is in the
+        // error, and no buffer of a failed pass is used: the error goes with
+        // the first report.
+        let mut error = batch.err();
+        for (run, buf, _, _) in jobs {
+            let result = error.take().map_or(Ok(()), Err);
             done.send((run, buf, result)).map_err(|_| ())?;
         }
         Ok(())
+    }
+
+    /// Does one read and reports it; `Err` when nobody takes reports any
+    /// more.
+    fn read_one<D: Device + ?Sized>(
+        dev: &D,
+        (run, mut buf, len, offset): ReadJob,
+        done: &std::sync::mpsc::Sender<ReadDone>,
+    ) -> Result<(), ()> {
+        let result = dev.read_at(&mut buf[..len], offset);
+        done.send((run, buf, result)).map_err(|_| ())
     }
 
     /// Sends a pass's reads: one batch, or one job per read for the threads

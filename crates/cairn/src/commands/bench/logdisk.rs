@@ -68,14 +68,13 @@ not the page cache's. Rows, in order:
                                       synchronously, at the low watermark.
   log disk NV, reads free             (--free-reads; run after the NV rows,
                                       before the volatile ones) the NV rows
-                                      again, every
-                                      read of the log disk served from a DRAM
-                                      copy of the device (writes and flushes
-                                      still reach it): the log disk without
-                                      the cost of the cleaner's reads. Where
-                                      this row passes the bar and the NV row
-                                      does not, the device's random reads are
-                                      what bounds it.
+                                      again, every read of the log disk served
+                                      from a DRAM copy of the device (writes
+                                      and flushes still reach it): the log
+                                      disk without the cost of the cleaner's
+                                      reads. Where this row passes the bar and
+                                      the NV row does not, the device's random
+                                      reads are what bounds it.
 
 Then write amplification, (user + cleaner segment blocks) / user blocks, for
 each cleaner (greedy, cost-benefit, age-sort) under the paper's hot-spot mix
@@ -261,17 +260,17 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
     let mut rows: Vec<(String, f64, f64, String)> = Vec::new();
     let mut all_passes = Passes::default();
     let mut nv_ratio = None;
-    let modes: &[(bool, bool)] = if args.free_reads {
-        &[(true, false), (true, true), (false, false)]
+    let modes: &[Mode] = if args.free_reads {
+        &[Mode::Nv, Mode::NvReadsFree, Mode::Volatile]
     } else {
-        &[(true, false), (false, false)]
+        &[Mode::Nv, Mode::Volatile]
     };
-    for &(nv, free_reads) in modes {
+    for &mode in modes {
         let _ = std::fs::remove_file(&image);
         let _ = std::fs::remove_file(&nv_path);
         let dev = open_device(&image, size, direct)?;
-        let nv_spec = nv.then_some((nv_path.as_path(), nv_size));
-        let r = if free_reads {
+        let nv_spec = (mode != Mode::Volatile).then_some((nv_path.as_path(), nv_size));
+        let r = if mode == Mode::NvReadsFree {
             let copy = MemoryDevice::new(dev.len());
             logdisk_random(FreeReads { file: dev, copy }, nv_spec, &reference, args)?
         } else {
@@ -279,19 +278,19 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         };
         let seq = r.passes.mib_s();
         all_passes.add(&r.passes);
-        let mode = match (nv, free_reads) {
-            (true, false) => "NV cache",
-            (false, _) => "volatile",
-            (true, true) => "NV, reads free",
+        let mode_name = match mode {
+            Mode::Nv => "NV cache",
+            Mode::NvReadsFree => "NV, reads free",
+            Mode::Volatile => "volatile",
         };
         rows.push((
-            format!("log disk {mode}, U 0.4, before cleaning"),
+            format!("log disk {mode_name}, U 0.4, before cleaning"),
             r.before,
             seq,
             format!("{} writes", r.before_writes),
         ));
         rows.push((
-            format!("log disk {mode}, U 0.4, steady state"),
+            format!("log disk {mode_name}, U 0.4, steady state"),
             r.steady,
             seq,
             format!(
@@ -315,7 +314,7 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
                 r.passes.fastest(),
             ),
         ));
-        if nv && !free_reads {
+        if mode == Mode::Nv {
             nv_ratio = Some(r.steady / seq);
         }
     }
@@ -384,6 +383,17 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Which log disk a bandwidth row measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// With the NV cache (the bar's row).
+    Nv,
+    /// With the NV cache, its reads served from DRAM (`--free-reads`).
+    NvReadsFree,
+    /// Without an NV cache.
+    Volatile,
 }
 
 /// The file device with a DRAM copy that serves every read (`--free-reads`):
