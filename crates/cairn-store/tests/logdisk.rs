@@ -970,6 +970,7 @@ fn direct_io_file_device_with_cleaning_and_reopen() {
                 create_len: create.then_some(image_len(&g)),
                 direct: true,
                 read_only: false,
+                ..FileOptions::default()
             },
         )
     };

@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::claim::{self, Claim};
 use super::uring::Rings;
 use super::{Device, DeviceError, DeviceOp, Extent, SECTOR, check_range, push_extent};
 
@@ -22,6 +23,10 @@ pub struct FileOptions {
     pub direct: bool,
     /// Open read-only; writes, flushes and discards are refused.
     pub read_only: bool,
+    /// Claim the file for the life of the device ([`Claim`]): a volume asks
+    /// for exclusive use (shared when read-only), and a file held by anyone
+    /// else is refused naming the holder. Default: no claim.
+    pub claim: Claim,
 }
 
 /// A file or block device used through positional I/O; thread-safe with no lock
@@ -48,12 +53,38 @@ impl FileDevice {
         if options.create_len.is_some() {
             open.create(true);
         }
+        let block_device = std::fs::metadata(&path)
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+        let mut flags = rustix::fs::OFlags::empty();
         if options.direct {
-            open.custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
+            flags |= rustix::fs::OFlags::DIRECT;
         }
-        let mut file = open
-            .open(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        if block_device && options.claim == Claim::Exclusive {
+            // Without O_CREAT, O_EXCL on a block device means: refuse if it is
+            // mounted or opened exclusively by anyone else.
+            flags |= rustix::fs::OFlags::EXCL;
+        }
+        open.custom_flags(flags.bits() as i32);
+        let mut file = open.open(&path).map_err(|e| {
+            if block_device && e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) {
+                let holder = claim::holder(&path);
+                let mut error = claim::in_use(&path, holder.as_ref(), options.claim);
+                if holder.is_none() {
+                    error = io::Error::new(
+                        io::ErrorKind::ResourceBusy,
+                        format!(
+                            "{}: the block device is busy (mounted, or opened exclusively by \
+                             another program); a volume must own it",
+                            path.display()
+                        ),
+                    );
+                }
+                return error;
+            }
+            io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        })?;
+        // Claimed before anything is changed: a file in use is left as found.
+        claim::claim(&file, &path, options.claim)?;
         if let Some(len) = options.create_len {
             let current = file.metadata()?.len();
             if current < len {
@@ -407,6 +438,7 @@ mod tests {
             create_len: Some(1 << 20),
             direct: true,
             read_only: false,
+            ..FileOptions::default()
         };
         // tmpfs refuses O_DIRECT; then there is nothing to test here.
         let Ok(dev) = FileDevice::open(&path, &options) else {
@@ -433,6 +465,7 @@ mod tests {
             create_len: Some(4 << 20),
             direct: true,
             read_only: false,
+            ..FileOptions::default()
         };
         let Ok(dev) = FileDevice::open(dir.path().join("direct.img"), &options) else {
             println!("SKIPPED: no O_DIRECT on this file system");

@@ -13,6 +13,7 @@
 //! - Methods take `&self`: devices are `Send + Sync` and do their own locking, so
 //!   many threads can issue I/O concurrently with no lock above them.
 
+mod claim;
 mod compose;
 mod faulty;
 mod file;
@@ -21,6 +22,7 @@ mod memory;
 mod throttled;
 mod uring;
 
+pub use claim::{Claim, DirClaim, Holder, claim, holder};
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
@@ -123,6 +125,11 @@ pub enum DeviceError {
         /// What failed, and where.
         detail: String,
     },
+    /// The file could not be opened or claimed for exclusive use (see
+    /// [`Claim`]): it is in use by another process, or cannot be locked. The
+    /// message names the file and the holder.
+    #[error("{0}")]
+    Open(#[source] io::Error),
     /// Direct I/O needs aligned buffers, offsets and lengths.
     #[error("{op} of {len} bytes at offset {offset} is not aligned to {align} bytes (direct I/O)")]
     Unaligned {

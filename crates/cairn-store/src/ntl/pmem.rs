@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 
 use super::region::{Region, check, check_word};
-use crate::device::{DeviceError, DeviceOp};
+use crate::device::{Claim, DeviceError, DeviceOp};
 
 /// Cache-line size assumed for flushing.
 pub const CACHE_LINE: u64 = 64;
@@ -234,6 +234,19 @@ impl MmapRegion {
         create: bool,
         request: PersistenceRequest,
     ) -> Result<Self, DeviceError> {
+        Self::open_claimed(path, len, create, request, Claim::None)
+    }
+
+    /// [`MmapRegion::open`], claiming the file first ([`Claim`]): a region
+    /// another process (or another handle here) holds is refused, naming the
+    /// holder, before anything is changed.
+    pub fn open_claimed(
+        path: &Path,
+        len: u64,
+        create: bool,
+        request: PersistenceRequest,
+        claim: Claim,
+    ) -> Result<Self, DeviceError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -241,6 +254,7 @@ impl MmapRegion {
             .truncate(false)
             .open(path)
             .map_err(|e| io_err(DeviceOp::Read, path, e))?;
+        crate::device::claim(&file, path, claim).map_err(DeviceError::Open)?;
         let meta = file
             .metadata()
             .map_err(|e| io_err(DeviceOp::Read, path, e))?;

@@ -30,8 +30,8 @@ pub use spec::{
 
 use crate::cache::{BlockCache, CacheConfig, CacheError, Placement, SingleDevice};
 use crate::device::{
-    ConcatDevice, Device, FileDevice, FileOptions, MemoryDevice, Pace, SECTOR, SharedDevice,
-    StripedDevice, Throttle, ThrottledDevice,
+    Claim, ConcatDevice, Device, DirClaim, FileDevice, FileOptions, MemoryDevice, Pace, SECTOR,
+    SharedDevice, StripedDevice, Throttle, ThrottledDevice,
 };
 use crate::logdisk::format::{CHECKPOINT_MAGIC, SUPERBLOCK_MAGIC};
 use crate::logdisk::nv::NV_MAGIC;
@@ -108,6 +108,9 @@ pub struct Volume {
     logs: Vec<OpenLog>,
     data_dir: PathBuf,
     notes: Vec<String>,
+    /// The data directory, claimed while the volume is open (a volume that
+    /// keeps nothing on disk claims nothing).
+    _claim: Option<DirClaim>,
 }
 
 impl Volume {
@@ -124,6 +127,16 @@ impl Volume {
         std::fs::create_dir_all(&data_dir).map_err(|e| {
             VolumeError::new("data_dir", format!("creating {}: {e}", data_dir.display()))
         })?;
+        // First of all, before any file is probed or changed: one server per
+        // data directory (each file is claimed again as it is opened, for
+        // specs whose files live elsewhere).
+        let claim = if spec.devices.values().any(DeviceSpec::is_persistent) {
+            let claim = DirClaim::take(&data_dir, Claim::Exclusive)
+                .map_err(|e| VolumeError::new("data_dir", format!("the data directory {e}")))?;
+            Some(claim)
+        } else {
+            None
+        };
         let mut builder = Builder {
             spec,
             data_dir: &data_dir,
@@ -150,6 +163,7 @@ impl Volume {
             logs,
             data_dir,
             notes,
+            _claim: claim,
         })
     }
 
@@ -321,6 +335,7 @@ impl Builder<'_> {
             create_len: f.size.map(Bytes::get),
             direct: f.direct,
             read_only: false,
+            claim: Claim::Exclusive,
         };
         let device = FileDevice::open(&path, &options)
             .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
@@ -369,11 +384,12 @@ impl Builder<'_> {
         if head == Some(ntl::MAGIC) {
             let is_dax = std::fs::metadata(&path)
                 .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
-            let mut region = MmapRegion::open(
+            let mut region = MmapRegion::open_claimed(
                 &path,
                 if is_dax { geo.region_len() } else { 0 },
                 false,
                 request,
+                Claim::Exclusive,
             )
             .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
             if n.huge_pages {
@@ -417,8 +433,9 @@ impl Builder<'_> {
                 ),
             ));
         }
-        let region = MmapRegion::open(&path, geo.region_len(), true, request)
-            .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+        let region =
+            MmapRegion::open_claimed(&path, geo.region_len(), true, request, Claim::Exclusive)
+                .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
         let btt = Btt::format(region, geo).map_err(|e| {
             VolumeError::new(field, format!("formatting the NTL image {shown}: {e}"))
         })?;
@@ -614,8 +631,9 @@ impl Builder<'_> {
     ) -> Result<Box<dyn Region>, VolumeError> {
         let exists = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
         let len = if exists && !fresh { 0 } else { nv.size.get() };
-        let region = MmapRegion::open(path, len, true, nv.persistence.into())
-            .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+        let region =
+            MmapRegion::open_claimed(path, len, true, nv.persistence.into(), Claim::Exclusive)
+                .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
         Ok(Box::new(region))
     }
 

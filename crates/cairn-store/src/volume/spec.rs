@@ -142,6 +142,12 @@ impl DeviceSpec {
         }
     }
 
+    /// Whether the device keeps data in a file, region or block device (which
+    /// the volume then claims, with its data directory).
+    pub fn is_persistent(&self) -> bool {
+        matches!(self, Self::File(_) | Self::Ntl(_) | Self::Log(_))
+    }
+
     /// The devices this one sits on, in order.
     pub fn children(&self) -> Vec<&str> {
         match self {

@@ -63,6 +63,7 @@ enum Kind {
 }
 
 fn kind(image: &PathBuf) -> Result<Kind> {
+    note_in_use(image);
     let mut magic = [0u8; 8];
     std::fs::File::open(image)
         .and_then(|mut f| f.read_exact(&mut magic))
@@ -141,4 +142,18 @@ pub fn run_inspect(args: &InspectArgs) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// Says on stderr when a server holds the image: the check reads it all the
+/// same (read-only inspection stays allowed), but what it sees on disk may be
+/// behind what that server holds in memory and in its NV cache.
+fn note_in_use(image: &std::path::Path) {
+    if let Some(holder) = cairn_store::device::holder(image) {
+        eprintln!(
+            "note: {} is in use by {holder}{}: read as it is on disk now; the server's \
+             latest writes may be only in its memory or NV cache until it stops",
+            image.display(),
+            if holder.exclusive { "" } else { " (read-only)" }
+        );
+    }
 }

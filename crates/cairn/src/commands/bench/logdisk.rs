@@ -447,6 +447,7 @@ fn open_device(path: &Path, size: u64, direct: bool) -> Result<FileDevice> {
             create_len: Some(size),
             direct,
             read_only: false,
+            ..FileOptions::default()
         },
     )
     .with_context(|| {
