@@ -186,6 +186,7 @@ fn a_log_disk_is_formatted_once_then_recovered_with_its_data() {
         device(&volume).read_at(&mut back, 1 << 20).unwrap();
         assert_eq!(back, data, "nv = {nv}");
         volume.close().unwrap();
+        drop(volume);
         let volume = open(&spec, dir.path()).unwrap();
         device(&volume).read_at(&mut back, 1 << 20).unwrap();
         assert_eq!(back, data, "nv = {nv}, after a clean close");
@@ -591,6 +592,7 @@ fn log_cleaner_read_and_destage_options_are_spec_fields() {
         }
     }
     volume.close().unwrap();
+    drop(volume);
     let volume = open(&spec, dir.path()).unwrap();
     let dev = device(&volume);
     let mut back = vec![0u8; 64 << 10];
@@ -647,6 +649,7 @@ fn an_ntl_image_on_dev_shm_reopens_with_huge_pages_unless_told_not_to() {
     device(&volume).read_at(&mut back, 0).unwrap();
     assert!(back == data, "the data read back after collapsing differs");
     volume.close().unwrap();
+    drop(volume);
     let volume = open(&spec(false), dir.path()).unwrap();
     let notes = volume.notes().join("\n");
     assert!(!notes.contains("MiB pages"), "{notes}");

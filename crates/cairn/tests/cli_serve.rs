@@ -196,7 +196,10 @@ fn bad_serve_arguments_are_clear_errors() {
             "/nonexistent/pki/server-cert.pem",
         ),
     ] {
-        let output = cairn().args(args).output().unwrap();
+        // In a directory of its own: a data directory belongs to one server,
+        // and other tests serve from theirs meanwhile.
+        let dir = tempfile::tempdir().unwrap();
+        let output = cairn().args(args).current_dir(dir.path()).output().unwrap();
         assert!(!output.status.success(), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");

@@ -658,7 +658,21 @@ pub struct LogDisk<D: Device> {
     options: Options,
     clean_high: u32,
     checkpoint_interval: u64,
+    recovered: Recovered,
     state: RwLock<State>,
+}
+
+/// What opening a log disk found to replay beyond its last checkpoint: none
+/// of it after a clean [`LogDisk::close`] (which checkpoints everything), the
+/// writes of the last run's tail after a crash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Segment writes after the checkpoint, rolled forward from their
+    /// summaries.
+    pub segment_writes: usize,
+    /// Blocks found dirty in the NV write cache (acknowledged, not yet in a
+    /// segment), taken over as dirty.
+    pub nv_blocks: u32,
 }
 
 /// Segment slot → absolute block.
@@ -845,6 +859,10 @@ impl<D: Device + 'static> LogDisk<D> {
         };
         let mut seg_buf = std::mem::take(&mut st.victim);
         let replay = roll_forward(&dev, &geo, &cp, &mut st.map, &mut seg_buf)?;
+        let mut recovered = Recovered {
+            segment_writes: replay.applied,
+            nv_blocks: 0,
+        };
         st.victim = seg_buf;
         st.head = replay.head;
         if let Some((segment, _)) = st.head {
@@ -882,6 +900,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 }
             }
             let mut live: Vec<_> = newest.into_values().collect();
+            recovered.nv_blocks = live.len() as u32;
             live.sort_unstable_by_key(|r| r.sequence);
             for r in &live {
                 nv.meta[r.slot as usize] = SlotMeta {
@@ -933,6 +952,7 @@ impl<D: Device + 'static> LogDisk<D> {
             options,
             clean_high,
             checkpoint_interval,
+            recovered,
             state: RwLock::new(st),
         };
         {
@@ -969,6 +989,12 @@ impl<D: Device + 'static> LogDisk<D> {
     /// The volume's identity (recorded in its NV cache).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// What the open replayed beyond the last checkpoint (nothing for a disk
+    /// just formatted, or closed cleanly).
+    pub fn recovered(&self) -> Recovered {
+        self.recovered
     }
 
     /// The options in force (with automatic values resolved).

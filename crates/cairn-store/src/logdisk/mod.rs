@@ -17,7 +17,8 @@ pub mod format;
 pub mod nv;
 
 pub use disk::{
-    CleanerPolicy, LogDisk, LogDiskError, Metrics, Options, PartialSegments, read_superblock,
+    CleanerPolicy, LogDisk, LogDiskError, Metrics, Options, PartialSegments, Recovered,
+    read_superblock,
 };
 pub use format::{Geometry, Superblock};
 pub use nv::{NvCache, NvError};

@@ -215,7 +215,9 @@ impl NvCache {
     /// Stores `data` and its entry in `slot`, durable after the next
     /// [`NvCache::persist`]: the data already flushed (on a mapping with
     /// cache-line persistence, non-temporal stores: one pass, nothing left to
-    /// write back), the entry's range appended to `ranges`.
+    /// write back) or, where a flush is a system call that waits for a disk
+    /// (`msync`), its range appended to `ranges` with the entry's, so that
+    /// the whole batch persists in one call.
     pub fn stage(
         &self,
         slot: u32,
@@ -227,7 +229,13 @@ impl NvCache {
     ) -> Result<(), DeviceError> {
         let (at, len) = self.data_range(slot);
         debug_assert_eq!(data.len() as u64, len);
-        self.region.write_flushed(at, data)?;
+        if self.region.flush_is_sync() {
+            // Persisted with the entries, in the same system call.
+            self.region.write(at, data)?;
+            ranges.push((at, len));
+        } else {
+            self.region.write_flushed(at, data)?;
+        }
         let e = Self::entry_at(slot);
         self.region.write(e, &entry_bytes(sequence, logical, crc))?;
         ranges.push((e, 24));

@@ -627,23 +627,31 @@ impl Region for MmapRegion {
                 Ok(())
             }
             Persistence::Msync => {
-                for &(offset, len) in ranges {
-                    if len == 0 {
-                        continue;
-                    }
-                    let start = offset - offset % PAGE;
-                    let end = (offset + len).min(self.len);
-                    // SAFETY: page-aligned start inside the mapping, length within it.
-                    unsafe {
-                        rustix::mm::msync(
-                            self.at(start).cast::<c_void>(),
-                            (end - start) as usize,
-                            MsyncFlags::SYNC,
-                        )
-                    }
-                    .map_err(|e| io_err(DeviceOp::Flush, &self.path, e))?;
+                // One msync over the span of every range: each call waits for
+                // the disk (and a cache flush), while the span costs only the
+                // dirty pages in it. So a batch of blocks and their entries
+                // persists in one wait, not one per range.
+                let span = ranges.iter().filter(|&&(_, len)| len > 0).fold(
+                    None,
+                    |span: Option<(u64, u64)>, &(offset, len)| {
+                        let (start, end) = span.unwrap_or((offset, offset + len));
+                        Some((start.min(offset), end.max(offset + len)))
+                    },
+                );
+                let Some((start, end)) = span else {
+                    return Ok(());
+                };
+                let start = start - start % PAGE;
+                let end = end.min(self.len);
+                // SAFETY: page-aligned start inside the mapping, length within it.
+                unsafe {
+                    rustix::mm::msync(
+                        self.at(start).cast::<c_void>(),
+                        (end - start) as usize,
+                        MsyncFlags::SYNC,
+                    )
                 }
-                Ok(())
+                .map_err(|e| io_err(DeviceOp::Flush, &self.path, e))
             }
         }
     }
@@ -708,6 +716,10 @@ impl Region for MmapRegion {
         #[cfg(not(target_arch = "x86_64"))]
         std::sync::atomic::fence(Ordering::SeqCst);
         Ok(())
+    }
+
+    fn flush_is_sync(&self) -> bool {
+        self.persistence == Persistence::Msync
     }
 
     fn persists_in_order(&self) -> bool {

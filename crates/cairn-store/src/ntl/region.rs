@@ -70,6 +70,15 @@ pub trait Region: Send + Sync {
     fn persists_in_order(&self) -> bool {
         false
     }
+
+    /// Whether each [`Region::flush`] is a system call that waits for a disk
+    /// (a page-cache mapping persisted with `msync`), so that a caller should
+    /// gather everything it must persist into one flush rather than flush
+    /// piece by piece. Default false (cache-line flushes cost per line, not
+    /// per call).
+    fn flush_is_sync(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `offset..offset+len` fits in a region of `size` bytes (the
@@ -131,6 +140,9 @@ macro_rules! forward_region {
             }
             fn persists_in_order(&self) -> bool {
                 (**self).persists_in_order()
+            }
+            fn flush_is_sync(&self) -> bool {
+                (**self).flush_is_sync()
             }
         }
     };

@@ -96,8 +96,12 @@ impl std::fmt::Debug for VolumeExport {
 struct OpenLog {
     name: String,
     disk: Arc<LogDisk<SharedDevice>>,
-    /// Written after a clean close when the disk has an NV cache.
-    marker: Option<PathBuf>,
+    /// Written after a clean close; read (and removed) at the next open to
+    /// tell a clean stop from a crash.
+    marker: PathBuf,
+    /// A volatile NV region (on RAM), removed after a clean close: nothing
+    /// in it is needed then, and a stopped server leaves no RAM behind.
+    volatile_region: Option<PathBuf>,
 }
 
 /// Every export of a spec, assembled. Dropping a volume without
@@ -108,6 +112,7 @@ pub struct Volume {
     logs: Vec<OpenLog>,
     data_dir: PathBuf,
     notes: Vec<String>,
+    warnings: Vec<String>,
     /// The data directory, claimed while the volume is open (a volume that
     /// keeps nothing on disk claims nothing).
     _claim: Option<DirClaim>,
@@ -143,6 +148,7 @@ impl Volume {
             options,
             logs: Vec::new(),
             notes: Vec::new(),
+            warnings: Vec::new(),
         };
         let mut exports = Vec::with_capacity(spec.exports.len());
         for export in &spec.exports {
@@ -157,12 +163,18 @@ impl Volume {
                 read_only: export.read_only,
             });
         }
-        let Builder { logs, notes, .. } = builder;
+        let Builder {
+            logs,
+            notes,
+            warnings,
+            ..
+        } = builder;
         Ok(Self {
             exports,
             logs,
             data_dir,
             notes,
+            warnings,
             _claim: claim,
         })
     }
@@ -183,6 +195,12 @@ impl Volume {
         &self.notes
     }
 
+    /// What the operator must not miss, one line each: a write cache that is
+    /// volatile (RAM), a recovery after an unclean stop.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// Flushes every export, then destages and checkpoints every log disk
     /// (top of each stack first), and records that each closed cleanly.
     /// Call when no client is connected any more.
@@ -197,9 +215,22 @@ impl Volume {
             log.disk
                 .close()
                 .map_err(|e| VolumeError::new(&field, format!("closing the log disk: {e}")))?;
-            if let Some(marker) = &log.marker {
-                write_marker(marker, log.disk.id())
-                    .map_err(|e| VolumeError::new(&field, format!("{}: {e}", marker.display())))?;
+            write_marker(&log.marker, log.disk.id())
+                .map_err(|e| VolumeError::new(&field, format!("{}: {e}", log.marker.display())))?;
+            if let Some(region) = &log.volatile_region {
+                // Still mapped by the disk until it is dropped; unlinking
+                // only frees the memory then. The next open finds it
+                // missing after a clean stop, and formats a new one.
+                match std::fs::remove_file(region) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(VolumeError::new(
+                            format!("{field}.nv_cache"),
+                            format!("removing the volatile region {}: {e}", region.display()),
+                        ));
+                    }
+                }
             }
         }
         Ok(())
@@ -235,6 +266,7 @@ struct Builder<'a> {
     options: &'a OpenOptions,
     logs: Vec<OpenLog>,
     notes: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Builder<'_> {
@@ -418,6 +450,7 @@ impl Builder<'_> {
             }
             self.notes
                 .push(format!("{field}: opened the NTL image {shown}"));
+            self.ntl_warning(field, &path);
             return Ok(Built {
                 device: Arc::new(NtlDevice::new(btt)),
                 leaves: vec![Leaf::Used(format!("the NTL image {shown}"))],
@@ -443,6 +476,7 @@ impl Builder<'_> {
             "{field}: formatted the NTL image {shown} ({} blocks of {block} bytes)",
             geo.lbas
         ));
+        self.ntl_warning(field, &path);
         Ok(Built {
             device: Arc::new(NtlDevice::new(btt)),
             leaves: vec![Leaf::Fresh],
@@ -474,29 +508,46 @@ impl Builder<'_> {
             .read_at(&mut head, 0)
             .map_err(|e| VolumeError::new(field, format!("reading the superblock: {e}")))?;
         let nv = match &l.nv_cache {
-            Some(nv) => Some((self.nv_path(name, nv)?, nv)),
+            Some(nv) => Some((self.nv_path(field, name, nv)?, nv)),
             None => None,
         };
-        let marker = nv
-            .as_ref()
-            .map(|_| self.data_dir.join(format!("{name}.clean")));
-        let disk = if head == SUPERBLOCK_MAGIC {
-            self.open_log(field, l, &device, nv.as_ref(), marker.as_deref(), options)?
+        let marker = self.data_dir.join(format!("{name}.clean"));
+        let existed = head == SUPERBLOCK_MAGIC;
+        let disk = if existed {
+            self.open_log(field, l, &device, nv.as_ref(), &marker, options)?
         } else {
             self.format_log(field, l, &device, &inner.leaves, nv.as_ref(), options)?
         };
+        if existed {
+            let recovered = disk.recovered();
+            if read_marker(&marker) == Some(disk.id()) {
+                self.notes
+                    .push(format!("{field}: opened after a clean stop"));
+            } else {
+                self.warnings.push(format!(
+                    "{field}: recovered after an unclean stop: {} segment writes rolled forward, \
+                     {} blocks replayed from the NV write cache",
+                    recovered.segment_writes, recovered.nv_blocks
+                ));
+            }
+        }
+        if let Some((path, nv)) = &nv {
+            self.nv_notes(field, path, nv);
+        }
         // From here on the disk may take writes: a clean-close marker from an
         // earlier run no longer describes it.
-        if let Some(marker) = &marker {
-            remove_marker(marker)
-                .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
-        }
+        remove_marker(&marker)
+            .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
         debug_assert_eq!(u64::from(disk.geometry().block_size), block);
         let disk = Arc::new(disk);
         self.logs.push(OpenLog {
             name: name.to_owned(),
             disk: Arc::clone(&disk),
             marker,
+            volatile_region: nv
+                .as_ref()
+                .filter(|(path, nv)| nv.volatile && on_ram(path))
+                .map(|(path, _)| path.clone()),
         });
         Ok(Built {
             device: disk,
@@ -505,19 +556,66 @@ impl Builder<'_> {
         })
     }
 
-    fn nv_path(&self, name: &str, nv: &NvCacheSpec) -> Result<PathBuf, VolumeError> {
-        if let Some(path) = &nv.path {
-            return Ok(self.path(path));
-        }
+    /// Where the NV region of log disk `name` lives, checked against what
+    /// the spec says it may be: a region on RAM only when `volatile` says so.
+    fn nv_path(&self, field: &str, name: &str, nv: &NvCacheSpec) -> Result<PathBuf, VolumeError> {
         let shm = Path::new("/dev/shm");
-        if shm.is_dir() {
-            let absolute = std::fs::canonicalize(self.data_dir).map_err(|e| {
-                VolumeError::new("data_dir", format!("{}: {e}", self.data_dir.display()))
-            })?;
-            let id = crc32c::crc32c(absolute.as_os_str().as_encoded_bytes());
-            Ok(shm.join(format!("cairn-{id:08x}-{name}.nv")))
+        let path = match &nv.path {
+            Some(path) => self.path(path),
+            None if nv.volatile && shm.is_dir() => {
+                let absolute = std::fs::canonicalize(self.data_dir).map_err(|e| {
+                    VolumeError::new("data_dir", format!("{}: {e}", self.data_dir.display()))
+                })?;
+                let id = crc32c::crc32c(absolute.as_os_str().as_encoded_bytes());
+                shm.join(format!("cairn-{id:08x}-{name}.nv"))
+            }
+            None => self.data_dir.join(format!("{name}.nv")),
+        };
+        if !nv.volatile && on_ram(&path) {
+            return Err(VolumeError::new(
+                format!("{field}.nv_cache.path"),
+                format!(
+                    "{} is on RAM (tmpfs): writes acknowledged there survive a crash of the \
+                     server but not a power loss or a reboot. Put the region on a disk or on \
+                     persistent memory (the default is <data_dir>/{name}.nv), or accept that \
+                     with volatile = true in the nv_cache table",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(path)
+    }
+
+    /// An NTL image on RAM is persistent memory only in name: say so.
+    fn ntl_warning(&mut self, field: &str, path: &Path) {
+        if on_ram(path) {
+            self.warnings.push(format!(
+                "{field}: VOLATILE — the NTL image {} is on RAM (tmpfs): its writes survive a \
+                 crash of this server, not a power loss or a reboot",
+                path.display()
+            ));
+        }
+    }
+
+    /// Says at every start what the NV write cache survives.
+    fn nv_notes(&mut self, field: &str, path: &Path, nv: &NvCacheSpec) {
+        if nv.volatile {
+            self.warnings.push(format!(
+                "{field}.nv_cache: VOLATILE — {} is {}: an acknowledged write survives a crash \
+                 of this server, not a power loss or a reboot (volatile = true in the spec)",
+                path.display(),
+                if on_ram(path) {
+                    "RAM"
+                } else {
+                    "declared volatile"
+                }
+            ));
         } else {
-            Ok(self.data_dir.join(format!("{name}.nv")))
+            self.notes.push(format!(
+                "{field}.nv_cache: {} on disk: a write is acknowledged once it is there, durable \
+                 across power loss",
+                path.display()
+            ));
         }
     }
 
@@ -527,7 +625,7 @@ impl Builder<'_> {
         l: &LogSpec,
         device: &SharedDevice,
         nv: Option<&(PathBuf, &NvCacheSpec)>,
-        marker: Option<&Path>,
+        marker: &Path,
         options: logdisk::Options,
     ) -> Result<LogDisk<SharedDevice>, VolumeError> {
         let sb = logdisk::read_superblock(device.as_ref())
@@ -585,7 +683,7 @@ impl Builder<'_> {
                 Ok(disk)
             }
             Err(LogDiskError::Nv(NvError::Missing)) => {
-                let clean = marker.is_some_and(|m| read_marker(m) == Some(sb.id));
+                let clean = read_marker(marker) == Some(sb.id);
                 if !clean && !self.options.accept_lost_nv_cache {
                     return Err(VolumeError::new(
                         nv_field,
@@ -634,6 +732,14 @@ impl Builder<'_> {
         let region =
             MmapRegion::open_claimed(path, len, true, nv.persistence.into(), Claim::Exclusive)
                 .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+        if fresh && !on_ram(path) {
+            // Written through once now, so that no acknowledged write waits
+            // for the file system to allocate its page, or to convert an
+            // unwritten extent (either is a journal commit per write).
+            allocate_written(path, region.len()).map_err(|e| {
+                VolumeError::new(format!("{field}.path"), format!("{}: {e}", path.display()))
+            })?;
+        }
         Ok(Box::new(region))
     }
 
@@ -791,6 +897,49 @@ fn log_geometry(
         }
         segments -= 1;
     }
+}
+
+/// Fills the holes of the first `len` bytes of `path` with written zeroes
+/// (data already there is kept), and syncs.
+fn allocate_written(path: &Path, len: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: u64 = 1 << 20;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let zero = vec![0u8; CHUNK as usize];
+    let mut chunk = vec![0u8; CHUNK as usize];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(CHUNK) as usize;
+        file.read_exact_at(&mut chunk[..n], at)?;
+        if chunk[..n] == zero[..n] {
+            file.write_all_at(&zero[..n], at)?;
+        }
+        at += n as u64;
+    }
+    file.sync_all()
+}
+
+/// Whether `path` (or, for a file not there yet, its directory) is on a file
+/// system whose contents are RAM: tmpfs or ramfs.
+fn on_ram(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let probe = if path.exists() {
+        path
+    } else {
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    };
+    rustix::fs::statfs(probe).is_ok_and(|s| {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let kind = s.f_type as i64;
+        kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+    })
 }
 
 /// The clean-close marker: the disk's identity, in text.

@@ -295,6 +295,11 @@ pub struct NtlSpec {
     pub huge_pages: bool,
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn default_true() -> bool {
     true
 }
@@ -470,11 +475,22 @@ fn default_background_clean() -> bool {
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NvCacheSpec {
-    /// The region file. Default: `/dev/shm/cairn-<id>-<name>.nv` when
-    /// `/dev/shm` exists (`<id>` derived from the absolute `data_dir`, so two
-    /// data directories never share one), else `<data_dir>/<name>.nv`.
+    /// The region file. Default `<data_dir>/<name>.nv`: a file on the data
+    /// directory's disk, made durable with `msync` before a write is
+    /// acknowledged (or persistent memory, when the file is on fs-DAX). With
+    /// `volatile = true`, `/dev/shm/cairn-<id>-<name>.nv` (`<id>` derived
+    /// from the absolute `data_dir`, so two data directories never share one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// The region may be RAM (tmpfs, `/dev/shm`): acknowledged writes then
+    /// survive a crash of the server, but not a power loss, a kernel crash or
+    /// a reboot. Default false: a region on RAM is refused, so that a FLUSH
+    /// means what the operator was told. Set it for benchmarks, or for
+    /// machines that keep that memory across crashes; the server says at
+    /// every start that the cache is volatile, and removes the region at a
+    /// clean stop.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub volatile: bool,
     /// Region size (header and slot table included). Default 64MiB.
     #[serde(default = "default_nv")]
     pub size: Bytes,

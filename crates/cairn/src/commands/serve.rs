@@ -197,6 +197,9 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     for note in volume.notes() {
         tracing::info!("{note}");
     }
+    for warning in volume.warnings() {
+        tracing::warn!("{warning}");
+    }
     let served = serve(args, &loaded, &volume, tls, activated, quiet);
     // Whatever happened to the server, leave the disks clean.
     let closed = volume

@@ -141,7 +141,8 @@ pub fn terminate(mut child: Child) {
 
 /// The embedded default spec (`--print-default-config`) at test sizes: a
 /// `volume`-byte log disk over a file 25 % larger, its NV cache (16 MiB) in
-/// `nv_dir` — on /dev/shm where it exists, as in the default.
+/// `nv_dir` — on /dev/shm where it exists, so declared `volatile` (the
+/// default keeps it in the data directory, on disk).
 pub fn small_default_spec(volume: &str, file: &str, nv_dir: &Path) -> String {
     let output = cairn()
         .args(["serve", "--print-default-config"])
@@ -154,7 +155,7 @@ pub fn small_default_spec(volume: &str, file: &str, nv_dir: &Path) -> String {
         .replace(
             "nv_cache = { size = \"64MiB\" }",
             &format!(
-                "nv_cache = {{ path = \"{}\", size = \"16MiB\" }}",
+                "nv_cache = {{ path = \"{}\", size = \"16MiB\", volatile = true }}",
                 nv_dir.join("log.nv").display()
             ),
         );

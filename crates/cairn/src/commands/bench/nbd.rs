@@ -26,8 +26,12 @@ divided by the better peer (above 1.00 means Cairn is faster). Needs fio built w
 installs them); a missing peer is reported and its column left empty.
 
 --default-stack measures Cairn's embedded default volume instead of memory (the
-read cache over the log disk with its NV write cache on /dev/shm over a sparse
-file, resized to --size, in a temporary directory); --config FILE measures the first export of a
+read cache over the log disk with its NV write cache, a file synced to disk
+before each write is acknowledged, over a sparse file, resized to --size, in a
+temporary directory), and beside it the same stack with its NV write cache in
+RAM (volatile = true, on /dev/shm: what the default was before it was made
+durable), in two more columns: its figures and cairn/volatile, the cost of the
+durable default. --config FILE measures the first export of a
 volume spec (at its own size, which the peers then get too). The peers are the
 same either way: the ratio says what the stack costs against a plain RAM disk.";
 
@@ -126,7 +130,11 @@ const ROWS: [Row; 8] = [
     },
 ];
 
-const SERVERS: [&str; 3] = ["cairn", "nbdkit", "qemu-nbd"];
+/// The servers, in table order; the last is measured only with
+/// --default-stack: the same stack with its NV write cache in RAM
+/// (`volatile = true`, on /dev/shm), the default before it was made durable.
+const SERVERS: [&str; 4] = ["cairn", "nbdkit", "qemu-nbd", "cairn-volatile"];
+const VOLATILE: usize = 3;
 
 pub fn run(args: &NbdBenchArgs) -> Result<()> {
     let size =
@@ -145,19 +153,37 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
         tempfile::tempdir()
     }
     .context("temporary directory for the NV cache")?;
-    let volume = cairn_volume(args, size, dir.path(), nv_dir.path())?;
+    let volume = cairn_volume(args, size, dir.path(), nv_dir.path(), false)?;
+    let volatile = if args.default_stack {
+        cairn_volume(args, size, dir.path(), nv_dir.path(), true)?
+    } else {
+        None
+    };
     let size = volume
         .as_ref()
         .map_or(size, |v| v.exports()[0].device.len());
-    if let Some(volume) = &volume {
-        eprintln!("cairn: {}", volume.exports()[0].description);
+    for (name, volume) in [("cairn", &volume), ("cairn-volatile", &volatile)] {
+        if let Some(volume) = volume {
+            eprintln!("{name}: {}", volume.exports()[0].description);
+            for line in volume.notes().iter().chain(volume.warnings()) {
+                eprintln!("{name}: {line}");
+            }
+        }
     }
     // Every server runs for the whole bench and the rows interleave them, so
     // a burst of load from elsewhere on the machine hits each one alike.
     let mut running = Vec::new();
     for (index, server) in SERVERS.iter().enumerate() {
+        let chosen = if index == VOLATILE {
+            let Some(volatile) = volatile.as_ref() else {
+                continue;
+            };
+            Some(volatile)
+        } else {
+            volume.as_ref()
+        };
         let socket = dir.path().join(format!("{server}.sock"));
-        let started = start(server, &socket, size, dir.path(), volume.as_ref())
+        let started = start(server, &socket, size, dir.path(), chosen)
             .and_then(|started| wait_for(&socket).map(|()| started));
         let started = match started {
             Ok(started) => started,
@@ -199,7 +225,7 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
         .into_iter()
         .map(|rows| rows.into_iter().map(median).collect())
         .collect();
-    if let Some(volume) = &volume {
+    for volume in [&volume, &volatile].into_iter().flatten() {
         volume.close().context("closing the volume")?;
     }
     print_table(&results);
@@ -212,18 +238,26 @@ fn cairn_volume(
     size: u64,
     dir: &Path,
     nv_dir: &Path,
+    volatile: bool,
 ) -> Result<Option<Volume>> {
     let loaded = if let Some(path) = &args.config {
         crate::volume_spec::load(path)?
     } else if args.default_stack {
         let mut loaded = crate::volume_spec::default_spec()?;
-        loaded.spec.data_dir = dir.join("cairn-data");
+        loaded.spec.data_dir = dir.join(if volatile {
+            "cairn-data-volatile"
+        } else {
+            "cairn-data"
+        });
         for device in loaded.spec.devices.values_mut() {
             match device {
                 DeviceSpec::Log(log) => {
                     log.size = Some(Bytes(size));
-                    if let Some(nv) = &mut log.nv_cache {
+                    if let Some(nv) = &mut log.nv_cache
+                        && volatile
+                    {
                         nv.path = Some(nv_dir.join("log.nv"));
+                        nv.volatile = true;
                     }
                 }
                 DeviceSpec::File(file) => file.size = Some(Bytes(size / 4 * 5)),
@@ -274,7 +308,7 @@ fn start(
         Ok(Running::Child(child))
     };
     match server {
-        "cairn" => {
+        "cairn" | "cairn-volatile" => {
             let device: Arc<dyn cairn_store::Device> = match volume {
                 Some(volume) => volume.exports()[0].device.clone(),
                 None => Arc::new(MemoryDevice::new(size)),
@@ -392,14 +426,19 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 fn print_table(results: &[Vec<Option<f64>>]) {
-    println!(
+    let volatile = results[VOLATILE].iter().any(Option::is_some);
+    print!(
         "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
         "row", "unit", "cairn", "nbdkit", "qemu-nbd", "cairn/best"
     );
+    if volatile {
+        print!(" {:>10} {:>17}", "volatile", "cairn/volatile");
+    }
+    println!();
     let cell = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     for (index, row) in ROWS.iter().enumerate() {
         let unit = if row.sequential { "MiB/s" } else { "kIOPS" };
-        let best_peer = results[1..]
+        let best_peer = results[1..VOLATILE]
             .iter()
             .filter_map(|r| r[index])
             .fold(None, |best: Option<f64>, v| {
@@ -409,7 +448,7 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             (Some(ours), Some(peer)) if peer > 0.0 => format!("{:.2}x", ours / peer),
             _ => "-".to_owned(),
         };
-        println!(
+        print!(
             "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
             row.name,
             unit,
@@ -418,5 +457,13 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             cell(results[2][index]),
             ratio
         );
+        if volatile {
+            let cost = match (results[0][index], results[VOLATILE][index]) {
+                (Some(ours), Some(v)) if v > 0.0 => format!("{:.2}x", ours / v),
+                _ => "-".to_owned(),
+            };
+            print!(" {:>10} {cost:>17}", cell(results[VOLATILE][index]));
+        }
+        println!();
     }
 }
