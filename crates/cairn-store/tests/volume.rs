@@ -227,6 +227,7 @@ fn a_lost_nv_cache_is_replaced_after_a_clean_stop_and_refused_after_a_crash() {
     );
     let options = OpenOptions {
         accept_lost_nv_cache: true,
+        ..OpenOptions::default()
     };
     let volume = Volume::open(&spec, dir.path(), &options).unwrap();
     let mut back = vec![0u8; data.len()];

@@ -274,6 +274,9 @@ pub enum LogDiskError {
     /// A bad argument.
     #[error("{0}")]
     Invalid(String),
+    /// The disk was opened read-only ([`LogDisk::open_read_only`]).
+    #[error("the log disk is open read-only")]
+    ReadOnly,
     /// A background segment write failed earlier; the disk takes no more
     /// device operations (reopen it: the NV cache still holds the data).
     #[error("a background segment write failed ({0}); reopen the log disk to recover")]
@@ -659,6 +662,9 @@ pub struct LogDisk<D: Device> {
     clean_high: u32,
     checkpoint_interval: u64,
     recovered: Recovered,
+    /// Opened by [`LogDisk::open_read_only`]: recovered in memory only;
+    /// writes, trims and checkpoints are refused, flush and close do nothing.
+    read_only: bool,
     state: RwLock<State>,
 }
 
@@ -741,7 +747,7 @@ impl<D: Device + 'static> LogDisk<D> {
         let superblock = format::encode_superblock(&Superblock { geometry: geo, id });
         dev.write_at(&IoBuf::copy_padded(&superblock, superblock.len()), 0)?;
         dev.flush()?;
-        Self::open_with(dev, nv.map(Recovery::Fresh), options)
+        Self::open_with(dev, nv.map(Recovery::Fresh), options, false)
     }
 
     /// Opens an existing log disk, recovering from its last checkpoint; `nv`
@@ -752,7 +758,21 @@ impl<D: Device + 'static> LogDisk<D> {
         nv: Option<Box<dyn Region>>,
         options: Options,
     ) -> Result<Self, LogDiskError> {
-        Self::open_with(dev, nv.map(Recovery::Region), options)
+        Self::open_with(dev, nv.map(Recovery::Region), options, false)
+    }
+
+    /// Opens an existing log disk for reading only: recovery (roll-forward,
+    /// the NV cache's dirty blocks) happens in memory and nothing is written
+    /// to the device or the region, ever — no checkpoint at open or close,
+    /// no superseded slot cleared — so a disk on read-only media, owned by
+    /// another user, or being inspected opens as it is. Writes and trims
+    /// fail with [`LogDiskError::ReadOnly`].
+    pub fn open_read_only(
+        dev: D,
+        nv: Option<Box<dyn Region>>,
+        options: Options,
+    ) -> Result<Self, LogDiskError> {
+        Self::open_with(dev, nv.map(Recovery::Region), options, true)
     }
 
     /// Opens an existing log disk whose NV cache region was lost (a tmpfs
@@ -767,10 +787,15 @@ impl<D: Device + 'static> LogDisk<D> {
     ) -> Result<Self, LogDiskError> {
         let sb = read_superblock(&dev)?;
         let cache = NvCache::format(nv, sb.geometry.block_size, sb.id)?;
-        Self::open_with(dev, Some(Recovery::Fresh(cache)), options)
+        Self::open_with(dev, Some(Recovery::Fresh(cache)), options, false)
     }
 
-    fn open_with(dev: D, nv: Option<Recovery>, options: Options) -> Result<Self, LogDiskError> {
+    fn open_with(
+        dev: D,
+        nv: Option<Recovery>,
+        options: Options,
+        read_only: bool,
+    ) -> Result<Self, LogDiskError> {
         if options.clean_low < 2 {
             return Err(LogDiskError::Invalid(format!(
                 "clean_low {} is below 2 (the cleaner needs a segment to write into)",
@@ -953,8 +978,12 @@ impl<D: Device + 'static> LogDisk<D> {
             clean_high,
             checkpoint_interval,
             recovered,
+            read_only,
             state: RwLock::new(st),
         };
+        if read_only {
+            return Ok(disk);
+        }
         {
             let mut st = disk.write_state();
             disk.checkpoint(&mut st)?;
@@ -1120,6 +1149,9 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Writes whole blocks starting at `first`: `data` is a multiple of the
     /// block size. With an NV cache the write is durable when this returns.
     pub fn write_blocks(&self, first: u64, data: &[u8]) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Err(LogDiskError::ReadOnly);
+        }
         let b = self.geo.block_size as usize;
         if !data.len().is_multiple_of(b) {
             return Err(LogDiskError::Invalid(format!(
@@ -1143,6 +1175,9 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Read-modify-write of part of one block, under the write lock so a
     /// concurrent write to another part of the block is not lost.
     fn write_partial(&self, logical: u64, within: usize, data: &[u8]) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Err(LogDiskError::ReadOnly);
+        }
         let mut block = IoBuf::zeroed(self.geo.block_size as usize);
         let mut st = self.write_state();
         self.read_locked(&st, logical, &mut block)?;
@@ -1930,6 +1965,9 @@ impl<D: Device + 'static> LogDisk<D> {
     /// crash before the next checkpoint may bring back an earlier write of a
     /// trimmed block (never another block's data, never bytes never written).
     pub fn trim_blocks(&self, first: u64, count: u64) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Err(LogDiskError::ReadOnly);
+        }
         self.check_blocks(first, count)?;
         let b = self.geo.block_size as usize;
         let mut st = self.write_state();
@@ -2554,6 +2592,9 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Makes every completed write durable: in volatile mode a partial
     /// segment write of the buffer, then a device flush.
     pub fn flush(&self) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Ok(());
+        }
         let mut st = self.write_state();
         if st.nv.is_none() {
             self.write_out_buffer(&mut st, true)?;
@@ -2577,6 +2618,9 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Destages everything, writes a checkpoint and flushes: the image then
     /// opens with no roll-forward and an empty NV cache.
     pub fn close(&self) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Ok(());
+        }
         let mut st = self.write_state();
         self.finish_pass(&mut st)?;
         self.write_out_buffer(&mut st, true)?;
@@ -2592,6 +2636,9 @@ impl<D: Device + 'static> LogDisk<D> {
 
     /// Writes a checkpoint now (after a device flush).
     pub fn sync_checkpoint(&self) -> Result<(), LogDiskError> {
+        if self.read_only {
+            return Err(LogDiskError::ReadOnly);
+        }
         let mut st = self.write_state();
         self.checkpoint(&mut st)
     }
@@ -3370,6 +3417,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
 fn to_device_error(e: LogDiskError, op: DeviceOp, offset: u64, len: u64) -> DeviceError {
     match e {
         LogDiskError::Device(e) => e,
+        LogDiskError::ReadOnly => DeviceError::ReadOnly { op },
         LogDiskError::NoSpace => DeviceError::Io {
             op,
             offset,

@@ -205,6 +205,9 @@ pub struct MmapRegion {
     /// AVX-512F is there: whole lines go out as single 64-byte streaming stores.
     wide_stores: bool,
     path: PathBuf,
+    /// Mapped `PROT_READ` from a file opened `O_RDONLY`: every store fails
+    /// with [`DeviceError::ReadOnly`] instead of faulting.
+    read_only: bool,
     _file: File,
 }
 
@@ -247,10 +250,35 @@ impl MmapRegion {
         request: PersistenceRequest,
         claim: Claim,
     ) -> Result<Self, DeviceError> {
+        Self::open_inner(path, len, create, request, claim, false)
+    }
+
+    /// Maps `path` whole for reading only (`O_RDONLY`, `PROT_READ`), with a
+    /// shared claim: a file owned by another user or on read-only media maps
+    /// as long as it is readable, and nothing is ever written to it.
+    pub fn open_read_only(path: &Path) -> Result<Self, DeviceError> {
+        Self::open_inner(
+            path,
+            0,
+            false,
+            PersistenceRequest::None,
+            Claim::Shared,
+            true,
+        )
+    }
+
+    fn open_inner(
+        path: &Path,
+        len: u64,
+        create: bool,
+        request: PersistenceRequest,
+        claim: Claim,
+        read_only: bool,
+    ) -> Result<Self, DeviceError> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
-            .create(create)
+            .write(!read_only)
+            .create(create && !read_only)
             .truncate(false)
             .open(path)
             .map_err(|e| io_err(DeviceOp::Read, path, e))?;
@@ -293,7 +321,11 @@ impl MmapRegion {
                     std::io::Error::other("bad region length"),
                 )
             })?;
-        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        let prot = if read_only {
+            ProtFlags::READ
+        } else {
+            ProtFlags::READ | ProtFlags::WRITE
+        };
         // Map at a 2 MiB-aligned address (file offset 0 on a huge-page boundary),
         // so the kernel can use PMD mappings: a DAX file of aligned extents gets
         // them at fault time, a tmpfs file after `collapse_huge_pages`. A random
@@ -359,6 +391,7 @@ impl MmapRegion {
             pages: PageSize::Default,
             wide_stores: wide_stores(),
             path: path.to_path_buf(),
+            read_only,
             _file: file,
         })
     }
@@ -454,6 +487,15 @@ impl MmapRegion {
     /// Whether the mapping is DAX (fs-DAX with `MAP_SYNC`, or device-DAX).
     pub fn is_dax(&self) -> bool {
         self.dax
+    }
+
+    fn writable(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Write,
+            });
+        }
+        Ok(())
     }
 
     fn at(&self, offset: u64) -> *mut u8 {
@@ -590,6 +632,7 @@ impl Region for MmapRegion {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.writable()?;
         check(DeviceOp::Write, offset, data.len() as u64, self.len)?;
         // SAFETY: the range is inside the mapping (checked) and does not overlap `data`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.at(offset), data.len()) };
@@ -607,6 +650,7 @@ impl Region for MmapRegion {
 
     #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
     fn store_u64(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
+        self.writable()?;
         check_word(DeviceOp::Write, offset, self.len)?;
         // SAFETY: as in `load_u64`.
         let word = unsafe { AtomicU64::from_ptr(self.at(offset).cast::<u64>()) };
@@ -615,6 +659,9 @@ impl Region for MmapRegion {
     }
 
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Ok(());
+        }
         for &(offset, len) in ranges {
             check(DeviceOp::Flush, offset, len, self.len)?;
         }
@@ -686,6 +733,7 @@ impl Region for MmapRegion {
     }
 
     fn write_flushed(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.writable()?;
         #[cfg(target_arch = "x86_64")]
         if let Persistence::CacheLine(instr) = self.persistence {
             check(DeviceOp::Write, offset, data.len() as u64, self.len)?;

@@ -67,6 +67,9 @@ pub struct OpenOptions {
     /// acknowledged only to the lost cache are given up. Off by default (the
     /// open fails and says so).
     pub accept_lost_nv_cache: bool,
+    /// Open every export read-only (as if each were `read_only = true` in
+    /// the spec): see [`ExportSpec::read_only`].
+    pub read_only: bool,
 }
 
 /// One assembled export.
@@ -102,6 +105,8 @@ struct OpenLog {
     /// A volatile NV region (on RAM), removed after a clean close: nothing
     /// in it is needed then, and a stopped server leaves no RAM behind.
     volatile_region: Option<PathBuf>,
+    /// Opened read-only: nothing is written at close.
+    read_only: bool,
 }
 
 /// Every export of a spec, assembled. Dropping a volume without
@@ -129,14 +134,32 @@ impl Volume {
     ) -> Result<Self, VolumeError> {
         spec.validate()?;
         let data_dir = base.join(&spec.data_dir);
-        std::fs::create_dir_all(&data_dir).map_err(|e| {
-            VolumeError::new("data_dir", format!("creating {}: {e}", data_dir.display()))
-        })?;
+        let all_read_only = options.read_only || spec.exports.iter().all(|e| e.read_only);
+        if all_read_only {
+            if !data_dir.is_dir() {
+                return Err(VolumeError::new(
+                    "data_dir",
+                    format!(
+                        "{} does not exist: a read-only volume creates nothing",
+                        data_dir.display()
+                    ),
+                ));
+            }
+        } else {
+            std::fs::create_dir_all(&data_dir).map_err(|e| {
+                VolumeError::new("data_dir", format!("creating {}: {e}", data_dir.display()))
+            })?;
+        }
         // First of all, before any file is probed or changed: one server per
         // data directory (each file is claimed again as it is opened, for
         // specs whose files live elsewhere).
         let claim = if spec.devices.values().any(DeviceSpec::is_persistent) {
-            let claim = DirClaim::take(&data_dir, Claim::Exclusive)
+            let how = if all_read_only {
+                Claim::Shared
+            } else {
+                Claim::Exclusive
+            };
+            let claim = DirClaim::take(&data_dir, how)
                 .map_err(|e| VolumeError::new("data_dir", format!("the data directory {e}")))?;
             Some(claim)
         } else {
@@ -149,9 +172,11 @@ impl Volume {
             logs: Vec::new(),
             notes: Vec::new(),
             warnings: Vec::new(),
+            read_only: false,
         };
         let mut exports = Vec::with_capacity(spec.exports.len());
         for export in &spec.exports {
+            builder.read_only = options.read_only || export.read_only;
             let built = builder.build(&export.device)?;
             exports.push(VolumeExport {
                 name: export.name.clone(),
@@ -160,7 +185,7 @@ impl Volume {
                     .clone()
                     .unwrap_or_else(|| built.device.describe()),
                 device: built.device,
-                read_only: export.read_only,
+                read_only: builder.read_only,
             });
         }
         let Builder {
@@ -210,7 +235,7 @@ impl Volume {
                 VolumeError::new(format!("export {:?}", export.name), format!("flush: {e}"))
             })?;
         }
-        for log in self.logs.iter().rev() {
+        for log in self.logs.iter().rev().filter(|log| !log.read_only) {
             let field = format!("device.{}", log.name);
             log.disk
                 .close()
@@ -267,6 +292,9 @@ struct Builder<'a> {
     logs: Vec<OpenLog>,
     notes: Vec<String>,
     warnings: Vec<String>,
+    /// The stack being built serves a read-only export: every file is opened
+    /// `O_RDONLY` with a shared claim, and nothing is formatted or written.
+    read_only: bool,
 }
 
 impl Builder<'_> {
@@ -364,10 +392,18 @@ impl Builder<'_> {
             .map(|m| m.len())
             .filter(|&len| f.size.is_some_and(|size| size.get() > len));
         let options = FileOptions {
-            create_len: f.size.map(Bytes::get),
+            create_len: if self.read_only {
+                None
+            } else {
+                f.size.map(Bytes::get)
+            },
             direct: f.direct,
-            read_only: false,
-            claim: Claim::Exclusive,
+            read_only: self.read_only,
+            claim: if self.read_only {
+                Claim::Shared
+            } else {
+                Claim::Exclusive
+            },
         };
         let device = FileDevice::open(&path, &options)
             .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
@@ -397,6 +433,14 @@ impl Builder<'_> {
     }
 
     fn ntl(&mut self, name: &str, field: &str, n: &NtlSpec) -> Result<Built, VolumeError> {
+        if self.read_only {
+            // Opening an NTL image replays its lane logs in place.
+            return Err(VolumeError::new(
+                field,
+                "an NTL image cannot be served read-only yet (opening it repairs its map in \
+                 place); serve its export read-write, or copy the image",
+            ));
+        }
         let path = self.path(
             &n.path
                 .clone()
@@ -513,6 +557,17 @@ impl Builder<'_> {
         };
         let marker = self.data_dir.join(format!("{name}.clean"));
         let existed = head == SUPERBLOCK_MAGIC;
+        if self.read_only {
+            return self.log_read_only(
+                name,
+                field,
+                &device,
+                nv.as_ref(),
+                &marker,
+                existed,
+                options,
+            );
+        }
         let disk = if existed {
             self.open_log(field, l, &device, nv.as_ref(), &marker, options)?
         } else {
@@ -548,6 +603,83 @@ impl Builder<'_> {
                 .as_ref()
                 .filter(|(path, nv)| nv.volatile && on_ram(path))
                 .map(|(path, _)| path.clone()),
+            read_only: false,
+        });
+        Ok(Built {
+            device: disk,
+            leaves: vec![Leaf::Used(format!("the log disk device.{name}"))],
+            placement: None,
+        })
+    }
+
+    /// A log disk opened read-only: recovered in memory, nothing written —
+    /// not a checkpoint, not the marker, not the NV region.
+    #[allow(clippy::too_many_arguments)]
+    fn log_read_only(
+        &mut self,
+        name: &str,
+        field: &str,
+        device: &SharedDevice,
+        nv: Option<&(PathBuf, &NvCacheSpec)>,
+        marker: &Path,
+        existed: bool,
+        options: logdisk::Options,
+    ) -> Result<Built, VolumeError> {
+        if !existed {
+            return Err(VolumeError::new(
+                field,
+                format!(
+                    "{} holds no log disk, and a read-only export formats nothing",
+                    device.describe()
+                ),
+            ));
+        }
+        let sb = logdisk::read_superblock(device.as_ref())
+            .map_err(|e| VolumeError::new(field, format!("{}: {e}", device.describe())))?;
+        let clean = read_marker(marker) == Some(sb.id);
+        let region = match nv {
+            Some((path, _)) if path.exists() => {
+                Some(Box::new(MmapRegion::open_read_only(path).map_err(|e| {
+                    VolumeError::new(format!("{field}.nv_cache.path"), e.to_string())
+                })?) as Box<dyn Region>)
+            }
+            Some((path, _)) if !clean && !self.options.accept_lost_nv_cache => {
+                return Err(VolumeError::new(
+                    format!("{field}.nv_cache"),
+                    format!(
+                        "the NV write cache {} is missing and the log disk on {} was not stopped \
+                         cleanly: writes acknowledged only to the cache are lost. To open the disk \
+                         without them, pass --accept-lost-nv-cache.",
+                        path.display(),
+                        device.describe()
+                    ),
+                ));
+            }
+            _ => None,
+        };
+        let disk = LogDisk::open_read_only(Arc::clone(device), region, options)
+            .map_err(|e| VolumeError::new(field, format!("recovering (read-only): {e}")))?;
+        let recovered = disk.recovered();
+        if clean {
+            self.notes.push(format!(
+                "{field}: opened read-only after a clean stop: {}",
+                disk.describe()
+            ));
+        } else {
+            self.warnings.push(format!(
+                "{field}: opened read-only after an unclean stop: {} segment writes rolled \
+                 forward and {} blocks taken from the NV write cache, in memory only (nothing \
+                 is written back until it is opened read-write)",
+                recovered.segment_writes, recovered.nv_blocks
+            ));
+        }
+        let disk = Arc::new(disk);
+        self.logs.push(OpenLog {
+            name: name.to_owned(),
+            disk: Arc::clone(&disk),
+            marker: marker.to_path_buf(),
+            volatile_region: None,
+            read_only: true,
         });
         Ok(Built {
             device: disk,

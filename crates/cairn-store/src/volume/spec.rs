@@ -99,7 +99,11 @@ pub struct ExportSpec {
     /// Shown by `nbdinfo --list`; default: the stack's description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Refuse writes (default false).
+    /// Serve read-only (default false): writes are refused (EPERM), and the
+    /// export's whole stack is opened read-only — files `O_RDONLY` with a
+    /// shared lock, a log disk recovered in memory, nothing written at start
+    /// or stop. A spec whose exports are all read-only creates nothing, not
+    /// even its data directory.
     #[serde(default)]
     pub read_only: bool,
 }

@@ -146,7 +146,12 @@ pub struct ServeArgs {
     )]
     export: String,
 
-    /// Refuse writes on every export: flagged read-only, writes fail with EPERM.
+    /// Serve every export read-only: flagged read-only to clients (writes
+    /// fail with EPERM), every file opened read-only with a shared lock (other
+    /// read-only servers may share it, a writer may not), and nothing written
+    /// at start or stop — no checkpoint, no clean-stop marker, no NV cache
+    /// change — so an image on read-only media or owned by another user can
+    /// be served. A log disk stopped uncleanly is recovered in memory only.
     #[arg(long)]
     read_only: bool,
 
@@ -191,6 +196,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     let tls = tls_of(args, &loaded)?;
     let options = OpenOptions {
         accept_lost_nv_cache: args.accept_lost_nv_cache,
+        read_only: args.read_only,
     };
     let volume = Volume::open(&loaded.spec, &loaded.base, &options)
         .with_context(|| format!("volume spec {}", loaded.origin))?;
@@ -207,7 +213,11 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         .with_context(|| format!("closing the volumes of {}", loaded.origin));
     served?;
     closed?;
-    tracing::info!("stopped; every export flushed, every log disk checkpointed");
+    if volume.exports().iter().all(|e| e.read_only) {
+        tracing::info!("stopped; read-only: nothing was written");
+    } else {
+        tracing::info!("stopped; every export flushed, every log disk checkpointed");
+    }
     Ok(())
 }
 
