@@ -246,6 +246,7 @@ impl Volume {
                 // Still mapped by the disk until it is dropped; unlinking
                 // only frees the memory then. The next open finds it
                 // missing after a clean stop, and formats a new one.
+                let _ = std::fs::remove_file(owner_file(region));
                 match std::fs::remove_file(region) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -588,6 +589,12 @@ impl Builder<'_> {
         }
         if let Some((path, nv)) = &nv {
             self.nv_notes(field, path, nv);
+            if nv.volatile && nv.path.is_none() && on_ram(path) {
+                // Who owns this RAM, for `orphaned_regions` to judge later.
+                let owner = std::fs::canonicalize(self.data_dir)
+                    .unwrap_or_else(|_| self.data_dir.to_path_buf());
+                let _ = std::fs::write(owner_file(path), format!("{}\n", owner.display()));
+            }
         }
         // From here on the disk may take writes: a clean-close marker from an
         // earlier run no longer describes it.
@@ -1031,6 +1038,70 @@ fn log_geometry(
     }
 }
 
+/// The file beside a volatile region on `/dev/shm` naming the data
+/// directory it belongs to.
+fn owner_file(region: &Path) -> PathBuf {
+    let mut name = region.as_os_str().to_owned();
+    name.push(".owner");
+    PathBuf::from(name)
+}
+
+/// A volatile NV region on `/dev/shm` that Cairn made for a data directory
+/// that no longer exists (deleted with its volume): RAM nobody will use again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrphanedRegion {
+    /// The region file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The data directory it was made for.
+    pub owner: PathBuf,
+}
+
+impl OrphanedRegion {
+    /// Removes the region and its owner note.
+    pub fn remove(&self) -> std::io::Result<()> {
+        let _ = std::fs::remove_file(owner_file(&self.path));
+        std::fs::remove_file(&self.path)
+    }
+}
+
+/// The volatile regions Cairn left on `/dev/shm` (`cairn-*.nv`) whose data
+/// directory is gone and which no process holds. A region whose data
+/// directory still exists is never listed: after a crash it holds that
+/// volume's acknowledged writes until the next start recovers them.
+pub fn orphaned_regions() -> Vec<OrphanedRegion> {
+    orphaned_regions_in(Path::new("/dev/shm"))
+}
+
+fn orphaned_regions_in(dir: &Path) -> Vec<OrphanedRegion> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<OrphanedRegion> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.extension().is_some_and(|e| e == "nv")
+                && path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("cairn-"))
+        })
+        .filter_map(|path| {
+            let owner = std::fs::read_to_string(owner_file(&path)).ok()?;
+            let owner = PathBuf::from(owner.trim_end());
+            if owner.exists() || crate::device::holder(&path).is_some() {
+                return None;
+            }
+            let bytes = std::fs::metadata(&path).ok()?.len();
+            Some(OrphanedRegion { path, bytes, owner })
+        })
+        .collect();
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found
+}
+
 /// Fills the holes of the first `len` bytes of `path` with written zeroes
 /// (data already there is kept), and syncs.
 fn allocate_written(path: &Path, len: u64) -> std::io::Result<()> {
@@ -1409,4 +1480,46 @@ fn cache_error(name: &str, e: &CacheError) -> VolumeError {
         _ => "over",
     };
     VolumeError::new(format!("device.{name}.{field}"), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn only_unheld_regions_of_vanished_data_directories_are_orphans() {
+        let shm = tempfile::tempdir().unwrap();
+        let live = tempfile::tempdir().unwrap();
+        let region = |name: &str, owner: Option<&Path>| {
+            let path = shm.path().join(name);
+            std::fs::write(&path, vec![0u8; 4096]).unwrap();
+            if let Some(owner) = owner {
+                std::fs::write(owner_file(&path), format!("{}\n", owner.display())).unwrap();
+            }
+            path
+        };
+        let gone = region(
+            "cairn-00000001-log.nv",
+            Some(Path::new("/nonexistent/cairn-data")),
+        );
+        region("cairn-00000002-log.nv", Some(live.path()));
+        region("cairn-00000003-log.nv", None);
+        let held = region(
+            "cairn-00000004-log.nv",
+            Some(Path::new("/nonexistent/other")),
+        );
+        let holder = std::fs::File::open(&held).unwrap();
+        crate::device::claim(&holder, &held, Claim::Exclusive).unwrap();
+        region("other-file.nv", Some(Path::new("/nonexistent/x")));
+
+        let found = orphaned_regions_in(shm.path());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, gone);
+        assert_eq!(found[0].bytes, 4096);
+        assert_eq!(found[0].owner, Path::new("/nonexistent/cairn-data"));
+        found[0].remove().unwrap();
+        assert!(!gone.exists() && !owner_file(&gone).exists());
+        assert!(orphaned_regions_in(shm.path()).is_empty());
+    }
 }

@@ -155,6 +155,12 @@ pub struct ServeArgs {
     #[arg(long)]
     read_only: bool,
 
+    /// Remove the volatile NV regions earlier servers left on /dev/shm for
+    /// data directories that no longer exist (each is listed at start
+    /// otherwise); a region whose data directory exists is never touched.
+    #[arg(long)]
+    remove_orphaned_regions: bool,
+
     /// Start even if a log disk's NV write cache region is missing (e.g.
     /// /dev/shm after a reboot) although the disk was not stopped cleanly:
     /// the writes acknowledged only to that cache are given up.
@@ -194,6 +200,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     };
     let loaded = spec_of(args)?;
     let tls = tls_of(args, &loaded)?;
+    orphans(args.remove_orphaned_regions)?;
     let options = OpenOptions {
         accept_lost_nv_cache: args.accept_lost_nv_cache,
         read_only: args.read_only,
@@ -283,6 +290,33 @@ fn serve(
         print(&how_to_connect(&uri, tls.mode != TlsMode::Off, volume));
     }
     server.serve(&listener)?;
+    Ok(())
+}
+
+/// Lists (or with `remove`, removes) the volatile NV regions left on
+/// /dev/shm for data directories that are gone.
+fn orphans(remove: bool) -> Result<()> {
+    for orphan in cairn_store::volume::orphaned_regions() {
+        if remove {
+            orphan
+                .remove()
+                .with_context(|| format!("removing {}", orphan.path.display()))?;
+            tracing::info!(
+                "removed the orphaned NV region {} ({} bytes of RAM; its data directory {} is gone)",
+                orphan.path.display(),
+                orphan.bytes,
+                orphan.owner.display()
+            );
+        } else {
+            tracing::warn!(
+                "orphaned NV region {} holds {} bytes of RAM for the data directory {}, which is \
+                 gone; --remove-orphaned-regions removes it",
+                orphan.path.display(),
+                orphan.bytes,
+                orphan.owner.display()
+            );
+        }
+    }
     Ok(())
 }
 
