@@ -329,6 +329,38 @@ fn crash_points(
     background: bool,
     background_clean: bool,
 ) {
+    crash_points_on(
+        nv,
+        partial,
+        cleaner,
+        reads,
+        background,
+        background_clean,
+        false,
+    );
+}
+
+/// [`crash_points`], the NV region standing for an `msync`-persisted file
+/// (`msync`: its flushes are system calls, so a batch's data ranges go into
+/// one flush with its entries) when `msync` is set.
+#[allow(clippy::fn_params_excessive_bools)]
+fn crash_points_on(
+    nv: bool,
+    partial: PartialSegments,
+    cleaner: CleanerPolicy,
+    reads: Reads,
+    background: bool,
+    background_clean: bool,
+    msync: bool,
+) {
+    let sim = |len: u64| {
+        let region = SimRegion::new(len);
+        if msync {
+            region.with_sync_flush()
+        } else {
+            region
+        }
+    };
     let g = small();
     let seed = 0x10_6d15;
     let ops = 160;
@@ -342,8 +374,7 @@ fn crash_points(
     // Count the device writes of an uninterrupted run.
     let total = {
         let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
-        let region: Option<Box<dyn Region>> =
-            nv.then(|| Box::new(SimRegion::new(nv_len)) as Box<dyn Region>);
+        let region: Option<Box<dyn Region>> = nv.then(|| Box::new(sim(nv_len)) as Box<dyn Region>);
         let disk = LogDisk::format(dev.clone(), g, region, opts).unwrap();
         let before = dev.counts().writes;
         let mut model = Model::new(nv);
@@ -382,7 +413,7 @@ fn crash_points(
     ] {
         for at in 1..=total {
             let dev = Arc::new(FaultyDevice::new(image_len(&g), seed ^ at));
-            let region = Arc::new(SimRegion::new(nv_len));
+            let region = Arc::new(sim(nv_len));
             let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
             let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
             let mut model = Model::new(nv);
@@ -455,6 +486,24 @@ fn every_crash_point_nv_cache_age_sort() {
         false,
         true,
     );
+}
+
+/// The NV region as the default spec has it, a file persisted by `msync`:
+/// a write's data is persisted with its entries in one flush (not block by
+/// block), and every crash point still keeps every acknowledged write.
+#[test]
+fn every_crash_point_nv_cache_msync_region() {
+    for background in [false, true] {
+        crash_points_on(
+            true,
+            PartialSegments::Append,
+            CleanerPolicy::Greedy,
+            Reads::LiveOnly { gap: 1, threads: 2 },
+            background,
+            background,
+            true,
+        );
+    }
 }
 
 #[test]

@@ -67,6 +67,9 @@ impl State {
 pub struct SimRegion {
     len: u64,
     state: Mutex<State>,
+    /// Report [`Region::flush_is_sync`]: a region persisted by `msync`, whose
+    /// callers gather a batch's ranges into one flush.
+    sync_flush: bool,
 }
 
 impl SimRegion {
@@ -80,7 +83,18 @@ impl SimRegion {
                 durable: vec![0; len as usize],
                 ..State::default()
             }),
+            sync_flush: false,
         }
+    }
+
+    /// The same region, standing for a page-cache mapping persisted by
+    /// `msync` ([`Region::flush_is_sync`]): callers then defer data ranges
+    /// into one flush with their entries, which is what the crash tests
+    /// exercise with it. Stores still persist only through flush and fence.
+    #[must_use]
+    pub fn with_sync_flush(mut self) -> Self {
+        self.sync_flush = true;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -173,6 +187,10 @@ impl Region for SimRegion {
         st.tick(DeviceOp::Write)?;
         st.store_word(offset / 8, value);
         Ok(())
+    }
+
+    fn flush_is_sync(&self) -> bool {
+        self.sync_flush
     }
 
     fn flush(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {

@@ -29,9 +29,17 @@ qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy and nbdfuse, fio's nbd engine.
 With no arguments it runs the embedded default volume: one export, \"cairn\", a
 1 GiB disk kept under ./cairn-data — a 64 MiB DRAM read cache (S3-FIFO) over
 the log-structured disk (papers/003) over a sparse file, each write made
-durable in the log disk's NV write cache (a memory-mapped region on /dev/shm
-when present). It prints how to connect. The first start
-formats; later starts recover, so the data survives restarts.
+durable in the log disk's NV write cache (./cairn-data/log.nv, synced to disk
+before the write is acknowledged; `volatile = true` in a spec puts it in RAM,
+/dev/shm, and the server then warns at every start). It prints how to connect.
+The first start formats; later starts recover, so the data survives restarts,
+kill -9 and power cuts; a start after a crash says \"recovered after an
+unclean stop\".
+
+A server owns what it opens: the data directory, every file, image and NV
+region is locked (flock; block devices also O_EXCL) for its life, and a second
+server on any of them is refused with the holder's PID. --read-only opens
+everything read-only with shared locks and writes nothing at all.
 --print-default-config prints that spec; edit it and pass it back with --config.
 
 --config FILE reads a volume spec (TOML, docs/volumes.md): devices (file,
