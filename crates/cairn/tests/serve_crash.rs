@@ -256,7 +256,8 @@ fn kill_9_loses_no_acknowledged_write_on_the_default_stack() {
 }
 
 /// The default as shipped: the NV write cache is a file in the data
-/// directory, synced before each write is acknowledged (not RAM).
+/// directory, synced at every flush (not RAM); kill -9 keeps every
+/// acknowledged write (the page cache outlives the process).
 #[test]
 fn kill_9_loses_no_acknowledged_write_on_the_durable_default_stack() {
     let nv = nv_dir();

@@ -496,9 +496,23 @@ struct Nv {
     /// Superseded slots (entries cleared) that a queued segment write still
     /// has to copy: (write number, slot), freed when that write is done.
     held: Vec<(u64, u32)>,
+    /// A deferring cache ([`NvCache::defers`]) holds writes staged since the
+    /// last [`Nv::sync`].
+    unsynced: bool,
 }
 
 impl Nv {
+    /// Makes every staged write durable, where the cache defers that to a
+    /// sync (one `msync` of the region: the writes since the last one, in one
+    /// disk flush); nothing to do otherwise.
+    fn sync(&mut self) -> Result<(), LogDiskError> {
+        if self.unsynced {
+            self.cache.sync()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
     /// Frees superseded `slots`, whose entries are cleared and fenced: at
     /// once, or, for a slot that a queued segment write has not copied yet
     /// (write number above `writes_done`), when that write is done — a new
@@ -908,6 +922,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 awaiting: Vec::new(),
                 ranges: Vec::with_capacity(64),
                 held: Vec::new(),
+                unsynced: false,
             };
             let mut newest: HashMap<u64, super::nv::Recovered> = HashMap::new();
             for r in found {
@@ -1262,8 +1277,15 @@ impl<D: Device + 'static> LogDisk<D> {
             };
             let mut ranges = std::mem::take(&mut nv.ranges);
             ranges.clear();
-            // Clears of slots superseded by earlier, already fenced writes.
-            let clearing = std::mem::take(&mut nv.superseded);
+            // Clears of slots superseded by earlier, already fenced writes
+            // (a deferring cache clears them only after a sync made their
+            // successors durable: `Nv::sync_then_clear`).
+            let deferred = nv.cache.defers();
+            let clearing = if deferred {
+                Vec::new()
+            } else {
+                std::mem::take(&mut nv.superseded)
+            };
             for &slot in &clearing {
                 nv.cache.stage_clear(slot, &mut ranges)?;
             }
@@ -1302,10 +1324,16 @@ impl<D: Device + 'static> LogDisk<D> {
                 }
             }
             debug_assert!(*sequence > sequence_base);
-            nv.cache.persist(&ranges)?;
+            if deferred {
+                // Durable at the next sync (a flush, or before any clear).
+                nv.unsynced = true;
+                nv.superseded.append(&mut now_superseded);
+            } else {
+                nv.cache.persist(&ranges)?;
+                nv.release(&clearing, *writes_done);
+                nv.superseded = now_superseded;
+            }
             nv.ranges = ranges;
-            nv.release(&clearing, *writes_done);
-            nv.superseded = now_superseded;
             if nv.order.len() > 4 * nv.meta.len() + 64 {
                 let meta = &nv.meta;
                 nv.order
@@ -1339,6 +1367,7 @@ impl<D: Device + 'static> LogDisk<D> {
             }
             if nv.dirty == 0 {
                 // Nothing dirty: only superseded slots wait; clear them.
+                nv.sync()?;
                 let mut ranges = std::mem::take(&mut nv.ranges);
                 ranges.clear();
                 for &slot in &nv.superseded {
@@ -1894,6 +1923,9 @@ impl<D: Device + 'static> LogDisk<D> {
         if awaiting_upto == 0 {
             return Ok(());
         }
+        // Writes staged but not yet synced are made durable before any slot
+        // is cleared: a superseded slot's successor must be durable first.
+        nv.sync()?;
         let mut ranges = std::mem::take(&mut nv.ranges);
         // Superseded slots are cleared (fenced) before the destaged ones: an
         // older slot of a block must never outlive its newest one.
@@ -2596,6 +2628,9 @@ impl<D: Device + 'static> LogDisk<D> {
             return Ok(());
         }
         let mut st = self.write_state();
+        if let Some(nv) = st.nv.as_mut() {
+            nv.sync()?;
+        }
         if st.nv.is_none() {
             self.write_out_buffer(&mut st, true)?;
             self.device_flush(&mut st)?;

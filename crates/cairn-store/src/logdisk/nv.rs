@@ -250,6 +250,23 @@ impl NvCache {
         Ok(())
     }
 
+    /// Whether writes are made durable by [`NvCache::sync`] rather than by
+    /// [`NvCache::persist`] one at a time: a region whose flush is a system
+    /// call waiting for a disk (`msync` of a file). Then a write is durable
+    /// at the next sync — the log disk's flush (NBD's FLUSH, and FUA), or
+    /// before any slot is cleared — and a stream of writes costs one disk
+    /// flush per FLUSH, not one per write.
+    pub fn defers(&self) -> bool {
+        self.region.flush_is_sync()
+    }
+
+    /// Makes every store so far durable: the whole region flushed (for a
+    /// page-cache mapping, one `msync` that writes only its dirty pages).
+    pub fn sync(&self) -> Result<(), DeviceError> {
+        self.region.flush(&[(0, self.region.len())])?;
+        self.region.fence()
+    }
+
     /// Makes everything staged durable: flush the ranges, fence once (the
     /// fence also completes the data flushes [`NvCache::stage`] issued).
     pub fn persist(&self, ranges: &[(u64, u64)]) -> Result<(), DeviceError> {

@@ -751,8 +751,9 @@ impl Builder<'_> {
             ));
         } else {
             self.notes.push(format!(
-                "{field}.nv_cache: {} on disk: a write is acknowledged once it is there, durable \
-                 across power loss",
+                "{field}.nv_cache: {} on disk: an acknowledged write survives a crash of this \
+                 server, and every flush (NBD FLUSH, FUA) syncs it, so a flushed write survives \
+                 a power loss",
                 path.display()
             ));
         }

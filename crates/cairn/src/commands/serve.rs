@@ -29,9 +29,10 @@ qemu-img/qemu-io, libnbd's nbdinfo, nbdcopy and nbdfuse, fio's nbd engine.
 With no arguments it runs the embedded default volume: one export, \"cairn\", a
 1 GiB disk kept under ./cairn-data — a 64 MiB DRAM read cache (S3-FIFO) over
 the log-structured disk (papers/003) over a sparse file, each write made
-durable in the log disk's NV write cache (./cairn-data/log.nv, synced to disk
-before the write is acknowledged; `volatile = true` in a spec puts it in RAM,
-/dev/shm, and the server then warns at every start). It prints how to connect.
+durable in the log disk's NV write cache (./cairn-data/log.nv: an acknowledged
+write survives kill -9, and every FLUSH or FUA syncs the cache to disk, so a
+flushed write survives a power cut; `volatile = true` in a spec puts it in
+RAM, /dev/shm, and the server then warns at every start). It prints how to connect.
 The first start formats; later starts recover, so the data survives restarts,
 kill -9 and power cuts; a start after a crash says \"recovered after an
 unclean stop\".

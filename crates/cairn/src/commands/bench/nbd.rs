@@ -27,7 +27,7 @@ installs them); a missing peer is reported and its column left empty.
 
 --default-stack measures Cairn's embedded default volume instead of memory (the
 read cache over the log disk with its NV write cache, a file synced to disk
-before each write is acknowledged, over a sparse file, resized to --size, in a
+at every FLUSH and FUA, over a sparse file, resized to --size, in a
 temporary directory), and beside it the same stack with its NV write cache in
 RAM (volatile = true, on /dev/shm: what the default was before it was made
 durable), in two more columns: its figures and cairn/volatile, the cost of the
