@@ -3,7 +3,11 @@
 //! Arguments are parsed in two steps: clap structs mirror the flags (one
 //! module per command under `commands/`), then each command validates them
 //! into the configuration it runs. Errors carry context with `anyhow`; logs go
-//! to stderr through `tracing`; results go to stdout.
+//! to stderr through `tracing`; results go to stdout, through
+//! `output::stdout` only (so `print!`, which panics on a closed pipe, is
+//! denied): a reader that stops early (`cairn sim | head -1`) ends the command
+//! quietly with status 0.
+#![deny(clippy::print_stdout)]
 
 mod commands;
 mod input;
@@ -68,8 +72,10 @@ enum Command {
     #[command(subcommand)]
     Reproduce(commands::reproduce::ReproduceCommand),
     /// Check an image (log disk or NTL) and say exactly what is wrong.
+    #[command(long_about = commands::check::FSCK_ABOUT)]
     Fsck(commands::check::FsckArgs),
     /// Describe an image: layout, segment use, saved metrics.
+    #[command(long_about = commands::check::INSPECT_ABOUT)]
     Inspect(commands::check::InspectArgs),
     /// Serve volumes over NBD (default: a 1 GiB cached log-disk volume in ./cairn-data).
     #[command(long_about = commands::serve::LONG_ABOUT)]
@@ -100,23 +106,73 @@ fn init_logging(quiet: bool, verbose: u8) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     init_logging(cli.quiet, cli.verbose);
     let result = match cli.command {
+        Command::Fsck(args) => return fsck_exit(commands::check::run_fsck(&args)),
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
-        Command::Fsck(args) => commands::check::run_fsck(&args),
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
         Command::Bench(command) => commands::bench::run(&command, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our stdout went away (`| head`): what it wanted, it
+        // has; say nothing (ripgrep does the same).
+        Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints clap's message (help, version or usage error) and picks the exit
+/// status: clap's own (0 for help, 2 for usage errors), but `cairn fsck`'s
+/// usage errors exit 16, as e2fsck's do, so that 2 never reads as "errors
+/// corrected" to a script.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    // A closed stdout (`cairn --help | head -1`) is not an error: clap's own
+    // exit() ignores a failed print too.
+    let _ = error.print();
+    if !error.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    let fsck = std::env::args_os()
+        .skip(1)
+        .find(|arg| !arg.as_encoded_bytes().starts_with(b"-"))
+        .is_some_and(|arg| arg == "fsck");
+    if fsck {
+        ExitCode::from(commands::check::FSCK_USAGE_ERROR)
+    } else {
+        ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
+    }
+}
+
+/// `cairn fsck`'s exit status (e2fsck's numbers): the verdict, or 8 when the
+/// image could not be examined.
+fn fsck_exit(result: anyhow::Result<commands::check::Verdict>) -> ExitCode {
+    match result {
+        Ok(verdict) => ExitCode::from(verdict.exit_status()),
+        Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(commands::check::FSCK_OPERATIONAL_ERROR)
+        }
+    }
+}
+
+/// Whether `error` comes from a write that found its pipe closed.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::output::outln;
 use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server};
 use cairn_policy::Bytes;
@@ -202,7 +203,7 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
     if let Some(volume) = &volume {
         volume.close().context("closing the volume")?;
     }
-    print_table(&results);
+    print_table(&results)?;
     Ok(())
 }
 
@@ -391,11 +392,16 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
-fn print_table(results: &[Vec<Option<f64>>]) {
-    println!(
+fn print_table(results: &[Vec<Option<f64>>]) -> std::io::Result<()> {
+    outln!(
         "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
-        "row", "unit", "cairn", "nbdkit", "qemu-nbd", "cairn/best"
-    );
+        "row",
+        "unit",
+        "cairn",
+        "nbdkit",
+        "qemu-nbd",
+        "cairn/best"
+    )?;
     let cell = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     for (index, row) in ROWS.iter().enumerate() {
         let unit = if row.sequential { "MiB/s" } else { "kIOPS" };
@@ -409,7 +415,7 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             (Some(ours), Some(peer)) if peer > 0.0 => format!("{:.2}x", ours / peer),
             _ => "-".to_owned(),
         };
-        println!(
+        outln!(
             "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
             row.name,
             unit,
@@ -417,6 +423,7 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             cell(results[1][index]),
             cell(results[2][index]),
             ratio
-        );
+        )?;
     }
+    Ok(())
 }
