@@ -11,6 +11,7 @@
 
 mod commands;
 mod input;
+mod logging;
 mod output;
 mod plot;
 mod policy_spec;
@@ -20,7 +21,6 @@ mod volume_spec;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 const LONG_ABOUT: &str = "\
 Cairn is a storage cache engine for heterogeneous storage (DRAM, persistent
@@ -86,31 +86,12 @@ enum Command {
     Bench(commands::bench::BenchCommand),
 }
 
-fn init_logging(quiet: bool, verbose: u8) {
-    let default = match (quiet, verbose) {
-        (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
-        (false, _) => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        // A server whose stderr was closed (its starter's pipe ended) must keep
-        // serving: the default reports a failed write with eprintln!, which panics.
-        .log_internal_errors(false)
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
-    init_logging(cli.quiet, cli.verbose);
+    logging::init(cli.quiet, cli.verbose);
     let result = match cli.command {
         Command::Fsck(args) => return fsck_exit(commands::check::run_fsck(&args)),
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
