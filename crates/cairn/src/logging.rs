@@ -38,6 +38,8 @@ pub fn init(quiet: bool, verbose: u8) {
     let (filter, handle) = reload::Layer::new(filter);
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: not as escape codes in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .without_time()
         // A server whose stderr was closed (its starter's pipe ended) must keep

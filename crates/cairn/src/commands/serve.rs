@@ -49,7 +49,9 @@ serves a file or block device as is (with --size, created sparse or grown).
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
 `listen`, or --listen unix:PATH | tcp:HOST:PORT (bind loopback unless you mean to
-expose the disk: NBD itself has no authentication). Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
+expose the disk: NBD itself has no authentication; a TCP address other than
+loopback without --tls require is warned about at start). Clients see an
+export's description only as the spec's `description` writes it. Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
 socket is used. With --stdio one connection is served on stdin/stdout and the
 server exits when it ends, so libnbd can start it: nbdinfo -- [ cairn serve
 --stdio --memory 1GiB ].
@@ -231,7 +233,7 @@ fn serve(
         .iter()
         .map(|e| Export {
             name: e.name.clone(),
-            description: e.description.clone(),
+            description: sent_description(&loaded.spec, &e.name),
             device: e.device.clone(),
             read_only: e.read_only || args.read_only,
         })
@@ -258,6 +260,7 @@ fn serve(
         let address = listen_address(args, loaded, volume.data_dir())?;
         (Listener::bind(&address)?, !quiet)
     };
+    warn_if_exposed(&listener, tls.mode);
     let uri = |name: &str| tls_uri(listener.uri(name), tls.certificates.as_deref());
     for export in volume.exports() {
         tracing::info!(
@@ -289,6 +292,43 @@ fn start_log_level(loaded: &Loaded) -> Result<()> {
         None => logging::set(level)?,
     }
     Ok(())
+}
+
+/// What clients are told an export is (`NBD_INFO_DESCRIPTION`, `nbdinfo
+/// --list`): the spec's `description` as written, else nothing. The stack's
+/// own description (`Device::describe`) names files under the data directory
+/// and the geometry: it goes to the server's log and its stdout only.
+fn sent_description(spec: &VolumeSpec, export: &str) -> String {
+    spec.exports
+        .iter()
+        .find(|e| e.name == export)
+        .and_then(|e| e.description.clone())
+        .unwrap_or_default()
+}
+
+/// Warns when the exports are reachable from other hosts without required
+/// TLS: NBD itself has no authentication.
+fn warn_if_exposed(listener: &Listener, mode: TlsMode) {
+    let Listener::Tcp(tcp) = listener else {
+        return;
+    };
+    let Ok(address) = tcp.local_addr() else {
+        return;
+    };
+    if address.ip().to_canonical().is_loopback() || mode == TlsMode::Require {
+        return;
+    }
+    let tls = if mode == TlsMode::On {
+        "with TLS optional (--tls on serves plaintext clients too)"
+    } else {
+        "without TLS"
+    };
+    tracing::warn!(
+        "listening on tcp:{address}, not a loopback address, {tls}: NBD has no \
+         authentication, so whoever reaches this address can read and write every export; \
+         use --tls require (and --tls-verify-peer to admit only clients with a certificate) \
+         or bind 127.0.0.1"
+    );
 }
 
 /// What SIGHUP can reload.
