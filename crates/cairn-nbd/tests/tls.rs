@@ -363,6 +363,51 @@ fn tls_reader_keeps_reading_while_reply_sends_are_blocked() {
     eprintln!("64 MiB each way over TLS in {:?}", started.elapsed());
 }
 
+/// `Server::reload_tls` (what `cairn serve` does on SIGHUP): a connection
+/// already under TLS keeps its session and goes on working; new connections
+/// get the new certificate, so a client trusting only the old CA fails its
+/// handshake and one trusting the new CA gets in; a reload that would change
+/// the mode is refused and changes nothing.
+#[test]
+fn reloaded_certificates_serve_new_connections_and_existing_ones_keep_theirs() {
+    let Some(setup) = setup(TlsMode::Require, 1 << 20) else {
+        return;
+    };
+    let other = tempfile::tempdir().unwrap();
+    let Some(new_pki) = certificates(other.path()) else {
+        return;
+    };
+    let mut before = TlsClient::connect(&setup);
+    before.request(CMD_WRITE, 0, 4096, &[1u8; 4096]);
+    assert_eq!(before.reply().1, 0);
+
+    let error = setup
+        .server
+        .server
+        .reload_tls(TlsConfig::new(TlsMode::On, Some(&new_pki)).unwrap())
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("cannot change the mode"),
+        "{error}"
+    );
+    assert!(TlsClient::try_connect(&setup.server.path, &setup.pki).is_ok());
+
+    setup
+        .server
+        .server
+        .reload_tls(TlsConfig::new(TlsMode::Require, Some(&new_pki)).unwrap())
+        .unwrap();
+    let refused = TlsClient::try_connect(&setup.server.path, &setup.pki);
+    assert!(refused.is_err(), "a client trusting only the old CA got in");
+    let mut after = TlsClient::try_connect(&setup.server.path, &new_pki).unwrap();
+    after.request(CMD_WRITE, 4096, 4096, &[2u8; 4096]);
+    assert_eq!(after.reply().1, 0);
+    // The connection from before the reload still works, on its old session.
+    before.request(CMD_READ, 4096, 4096, &[]);
+    let (_, error, data) = before.reply_with_data(4096);
+    assert_eq!((error, data), (0, vec![2u8; 4096]));
+}
+
 /// A minimal NBD client over rustls: STARTTLS, then GO with simple replies.
 struct TlsClient {
     stream: rustls::StreamOwned<rustls::ClientConnection, UnixStream>,
@@ -372,7 +417,12 @@ struct TlsClient {
 
 impl TlsClient {
     fn connect(setup: &Setup) -> Self {
-        let mut socket = UnixStream::connect(&setup.server.path).unwrap();
+        Self::try_connect(&setup.server.path, &setup.pki).unwrap()
+    }
+
+    /// Connects trusting `pki`'s CA; `Err` when the TLS handshake fails.
+    fn try_connect(path: &Path, pki: &Path) -> Result<Self, String> {
+        let mut socket = UnixStream::connect(path).unwrap();
         socket
             .set_read_timeout(Some(Duration::from_secs(15)))
             .unwrap();
@@ -386,7 +436,11 @@ impl TlsClient {
             .unwrap();
         let replies = option(&mut socket, OPT_STARTTLS, &[]);
         assert_eq!(replies[0].reply_type, REP_ACK);
-        let mut stream = rustls::StreamOwned::new(tls_connection(&setup.pki), socket);
+        let mut stream = rustls::StreamOwned::new(tls_connection(pki), socket);
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(|e| format!("TLS handshake: {e}"))?;
         let go = InfoRequest {
             name: "disk".into(),
             items: vec![],
@@ -394,11 +448,11 @@ impl TlsClient {
         let replies = option(&mut stream, OPT_GO, &go.encode());
         assert_eq!(replies.last().unwrap().reply_type, REP_ACK, "{replies:?}");
         let size = u64::from_be_bytes(replies[0].data[2..10].try_into().unwrap());
-        Self {
+        Ok(Self {
             stream,
             size,
             next_cookie: 0,
-        }
+        })
     }
 
     fn request(&mut self, command: u16, offset: u64, length: u32, payload: &[u8]) {

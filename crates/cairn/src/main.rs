@@ -3,10 +3,15 @@
 //! Arguments are parsed in two steps: clap structs mirror the flags (one
 //! module per command under `commands/`), then each command validates them
 //! into the configuration it runs. Errors carry context with `anyhow`; logs go
-//! to stderr through `tracing`; results go to stdout.
+//! to stderr through `tracing`; results go to stdout, through
+//! `output::stdout` only (so `print!`, which panics on a closed pipe, is
+//! denied): a reader that stops early (`cairn sim | head -1`) ends the command
+//! quietly with status 0.
+#![deny(clippy::print_stdout)]
 
 mod commands;
 mod input;
+mod logging;
 mod output;
 mod plot;
 mod policy_spec;
@@ -16,7 +21,6 @@ mod volume_spec;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 const LONG_ABOUT: &str = "\
 Cairn is a storage cache engine for heterogeneous storage (DRAM, persistent
@@ -68,8 +72,10 @@ enum Command {
     #[command(subcommand)]
     Reproduce(commands::reproduce::ReproduceCommand),
     /// Check an image (log disk or NTL) and say exactly what is wrong.
+    #[command(long_about = commands::check::FSCK_ABOUT)]
     Fsck(commands::check::FsckArgs),
     /// Describe an image: layout, segment use, saved metrics.
+    #[command(long_about = commands::check::INSPECT_ABOUT)]
     Inspect(commands::check::InspectArgs),
     /// Serve volumes over NBD (default: a 1 GiB cached log-disk volume in ./cairn-data).
     #[command(long_about = commands::serve::LONG_ABOUT)]
@@ -80,43 +86,74 @@ enum Command {
     Bench(commands::bench::BenchCommand),
 }
 
-fn init_logging(quiet: bool, verbose: u8) {
-    let default = match (quiet, verbose) {
-        (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
-        (false, _) => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        // A server whose stderr was closed (its starter's pipe ended) must keep
-        // serving: the default reports a failed write with eprintln!, which panics.
-        .log_internal_errors(false)
-        .init();
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.quiet, cli.verbose);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
+    logging::init(cli.quiet, cli.verbose);
     let result = match cli.command {
+        Command::Fsck(args) => return fsck_exit(commands::check::run_fsck(&args)),
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
         Command::Mrc(args) => commands::mrc::run(&args, cli.quiet),
         Command::Trace(command) => commands::trace::run(&command, cli.quiet),
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
-        Command::Fsck(args) => commands::check::run_fsck(&args),
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
         Command::Bench(command) => commands::bench::run(&command, cli.quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of our stdout went away (`| head`): what it wanted, it
+        // has; say nothing (ripgrep does the same).
+        Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints clap's message (help, version or usage error) and picks the exit
+/// status: clap's own (0 for help, 2 for usage errors), but `cairn fsck`'s
+/// usage errors exit 16, as e2fsck's do, so that 2 never reads as "errors
+/// corrected" to a script.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    // A closed stdout (`cairn --help | head -1`) is not an error: clap's own
+    // exit() ignores a failed print too.
+    let _ = error.print();
+    if !error.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    let fsck = std::env::args_os()
+        .skip(1)
+        .find(|arg| !arg.as_encoded_bytes().starts_with(b"-"))
+        .is_some_and(|arg| arg == "fsck");
+    if fsck {
+        ExitCode::from(commands::check::FSCK_USAGE_ERROR)
+    } else {
+        ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
+    }
+}
+
+/// `cairn fsck`'s exit status (e2fsck's numbers): the verdict, or 8 when the
+/// image could not be examined.
+fn fsck_exit(result: anyhow::Result<commands::check::Verdict>) -> ExitCode {
+    match result {
+        Ok(verdict) => ExitCode::from(verdict.exit_status()),
+        Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(commands::check::FSCK_OPERATIONAL_ERROR)
+        }
+    }
+}
+
+/// Whether `error` comes from a write that found its pipe closed.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

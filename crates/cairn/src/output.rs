@@ -1,9 +1,16 @@
 //! Writing results: stdout tables, CSV and JSON files (or `-` for stdout).
+//!
+//! Everything the commands print goes through [`stdout`] (or the [`out!`] and
+//! [`outln!`] macros over it), never `print!`: Rust ignores SIGPIPE, so a
+//! closed stdout (`cairn sim | head -1`) makes `print!` panic, where these
+//! return the `BrokenPipe` error. `main` turns that error into a quiet exit 0,
+//! as ripgrep does ([`stdout_closed`] says the error was ours).
 
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 
@@ -34,8 +41,7 @@ impl Destination {
     ) -> Result<()> {
         match self {
             Destination::Stdout => {
-                let stdout = std::io::stdout();
-                let mut lock = stdout.lock();
+                let mut lock = stdout();
                 body(&mut lock)
                     .and_then(|()| lock.flush())
                     .with_context(|| format!("writing {what} to stdout"))
@@ -51,6 +57,70 @@ impl Destination {
         }
     }
 }
+
+/// Set when a write to stdout failed with `BrokenPipe`: the reader went away.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a write to stdout found it closed (the reader of the pipe went
+/// away); `main` then exits 0 without a message.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+/// Locked stdout whose writes return their errors (never panic) and note a
+/// closed pipe for [`stdout_closed`].
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+/// See [`stdout`].
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+impl Stdout {
+    fn note<T>(result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Self::note(self.0.write(buf))
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        Self::note(self.0.write_all(buf))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Self::note(self.0.flush())
+    }
+}
+
+/// `print!` that returns `std::io::Result<()>` instead of panicking on a
+/// closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(&mut $crate::output::stdout(), format_args!($($arg)*))
+    };
+}
+
+/// `println!` that returns `std::io::Result<()>` instead of panicking on a
+/// closed stdout.
+macro_rules! outln {
+    () => {
+        std::io::Write::write_all(&mut $crate::output::stdout(), b"\n")
+    };
+    ($($arg:tt)*) => {{
+        let mut stdout = $crate::output::stdout();
+        std::io::Write::write_fmt(&mut stdout, format_args!($($arg)*))
+            .and_then(|()| std::io::Write::write_all(&mut stdout, b"\n"))
+    }};
+}
+
+pub(crate) use {out, outln};
 
 /// A text table: first column left-aligned, the rest right-aligned, columns as
 /// wide as their widest cell, two spaces apart.

@@ -1,21 +1,28 @@
 //! `cairn fsck` and `cairn inspect` on real image files: a clean log disk is
-//! clean and described; a flipped data byte is found, named, and fails fsck.
+//! clean and described; a flipped data byte is found, named, and fails fsck;
+//! fsck's exit status is e2fsck's (0 clean, 4 problems left uncorrected, 8
+//! operational error, 16 usage error, never 1), so scripts written for fsck
+//! read it right.
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::process::Command;
 
-use cairn_store::device::FileOptions;
-use cairn_store::logdisk::{Geometry, LogDisk, Options};
-use cairn_store::{Device, FileDevice};
-
 fn cairn(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let (status, text) = cairn_status(args);
+    (status == 0, text)
+}
+
+/// The exit status (-1 if killed by a signal) and stdout then stderr.
+fn cairn_status(args: &[&std::ffi::OsStr]) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .args(args)
         .output()
         .expect("cairn runs");
     (
-        output.status.success(),
+        output.status.code().unwrap_or(-1),
         format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
@@ -28,37 +35,7 @@ fn cairn(args: &[&std::ffi::OsStr]) -> (bool, String) {
 fn fsck_and_inspect_a_log_disk_image() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ld.img");
-    let g = Geometry {
-        block_size: 4096,
-        segment_blocks: 32,
-        segments: 16,
-        logical_blocks: 200,
-    };
-    let physical = {
-        let dev = FileDevice::open(
-            &path,
-            &FileOptions {
-                create_len: Some(g.image_blocks() * 4096),
-                ..FileOptions::default()
-            },
-        )
-        .unwrap();
-        let disk = LogDisk::format(dev, g, None, Options::default()).unwrap();
-        for round in 0..4u8 {
-            for l in 0..200 {
-                disk.write_blocks(l, &[round ^ l as u8; 4096]).unwrap();
-            }
-        }
-        disk.close().unwrap();
-        // Where logical block 9 lives: the first data slot holding its bytes.
-        let mut block = vec![0u8; 4096];
-        (g.segment_start(0)..g.image_blocks())
-            .find(|&p| {
-                disk.device().read_at(&mut block, p * 4096).unwrap();
-                block.iter().all(|&b| b == 3 ^ 9)
-            })
-            .unwrap()
-    };
+    let physical = common::log_disk_image(&path);
     let img = path.as_os_str();
     let (ok, text) = cairn(&["fsck".as_ref(), img]);
     assert!(ok, "{text}");
@@ -73,9 +50,7 @@ fn fsck_and_inspect_a_log_disk_image() {
         assert!(text.contains(want), "{want}: {text}");
     }
     // Flip one byte of block 9's data.
-    let dev = FileDevice::open(&path, &FileOptions::default()).unwrap();
-    dev.write_at(&[0xee], physical * 4096 + 17).unwrap();
-    dev.flush().unwrap();
+    common::damage(&path, physical * 4096 + 17, &[0xee]);
     let (ok, text) = cairn(&["fsck".as_ref(), img]);
     assert!(!ok, "{text}");
     assert!(
@@ -92,6 +67,7 @@ fn fsck_and_inspect_a_log_disk_image() {
 
 #[test]
 fn fsck_and_inspect_an_ntl_image_and_its_in_place_flag() {
+    use cairn_store::Device;
     use cairn_store::ntl::{
         Btt, Geometry as NtlGeometry, MmapRegion, NtlDevice, PersistenceRequest, Region, WriteMode,
     };
@@ -124,6 +100,67 @@ fn fsck_and_inspect_an_ntl_image_and_its_in_place_flag() {
     open()
         .store_u64(64 + 8 * 5, cairn_store::ntl::map::encode(80))
         .unwrap();
-    let (ok, out) = cairn(&["fsck".as_ref(), path.as_os_str()]);
-    assert!(!ok && out.contains("block 5"), "{out}");
+    let (status, out) = cairn_status(&["fsck".as_ref(), path.as_os_str()]);
+    assert!(status == 4 && out.contains("block 5"), "{status}: {out}");
+}
+
+#[test]
+fn fsck_exit_status_is_e2fsck_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let fsck = |path: &std::path::Path| cairn_status(&["fsck".as_ref(), path.as_os_str()]);
+    let clean = dir.path().join("clean.img");
+    common::log_disk_image(&clean);
+    let (status, text) = fsck(&clean);
+    assert_eq!(status, 0, "a clean image: {text}");
+    assert!(text.contains("clean log disk"), "{text}");
+
+    // A flipped data byte: reported, left as it is.
+    let data = dir.path().join("data.img");
+    let physical = common::log_disk_image(&data);
+    common::damage(&data, physical * 4096 + 100, &[0x5a, 0xa5]);
+    let (status, text) = fsck(&data);
+    assert_eq!(status, 4, "a damaged data block: {text}");
+    assert!(text.contains("logical block 9"), "{text}");
+    assert_eq!(fsck(&data).0, 4, "still damaged: fsck repaired nothing");
+
+    // A damaged superblock (its magic intact): no report is possible, but it
+    // is a problem in the image, not an operational error.
+    let superblock = dir.path().join("superblock.img");
+    common::log_disk_image(&superblock);
+    common::damage(&superblock, 24, &[0xff; 8]);
+    let (status, text) = fsck(&superblock);
+    assert_eq!(status, 4, "a damaged superblock: {text}");
+    assert!(text.contains("not a usable log disk"), "{text}");
+
+    // Operational errors: nothing to examine.
+    let (status, text) = fsck(&dir.path().join("missing.img"));
+    assert_eq!(status, 8, "a missing file: {text}");
+    assert!(text.contains("missing.img"), "{text}");
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, [7u8; 8192]).unwrap();
+    let (status, text) = fsck(&junk);
+    assert_eq!(status, 8, "not a Cairn image: {text}");
+    assert!(text.contains("not a Cairn image"), "{text}");
+    let empty = dir.path().join("empty.img");
+    std::fs::write(&empty, []).unwrap();
+    assert_eq!(fsck(&empty).0, 8, "an empty file");
+    assert_eq!(fsck(dir.path()).0, 8, "a directory");
+
+    // Usage errors, as e2fsck's.
+    assert_eq!(cairn_status(&["fsck".as_ref()]).0, 16);
+    assert_eq!(
+        cairn_status(&["-q".as_ref(), "fsck".as_ref(), "a".as_ref(), "b".as_ref()]).0,
+        16
+    );
+    // Help says so.
+    let (status, text) = cairn_status(&["fsck".as_ref(), "--help".as_ref()]);
+    assert_eq!(status, 0);
+    for want in [
+        "0   the image is clean",
+        "4   problems found",
+        "8   operational error",
+        "never 1",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
 }

@@ -368,6 +368,7 @@ fn bad_specs_are_clear_errors_naming_the_file_and_field() {
         "missing.toml",
         &spec.replace("over = \"f\"", "over = \"g\""),
     );
+    let level = write("level.toml", &format!("log_level = \"loud\"\n{spec}"));
     let foreign = write("foreign.toml", spec);
     std::fs::create_dir_all(dir.path().join("cairn-data")).unwrap();
     std::fs::write(dir.path().join("cairn-data/f.img"), b"not a cairn disk").unwrap();
@@ -383,6 +384,7 @@ fn bad_specs_are_clear_errors_naming_the_file_and_field() {
                 "refusing to format",
             ],
         ),
+        (&level, &["level.toml", "log_level", "\"loud\""]),
         (&dir.path().join("absent.toml"), &["absent.toml"]),
     ] {
         let output = cairn()

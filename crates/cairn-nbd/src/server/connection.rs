@@ -170,7 +170,7 @@ fn negotiate<R: Read, W: Write>(
         return Ok(None);
     }
     let client = handshake::parse_client_flags(flags).map_err(io::Error::other)?;
-    let mut negotiation = Negotiation::with_tls(client, inner.tls.mode());
+    let mut negotiation = Negotiation::with_tls(client, inner.tls_mode);
     let mut data = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -191,10 +191,10 @@ fn negotiate<R: Read, W: Write>(
             Outcome::Transmission(session) => return Ok(Some(session)),
             Outcome::Disconnect(e) => return Err(io::Error::other(e)),
             Outcome::StartTls => {
-                let Some(config) = inner.tls.server() else {
+                let Some(config) = inner.tls_server() else {
                     return Err(io::Error::other("STARTTLS accepted without credentials"));
                 };
-                transport::start_tls(config, reader, writer)?;
+                transport::start_tls(&config, reader, writer)?;
                 negotiation.tls_established();
                 tracing::debug!("{peer}: TLS established");
             }

@@ -31,7 +31,7 @@ mod transport;
 
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use cairn_store::{Device, DeviceError};
 
@@ -104,7 +104,22 @@ pub(crate) struct Inner {
     pub(crate) exports: Vec<Export>,
     pub(crate) infos: Vec<ExportInfo>,
     pub(crate) shutdown: Shutdown,
-    pub(crate) tls: TlsConfig,
+    /// Replaced whole by [`Server::reload_tls`]; a connection takes the
+    /// credentials current at its STARTTLS and keeps them.
+    tls: RwLock<TlsConfig>,
+    /// The mode, fixed for the server's life (a reload changes credentials only).
+    pub(crate) tls_mode: TlsMode,
+}
+
+impl Inner {
+    /// The credentials for a STARTTLS now; `None` when TLS is off.
+    pub(crate) fn tls_server(&self) -> Option<Arc<rustls::ServerConfig>> {
+        self.tls
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .server()
+            .cloned()
+    }
 }
 
 impl Server {
@@ -150,9 +165,35 @@ impl Server {
                 exports,
                 infos,
                 shutdown: Shutdown::new(),
-                tls,
+                tls_mode: tls.mode(),
+                tls: RwLock::new(tls),
             }),
         })
+    }
+
+    /// Replace the TLS credentials (certificates and key, and the CA that
+    /// client certificates are checked against): connections that start TLS
+    /// from now on use `tls`; connections already under TLS keep theirs.
+    /// The mode and whether peers are verified cannot change while serving:
+    /// `tls` must match the server's (else [`ServerError::Config`] and
+    /// nothing changes).
+    pub fn reload_tls(&self, tls: TlsConfig) -> Result<(), ServerError> {
+        let mut current = self
+            .inner
+            .tls
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tls.mode() != current.mode() || tls.verifies_peers() != current.verifies_peers() {
+            return Err(ServerError::Config(format!(
+                "a TLS reload cannot change the mode ({} to {}) or peer verification ({} to {}); restart instead",
+                current.mode(),
+                tls.mode(),
+                current.verifies_peers(),
+                tls.verifies_peers()
+            )));
+        }
+        *current = tls;
+        Ok(())
     }
 
     /// The handle that stops [`Server::serve`] gracefully.

@@ -30,6 +30,8 @@ pub use certificates::certificates;
 pub struct TestServer {
     pub path: PathBuf,
     pub shutdown: Shutdown,
+    /// The server being served (for `reload_tls`).
+    pub server: Server,
     thread: Option<JoinHandle<Result<(), cairn_nbd::ServerError>>>,
     _dir: tempfile::TempDir,
 }
@@ -52,10 +54,12 @@ impl TestServer {
         let listener = Listener::bind(&ListenAddress::Unix(path.clone())).unwrap();
         let server = Server::with_tls(exports, tls).unwrap();
         let shutdown = server.shutdown_handle();
-        let thread = std::thread::spawn(move || server.serve(&listener));
+        let serving = server.clone();
+        let thread = std::thread::spawn(move || serving.serve(&listener));
         Self {
             path,
             shutdown,
+            server,
             thread: Some(thread),
             _dir: dir,
         }

@@ -43,6 +43,12 @@ pub struct VolumeSpec {
     /// `--tls-certificates` override it. Not used by the volume itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+    /// `cairn serve`'s log level on stderr: `error`, `warn`, `info`,
+    /// `debug`, `trace` or `off`, or `RUST_LOG`-style directives
+    /// (`info,cairn_nbd=debug`); re-read on SIGHUP. Default `info`; `-q`,
+    /// `-v` and `RUST_LOG` override it. Not used by the volume itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
     /// The exports, in order; the first is also the default export (the one a
     /// client asking for the empty name gets).
     #[serde(rename = "export")]

@@ -7,12 +7,16 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use cairn_store::FileDevice;
 use cairn_store::device::FileOptions;
+use cairn_store::logdisk::LogDiskError;
 use cairn_store::logdisk::check::{Report, examine};
 use cairn_store::logdisk::format::SUPERBLOCK_MAGIC;
-use cairn_store::ntl;
+use cairn_store::ntl::{self, MapError};
 use clap::Args;
 
-const FSCK_ABOUT: &str = "\
+use crate::output::{outln, stdout_closed};
+
+/// `cairn fsck --help`'s description.
+pub const FSCK_ABOUT: &str = "\
 Check an image and say exactly what is wrong with it. Read-only: nothing is
 repaired or written.
 
@@ -29,10 +33,22 @@ The first block's magic picks the checker:
             and CRC32C, every map entry well formed and in range, and every
             data block mapped at most once (the rest free).
 
-Exit status: 0 when the image is clean; 1 when a problem is found (each is
-printed on its own line) or the image cannot be read at all.";
+Exit status, as e2fsck's (fsck never repairs, so never 1 or 2):
+  0   the image is clean
+  4   problems found and left uncorrected: each is printed on its own line
+      (a damaged superblock, no valid checkpoint, bad checksums, ...)
+  8   operational error: the image cannot be opened or read, or is not a
+      Cairn image at all (no log-disk or NTL magic)
+  16  usage error: the command line could not be parsed
+A reader that stops early (`cairn fsck IMAGE | head -1`) stops the printing,
+not the verdict.
 
-const INSPECT_ABOUT: &str = "\
+Examples:
+  cairn fsck cairn-data/disk.img
+  cairn fsck disk.img || echo \"fsck exit status $?\"";
+
+/// `cairn inspect --help`'s description.
+pub const INSPECT_ABOUT: &str = "\
 Describe an image: its layout (block and segment sizes, checkpoint slots, the
 checkpoint in use and how much log follows it), how full its segments are (a
 histogram of segment utilisation), and the metrics saved with the last
@@ -43,7 +59,6 @@ flushes. Problems found on the way are listed as by `cairn fsck`. Read-only.";
 
 /// `cairn fsck`.
 #[derive(Args, Debug)]
-#[command(long_about = FSCK_ABOUT)]
 pub struct FsckArgs {
     /// The image: a file or block device holding a log disk or an NTL image.
     pub image: PathBuf,
@@ -51,7 +66,6 @@ pub struct FsckArgs {
 
 /// `cairn inspect`.
 #[derive(Args, Debug)]
-#[command(long_about = INSPECT_ABOUT)]
 pub struct InspectArgs {
     /// The image: a file or block device holding a log disk or an NTL image.
     pub image: PathBuf,
@@ -84,6 +98,94 @@ fn kind(image: &PathBuf) -> Result<Kind> {
 }
 
 fn log_disk(image: &PathBuf) -> Result<Report> {
+    examine_log_disk(image)?.with_context(|| format!("{}: not a usable log disk", image.display()))
+}
+
+/// What `cairn fsck` found; [`Verdict::exit_status`] is e2fsck's number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// No problem.
+    Clean,
+    /// Problems found in the image and left as they are (fsck never repairs).
+    Uncorrected,
+}
+
+impl Verdict {
+    /// 0 clean, 4 errors left uncorrected (e2fsck's numbers).
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Self::Clean => 0,
+            Self::Uncorrected => 4,
+        }
+    }
+}
+
+/// e2fsck's exit status for an operational error: the image cannot be
+/// opened or read, or is not a Cairn image.
+pub const FSCK_OPERATIONAL_ERROR: u8 = 8;
+
+/// e2fsck's exit status for a usage error.
+pub const FSCK_USAGE_ERROR: u8 = 16;
+
+/// Runs `cairn fsck`: `Ok` with the verdict when the image could be examined
+/// (damaged or not), `Err` when it could not (exit status 8). Problems are
+/// printed as they stand; a closed stdout stops the printing, not the verdict.
+pub fn run_fsck(args: &FsckArgs) -> Result<Verdict> {
+    let image = args.image.display();
+    let (verdict, lines) = match kind(&args.image)? {
+        Kind::LogDisk => match examine_log_disk(&args.image)? {
+            Err(damage) => (
+                Verdict::Uncorrected,
+                vec![format!("{image}: not a usable log disk: {damage}")],
+            ),
+            Ok(report) if report.is_clean() => (
+                Verdict::Clean,
+                vec![format!(
+                    "{image}: clean log disk ({} of {} logical blocks mapped, checkpoint #{}, {} segment writes to roll forward)",
+                    report.mapped,
+                    report.geometry.logical_blocks,
+                    report.checkpoint.0,
+                    report.replayed
+                )],
+            ),
+            Ok(report) => {
+                let mut lines: Vec<String> = report
+                    .problems
+                    .iter()
+                    .map(|p| format!("{image}: {p}"))
+                    .collect();
+                lines.push(format!("{image}: {} problems found", report.problems.len()));
+                (Verdict::Uncorrected, lines)
+            }
+        },
+        Kind::Ntl => match ntl::fsck(&args.image) {
+            Ok(report) => (
+                Verdict::Clean,
+                vec![format!("{image}: clean NTL image"), report.to_string()],
+            ),
+            Err(MapError::Region(e)) => {
+                return Err(e).with_context(|| format!("reading {image}"));
+            }
+            Err(damage) => (
+                Verdict::Uncorrected,
+                vec![format!("{image}: NTL image is damaged: {damage}")],
+            ),
+        },
+    };
+    for line in lines {
+        match outln!("{line}") {
+            Ok(()) => {}
+            Err(_) if stdout_closed() => break,
+            Err(e) => return Err(e).context("writing to stdout"),
+        }
+    }
+    Ok(verdict)
+}
+
+/// A log disk's report, `Ok(Err(..))` when the image is damaged beyond a
+/// report (bad superblock, no valid checkpoint, truncated), `Err` when it
+/// cannot be read.
+fn examine_log_disk(image: &PathBuf) -> Result<Result<Report, LogDiskError>> {
     let dev = FileDevice::open(
         image,
         &FileOptions {
@@ -92,54 +194,23 @@ fn log_disk(image: &PathBuf) -> Result<Report> {
         },
     )
     .with_context(|| format!("opening {}", image.display()))?;
-    examine(&dev).with_context(|| format!("{}: not a usable log disk", image.display()))
-}
-
-/// Runs `cairn fsck`.
-pub fn run_fsck(args: &FsckArgs) -> Result<()> {
-    match kind(&args.image)? {
-        Kind::LogDisk => {
-            let report = log_disk(&args.image)?;
-            if report.is_clean() {
-                println!(
-                    "{}: clean log disk ({} of {} logical blocks mapped, checkpoint #{}, {} segment writes to roll forward)",
-                    args.image.display(),
-                    report.mapped,
-                    report.geometry.logical_blocks,
-                    report.checkpoint.0,
-                    report.replayed
-                );
-                Ok(())
-            } else {
-                for p in &report.problems {
-                    println!("{}: {p}", args.image.display());
-                }
-                bail!(
-                    "{}: {} problems found",
-                    args.image.display(),
-                    report.problems.len()
-                )
-            }
+    match examine(&dev) {
+        Err(LogDiskError::Device(e)) => {
+            Err(e).with_context(|| format!("reading {}", image.display()))
         }
-        Kind::Ntl => {
-            let report = ntl::fsck(&args.image)
-                .with_context(|| format!("{}: NTL image is damaged", args.image.display()))?;
-            println!("{}: clean NTL image", args.image.display());
-            println!("{report}");
-            Ok(())
-        }
+        other => Ok(other),
     }
 }
 
 /// Runs `cairn inspect`.
 pub fn run_inspect(args: &InspectArgs) -> Result<()> {
     match kind(&args.image)? {
-        Kind::LogDisk => println!("{}", log_disk(&args.image)?),
-        Kind::Ntl => println!(
+        Kind::LogDisk => outln!("{}", log_disk(&args.image)?)?,
+        Kind::Ntl => outln!(
             "{}",
             ntl::inspect(&args.image)
                 .with_context(|| format!("{}: NTL image is damaged", args.image.display()))?
-        ),
+        )?,
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ use cairn_store::volume::{
     DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOptions, TlsModeSpec, VolumeSpec,
 };
 
+use crate::logging;
 use crate::volume_spec::{self, DEFAULT_SPEC, Loaded};
 
 /// `cairn serve --help`'s description.
@@ -57,7 +58,9 @@ serves a file or block device as is (with --size, created sparse or grown).
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
 `listen`, or --listen unix:PATH | tcp:HOST:PORT (bind loopback unless you mean to
-expose the disk: NBD itself has no authentication). Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
+expose the disk: NBD itself has no authentication; a TCP address other than
+loopback without --tls require is warned about at start). Clients see an
+export's description only as the spec's `description` writes it. Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
 socket is used. With --stdio one connection is served on stdin/stdout and the
 server exits when it ends, so libnbd can start it: nbdinfo -- [ cairn serve
 --stdio --memory 1GiB ].
@@ -81,9 +84,15 @@ Protocol: fixed newstyle handshake; options GO, INFO, EXPORT_NAME, LIST, ABORT,
 STARTTLS, STRUCTURED_REPLY, LIST/SET_META_CONTEXT (base:allocation); commands
 READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests
 up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
-acknowledged write). SIGINT or SIGTERM stops accepting, finishes in-flight
-requests, flushes every export, destages and checkpoints every log disk, and
-exits 0.";
+acknowledged write).
+
+Signals: SIGINT or SIGTERM stops accepting, finishes in-flight requests,
+flushes every export, destages and checkpoints every log disk, and exits 0.
+SIGHUP reloads the TLS certificates (new connections use them, open ones keep
+theirs; a failed reload keeps the old ones) and, with --config, the spec's
+log_level (-q, -v and RUST_LOG win over it); other spec changes need a
+restart. SIGUSR1 and SIGUSR2 are logged and ignored; SIGPIPE is ignored.
+Each is logged on stderr.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -106,7 +115,9 @@ Examples:
       TLS only, and only for clients with a certificate from pki/ca-cert.pem.
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
       'nbd+unix:///cairn?socket=cairn-data/cairn.sock'
-      Write and verify a pattern through a running server.";
+      Write and verify a pattern through a running server.
+  kill -HUP $(pgrep -f 'cairn serve')
+      Reload the TLS certificates and the spec's log_level.";
 
 /// `cairn serve` flags, as typed.
 #[derive(clap::Args, Debug)]
@@ -208,6 +219,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         Listener::from_systemd().context("taking the socket systemd passed")?
     };
     let loaded = spec_of(args)?;
+    start_log_level(&loaded)?;
     let tls = tls_of(args, &loaded)?;
     orphans(args.remove_orphaned_regions)?;
     let options = OpenOptions {
@@ -250,28 +262,20 @@ fn serve(
         .iter()
         .map(|e| Export {
             name: e.name.clone(),
-            description: e.description.clone(),
+            description: sent_description(&loaded.spec, &e.name),
             device: e.device.clone(),
             read_only: e.read_only || args.read_only,
         })
         .collect();
+    let reload = Reload {
+        config: args.config.clone().map(|path| (path, loaded.spec.clone())),
+        tls: tls
+            .certificates
+            .clone()
+            .map(|directory| (tls.mode, directory, tls.config.verifies_peers())),
+    };
     let server = Server::with_tls(exports, tls.config)?;
-    let shutdown = server.shutdown_handle();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .context("installing SIGINT/SIGTERM handlers")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                // Trigger first: nothing after this line may keep the server up.
-                shutdown.trigger();
-                tracing::info!("signal {signal}: finishing in-flight requests, then exiting");
-            }
-        })
-        .context("starting the signal thread")?;
+    handle_signals(server.clone(), reload)?;
 
     if args.stdio {
         server.serve_stdio()?;
@@ -285,6 +289,7 @@ fn serve(
         let address = listen_address(args, loaded, volume.data_dir())?;
         (Listener::bind(&address)?, !quiet)
     };
+    warn_if_exposed(&listener, tls.mode);
     let uri = |name: &str| tls_uri(listener.uri(name), tls.certificates.as_deref());
     for export in volume.exports() {
         tracing::info!(
@@ -329,6 +334,201 @@ fn orphans(remove: bool) -> Result<()> {
     Ok(())
 }
 
+/// The spec's `log_level` at start, unless the command line set the level;
+/// a bad one is an error even then.
+fn start_log_level(loaded: &Loaded) -> Result<()> {
+    let Some(level) = &loaded.spec.log_level else {
+        return Ok(());
+    };
+    logging::parse(level).with_context(|| format!("volume spec {}", loaded.origin))?;
+    match logging::command_line_level() {
+        Some(fixed) => tracing::debug!(
+            "log level {fixed:?} from -q, -v or RUST_LOG, over the spec's log_level {level:?}"
+        ),
+        None => logging::set(level)?,
+    }
+    Ok(())
+}
+
+/// What clients are told an export is (`NBD_INFO_DESCRIPTION`, `nbdinfo
+/// --list`): the spec's `description` as written, else nothing. The stack's
+/// own description (`Device::describe`) names files under the data directory
+/// and the geometry: it goes to the server's log and its stdout only.
+fn sent_description(spec: &VolumeSpec, export: &str) -> String {
+    spec.exports
+        .iter()
+        .find(|e| e.name == export)
+        .and_then(|e| e.description.clone())
+        .unwrap_or_default()
+}
+
+/// Warns when the exports are reachable from other hosts without required
+/// TLS: NBD itself has no authentication.
+fn warn_if_exposed(listener: &Listener, mode: TlsMode) {
+    let Listener::Tcp(tcp) = listener else {
+        return;
+    };
+    let Ok(address) = tcp.local_addr() else {
+        return;
+    };
+    if address.ip().to_canonical().is_loopback() || mode == TlsMode::Require {
+        return;
+    }
+    let tls = if mode == TlsMode::On {
+        "with TLS optional (--tls on serves plaintext clients too)"
+    } else {
+        "without TLS"
+    };
+    tracing::warn!(
+        "listening on tcp:{address}, not a loopback address, {tls}: NBD has no \
+         authentication, so whoever reaches this address can read and write every export; \
+         use --tls require (and --tls-verify-peer to admit only clients with a certificate) \
+         or bind 127.0.0.1"
+    );
+}
+
+/// What SIGHUP can reload.
+struct Reload {
+    /// `--config`'s file and the spec as it was at start.
+    config: Option<(PathBuf, VolumeSpec)>,
+    /// With TLS: the mode, the certificates directory, and whether clients
+    /// must present certificates.
+    tls: Option<(TlsMode, PathBuf, bool)>,
+}
+
+/// The signal thread. SIGINT, SIGTERM: stop gracefully. SIGHUP: reload the
+/// TLS certificates and the spec's `log_level`. SIGUSR1, SIGUSR2: logged,
+/// nothing else (their default action would kill the server). SIGPIPE stays
+/// ignored, as Rust leaves it: a client that goes away is an EPIPE on its
+/// connection, never the end of the server.
+fn handle_signals(server: Server, reload: Reload) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let shutdown = server.shutdown_handle();
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
+            .context("installing the signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                match signal {
+                    SIGINT | SIGTERM => {
+                        // Trigger first: nothing after this line may keep the server up.
+                        let again = shutdown.is_requested();
+                        shutdown.trigger();
+                        let name = if signal == SIGINT {
+                            "SIGINT"
+                        } else {
+                            "SIGTERM"
+                        };
+                        if again {
+                            tracing::info!("{name}: already stopping");
+                        } else {
+                            tracing::info!("{name}: finishing in-flight requests, then exiting");
+                        }
+                    }
+                    SIGHUP => reload.run(&server),
+                    _ => {
+                        let name = if signal == SIGUSR1 {
+                            "SIGUSR1"
+                        } else {
+                            "SIGUSR2"
+                        };
+                        tracing::info!(
+                            "{name}: ignored (cairn serve acts on SIGHUP, SIGINT and SIGTERM)"
+                        );
+                    }
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+impl Reload {
+    /// SIGHUP: everything that can change while serving, each step logged.
+    fn run(&self, server: &Server) {
+        if let Some((mode, directory, verify_peer)) = &self.tls {
+            let reloaded = TlsConfig::with_peer_verification(*mode, Some(directory), *verify_peer)
+                .map_err(anyhow::Error::from)
+                .and_then(|config| server.reload_tls(config).map_err(anyhow::Error::from));
+            match reloaded {
+                Ok(()) => tracing::info!(
+                    "SIGHUP: TLS certificates reloaded from {}: new connections use them, open ones keep theirs",
+                    directory.display()
+                ),
+                Err(e) => tracing::error!(
+                    "SIGHUP: TLS certificates in {} not reloaded, keeping the old ones: {e:#}",
+                    directory.display()
+                ),
+            }
+        } else {
+            tracing::info!("SIGHUP: TLS is off, no certificates to reload");
+        }
+        let Some((path, started)) = &self.config else {
+            tracing::info!(
+                "SIGHUP: no --config, so the log level comes from the command line (-q, -v, RUST_LOG); \
+                 nothing else to reload"
+            );
+            return;
+        };
+        let spec = match volume_spec::load(path) {
+            Ok(loaded) => loaded.spec,
+            Err(e) => {
+                tracing::error!("SIGHUP: {e:#}; log level unchanged");
+                return;
+            }
+        };
+        reload_log_level(path, spec.log_level.as_deref());
+        let unchanged = VolumeSpec {
+            log_level: started.log_level.clone(),
+            ..spec
+        } == *started;
+        if unchanged {
+            tracing::info!("SIGHUP: nothing else to reload; restart to apply spec changes");
+        } else {
+            tracing::warn!(
+                "SIGHUP: {} changed beyond log_level (devices, exports, listen or tls): \
+                 not applied; restart to apply spec changes",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Applies a spec's `log_level` (at start, or re-read on SIGHUP) unless the
+/// command line set the level.
+fn reload_log_level(path: &Path, level: Option<&str>) {
+    if let Some(fixed) = logging::command_line_level() {
+        tracing::info!(
+            "SIGHUP: log level stays {fixed:?}: set by -q, -v or RUST_LOG, which override the spec's log_level"
+        );
+        return;
+    }
+    let (level, source) = match level {
+        Some(level) => (level, format!("log_level in {}", path.display())),
+        None => (
+            logging::DEFAULT_LEVEL,
+            format!("{} sets no log_level: the default", path.display()),
+        ),
+    };
+    if let Err(e) = logging::parse(level) {
+        tracing::error!("SIGHUP: {}: {e:#}; log level unchanged", path.display());
+        return;
+    }
+    // Said under whichever filter lets it through: the old one, or the new
+    // one when the old hid it (from `warn` to `info`).
+    let said = tracing::enabled!(tracing::Level::INFO);
+    if said {
+        tracing::info!("SIGHUP: log level {level:?} ({source})");
+    }
+    match logging::set(level) {
+        Ok(()) if !said => tracing::info!("SIGHUP: log level {level:?} ({source})"),
+        Ok(()) => {}
+        Err(e) => tracing::error!("SIGHUP: {}: {e:#}; log level unchanged", path.display()),
+    }
+}
+
 /// The spec to serve: --config, a one-device spec for --memory/--file, or
 /// the embedded default.
 fn spec_of(args: &ServeArgs) -> Result<Loaded> {
@@ -367,6 +567,7 @@ fn spec_of(args: &ServeArgs) -> Result<Loaded> {
         data_dir: "cairn-data".into(),
         listen: None,
         tls: None,
+        log_level: None,
         exports: vec![ExportSpec {
             name: args.export.clone(),
             device: "volume".into(),

@@ -10,6 +10,7 @@ use cairn_trace::stats::TraceStats;
 use cairn_trace::write::{self, ObjectKey, OracleGeneralWriter, TraceWriter};
 use serde::Deserialize;
 
+use crate::output::outln;
 use crate::policy_spec;
 use crate::progress::Bar;
 
@@ -196,10 +197,10 @@ fn generate(args: &GenArgs, quiet: bool) -> Result<()> {
     }
     writer.finish()?;
     bar.finish();
-    println!(
+    outln!(
         "wrote {count} requests to {} ({format})",
         args.output.display()
-    );
+    )?;
     Ok(())
 }
 
@@ -209,10 +210,10 @@ fn stats(args: &StatsArgs) -> Result<()> {
         .map_err(|_| anyhow!("--block-size {} is over 4 GiB", args.block_size))?;
     let stats = TraceStats::of(read::open(&args.trace, &format)?, block_size)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        outln!("{}", serde_json::to_string_pretty(&stats)?)?;
         return Ok(());
     }
-    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut out = BufWriter::new(crate::output::stdout());
     let rows: Vec<(&str, String)> = vec![
         ("trace", format!("{} ({format})", args.trace.display())),
         ("requests", stats.requests.to_string()),
@@ -288,10 +289,10 @@ fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
     let bar = Bar::new(None, "converting", quiet);
     let count = write::convert(reader, writer.as_mut())?;
     bar.finish();
-    println!(
+    outln!(
         "converted {count} requests: {} ({from}) -> {} ({to})",
         args.input.display(),
         args.output.display()
-    );
+    )?;
     Ok(())
 }

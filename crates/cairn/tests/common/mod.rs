@@ -191,3 +191,49 @@ pub fn tool(name: &str) -> Option<PathBuf> {
             .find(|path| path.is_file())
     })
 }
+
+/// A small clean log-disk image at `path` (200 logical blocks of 4 KiB,
+/// written four times over, closed cleanly); returns where logical block 9's
+/// data lives, as a physical block number.
+pub fn log_disk_image(path: &Path) -> u64 {
+    use cairn_store::device::FileOptions;
+    use cairn_store::logdisk::{Geometry, LogDisk, Options};
+    use cairn_store::{Device, FileDevice};
+    let g = Geometry {
+        block_size: 4096,
+        segment_blocks: 32,
+        segments: 16,
+        logical_blocks: 200,
+    };
+    let dev = FileDevice::open(
+        path,
+        &FileOptions {
+            create_len: Some(g.image_blocks() * 4096),
+            ..FileOptions::default()
+        },
+    )
+    .unwrap();
+    let disk = LogDisk::format(dev, g, None, Options::default()).unwrap();
+    for round in 0..4u8 {
+        for l in 0..200 {
+            disk.write_blocks(l, &[round ^ l as u8; 4096]).unwrap();
+        }
+    }
+    disk.close().unwrap();
+    // Where logical block 9 lives: the first data slot holding its bytes.
+    let mut block = vec![0u8; 4096];
+    (g.segment_start(0)..g.image_blocks())
+        .find(|&p| {
+            disk.device().read_at(&mut block, p * 4096).unwrap();
+            block.iter().all(|&b| b == 3 ^ 9)
+        })
+        .unwrap()
+}
+
+/// Overwrites `bytes` at `offset` in the file at `path`.
+pub fn damage(path: &Path, offset: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(bytes, offset).unwrap();
+    file.sync_all().unwrap();
+}

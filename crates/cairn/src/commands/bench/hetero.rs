@@ -15,6 +15,7 @@ use cairn_store::{
 use cairn_trace::Op;
 
 use crate::input::{TraceArgs, TraceInput};
+use crate::output::{out, outln};
 use crate::policy_spec;
 
 pub const HETERO_LONG_ABOUT: &str = "\
@@ -394,7 +395,7 @@ pub fn run(args: &HeteroBenchArgs) -> Result<()> {
         }
         results.push(row);
     }
-    print_results(args, &policies, &results);
+    print_results(args, &policies, &results)?;
     Ok(())
 }
 
@@ -425,102 +426,103 @@ fn print_results(
     args: &HeteroBenchArgs,
     policies: &[(String, cairn_policy::PolicyConfig)],
     results: &[Vec<Outcome>],
-) {
-    let header_width = |title: &str, width: usize| {
-        print!("{title:<14}");
+) -> std::io::Result<()> {
+    let header_width = |title: &str, width: usize| -> std::io::Result<()> {
+        out!("{title:<14}")?;
         for share in &args.shares {
-            print!(" {:>width$}", format!("{share}:{}", 100.0 - share));
+            out!(" {:>width$}", format!("{share}:{}", 100.0 - share))?;
         }
-        println!();
+        outln!()
     };
     let header = |title: &str| header_width(title, 9);
     if args.pace == "sleep" {
-        println!("\nthroughput, MB/s (SSD:HDD share of blocks)");
+        outln!("\nthroughput, MB/s (SSD:HDD share of blocks)")?;
     } else {
-        println!(
+        outln!(
             "\nwall-clock throughput, MB/s (SSD:HDD share of blocks; --pace virtual: the cache's own speed, not the devices')"
-        );
+        )?;
     }
-    header("policy");
+    header("policy")?;
     for ((name, _), row) in policies.iter().zip(results) {
-        print!("{name:<14}");
+        out!("{name:<14}")?;
         for outcome in row {
-            print!(" {:>9.1}", outcome.mb_s);
+            out!(" {:>9.1}", outcome.mb_s)?;
         }
-        println!();
+        outln!()?;
     }
-    println!("\nthroughput over the devices' modelled busy time, MB/s (noise-free)");
-    header("policy");
+    outln!("\nthroughput over the devices' modelled busy time, MB/s (noise-free)")?;
+    header("policy")?;
     for ((name, _), row) in policies.iter().zip(results) {
-        print!("{name:<14}");
+        out!("{name:<14}")?;
         for outcome in row {
-            print!(" {:>9.1}", outcome.device_mb_s);
+            out!(" {:>9.1}", outcome.device_mb_s)?;
         }
-        println!();
+        outln!()?;
     }
-    println!("\nhit ratio, %");
-    header("policy");
+    outln!("\nhit ratio, %")?;
+    header("policy")?;
     for ((name, _), row) in policies.iter().zip(results) {
-        print!("{name:<14}");
+        out!("{name:<14}")?;
         for outcome in row {
-            print!(" {:>9.1}", outcome.hit_ratio * 100.0);
+            out!(" {:>9.1}", outcome.hit_ratio * 100.0)?;
         }
-        println!();
+        outln!()?;
     }
     if let Some(base) = results.first()
         && args.pace == "sleep"
     {
-        println!("\nthroughput gain over {}, %", policies[0].0);
-        header("policy");
+        outln!("\nthroughput gain over {}, %", policies[0].0)?;
+        header("policy")?;
         for ((name, _), row) in policies.iter().zip(results).skip(1) {
-            print!("{name:<14}");
+            out!("{name:<14}")?;
             for (outcome, lru) in row.iter().zip(base) {
-                print!(" {:>9.1}", (outcome.mb_s / lru.mb_s - 1.0) * 100.0);
+                out!(" {:>9.1}", (outcome.mb_s / lru.mb_s - 1.0) * 100.0)?;
             }
-            println!();
+            outln!()?;
         }
     }
     if let Some(base) = results.first() {
-        println!("\ndevice-time throughput gain over {}, %", policies[0].0);
-        header("policy");
+        outln!("\ndevice-time throughput gain over {}, %", policies[0].0)?;
+        header("policy")?;
         for ((name, _), row) in policies.iter().zip(results).skip(1) {
-            print!("{name:<14}");
+            out!("{name:<14}")?;
             for (outcome, lru) in row.iter().zip(base) {
-                print!(
+                out!(
                     " {:>9.1}",
                     (outcome.device_mb_s / lru.device_mb_s - 1.0) * 100.0
-                );
+                )?;
             }
-            println!();
+            outln!()?;
         }
     }
-    println!("\ncosts at the end (groups ssd-seq, ssd-rand, hdd-seq, hdd-rand)");
-    header_width("policy", 19);
+    outln!("\ncosts at the end (groups ssd-seq, ssd-rand, hdd-seq, hdd-rand)")?;
+    header_width("policy", 19)?;
     for ((name, _), row) in policies.iter().zip(results) {
-        print!("{name:<14}");
+        out!("{name:<14}")?;
         for outcome in row {
             let text: Vec<String> = outcome.costs.iter().map(|c| format!("{c:.2}")).collect();
-            print!(" {:>19}", text.join("/"));
+            out!(" {:>19}", text.join("/"))?;
         }
-        println!();
+        outln!()?;
     }
     let true_us = |mb_s: f64| BLOCK as f64 / (mb_s * args.speedup);
-    println!(
+    outln!(
         "\nmeasured device time per {BLOCK}-byte block, µs (same groups; the devices' true time: SSD {:.2}, HDD {:.2})",
         true_us(args.ssd_mb_s),
         true_us(args.hdd_mb_s)
-    );
-    header_width("policy", 23);
+    )?;
+    header_width("policy", 23)?;
     for ((name, _), row) in policies.iter().zip(results) {
-        print!("{name:<14}");
+        out!("{name:<14}")?;
         for outcome in row {
             let text: Vec<String> = outcome
                 .per_block_us
                 .iter()
                 .map(|us| format!("{us:.1}"))
                 .collect();
-            print!(" {:>23}", text.join("/"));
+            out!(" {:>23}", text.join("/"))?;
         }
-        println!();
+        outln!()?;
     }
+    Ok(())
 }

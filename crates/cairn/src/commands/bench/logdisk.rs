@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::output::outln;
 use anyhow::{Context, Result, bail};
 use cairn_store::Device;
 use cairn_store::device::{DeviceError, FileDevice, FileOptions, IoBuf, MemoryDevice};
@@ -241,14 +242,14 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
 
     let direct = !args.buffered;
     let dev = open_device(&image, size, direct)?;
-    println!(
+    outln!(
         "device: {} ({}), {} MiB; NV cache: {} MiB at {}",
         image.display(),
         if direct { "O_DIRECT" } else { "page cache" },
         size >> 20,
         nv_size >> 20,
         nv_path.display()
-    );
+    )?;
 
     let rand = random_device(&dev, args.seconds, args.seed)?;
     drop(dev);
@@ -344,27 +345,32 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
             String::new(),
         ),
     );
-    println!();
-    println!("{:<46} {:>9} {:>8}  notes", "row", "MiB/s", "÷ seq");
+    outln!()?;
+    outln!("{:<46} {:>9} {:>8}  notes", "row", "MiB/s", "÷ seq")?;
     for (name, mib, seq, note) in &rows {
-        println!("{name:<46} {mib:>9.1} {:>8.3}  {note}", mib / seq);
+        outln!("{name:<46} {mib:>9.1} {:>8.3}  {note}", mib / seq)?;
     }
     if let Some(ratio) = nv_ratio {
-        println!(
+        outln!(
             "bar: log-disk 4 KiB random writes (NV cache, steady state) >= 0.70 x sequential: {ratio:.3} {}",
             if ratio >= 0.70 { "PASS" } else { "FAIL" }
-        );
+        )?;
     }
 
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "write amplification, hot-spot mix, U 0.8, {} MiB device:",
         wa_size >> 20
-    );
-    println!(
+    )?;
+    outln!(
         "{:<13} {:>6} {:>9} {:>8} {:>22} {:>9}",
-        "cleaner", "WA", "1/(1-u)", "÷ base", "cleaner reads/user seg", "MiB/s"
-    );
+        "cleaner",
+        "WA",
+        "1/(1-u)",
+        "÷ base",
+        "cleaner reads/user seg",
+        "MiB/s"
+    )?;
     for cleaner in [
         CleanerPolicy::Greedy,
         CleanerPolicy::CostBenefit,
@@ -374,13 +380,13 @@ pub fn run(args: &LogdiskBenchArgs) -> Result<()> {
         let dev = open_device(&image, wa_size, direct)?;
         let (m, mib) = hot_spot(dev, cleaner, args)?;
         let wa = m.write_amplification().unwrap_or(1.0);
-        println!(
+        outln!(
             "{:<13} {wa:>6.2} {:>9.2} {:>8.3} {:>22.2} {mib:>9.1}",
             cleaner.name(),
             5.0,
             wa / 5.0,
             per(m.cleaner_segment_reads, m.user_segment_writes),
-        );
+        )?;
     }
     Ok(())
 }

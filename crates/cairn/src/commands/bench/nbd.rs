@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::output::{out, outln};
 use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server};
 use cairn_policy::Bytes;
@@ -228,7 +229,7 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
     for volume in [&volume, &volatile].into_iter().flatten() {
         volume.close().context("closing the volume")?;
     }
-    print_table(&results);
+    print_table(&results)?;
     Ok(())
 }
 
@@ -425,16 +426,21 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
-fn print_table(results: &[Vec<Option<f64>>]) {
+fn print_table(results: &[Vec<Option<f64>>]) -> std::io::Result<()> {
     let volatile = results[VOLATILE].iter().any(Option::is_some);
-    print!(
+    out!(
         "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
-        "row", "unit", "cairn", "nbdkit", "qemu-nbd", "cairn/best"
-    );
+        "row",
+        "unit",
+        "cairn",
+        "nbdkit",
+        "qemu-nbd",
+        "cairn/best"
+    )?;
     if volatile {
-        print!(" {:>10} {:>17}", "volatile", "cairn/volatile");
+        out!(" {:>10} {:>17}", "volatile", "cairn/volatile")?;
     }
-    println!();
+    outln!()?;
     let cell = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     for (index, row) in ROWS.iter().enumerate() {
         let unit = if row.sequential { "MiB/s" } else { "kIOPS" };
@@ -448,7 +454,7 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             (Some(ours), Some(peer)) if peer > 0.0 => format!("{:.2}x", ours / peer),
             _ => "-".to_owned(),
         };
-        print!(
+        out!(
             "{:<20} {:>7} {:>10} {:>10} {:>10} {:>12}",
             row.name,
             unit,
@@ -456,14 +462,15 @@ fn print_table(results: &[Vec<Option<f64>>]) {
             cell(results[1][index]),
             cell(results[2][index]),
             ratio
-        );
+        )?;
         if volatile {
             let cost = match (results[0][index], results[VOLATILE][index]) {
                 (Some(ours), Some(v)) if v > 0.0 => format!("{:.2}x", ours / v),
                 _ => "-".to_owned(),
             };
-            print!(" {:>10} {cost:>17}", cell(results[VOLATILE][index]));
+            out!(" {:>10} {cost:>17}", cell(results[VOLATILE][index]))?;
         }
-        println!();
+        outln!()?;
     }
+    Ok(())
 }

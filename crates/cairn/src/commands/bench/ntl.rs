@@ -424,8 +424,7 @@ pub fn run(args: &NtlBenchArgs, quiet: bool) -> Result<()> {
         quiet,
     };
     let measured = measure(&config)?;
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     print_report(&mut out, &measured)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use cairn_store::{BlockCache, CacheConfig, Device, MemoryDevice, Pace, Throttle,
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::output::{out, outln};
 use crate::policy_spec;
 
 pub const STREAM_LONG_ABOUT: &str = "\
@@ -181,16 +182,16 @@ pub fn run(args: &StreamBenchArgs) -> Result<()> {
         hit_ratios.push(hits);
     }
     for (phase, title) in PHASES.iter().enumerate() {
-        println!("\n{title}: aggregate MB/s");
+        outln!("\n{title}: aggregate MB/s")?;
         print_table(&names, &args.threads, |p, n| {
             throughput[p][phase][n].map(|v| format!("{v:.1}"))
-        });
+        })?;
     }
     for (phase, title) in PHASES.iter().enumerate() {
-        println!("\n{title}: hit ratio %");
+        outln!("\n{title}: hit ratio %")?;
         print_table(&names[1..], &args.threads, |p, n| {
             hit_ratios[p + 1][phase][n].map(|v| format!("{:.1}", v * 100.0))
-        });
+        })?;
     }
     Ok(())
 }
@@ -305,14 +306,18 @@ fn run_phase(device: &dyn Device, setup: &Setup, n: usize, phase: usize) -> f64 
     moved.load(Ordering::Relaxed) as f64 / seconds / 1e6
 }
 
-fn print_table(names: &[String], threads: &[usize], cell: impl Fn(usize, usize) -> Option<String>) {
-    print!("{:<12}", "policy");
+fn print_table(
+    names: &[String],
+    threads: &[usize],
+    cell: impl Fn(usize, usize) -> Option<String>,
+) -> std::io::Result<()> {
+    out!("{:<12}", "policy")?;
     for n in threads {
-        print!(" {:>9}", format!("N={n}"));
+        out!(" {:>9}", format!("N={n}"))?;
     }
-    println!(" {:>9}", "mean");
+    outln!(" {:>9}", "mean")?;
     for (p, name) in names.iter().enumerate() {
-        print!("{name:<12}");
+        out!("{name:<12}")?;
         let mut sum = 0.0;
         let mut count = 0;
         for column in 0..threads.len() {
@@ -321,12 +326,13 @@ fn print_table(names: &[String], threads: &[usize], cell: impl Fn(usize, usize) 
                 sum += v;
                 count += 1;
             }
-            print!(" {:>9}", text.unwrap_or_else(|| "-".into()));
+            out!(" {:>9}", text.unwrap_or_else(|| "-".into()))?;
         }
         if count > 0 {
-            println!(" {:>9.1}", sum / f64::from(count));
+            outln!(" {:>9.1}", sum / f64::from(count))?;
         } else {
-            println!(" {:>9}", "-");
+            outln!(" {:>9}", "-")?;
         }
     }
+    Ok(())
 }

@@ -196,8 +196,7 @@ pub fn run(args: &CostArgs, quiet: bool) -> Result<Vec<Claim>> {
     }
 
     let claims = judge(&spec, &rows);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "papers/004 (eviction cost), simulated on {}: working set {} bytes; SSD {} MB/s, HDD {} MB/s",

@@ -242,8 +242,7 @@ pub fn run(args: &DualArgs, quiet: bool) -> Result<Vec<Claim>> {
     bar.finish();
 
     let claims = judge(&spec, &rows);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "papers/001 (dual cache), simulated: Table I workloads {}, {requests} requests each, \

@@ -381,8 +381,7 @@ pub fn run(args: &LogdiskArgs, quiet: bool) -> Result<Vec<Claim>> {
     }
     bar.finish();
 
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "papers/003 — log disk, {} blocks of {} B, {}-block segments, {updates} updates per run (ours / paper)",

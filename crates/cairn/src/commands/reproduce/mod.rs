@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
-use crate::output::csv_field;
+use crate::output::{csv_field, outln};
 
 /// `cairn reproduce …`
 #[derive(Subcommand, Debug)]
@@ -176,28 +176,27 @@ pub fn run(command: &ReproduceCommand, quiet: bool) -> Result<()> {
         ReproduceCommand::All(args) => {
             let mut claims = Vec::new();
             claims.extend(ons::run(&ons::OnsArgs::with(args.common.clone()), quiet)?);
-            println!();
+            outln!()?;
             claims.extend(cost::run(
                 &cost::CostArgs::with(args.common.clone()),
                 quiet,
             )?);
-            println!();
+            outln!()?;
             claims.extend(dual::run(
                 &dual::DualArgs::with(args.common.clone()),
                 quiet,
             )?);
-            println!();
+            outln!()?;
             claims.extend(logdisk::run(
                 &logdisk::LogdiskArgs::with(args.common.clone()),
                 quiet,
             )?);
-            println!();
+            outln!()?;
             claims.extend(ntl::run(
                 &ntl::NtlArgs::with(args.common.clone(), args.skip_ext4),
                 quiet,
             )?);
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
+            let mut out = crate::output::stdout();
             writeln!(out, "\n== Summary of every claim")?;
             print_claims(&mut out, &claims)?;
             let confirmed = claims.iter().filter(|c| c.confirmed).count();

@@ -113,8 +113,7 @@ pub fn run(args: &NtlArgs, quiet: bool) -> Result<Vec<Claim>> {
     };
     let measured = bench::measure(&config).with_context(|| format!("{name}: the benchmark"))?;
 
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "papers/002 — NTL, measured with `cairn bench ntl --size {}MiB --seconds {} --rounds {}`",
@@ -154,7 +153,7 @@ pub fn run(args: &NtlArgs, quiet: bool) -> Result<Vec<Claim>> {
             }
         };
         let rows = ext4::run(&config, &mut progress).context("the ext4 macro comparison")?;
-        let mut out = stdout.lock();
+        let mut out = crate::output::stdout();
         writeln!(out)?;
         print_ext4(&mut out, &config, &rows)?;
         save(&args.common.out.join("ntl-ext4.csv"), &ext4_csv(&rows))?;

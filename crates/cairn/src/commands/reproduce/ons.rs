@@ -217,8 +217,7 @@ pub fn run(args: &OnsArgs, quiet: bool) -> Result<Vec<Claim>> {
     bar.finish();
 
     let claims = judge(&spec, &rows);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     writeln!(
         out,
         "papers/000 (ONS), simulated: one {} MiB file in {} KiB blocks, a {}-block cache, \
