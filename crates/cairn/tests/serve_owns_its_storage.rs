@@ -36,6 +36,19 @@ fn start(dir: &Path, spec: &Path, socket: &Path) -> Child {
     child
 }
 
+/// `cairn serve --config SPEC` in `dir`, listening on `dir/NAME`: a second
+/// server, to be [`refused`].
+fn second(spec: &Path, dir: &Path, name: &str) -> Command {
+    let mut command = cairn();
+    command
+        .args(["serve", "--config"])
+        .arg(spec)
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.join(name).display()))
+        .current_dir(dir);
+    command
+}
+
 /// A second server that must be refused: it exits non-zero, soon, having
 /// printed why; the message is returned.
 fn refused(command: &mut Command) -> String {
@@ -124,14 +137,7 @@ fn a_second_server_in_the_same_directory_is_refused_and_the_first_loses_nothing(
 
     let a = start(dir.path(), &spec, &socket);
     io(&["write -P 0xab 0 4M", "flush"]);
-    let message = refused(
-        cairn()
-            .args(["serve", "--config"])
-            .arg(&spec)
-            .arg("--listen")
-            .arg(format!("unix:{}", dir.path().join("b.sock").display()))
-            .current_dir(dir.path()),
-    );
+    let message = refused(&mut second(&spec, dir.path(), "b.sock"));
     holder_named(&message, a.id(), "data directory");
     io(&["write -P 0x11 16M 8M", "flush"]);
     terminate(a);
@@ -154,14 +160,7 @@ fn two_specs_naming_one_image_cannot_both_serve_it() {
     let socket = one.path().join("a.sock");
     let a = start(one.path(), &spec_a, &socket);
     let before = std::fs::read(&image).unwrap();
-    let message = refused(
-        cairn()
-            .args(["serve", "--config"])
-            .arg(&spec_b)
-            .arg("--listen")
-            .arg(format!("unix:{}", two.path().join("b.sock").display()))
-            .current_dir(two.path()),
-    );
+    let message = refused(&mut second(&spec_b, two.path(), "b.sock"));
     holder_named(&message, a.id(), image.to_str().unwrap());
     assert!(message.contains("device.disk.path"), "{message}");
     assert_eq!(
@@ -191,14 +190,7 @@ fn an_nv_region_shared_by_two_data_directories_is_refused() {
     let spec_b = spec_in(two.path(), "disk.img", &region);
     let socket = one.path().join("a.sock");
     let a = start(one.path(), &spec_a, &socket);
-    let message = refused(
-        cairn()
-            .args(["serve", "--config"])
-            .arg(&spec_b)
-            .arg("--listen")
-            .arg(format!("unix:{}", two.path().join("b.sock").display()))
-            .current_dir(two.path()),
-    );
+    let message = refused(&mut second(&spec_b, two.path(), "b.sock"));
     holder_named(&message, a.id(), region.to_str().unwrap());
     assert!(message.contains("nv_cache"), "{message}");
     // The first server's data is intact: write, flush, stop, reopen, read.
@@ -263,14 +255,7 @@ fn file_and_ntl_images_in_use_are_refused() {
     let spec_a = ntl_spec(dir.path());
     let a = start(dir.path(), &spec_a, &socket);
     let spec_b = ntl_spec(other.path());
-    let message = refused(
-        cairn()
-            .args(["serve", "--config"])
-            .arg(&spec_b)
-            .arg("--listen")
-            .arg(format!("unix:{}", other.path().join("b.sock").display()))
-            .current_dir(other.path()),
-    );
+    let message = refused(&mut second(&spec_b, other.path(), "b.sock"));
     holder_named(&message, a.id(), "raw.ntl");
     terminate(a);
 }
@@ -290,14 +275,7 @@ fn a_spec_naming_one_file_twice_is_refused() {
          [device.b]\nkind = \"file\"\npath = \"same.img\"\nsize = \"1MiB\"\n",
     )
     .unwrap();
-    let message = refused(
-        cairn()
-            .args(["serve", "--config"])
-            .arg(&spec)
-            .arg("--listen")
-            .arg(format!("unix:{}", dir.path().join("s.sock").display()))
-            .current_dir(dir.path()),
-    );
+    let message = refused(&mut second(&spec, dir.path(), "s.sock"));
     assert!(message.contains("same.img"), "{message}");
     assert!(message.contains("opened twice by this volume"), "{message}");
 }
