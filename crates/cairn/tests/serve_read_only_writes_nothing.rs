@@ -2,7 +2,8 @@
 //! `read_only = true`) opens every file `O_RDONLY` with a shared lock, recovers
 //! a log disk that was stopped by kill -9 in memory only, serves its data,
 //! refuses writes, and leaves every file byte for byte and time for time as
-//! it found it — no checkpoint, no clean-stop marker, no NV slot cleared. It
+//! it found it — no checkpoint, no clean-stop marker, no NV slot cleared, no
+//! NTL map entry touched. It
 //! runs as an unprivileged user on files owned by root (when the test runs as
 //! root, through `setpriv`), other read-only servers may share the files, and
 //! a writer is refused while it serves.
@@ -270,4 +271,60 @@ fn a_read_only_server_creates_and_formats_nothing() {
     let image = std::fs::read(dir.path().join("cairn-data/disk.img")).unwrap();
     assert!(image.iter().all(|&b| b == 0), "the image was written");
     assert!(!dir.path().join("cairn-data/log.nv").exists());
+}
+
+/// An NTL image served read-only: its map loads from the image, its data
+/// reads back, writes are refused, and the image is byte for byte as it was.
+#[test]
+fn a_read_only_ntl_image_serves_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = |read_only: bool| {
+        let path = dir.path().join(format!("ntl-{read_only}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "data_dir = \"data\"\n[[export]]\nname = \"n\"\ndevice = \"n\"\nread_only = {read_only}\n\
+                 [device.n]\nkind = \"ntl\"\nsize = \"4MiB\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let start = |spec: &Path, socket: &Path| {
+        cairn()
+            .args(["-q", "serve", "--config"])
+            .arg(spec)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .current_dir(dir.path())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let data: Vec<u8> = (0..256 << 10).map(|i: u32| (i % 241) as u8).collect();
+    let socket = dir.path().join("w.sock");
+    let writer = start(&spec(false), &socket);
+    let mut client = connect(&socket);
+    client.handshake();
+    client.request(CMD_WRITE, 64 << 10, data.len() as u32, &data);
+    client.request(CMD_FLUSH, 0, 0, &[]);
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(writer);
+    let before = snapshot(&dir.path().join("data"));
+
+    let socket = dir.path().join("r.sock");
+    let reader = start(&spec(true), &socket);
+    let mut client = connect(&socket);
+    client.handshake();
+    assert_eq!(
+        client.request(CMD_READ, 64 << 10, data.len() as u32, &[]),
+        data
+    );
+    assert!(client.try_request(CMD_WRITE, 0, 4096, &[7; 4096]).is_err());
+    client.request(CMD_DISC, 0, 0, &[]);
+    terminate(reader);
+    assert!(
+        before == snapshot(&dir.path().join("data")),
+        "the read-only server changed the NTL image"
+    );
 }

@@ -240,9 +240,23 @@ impl<R: Region> Btt<R> {
         Self::open_with(region, WriteMode::Atomic)
     }
 
+    /// Opens an image for reading only: nothing is written to `region` (map
+    /// it read-only: [`super::MmapRegion::open_read_only`]); the lane log's
+    /// records stay for the next read-write open to empty. An image whose
+    /// records would still change its map — writes a crash interrupted —
+    /// needs them replayed, which writes: that is refused with
+    /// [`DeviceError::ReadOnly`]; open it read-write once.
+    pub fn open_read_only(region: R) -> Result<Self, MapError> {
+        Self::open_inner(region, WriteMode::Atomic, true)
+    }
+
     /// [`Btt::open`] with writes in `mode`. [`WriteMode::InPlace`] first records
     /// [`info::FLAG_IN_PLACE`] durably in the info block.
     pub fn open_with(region: R, mode: WriteMode) -> Result<Self, MapError> {
+        Self::open_inner(region, mode, false)
+    }
+
+    fn open_inner(region: R, mode: WriteMode, read_only: bool) -> Result<Self, MapError> {
         let mut raw = [0u8; 64];
         region.read(0, &mut raw)?;
         let info = info::decode(&raw, region.len())?;
@@ -251,7 +265,13 @@ impl<R: Region> Btt<R> {
         // then the log is emptied, so a record never outlives the session that
         // wrote it (a session that does not log could otherwise bring a block
         // back to a record's `old` and have a stale record redone).
-        if info.has_log() && lanelog::replay(&region, &geo, true)?.records > 0 {
+        if read_only {
+            if info.has_log() && !lanelog::replay(&region, &geo, false)?.redo.is_empty() {
+                return Err(MapError::Region(DeviceError::ReadOnly {
+                    op: crate::device::DeviceOp::Write,
+                }));
+            }
+        } else if info.has_log() && lanelog::replay(&region, &geo, true)?.records > 0 {
             lanelog::clear(&region, &geo)?;
         }
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;

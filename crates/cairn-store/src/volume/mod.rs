@@ -30,8 +30,8 @@ pub use spec::{
 
 use crate::cache::{BlockCache, CacheConfig, CacheError, Placement, SingleDevice};
 use crate::device::{
-    Claim, ConcatDevice, Device, DirClaim, FileDevice, FileOptions, MemoryDevice, Pace, SECTOR,
-    SharedDevice, StripedDevice, Throttle, ThrottledDevice,
+    Claim, ConcatDevice, Device, DeviceError, DirClaim, FileDevice, FileOptions, MemoryDevice,
+    Pace, SECTOR, SharedDevice, StripedDevice, Throttle, ThrottledDevice,
 };
 use crate::logdisk::format::{CHECKPOINT_MAGIC, SUPERBLOCK_MAGIC};
 use crate::logdisk::nv::NV_MAGIC;
@@ -435,12 +435,7 @@ impl Builder<'_> {
 
     fn ntl(&mut self, name: &str, field: &str, n: &NtlSpec) -> Result<Built, VolumeError> {
         if self.read_only {
-            // Opening an NTL image replays its lane logs in place.
-            return Err(VolumeError::new(
-                field,
-                "an NTL image cannot be served read-only yet (opening it repairs its map in \
-                 place); serve its export read-write, or copy the image",
-            ));
+            return self.ntl_read_only(name, field, n);
         }
         let path = self.path(
             &n.path
@@ -723,6 +718,59 @@ impl Builder<'_> {
             ));
         }
         Ok(path)
+    }
+
+    /// An NTL image opened read-only: mapped `PROT_READ` with a shared claim,
+    /// its map loaded, nothing written (an image with writes a crash left in
+    /// its lane log is refused: replaying them writes).
+    fn ntl_read_only(
+        &mut self,
+        name: &str,
+        field: &str,
+        n: &NtlSpec,
+    ) -> Result<Built, VolumeError> {
+        let path = self.path(
+            &n.path
+                .clone()
+                .unwrap_or_else(|| format!("{name}.ntl").into()),
+        );
+        let shown = path.display();
+        let region = MmapRegion::open_read_only(&path)
+            .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+        let btt = Btt::open_read_only(region).map_err(|e| match e {
+            ntl::MapError::Region(DeviceError::ReadOnly { .. }) => VolumeError::new(
+                field,
+                format!(
+                    "the NTL image {shown} holds writes a crash interrupted (in its lane log); \
+                     replaying them writes, so serve it read-write once first"
+                ),
+            ),
+            e => VolumeError::new(
+                field,
+                format!("opening the NTL image {shown} read-only: {e}"),
+            ),
+        })?;
+        let have = btt.geometry();
+        if have.block_size != n.block_size.get() || have.lbas != n.size.get() / n.block_size.get() {
+            return Err(VolumeError::new(
+                format!("{field}.size"),
+                format!(
+                    "the NTL image {shown} holds {} blocks of {} bytes; the spec asks for {} of {}",
+                    have.lbas,
+                    have.block_size,
+                    n.size.get() / n.block_size.get(),
+                    n.block_size
+                ),
+            ));
+        }
+        self.notes
+            .push(format!("{field}: opened the NTL image {shown} read-only"));
+        self.ntl_warning(field, &path);
+        Ok(Built {
+            device: Arc::new(NtlDevice::new(btt)),
+            leaves: vec![Leaf::Used(format!("the NTL image {shown}"))],
+            placement: None,
+        })
     }
 
     /// An NTL image on RAM is persistent memory only in name: say so.
