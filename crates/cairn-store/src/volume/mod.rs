@@ -437,11 +437,7 @@ impl Builder<'_> {
         if self.read_only {
             return self.ntl_read_only(name, field, n);
         }
-        let path = self.path(
-            &n.path
-                .clone()
-                .unwrap_or_else(|| format!("{name}.ntl").into()),
-        );
+        let path = self.ntl_path(name, n);
         let block = n.block_size.get();
         let geo = ntl::Geometry {
             block_size: block,
@@ -720,6 +716,14 @@ impl Builder<'_> {
         Ok(path)
     }
 
+    /// The NTL image of device `name`: its `path`, or `<data_dir>/<name>.ntl`.
+    fn ntl_path(&self, name: &str, n: &NtlSpec) -> PathBuf {
+        match &n.path {
+            Some(path) => self.path(path),
+            None => self.data_dir.join(format!("{name}.ntl")),
+        }
+    }
+
     /// An NTL image opened read-only: mapped `PROT_READ` with a shared claim,
     /// its map loaded, nothing written (an image with writes a crash left in
     /// its lane log is refused: replaying them writes).
@@ -729,11 +733,7 @@ impl Builder<'_> {
         field: &str,
         n: &NtlSpec,
     ) -> Result<Built, VolumeError> {
-        let path = self.path(
-            &n.path
-                .clone()
-                .unwrap_or_else(|| format!("{name}.ntl").into()),
-        );
+        let path = self.ntl_path(name, n);
         let shown = path.display();
         let region = MmapRegion::open_read_only(&path)
             .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
