@@ -17,6 +17,7 @@
 
 pub mod cache;
 pub mod device;
+pub mod limits;
 pub mod logdisk;
 pub mod ntl;
 pub mod volume;

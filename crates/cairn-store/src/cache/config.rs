@@ -6,14 +6,7 @@ use cairn_policy::{ConfigError, PolicyConfig};
 
 use super::groups::{Placement, SingleDevice};
 
-/// Smallest block size, bytes.
-pub const BLOCK_SIZE_MIN: u64 = 4 << 10;
-/// Largest block size, bytes (papers/000 uses 256 KiB – 2 MiB).
-pub const BLOCK_SIZE_MAX: u64 = 2 << 20;
-/// Most blocks one device read fills (a request's run plus readahead).
-pub const RUN_BLOCKS_MAX: u64 = 256;
-/// Most shards.
-pub const SHARDS_MAX: usize = 1024;
+pub use crate::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, RUN_BLOCKS_MAX, SHARDS_MAX};
 
 /// What a write does to a cached copy of the blocks it touches. Either way
 /// the device is written first, and no later read returns the old data.

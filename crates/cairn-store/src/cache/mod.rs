@@ -68,8 +68,7 @@ use shard::{Claim, Shard};
 use streams::StreamTable;
 use sync::{Mutex, MutexGuard, Padded, lock};
 
-/// Striped write locks (update mode).
-const WRITE_LOCKS: usize = 64;
+use crate::limits::WRITE_LOCKS;
 
 /// Fibonacci hashing constant: spreads consecutive block indexes over shards.
 const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -10,8 +10,11 @@
 
 use std::fmt;
 
-use super::disk::{LogDiskError, Metrics, block_of, read_checkpoint, roll_forward, segment_of};
+use super::error::LogDiskError;
 use super::format::{self, Geometry, UNMAPPED};
+use super::metrics::Metrics;
+use super::recover::{read_checkpoint, roll_forward};
+use super::table::{block_of, segment_of};
 use crate::device::Device;
 
 /// What [`examine`] found.

@@ -19,10 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::logdisk::{CleanerPolicy, PartialSegments};
 use crate::ntl::PersistenceRequest;
 
-/// Most exports one spec may declare.
-pub const EXPORTS_MAX: usize = 64;
-/// Most devices one spec may declare.
-pub const DEVICES_MAX: usize = 256;
+pub use crate::limits::{DEVICES_MAX, EXPORTS_MAX};
 
 /// A whole spec: devices, and the exports that serve them.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

@@ -1,0 +1,307 @@
+//! Recovery: a function from the device (and the NV cache's region) to the
+//! in-memory state the log disk assembles itself from ([`recover`] →
+//! [`Image`]): the superblock, the newest valid checkpoint, the segment
+//! writes after it rolled forward, the NV cache's dirty blocks on top.
+//!
+//! # What recovery does with what it finds
+//!
+//! | # | found | outcome | test |
+//! |---|---|---|---|
+//! | 1 | superblock does not decode | open fails (`Format`): not a log disk | `format::tests`, `volume` tests of foreign images |
+//! | 2 | neither checkpoint slot decodes | open fails (`NoCheckpoint`), naming both reasons | `recovery_decision_table::no_valid_checkpoint_is_an_error` |
+//! | 3 | both slots decode | the larger number wins (a torn newer write leaves the older) | `recovery_decision_table::the_newer_checkpoint_wins_and_a_torn_one_is_skipped` |
+//! | 4 | a summary whose CRC fails, or that names another segment or slot, or is not newer than the write before it | its segment's chain stops there | `logdisk_crash_points` (every crash point) |
+//! | 5 | a summary whose data blocks fail their CRC (a torn segment write) | the write is dropped and its chain stops: it was never acknowledged | `logdisk_crash_points` |
+//! | 6 | a summary not newer than the checkpoint | skipped: the checkpoint holds it | `recovery_decision_table::a_clean_close_replays_nothing` |
+//! | 7 | segment writes after the checkpoint | applied in sequence order; the head continues after the newest | `logdisk_crash_points`, `recovery_decision_table::writes_after_the_checkpoint_are_rolled_forward` |
+//! | 8 | a valid NV slot | overrides the map (a valid slot is never older than the disk copy); the newest slot of a block wins, older ones are cleared | `logdisk_nv_cache` tests |
+//! | 9 | an NV region of another volume | open fails (`NvError::Header`) | `nv::tests` |
+//! | 10 | a slot naming a block past the end | ignored | `nv::tests` |
+//!
+//! After recovery the sequence jumps to a new epoch (`+ 2³²`): writes a
+//! crash left beyond the end of a chain (never acknowledged, never
+//! replayed) carry sequences below it, so a later walk never mistakes one
+//! for a write made after this recovery.
+
+use super::error::LogDiskError;
+use super::format::{self, Checkpoint, Geometry, MapEntry, SummaryEntry, Superblock};
+use super::log::Log;
+use super::metrics::Metrics;
+use super::nv::NvCache;
+use super::nv_index::NvIndex;
+use super::table::{Table, block_of};
+use crate::device::{Device, IoBuf, SECTOR};
+use crate::ntl::Region;
+
+/// Where the NV cache comes from at open.
+pub(super) enum NvSource {
+    /// Formatted just now: empty.
+    Fresh(NvCache),
+    /// The region it was formatted in: scanned.
+    Region(Box<dyn Region>),
+}
+
+/// What opening a log disk found to replay beyond its last checkpoint: none
+/// of it after a clean [`LogDisk::close`](super::LogDisk::close) (which
+/// checkpoints everything), the writes of the last run's tail after a crash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Segment writes after the checkpoint, rolled forward from their
+    /// summaries.
+    pub segment_writes: usize,
+    /// Blocks found dirty in the NV write cache (acknowledged, not yet in a
+    /// segment), taken over as dirty.
+    pub nv_blocks: u32,
+}
+
+/// The in-memory state recovered from a device.
+pub(super) struct Image {
+    pub superblock: Superblock,
+    pub table: Table,
+    pub log: Log,
+    pub nv: Option<NvIndex>,
+    pub metrics: Metrics,
+    pub checkpoint_number: u64,
+    pub recovered: Recovered,
+}
+
+/// Recovers the log disk on `dev` (and its NV cache, if any): the rows of
+/// the table above, in order. Reads only; the caller writes the checkpoint
+/// that makes the result the new starting point.
+pub(super) fn recover<D: Device + ?Sized>(
+    dev: &D,
+    nv: Option<NvSource>,
+) -> Result<Image, LogDiskError> {
+    let sb = read_superblock(dev)?;
+    let geo = sb.geometry;
+    let need = geo.image_blocks() * u64::from(geo.block_size);
+    if dev.len() < need {
+        return Err(LogDiskError::TooSmall {
+            need,
+            have: dev.len(),
+        });
+    }
+    let cp = read_checkpoint(dev, &geo)?;
+    let nv = match nv {
+        None => None,
+        Some(NvSource::Fresh(cache)) => Some(cache),
+        Some(NvSource::Region(r)) => Some(NvCache::open(r, geo.block_size, sb.id)?),
+    };
+    let mut map = cp.map.clone();
+    let mut seg_buf = IoBuf::zeroed(geo.segment_blocks as usize * geo.block_size as usize);
+    let replay = roll_forward(dev, &geo, &cp, &mut map, &mut seg_buf)?;
+    let mut recovered = Recovered {
+        segment_writes: replay.applied,
+        nv_blocks: 0,
+    };
+    let mut sequence = cp.sequence.max(replay.max_seen);
+    let nv = match nv {
+        None => None,
+        Some(cache) => {
+            let (index, dirty, newest) = NvIndex::recover(cache, geo.logical_blocks)?;
+            recovered.nv_blocks = dirty;
+            sequence = sequence.max(newest);
+            Some(index)
+        }
+    };
+    // A new epoch (see the module doc).
+    sequence += 1 << 32;
+    let table = Table::from_map(geo, map, replay.head);
+    if let Err(broken) = table.verify(replay.head) {
+        return Err(LogDiskError::Corrupt(format!(
+            "the recovered tables: {broken}"
+        )));
+    }
+    let mut metrics = Metrics::from_counters(&cp.counters);
+    metrics.recoveries += 1;
+    Ok(Image {
+        superblock: sb,
+        table,
+        log: Log {
+            head: replay.head,
+            last_opened: replay.head.map_or(u32::MAX, |(segment, _)| segment),
+            sequence,
+            since_checkpoint: 0,
+        },
+        nv,
+        metrics,
+        checkpoint_number: cp.number,
+        recovered,
+    })
+}
+
+/// A new volume's identity (nonzero).
+pub(super) fn volume_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
+/// Reads and decodes the superblock at the start of `dev`.
+pub fn read_superblock<D: Device + ?Sized>(dev: &D) -> Result<Superblock, LogDiskError> {
+    // Page-aligned buffers, so an O_DIRECT device takes them as they are.
+    let first_len = dev.alignment().max(SECTOR).min(dev.len());
+    let mut first = IoBuf::zeroed(first_len as usize);
+    dev.read_at(&mut first, 0)?;
+    let bs = format::superblock_block_size(&first);
+    let mut first = IoBuf::zeroed((bs as usize).min(dev.len() as usize));
+    dev.read_at(&mut first, 0)?;
+    Ok(format::decode_superblock(&first)?)
+}
+
+/// Reads both checkpoint slots; the valid one with the larger number wins.
+pub(crate) fn read_checkpoint<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+) -> Result<Checkpoint, LogDiskError> {
+    let b = u64::from(geo.block_size);
+    let len = (geo.checkpoint_blocks() * b) as usize;
+    let mut buf = IoBuf::zeroed(len);
+    dev.read_at(&mut buf, b)?;
+    let a = format::decode_checkpoint(&buf, geo);
+    dev.read_at(&mut buf, b * (1 + geo.checkpoint_blocks()))?;
+    let bb = format::decode_checkpoint(&buf, geo);
+    match (a, bb) {
+        (Ok(a), Ok(bb)) => Ok(if a.number >= bb.number { a } else { bb }),
+        (Ok(a), Err(_)) => Ok(a),
+        (Err(_), Ok(bb)) => Ok(bb),
+        (Err(a), Err(bb)) => Err(LogDiskError::NoCheckpoint {
+            a: a.to_string(),
+            b: bb.to_string(),
+        }),
+    }
+}
+
+/// A segment write found after the checkpoint.
+struct Found {
+    sequence: u64,
+    segment: u32,
+    slot: u32,
+    entries: Vec<SummaryEntry>,
+}
+
+/// Walks segment `segment` from `slot`, accepting summaries newer than
+/// `after` whose data all match their CRCs. Returns the accepted writes and
+/// the largest valid summary sequence seen.
+fn walk_segment(
+    seg_buf: &[u8],
+    geo: &Geometry,
+    segment: u32,
+    mut slot: u32,
+    after: u64,
+    found: &mut Vec<Found>,
+) -> u64 {
+    let b = geo.block_size as usize;
+    let n = geo.segment_blocks;
+    let mut prev = after;
+    let mut max_seen = 0;
+    while slot + 1 < n {
+        let at = slot as usize * b;
+        let Ok(s) = format::decode_summary(&seg_buf[at..at + b], geo.block_size) else {
+            break;
+        };
+        max_seen = max_seen.max(s.sequence);
+        let k = s.entries.len() as u32;
+        if s.segment != segment
+            || s.first_slot != slot
+            || s.sequence <= prev
+            || k == 0
+            || slot + 1 + k > n
+            || s.entries.iter().any(|e| e.logical >= geo.logical_blocks)
+        {
+            break;
+        }
+        let torn = s.entries.iter().enumerate().any(|(i, e)| {
+            let from = (slot as usize + 1 + i) * b;
+            format::crc32c(&seg_buf[from..from + b]) != e.crc
+        });
+        if torn {
+            break;
+        }
+        prev = s.sequence;
+        found.push(Found {
+            sequence: s.sequence,
+            segment,
+            slot,
+            entries: s.entries,
+        });
+        slot += 1 + k;
+    }
+    max_seen
+}
+
+/// What a roll-forward found.
+pub(crate) struct Replay {
+    /// Largest summary sequence seen anywhere.
+    pub max_seen: u64,
+    /// Segment writes applied.
+    pub applied: usize,
+    /// Where the log continues.
+    pub head: Option<(u32, u32)>,
+}
+
+/// Finds every segment write after checkpoint `cp` (sequence, head) and
+/// applies it to `map` in sequence order. `seg_buf` holds one segment.
+pub(crate) fn roll_forward<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    cp: &Checkpoint,
+    map: &mut [MapEntry],
+    seg_buf: &mut [u8],
+) -> Result<Replay, LogDiskError> {
+    let b = geo.block_size as usize;
+    let after = cp.sequence;
+    let mut found = Vec::new();
+    let mut max_seen = after;
+    let mut first = IoBuf::zeroed(b);
+    for s in 0..geo.segments {
+        let start = block_of(geo, s, 0) * b as u64;
+        let walk_from = if s == cp.head_segment {
+            Some(cp.head_slot)
+        } else {
+            dev.read_at(&mut first, start)?;
+            match format::decode_summary(&first, geo.block_size) {
+                Ok(sum) => {
+                    max_seen = max_seen.max(sum.sequence);
+                    (sum.sequence > after).then_some(0)
+                }
+                Err(_) => None,
+            }
+        };
+        if let Some(slot) = walk_from {
+            dev.read_at(seg_buf, start)?;
+            max_seen = max_seen.max(walk_segment(seg_buf, geo, s, slot, after, &mut found));
+            if s == cp.head_segment && slot > 0 {
+                // The head segment may also have been reused from slot 0.
+                max_seen = max_seen.max(walk_segment(seg_buf, geo, s, 0, after, &mut found));
+            }
+        }
+    }
+    found.sort_unstable_by_key(|f| f.sequence);
+    found.dedup_by_key(|f| f.sequence);
+    for f in &found {
+        for (i, e) in f.entries.iter().enumerate() {
+            map[e.logical as usize] = MapEntry {
+                physical: block_of(geo, f.segment, f.slot + 1 + i as u32),
+                sequence: f.sequence,
+                crc: e.crc,
+            };
+        }
+    }
+    // The log continues after the newest write found (or at the checkpoint's
+    // head): a crash does not cost a segment.
+    let head = match found.last() {
+        Some(f) => (f.segment, f.slot + 1 + f.entries.len() as u32),
+        None => (cp.head_segment, cp.head_slot),
+    };
+    Ok(Replay {
+        max_seen,
+        applied: found.len(),
+        head: (head.1 + 1 < geo.segment_blocks).then_some(head),
+    })
+}
