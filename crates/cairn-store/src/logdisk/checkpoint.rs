@@ -28,6 +28,9 @@ pub(super) fn write<D: Device + 'static>(
     background: bool,
 ) -> Result<(), LogDiskError> {
     let background = background && core.queue.started() && !core.table.any_tainted;
+    // A checkpoint holding trims is waited for: tainted segments are
+    // reused only once it is durable.
+    debug_assert!(!background || !core.table.any_tainted);
     if background {
         core.flush_in_background(dev)?;
     } else {
@@ -72,6 +75,14 @@ pub(super) fn write<D: Device + 'static>(
     } else {
         b * (1 + geo.checkpoint_blocks())
     };
+    // The slot lies between the superblock and the first segment, and the
+    // encoding fills exactly one slot.
+    assert!(at >= b && at + geo.checkpoint_blocks() * b <= geo.segment_start(0) * b);
+    assert_eq!(
+        bytes.len() as u64,
+        geo.checkpoint_blocks() * b,
+        "a checkpoint fills its slot"
+    );
     if background {
         let to = bytes.len();
         let job = Job::Write {
@@ -92,6 +103,7 @@ pub(super) fn write<D: Device + 'static>(
         dev.flush()?;
         core.metrics.device_flushes += 1;
     }
+    assert!(next > *number, "checkpoint numbers only grow");
     *number = next;
     log.since_checkpoint = 0;
     // The checkpoint holds every trim: tainted segments may be reused.

@@ -399,6 +399,8 @@ impl<D: Device + 'static> LogDisk<D> {
             if no_free(st) {
                 self.destage(st, true)?;
             }
+            // A forced destage's flush retires what it destaged: a slot is free.
+            assert!(!no_free(st), "no NV slot free after a forced destage");
             let Core {
                 nv: Some(nv),
                 metrics,
@@ -465,6 +467,8 @@ impl<D: Device + 'static> LogDisk<D> {
             d.slots.clear();
             let nv = st.core.nv.as_mut().expect("checked above");
             nv.take_oldest(take, &mut d.entries, &mut d.fill, &mut d.slots);
+            // Dirty blocks exist, and the order lists every one of them.
+            assert!(!d.entries.is_empty() && d.entries.len() <= take as usize);
             let result = self.append_user(st, &d.entries, &mut d.out, false, Some(&mut d.fill));
             let nv = st.core.nv.as_mut().expect("checked above");
             if let Err(e) = result {
@@ -544,6 +548,7 @@ impl<D: Device + 'static> LogDisk<D> {
             )?;
             done += k;
         }
+        debug_assert_eq!(done, entries.len());
         Self::check_tables(st);
         self.checkpoint_if_due(st)
     }
@@ -615,6 +620,7 @@ impl<D: Device + 'static> LogDisk<D> {
             let State {
                 core, log, cleaner, ..
             } = st;
+            debug_assert!(!cleaner.pass.active, "a pass started over an active one");
             cleaner.start_pass(core, log, &self.dev, &self.geo, &self.options)?;
         }
         Ok(())
@@ -695,6 +701,7 @@ impl<D: Device + 'static> LogDisk<D> {
         if let Some(nv) = st.core.nv.as_mut() {
             nv.sync()?;
         } else {
+            debug_assert!(st.buffer.entries.len() < self.geo.segment_blocks as usize);
             self.write_out_buffer(&mut st, true)?;
             st.core.device_flush(&*self.dev)?;
         }
@@ -729,7 +736,17 @@ impl<D: Device + 'static> LogDisk<D> {
         {
             self.destage(&mut st, true)?;
         }
-        self.checkpoint(&mut st)
+        self.checkpoint(&mut st)?;
+        // Closed: nothing buffered, nothing dirty, nothing queued; the next
+        // open replays nothing.
+        debug_assert!(st.buffer.entries.is_empty() && st.core.queue.queued.is_empty());
+        debug_assert!(
+            st.core
+                .nv
+                .as_ref()
+                .is_none_or(|nv| nv.dirty == 0 && nv.superseded.is_empty())
+        );
+        Ok(())
     }
 
     /// Writes a checkpoint now (after a device flush).

@@ -59,6 +59,10 @@ impl Core {
     /// and freed.
     pub fn device_flush<D: Device + ?Sized>(&mut self, dev: &D) -> Result<(), LogDiskError> {
         self.settle()?;
+        debug_assert!(
+            self.queue.queued.is_empty(),
+            "a device flush behind queued jobs"
+        );
         dev.flush()?;
         self.metrics.device_flushes += 1;
         let awaiting = self.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
@@ -85,6 +89,10 @@ impl Core {
         }
         let awaiting = self.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
         let pending = self.table.pending.len();
+        debug_assert!(
+            !self.queue.flush_queued(),
+            "one flush in the queue at a time"
+        );
         self.queue_flush(dev, pending, awaiting)
     }
 
@@ -126,6 +134,17 @@ impl Core {
     /// only grow between flushes): those segments become free, and those
     /// slots are cleared and freed.
     fn retire(&mut self, pending_upto: usize, awaiting_upto: usize) -> Result<(), LogDiskError> {
+        // Both lists only grow between flushes: what a flush covered is
+        // still there when it is retired.
+        assert!(
+            pending_upto <= self.table.pending.len(),
+            "a flush retires pending segments it never saw"
+        );
+        debug_assert!(
+            self.nv
+                .as_ref()
+                .is_none_or(|nv| awaiting_upto <= nv.awaiting.len())
+        );
         self.table.release_pending_upto(pending_upto);
         let writes_done = self.queue.writes_done;
         match self.nv.as_mut() {

@@ -71,6 +71,8 @@ impl Log {
     /// Blocks the next segment write can carry: the room left in the open
     /// segment, or a whole segment's (`segment_blocks − 1`) if none is open.
     pub fn room(&self, segment_blocks: u32) -> u32 {
+        // An open head always has room: a segment is closed when full.
+        debug_assert!(self.head.is_none_or(|(_, slot)| slot + 1 < segment_blocks));
         self.head
             .map_or(segment_blocks - 1, |(_, slot)| segment_blocks - slot - 1)
     }
@@ -103,7 +105,7 @@ impl Log {
             partial,
             background,
             last,
-            mut fill,
+            fill,
         } = write;
         let (segment, slot) = if let Some(head) = self.head {
             head
@@ -128,8 +130,10 @@ impl Log {
         // The paper's rule: a segment holds at most one write short of a
         // full segment, which closes it (cleaner writes included).
         let close = to.partial == PartialSegments::Close && kind == Kind::User && k < room;
+        let before = self.sequence;
         self.sequence += 1;
         let sequence = self.sequence;
+        assert!(sequence > before, "the write sequence wrapped");
         let summary = format::encode_summary(
             &Summary {
                 sequence,
@@ -142,6 +146,7 @@ impl Log {
         )?;
         // The summary goes in the block before this write's data (the
         // previous write's last block, already written).
+        assert_eq!(summary.len(), b, "a summary is one block");
         buf[done * b..(done + 1) * b].copy_from_slice(&summary);
         let mut end = (done + k + 1) * b;
         if close {
@@ -152,80 +157,23 @@ impl Log {
         }
         let offset = block_of(geo, segment, slot) * b as u64;
         let io_len = (end - done * b) as u64;
+        // The write stays inside its segment.
+        assert!(
+            offset + io_len <= geo.segment_start(segment + 1) * b as u64,
+            "segment write at {offset} of {io_len} bytes leaves segment {segment}"
+        );
+        let io = SegmentIo {
+            from: done * b,
+            to: end,
+            offset,
+            first: block_of(geo, segment, slot + 1),
+            count: k,
+            segment,
+        };
         if background {
-            // Behind at most WRITE_DEPTH − 1 other segment writes. The
-            // caller gets a spare buffer. A destage's blocks stay valid
-            // in the NV cache, which serves their reads until a device
-            // flush (queued behind this write) retires them; a cleaner
-            // write's or a volatile segment buffer's blocks are served
-            // from its buffer until it is done.
-            while core.queue.segment_writes_queued() >= WRITE_DEPTH {
-                core.reap_one()?;
-            }
-            core.queue.check()?;
-            let mut spare = core.queue.bufs.pop().unwrap_or_default();
-            if spare.len() < buf.len() {
-                spare = IoBuf::zeroed(buf.len());
-            }
-            let owned = if last {
-                std::mem::replace(buf, spare)
-            } else {
-                // A cleaner write split over two segments: this first
-                // part goes from a copy, because the next part's summary
-                // takes the place of its last block in `buf`.
-                spare[done * b..end].copy_from_slice(&buf[done * b..end]);
-                spare
-            };
-            let fill = match fill.as_deref_mut() {
-                Some(f) => std::mem::replace(f, core.queue.fills.pop().unwrap_or_default()),
-                None => Vec::new(),
-            };
-            let destage = kind == Kind::User && core.nv.is_some();
-            let (job, queued) = if destage {
-                let job = Job::Write {
-                    buf: owned,
-                    from: done * b,
-                    to: end,
-                    offset,
-                    fill,
-                    after_earlier: false,
-                };
-                (job, Queued::Segment(segment))
-            } else {
-                let shared = Arc::new(owned);
-                core.queue.moving.push_back(Moving {
-                    first: block_of(geo, segment, slot + 1),
-                    count: k as u64,
-                    at: (done + 1) * b,
-                    buf: Arc::clone(&shared),
-                });
-                let job = Job::WriteShared {
-                    buf: shared,
-                    from: done * b,
-                    to: end,
-                    offset,
-                };
-                (job, Queued::Shared(segment))
-            };
-            let cache = core.nv.as_ref().map(|nv| &nv.cache);
-            core.queue
-                .send(job, queued, (to.dev, cache, b, to.writer_threads))?;
+            Self::queue_write(core, to, buf, io, kind, last, fill)?;
         } else {
-            // One device operation outstanding at most.
-            core.settle()?;
-            if let Some(f) = fill {
-                // This write's blocks, still in their NV slots (a prefix
-                // of the list: it is in block order).
-                let upto = f.partition_point(|&(i, _)| i as usize <= done + k);
-                if let Some(nv) = core.nv.as_ref() {
-                    for &(i, slot) in &f[..upto] {
-                        let i = i as usize;
-                        nv.cache.read(slot, &mut buf[i * b..(i + 1) * b])?;
-                    }
-                }
-                f.drain(..upto);
-            }
-            to.dev.write_at(&buf[done * b..end], offset)?;
+            Self::write_here(core, to, buf, io, fill)?;
         }
         let m = &mut core.metrics;
         match kind {
@@ -245,6 +193,7 @@ impl Log {
         }
         core.table.place(segment, slot, entries, sequence);
         let next = if close { n } else { slot + 1 + k as u32 };
+        debug_assert!(next <= n, "the head ran past its segment");
         if next + 1 >= n {
             self.head = None;
             core.table.close(segment);
@@ -254,4 +203,123 @@ impl Log {
         self.since_checkpoint += 1;
         Ok(())
     }
+
+    /// Queues a segment write on the background writer, behind at most
+    /// `WRITE_DEPTH − 1` others. The caller gets a spare buffer. A
+    /// destage's blocks stay valid in the NV cache, which serves their
+    /// reads until a device flush (queued behind this write) retires them;
+    /// a cleaner write's or a volatile segment buffer's blocks are served
+    /// from its buffer until it is done.
+    fn queue_write<D: Device + 'static>(
+        core: &mut Core,
+        to: &Target<'_, D>,
+        buf: &mut IoBuf,
+        io: SegmentIo,
+        kind: Kind,
+        last: bool,
+        fill: Option<&mut Vec<(u32, u32)>>,
+    ) -> Result<(), LogDiskError> {
+        let b = to.geo.block_size as usize;
+        let SegmentIo {
+            from,
+            to: end,
+            offset,
+            first,
+            count,
+            segment,
+        } = io;
+        while core.queue.segment_writes_queued() >= WRITE_DEPTH {
+            core.reap_one()?;
+        }
+        core.queue.check()?;
+        let mut spare = core.queue.bufs.pop().unwrap_or_default();
+        if spare.len() < buf.len() {
+            spare = IoBuf::zeroed(buf.len());
+        }
+        let owned = if last {
+            std::mem::replace(buf, spare)
+        } else {
+            // A cleaner write split over two segments: this first part goes
+            // from a copy, because the next part's summary takes the place
+            // of its last block in `buf`.
+            spare[from..end].copy_from_slice(&buf[from..end]);
+            spare
+        };
+        let fill = match fill {
+            Some(f) => std::mem::replace(f, core.queue.fills.pop().unwrap_or_default()),
+            None => Vec::new(),
+        };
+        let destage = kind == Kind::User && core.nv.is_some();
+        let (job, queued) = if destage {
+            let job = Job::Write {
+                buf: owned,
+                from,
+                to: end,
+                offset,
+                fill,
+                after_earlier: false,
+            };
+            (job, Queued::Segment(segment))
+        } else {
+            let shared = Arc::new(owned);
+            core.queue.moving.push_back(Moving {
+                first,
+                count: count as u64,
+                at: from + b,
+                buf: Arc::clone(&shared),
+            });
+            let job = Job::WriteShared {
+                buf: shared,
+                from,
+                to: end,
+                offset,
+            };
+            (job, Queued::Shared(segment))
+        };
+        let cache = core.nv.as_ref().map(|nv| &nv.cache);
+        core.queue
+            .send(job, queued, (to.dev, cache, b, to.writer_threads))
+    }
+
+    /// Writes a segment write in this thread, after everything queued (one
+    /// device operation outstanding at most), copying a destage's blocks
+    /// out of their NV slots first.
+    fn write_here<D: Device + 'static>(
+        core: &mut Core,
+        to: &Target<'_, D>,
+        buf: &mut IoBuf,
+        io: SegmentIo,
+        fill: Option<&mut Vec<(u32, u32)>>,
+    ) -> Result<(), LogDiskError> {
+        let b = to.geo.block_size as usize;
+        core.settle()?;
+        if let Some(f) = fill {
+            // This write's blocks, still in their NV slots (a prefix of the
+            // list: it is in block order).
+            let last_block = io.from / b + io.count;
+            let upto = f.partition_point(|&(i, _)| i as usize <= last_block);
+            if let Some(nv) = core.nv.as_ref() {
+                for &(i, slot) in &f[..upto] {
+                    let i = i as usize;
+                    nv.cache.read(slot, &mut buf[i * b..(i + 1) * b])?;
+                }
+            }
+            f.drain(..upto);
+        }
+        to.dev.write_at(&buf[io.from..io.to], io.offset)?;
+        Ok(())
+    }
+}
+
+/// Where a segment write goes: bytes `from..to` of its buffer at device
+/// offset `offset`; its `count` data blocks are absolute blocks `first..`
+/// of segment `segment`.
+#[derive(Clone, Copy)]
+struct SegmentIo {
+    from: usize,
+    to: usize,
+    offset: u64,
+    first: u64,
+    count: usize,
+    segment: u32,
 }

@@ -106,6 +106,9 @@ pub(super) fn recover<D: Device + ?Sized>(
     };
     // A new epoch (see the module doc).
     sequence += 1 << 32;
+    // Past every sequence any slot or summary carries: the next write is
+    // newer than everything recovery saw.
+    assert!(sequence > cp.sequence.max(replay.max_seen));
     let table = Table::from_map(geo, map, replay.head);
     if let Err(broken) = table.verify(replay.head) {
         return Err(LogDiskError::Corrupt(format!(
@@ -223,6 +226,9 @@ fn walk_segment(
         if torn {
             break;
         }
+        // Row 4's checks passed: the write lies inside its segment and is
+        // newer than the one before it.
+        debug_assert!(slot + 1 + k <= n && s.sequence > prev);
         prev = s.sequence;
         found.push(Found {
             sequence: s.sequence,
@@ -284,6 +290,13 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     }
     found.sort_unstable_by_key(|f| f.sequence);
     found.dedup_by_key(|f| f.sequence);
+    // Applied oldest first, each newer than the checkpoint: the newest
+    // write of a block wins.
+    debug_assert!(found.windows(2).all(|w| w[0].sequence < w[1].sequence));
+    assert!(
+        found.first().is_none_or(|f| f.sequence > after),
+        "replaying a write the checkpoint holds"
+    );
     for f in &found {
         for (i, e) in f.entries.iter().enumerate() {
             map[e.logical as usize] = MapEntry {
@@ -295,6 +308,12 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     }
     // The log continues after the newest write found (or at the checkpoint's
     // head): a crash does not cost a segment.
+    assert!(
+        found
+            .iter()
+            .all(|f| f.entries.iter().all(|e| e.logical < geo.logical_blocks)),
+        "a replayed write names a block past the end"
+    );
     let head = match found.last() {
         Some(f) => (f.segment, f.slot + 1 + f.entries.len() as u32),
         None => (cp.head_segment, cp.head_slot),

@@ -311,3 +311,116 @@ fn a_corrupt_block_in_a_sparse_victim_is_reported_not_copied() {
     let mut buf = [0u8; B];
     assert!(disk.read_block(5, &mut buf).is_err(), "corrupt data served");
 }
+
+/// Block `l`'s content at version `v`.
+fn version(l: u64, v: u8) -> [u8; B] {
+    [v ^ l as u8; B]
+}
+
+/// A change to a table, made on purpose.
+type Mutation<'a> = &'a dyn Fn(&mut super::table::Table);
+
+/// Each of the table's numbered invariants (`table.rs`), broken on purpose
+/// in a live disk's tables, is caught by `Table::verify` under its own
+/// number; restored, the tables verify again.
+#[test]
+fn table_verify_names_each_broken_invariant() {
+    let (_, disk) = disk(Options {
+        background_destage: false,
+        ..Options::default()
+    });
+    for l in 0..30u64 {
+        disk.write_blocks(l, &version(l, 1)).expect("write");
+    }
+    disk.flush().expect("flush");
+    disk.trim_blocks(0, 1).expect("trim");
+    disk.verify().expect("a healthy disk verifies");
+    let mut st = disk.write_state();
+    let head = st.log.head;
+    let t = &mut st.core.table;
+    let start = disk.geo.segment_start(0);
+    let e = t.map[5];
+    let s = segment_of(&disk.geo, e.physical) as usize;
+    let closed = (0..t.seg.len())
+        .find(|&c| t.seg[c] == Seg::Closed)
+        .expect("a closed segment");
+    let mutations: [(u32, Mutation); 8] = [
+        (1, &|t| t.map[5].physical = start),
+        (2, &|t| t.rev[(e.physical - start) as usize] = 6),
+        (3, &|t| t.live[s] += 1),
+        (4, &|t| t.last_seq[s] = 0),
+        (5, &|t| t.seg[closed] = Seg::Pending),
+        (6, &|t| t.free.push(t.free[0])),
+        (7, &|t| t.seg[closed] = Seg::Open),
+        (8, &|t| t.any_tainted = !t.any_tainted),
+    ];
+    for (number, mutate) in mutations {
+        let (map, rev, live, last_seq, seg, free, tainted) = (
+            t.map.clone(),
+            t.rev.clone(),
+            t.live.clone(),
+            t.last_seq.clone(),
+            t.seg.clone(),
+            t.free.clone(),
+            t.any_tainted,
+        );
+        mutate(t);
+        let broken = t.verify(head).expect_err("a broken table");
+        assert!(
+            broken.starts_with(&format!("invariant {number}:")),
+            "breaking invariant {number} was reported as: {broken}"
+        );
+        (
+            t.map,
+            t.rev,
+            t.live,
+            t.last_seq,
+            t.seg,
+            t.free,
+            t.any_tainted,
+        ) = (map, rev, live, last_seq, seg, free, tainted);
+        t.verify(head).expect("restored");
+    }
+}
+
+/// The tables keep every invariant through random overwrites, trims,
+/// flushes, cleaning (foreground and background) and reopens, in both
+/// modes: `verify` after every operation.
+#[test]
+fn the_tables_hold_their_invariants_through_writes_trims_cleaning_and_reopen() {
+    for nv in [false, true] {
+        let mut rng = ChaCha8Rng::seed_from_u64(u64::from(nv) + 11);
+        let g = geo();
+        let dev = Arc::new(MemoryDevice::new(g.image_blocks() * B as u64));
+        let region =
+            || -> Box<dyn crate::ntl::Region> { Box::new(crate::ntl::SimRegion::new(64 * 1024)) };
+        let options = Options::default();
+        let mut disk =
+            LogDisk::format(Arc::clone(&dev), g, nv.then(region), options).expect("format");
+        for round in 0..6 {
+            for _ in 0..300 {
+                let l = rng.random_range(0..g.logical_blocks);
+                match rng.random_range(0..20) {
+                    0 => disk.trim_blocks(l, rng.random_range(1..4).min(g.logical_blocks - l)),
+                    1 => disk.flush(),
+                    _ => disk.write_blocks(l, &version(l, round as u8)),
+                }
+                .expect("operation");
+                if let Err(broken) = disk.verify() {
+                    panic!("nv {nv}, round {round}: {broken}");
+                }
+            }
+            disk.close().expect("close");
+            drop(disk);
+            disk = if nv {
+                // A closed disk's NV cache holds nothing: a fresh region.
+                LogDisk::open_with_new_nv_cache(Arc::clone(&dev), region(), options)
+            } else {
+                LogDisk::open(Arc::clone(&dev), None, options)
+            }
+            .expect("reopen");
+            disk.verify().expect("after reopen");
+        }
+        assert!(disk.metrics().cleaner_segment_writes > 0, "the cleaner ran");
+    }
+}

@@ -110,6 +110,13 @@ impl WriteQueue {
         if matches!(queued, Queued::Segment(_)) {
             self.writes_queued += 1;
         }
+        if let Queued::Flush { pending, awaiting } = queued
+            && (pending > 0 || awaiting > 0)
+        {
+            // A flush's counts index the lists only the flush before it
+            // shrinks: one retiring flush in the queue at a time.
+            assert!(!self.flush_queued(), "a second retiring flush queued");
+        }
         self.queued.push_back(queued);
         debug_assert!(
             self.segment_writes_queued() <= WRITE_DEPTH,
@@ -205,11 +212,19 @@ impl WriteQueue {
                 }
                 (Completed::Shared, result)
             }
-            (Queued::Checkpoint, Some(Done::Write { buf, result, .. })) => {
+            (Queued::Checkpoint, Some(Done::Write { buf, result, fill })) => {
+                debug_assert!(
+                    fill.is_empty(),
+                    "a checkpoint copies nothing from the NV cache"
+                );
                 self.checkpoint_buf = buf;
                 (Completed::Checkpoint, result)
             }
             (Queued::Flush { pending, awaiting }, Some(Done::Flush(result))) => {
+                debug_assert!(
+                    !self.flush_queued() || pending + awaiting == 0,
+                    "flushes reported out of order"
+                );
                 (Completed::Flush { pending, awaiting }, result)
             }
             _ => return Err(self.stopped()),
@@ -375,6 +390,10 @@ impl Writer {
             },
         };
         r.next += 1;
+        debug_assert!(
+            r.early.iter().all(|&(id, _)| id >= r.next),
+            "a report older than the next"
+        );
         Some(done)
     }
 
@@ -420,8 +439,13 @@ fn writer_thread<D: Device + ?Sized>(
                 }
             }
         } else {
+            debug_assert!(id > f.prefix, "job {id} finished twice");
             f.beyond.push(id);
         }
+        debug_assert!(
+            f.beyond.iter().all(|&x| x > f.prefix),
+            "a finished job below the prefix"
+        );
         finished.1.notify_all();
         let p = f.prefix;
         let ready = f.deferred.iter().position(|&x| x == p)?;
@@ -463,6 +487,15 @@ fn writer_thread<D: Device + ?Sized>(
                         f = finished.1.wait(f).unwrap_or_else(PoisonError::into_inner);
                     }
                 }
+                assert!(
+                    from < to && to <= buf.len(),
+                    "write {from}..{to} of a {}-byte buffer",
+                    buf.len()
+                );
+                debug_assert!(
+                    fill.iter().all(|&(i, _)| (i as usize + 1) * b <= to),
+                    "a fill past the write"
+                );
                 let copied = match nv {
                     Some(nv) => fill.iter().try_for_each(|&(i, slot)| {
                         let i = i as usize;
@@ -480,11 +513,17 @@ fn writer_thread<D: Device + ?Sized>(
                 to,
                 offset,
             } => {
+                assert!(
+                    from < to && to <= buf.len(),
+                    "write {from}..{to} of a {}-byte buffer",
+                    buf.len()
+                );
                 let result = dev.write_at(&buf[from..to], offset);
                 Done::Shared(buf, result)
             }
             Job::Flush => {
                 let mut f = lock();
+                debug_assert!(!f.deferred.contains(&id), "flush {id} deferred twice");
                 if f.prefix < id {
                     // Left to the thread that finishes the last job before it.
                     f.deferred.push(id);

@@ -82,96 +82,37 @@ impl Cleaner {
         options: &Options,
         clean_high: u32,
     ) -> Result<(), LogDiskError> {
-        let geo = to.geo;
-        let b = geo.block_size as usize;
-        let n = geo.segment_blocks as usize;
-        let per_write = n - 1;
-        let mut out = std::mem::take(&mut self.out);
-        let mut entries = std::mem::take(&mut self.entries);
-        let mut ages: Vec<u64> = Vec::new();
-        let mut staging = std::mem::take(&mut self.staging);
-        let mut batch = Batch::default();
-        let mut victims = Vec::new();
+        let mut work = Foreground {
+            out: std::mem::take(&mut self.out),
+            entries: std::mem::take(&mut self.entries),
+            ages: Vec::new(),
+            staging: std::mem::take(&mut self.staging),
+            batch: Batch::default(),
+            victims: Vec::new(),
+        };
         let mut passes = 0u32;
-        let result = (|| {
-            while core.table.free_or_pending() < clean_high {
-                passes += 1;
-                if passes > 2 * geo.segments {
-                    break;
-                }
-                // One pass: victims whose live blocks fit one segment write.
-                entries.clear();
-                ages.clear();
-                victims.clear();
-                // What can be written before any victim is freed: several
-                // victims per pass, written as full segments, so a pass
-                // frees more segments than it fills.
-                let limit = log.room(geo.segment_blocks) as usize * usize::from(log.head.is_some())
-                    + core.table.free_or_pending() as usize * per_write;
-                out.grow((limit + n + 1) * b);
-                // Live blocks of the victims taken so far (their reads are
-                // batched, so `entries` lags behind).
-                let mut taken = 0usize;
-                let busy = core.queue.busy_segments();
-                while let Some(v) =
-                    plan::pick_victim(options.cleaner, &core.table, geo, log.sequence, &busy)
-                {
-                    let live = core.table.live[v as usize] as usize;
-                    if taken + live > limit {
-                        if victims.is_empty() {
-                            return Err(LogDiskError::NoSpace);
-                        }
-                        break;
-                    }
-                    core.table.seg[v as usize] = Seg::Open; // not a candidate again this pass
-                    victims.push(v);
-                    taken += live;
-                    plan::plan_reads(options, &core.table, geo, v, &mut batch);
-                    if batch.staged >= CLEANER_BATCH_SEGMENTS * geo.segment_blocks {
-                        let into = Collected {
-                            out: &mut out,
-                            entries: &mut entries,
-                            ages: &mut ages,
-                        };
-                        read_and_collect(core, to, options, &mut batch, &mut staging, into)?;
-                    }
-                }
-                let into = Collected {
-                    out: &mut out,
-                    entries: &mut entries,
-                    ages: &mut ages,
-                };
-                read_and_collect(core, to, options, &mut batch, &mut staging, into)?;
-                if victims.is_empty() {
-                    break;
-                }
-                age_sort(options.cleaner, geo, &mut entries, &mut out, &ages);
-                for &v in &victims {
-                    core.table.seg[v as usize] = Seg::Closed;
-                }
-                relocate(core, log, to, &entries, &mut out, false, None)?;
-                for &v in &victims {
-                    // Every live block moved (checked in `collect`), so the
-                    // victim emptied; it may even be the head again already.
-                    if core.table.seg[v as usize] == Seg::Closed && core.table.live[v as usize] == 0
-                    {
-                        core.table.emptied(v);
-                    }
-                }
+        let result = loop {
+            if core.table.free_or_pending() >= clean_high || passes >= 2 * to.geo.segments {
+                break Ok(());
             }
-            Ok(())
-        })();
+            passes += 1;
+            match foreground_pass(core, log, to, options, &mut work) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
         if result.is_err() {
             // Victims taken but not written out go back to the candidates.
-            for &v in &victims {
+            for &v in &work.victims {
                 if core.table.seg[v as usize] == Seg::Open && log.head.is_none_or(|(h, _)| h != v) {
                     core.table.seg[v as usize] = Seg::Closed;
                 }
             }
         }
-        self.out = out;
-        self.entries = entries;
-        self.staging = staging;
+        self.out = work.out;
+        self.entries = work.entries;
+        self.staging = work.staging;
         result
     }
 
@@ -220,6 +161,7 @@ impl Cleaner {
             plan::plan_reads(options, &core.table, geo, v, &mut pass.batch);
         }
         self.ranked = ranked;
+        debug_assert!(taken <= limit, "a pass takes more than one segment write");
         if pass.batch.victims.is_empty() {
             self.pass = pass;
             return Ok(());
@@ -251,6 +193,7 @@ impl Cleaner {
             let offset = block_of(geo, run.segment, run.slot) * b as u64;
             jobs.push((i, buf, len, offset));
         }
+        debug_assert_eq!(pass.bufs.len(), pass.batch.runs.len(), "a buffer per read");
         let readers = self.readers.as_ref().expect("started above");
         pass.outstanding = readers.send(jobs);
         let sent = pass.outstanding == pass.batch.runs.len();
@@ -306,6 +249,10 @@ impl Cleaner {
             result = Err(Readers::stopped(&mut core.queue));
         }
         result?;
+        debug_assert!(
+            self.pass.bufs.iter().all(|buf| !buf.is_empty()),
+            "a read never returned"
+        );
         let b = geo.block_size as usize;
         let n = geo.segment_blocks as usize;
         core.metrics.cleaner_read_ios += self.pass.batch.runs.len() as u64;
@@ -395,6 +342,93 @@ impl Cleaner {
             readers.stop();
         }
     }
+}
+
+/// The foreground cleaner's buffers and the victims of its current pass.
+struct Foreground {
+    out: IoBuf,
+    entries: Vec<SummaryEntry>,
+    ages: Vec<u64>,
+    staging: IoBuf,
+    batch: Batch,
+    victims: Vec<u32>,
+}
+
+/// One foreground pass: victims whose live blocks fit what can be written
+/// before any victim is freed (several victims, written as full segments,
+/// so a pass frees more segments than it fills), read in batches, written
+/// through the log; the emptied victims become pending. `false` when there
+/// was no victim to take.
+fn foreground_pass<D: Device + 'static>(
+    core: &mut Core,
+    log: &mut Log,
+    to: &Target<'_, D>,
+    options: &Options,
+    w: &mut Foreground,
+) -> Result<bool, LogDiskError> {
+    let geo = to.geo;
+    let b = geo.block_size as usize;
+    let n = geo.segment_blocks as usize;
+    w.entries.clear();
+    w.ages.clear();
+    w.victims.clear();
+    let limit = log.head.map_or(0, |(_, slot)| n - slot as usize - 1)
+        + core.table.free_or_pending() as usize * (n - 1);
+    w.out.grow((limit + n + 1) * b);
+    // Live blocks of the victims taken so far (their reads are batched, so
+    // `entries` lags behind).
+    let mut taken = 0usize;
+    let busy = core.queue.busy_segments();
+    while let Some(v) = plan::pick_victim(options.cleaner, &core.table, geo, log.sequence, &busy) {
+        let live = core.table.live[v as usize] as usize;
+        if taken + live > limit {
+            if w.victims.is_empty() {
+                return Err(LogDiskError::NoSpace);
+            }
+            break;
+        }
+        debug_assert!(!w.victims.contains(&v), "victim {v} taken twice in a pass");
+        core.table.seg[v as usize] = Seg::Open; // not a candidate again this pass
+        w.victims.push(v);
+        taken += live;
+        plan::plan_reads(options, &core.table, geo, v, &mut w.batch);
+        if w.batch.staged >= CLEANER_BATCH_SEGMENTS * geo.segment_blocks {
+            let into = Collected {
+                out: &mut w.out,
+                entries: &mut w.entries,
+                ages: &mut w.ages,
+            };
+            read_and_collect(core, to, options, &mut w.batch, &mut w.staging, into)?;
+        }
+    }
+    let into = Collected {
+        out: &mut w.out,
+        entries: &mut w.entries,
+        ages: &mut w.ages,
+    };
+    read_and_collect(core, to, options, &mut w.batch, &mut w.staging, into)?;
+    if w.victims.is_empty() {
+        return Ok(false);
+    }
+    // Every live block of every victim was collected.
+    assert_eq!(
+        w.entries.len(),
+        taken,
+        "a pass collected other than its victims' live blocks"
+    );
+    age_sort(options.cleaner, geo, &mut w.entries, &mut w.out, &w.ages);
+    for &v in &w.victims {
+        core.table.seg[v as usize] = Seg::Closed;
+    }
+    relocate(core, log, to, &w.entries, &mut w.out, false, None)?;
+    for &v in &w.victims {
+        // Every live block moved (checked in `collect`), so the victim
+        // emptied; it may even be the head again already.
+        if core.table.seg[v as usize] == Seg::Closed && core.table.live[v as usize] == 0 {
+            core.table.emptied(v);
+        }
+    }
+    Ok(true)
 }
 
 /// Writes the relocated `entries` (data at `(i + 1)·B` of `out`) through the
@@ -499,6 +533,10 @@ fn age_sort(
     }
     debug_assert_eq!(entries.len(), ages.len(), "an age per entry");
     let b = geo.block_size as usize;
+    assert!(
+        out.len() >= (entries.len() + 1) * b,
+        "age sort past the pass's buffer"
+    );
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_by_key(|&i| ages[i]);
     let sorted_entries: Vec<_> = order.iter().map(|&i| entries[i]).collect();

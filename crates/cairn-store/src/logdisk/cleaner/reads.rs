@@ -183,6 +183,7 @@ pub(in crate::logdisk) struct Batch {
 
 impl Batch {
     pub fn push_run(&mut self, segment: u32, start: u32, end: u32) {
+        assert!(start < end, "an empty read of segment {segment}");
         self.runs.push(Run {
             segment,
             slot: start,
@@ -210,6 +211,12 @@ pub(in crate::logdisk) fn read_runs<D: Device + ?Sized>(
     staging: &mut [u8],
 ) -> Result<(), LogDiskError> {
     let b = geo.block_size as usize;
+    // The runs are staged back to back and fill the staging area.
+    debug_assert_eq!(
+        runs.iter().map(|r| r.len as usize * b).sum::<usize>(),
+        staging.len(),
+        "the staging area and the runs disagree"
+    );
     let mut jobs = Vec::with_capacity(runs.len());
     let mut rest = staging;
     for r in runs {
@@ -298,6 +305,10 @@ pub(in crate::logdisk) fn collect<'d>(
                     )));
                 }
                 let to = into.entries.len() + 1;
+                assert!(
+                    (to + 1) * b <= into.out.len(),
+                    "a pass collects more than its buffer holds"
+                );
                 into.out[to * b..(to + 1) * b].copy_from_slice(data);
                 into.entries.push(SummaryEntry {
                     logical,
