@@ -15,6 +15,7 @@ pub mod check;
 pub mod disk;
 pub mod format;
 pub mod nv;
+pub mod open;
 
 pub use disk::{
     CleanerPolicy, LogDisk, LogDiskError, Metrics, Options, PartialSegments, Recovered,

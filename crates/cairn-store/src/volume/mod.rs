@@ -16,7 +16,6 @@
 //! checkpoints every log disk and flushes every export, so the next open
 //! replays nothing.
 
-mod probe;
 pub mod spec;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +28,7 @@ pub use spec::{
 };
 
 use crate::cache::{BlockCache, CacheConfig, CacheError, Placement, SingleDevice};
+use crate::device::probe;
 use crate::device::{
     Claim, ConcatDevice, Device, DeviceError, DirClaim, FileDevice, FileOptions, MemoryDevice,
     Pace, SECTOR, SharedDevice, StripedDevice, Throttle, ThrottledDevice,
