@@ -19,6 +19,7 @@ mod faulty;
 mod file;
 mod iobuf;
 mod memory;
+pub mod probe;
 mod throttled;
 mod uring;
 

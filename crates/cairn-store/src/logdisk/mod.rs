@@ -10,6 +10,8 @@
 //!   policy (destage, make room before a write, the background cleaner's
 //!   step, checkpoints when due), flush, close, trim; `read` and `device`:
 //!   the read path and the [`crate::Device`] impl.
+//! - [`open`]: a device probed (ours, an interrupted format, blank,
+//!   foreign) and opened, formatted or refused with typed errors.
 //! - `recover`: a function from the device to an in-memory image (table,
 //!   log head, NV index, sequence), with its decision table.
 //! - `cleaner`: `plan` (pure victim choice and read plans), `reads` (the
@@ -118,6 +120,7 @@ mod log;
 mod metrics;
 pub mod nv;
 mod nv_index;
+pub mod open;
 mod options;
 mod read;
 mod recover;

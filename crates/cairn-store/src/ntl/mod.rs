@@ -34,6 +34,7 @@ pub mod device;
 pub mod info;
 pub mod lanelog;
 pub mod map;
+pub mod open;
 pub mod pmem;
 pub mod region;
 pub mod sim;

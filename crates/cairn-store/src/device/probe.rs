@@ -86,6 +86,26 @@ pub fn head<const N: usize>(path: &Path) -> std::io::Result<Option<[u8; N]>> {
     Ok(Some(out))
 }
 
+/// Whether `path` (or, for a file not there yet, its directory) is on a file
+/// system whose contents are RAM: tmpfs or ramfs.
+pub fn on_ram(path: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let probe = if path.exists() {
+        path
+    } else {
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    };
+    rustix::fs::statfs(probe).is_ok_and(|s| {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let kind = s.f_type as i64;
+        kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+    })
+}
+
 /// A short printable sample of `bytes` (for "this is not ours" errors).
 pub fn sample(bytes: &[u8]) -> String {
     bytes

@@ -1,0 +1,666 @@
+//! Assembling one export's stack from the spec, bottom up: one short
+//! function per device kind. A layer with an on-disk format opens itself
+//! (`logdisk::open`, `ntl::open`: probe, check geometry, recover or format);
+//! this file only says what the spec asks of it and turns its typed errors
+//! into [`VolumeError`]s naming the spec field.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_policy::Bytes;
+
+use super::orphans::owner_file;
+use super::spec::{
+    CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, StripedSpec,
+    ThrottledSpec, VolumeSpec,
+};
+use super::validate::{cache_config, cache_error, throttle_of};
+use super::{OpenLog, OpenOptions, VolumeError, marker};
+use crate::cache::{BlockCache, Placement, SingleDevice};
+use crate::device::probe::{self, on_ram};
+use crate::device::{
+    Claim, ConcatDevice, Device, FileDevice, FileOptions, MemoryDevice, Pace, SharedDevice,
+    StripedDevice, ThrottledDevice,
+};
+use crate::logdisk::open::{self as log_open, Foreign, NvFile, Opened, Request, Want};
+use crate::logdisk::{self, LogDisk};
+use crate::ntl::{self, NtlDevice, open as ntl_open};
+
+/// A device being assembled, and what lies under it.
+pub(super) struct Built {
+    pub(super) device: SharedDevice,
+    /// The storage at the bottom, to judge whether formatting would destroy
+    /// anything.
+    leaves: Vec<Leaf>,
+    /// Which part holds each byte, when the device is parts laid out by
+    /// offset (striped, concatenated, or a throttle over those): the cost
+    /// groups of a cache over it.
+    placement: Option<Arc<dyn Placement>>,
+}
+
+enum Leaf {
+    /// A file or block device: blank if sparse or all zeroes. The length it
+    /// had before this open grew it, if it did (to undo the growth when the
+    /// file turns out not to be ours).
+    File(PathBuf, Option<u64>),
+    /// Storage that starts empty (memory) or was formatted just now (NTL).
+    Fresh,
+    /// A layer holding data already (an NTL image opened with its contents).
+    Used(String),
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) spec: &'a VolumeSpec,
+    pub(super) data_dir: &'a Path,
+    pub(super) options: &'a OpenOptions,
+    pub(super) logs: Vec<OpenLog>,
+    pub(super) notes: Vec<String>,
+    pub(super) warnings: Vec<String>,
+    /// The stack being built serves a read-only export: every file is opened
+    /// `O_RDONLY` with a shared claim, and nothing is formatted or written.
+    pub(super) read_only: bool,
+}
+
+impl Builder<'_> {
+    fn path(&self, path: &Path) -> PathBuf {
+        self.data_dir.join(path)
+    }
+
+    /// The stack under device `name`, bottom up.
+    pub(super) fn build(&mut self, name: &str) -> Result<Built, VolumeError> {
+        let spec = self.spec;
+        let field = format!("device.{name}");
+        match &spec.devices[name] {
+            DeviceSpec::File(f) => self.file(&field, f),
+            DeviceSpec::Memory(m) => Ok(Built {
+                device: Arc::new(MemoryDevice::new(m.size.get())),
+                leaves: vec![Leaf::Fresh],
+                placement: None,
+            }),
+            DeviceSpec::Throttled(t) => self.throttled(t),
+            DeviceSpec::Striped(s) => self.striped(&field, s),
+            DeviceSpec::Concat(c) => self.concat(&field, c),
+            DeviceSpec::Ntl(n) => self.ntl(name, &field, n),
+            DeviceSpec::Log(l) => self.log(name, &field, l),
+            DeviceSpec::Cache(c) => self.cache(name, &field, c),
+        }
+    }
+
+    fn throttled(&mut self, t: &ThrottledSpec) -> Result<Built, VolumeError> {
+        let inner = self.build(&t.over)?;
+        let throttle = throttle_of(t);
+        Ok(Built {
+            device: Arc::new(ThrottledDevice::new(inner.device, throttle, Pace::Sleep)),
+            leaves: inner.leaves,
+            placement: inner.placement,
+        })
+    }
+
+    fn striped(&mut self, field: &str, s: &StripedSpec) -> Result<Built, VolumeError> {
+        let (parts, leaves) = self.parts(&s.parts)?;
+        let device =
+            StripedDevice::new(parts, s.stripe.get()).map_err(|e| VolumeError::new(field, e))?;
+        if device.is_empty() {
+            return Err(VolumeError::new(
+                format!("{field}.stripe"),
+                format!("no part holds one whole {} stripe", s.stripe),
+            ));
+        }
+        let device = Arc::new(device);
+        Ok(Built {
+            device: device.clone(),
+            leaves,
+            placement: Some(device),
+        })
+    }
+
+    fn concat(&mut self, field: &str, c: &ConcatSpec) -> Result<Built, VolumeError> {
+        let (parts, leaves) = self.parts(&c.parts)?;
+        let device = ConcatDevice::new(parts).map_err(|e| VolumeError::new(field, e))?;
+        let device = Arc::new(device);
+        Ok(Built {
+            device: device.clone(),
+            leaves,
+            placement: Some(device),
+        })
+    }
+
+    fn cache(&mut self, name: &str, field: &str, c: &CacheSpec) -> Result<Built, VolumeError> {
+        let inner = self.build(&c.over)?;
+        let placement = inner
+            .placement
+            .clone()
+            .unwrap_or_else(|| Arc::new(SingleDevice));
+        let cache = BlockCache::new(inner.device, &cache_config(c, placement))
+            .map_err(|e| cache_error(name, &e))?;
+        self.notes.push(format!(
+            "{field}: {} of {} cost group(s)",
+            cache.describe(),
+            cache.costs().len()
+        ));
+        Ok(Built {
+            device: Arc::new(cache),
+            leaves: inner.leaves,
+            placement: None,
+        })
+    }
+
+    fn parts(&mut self, names: &[String]) -> Result<(Vec<SharedDevice>, Vec<Leaf>), VolumeError> {
+        let mut parts = Vec::with_capacity(names.len());
+        let mut leaves = Vec::new();
+        for part in names {
+            let built = self.build(part)?;
+            parts.push(built.device);
+            leaves.extend(built.leaves);
+        }
+        Ok((parts, leaves))
+    }
+
+    fn file(&mut self, field: &str, f: &FileSpec) -> Result<Built, VolumeError> {
+        let path = self.path(&f.path);
+        let before = std::fs::metadata(&path)
+            .ok()
+            .filter(|m| m.is_file() && m.len() > 0)
+            .map(|m| m.len())
+            .filter(|&len| f.size.is_some_and(|size| size.get() > len));
+        let options = FileOptions {
+            create_len: if self.read_only {
+                None
+            } else {
+                f.size.map(Bytes::get)
+            },
+            direct: f.direct,
+            read_only: self.read_only,
+            claim: if self.read_only {
+                Claim::Shared
+            } else {
+                Claim::Exclusive
+            },
+        };
+        let device = FileDevice::open(&path, &options)
+            .map_err(|e| VolumeError::new(format!("{field}.path"), e.to_string()))?;
+        if device.is_empty() {
+            return Err(VolumeError::new(
+                format!("{field}.size"),
+                format!(
+                    "{} is empty: give a size to create or grow it",
+                    path.display()
+                ),
+            ));
+        }
+        if let Some(size) = f.size
+            && device.len() > size.get()
+        {
+            self.notes.push(format!(
+                "{field}: {} is {} bytes, larger than its size {size}; the whole file is used",
+                path.display(),
+                device.len()
+            ));
+        }
+        Ok(Built {
+            device: Arc::new(device),
+            leaves: vec![Leaf::File(path, before)],
+            placement: None,
+        })
+    }
+
+    /// An NTL image: opened, formatted if blank, or refused (`ntl::open`).
+    fn ntl(&mut self, name: &str, field: &str, n: &NtlSpec) -> Result<Built, VolumeError> {
+        let path = self.ntl_path(name, n);
+        let block = n.block_size.get();
+        let want = ntl_open::Want {
+            geometry: ntl::Geometry {
+                block_size: block,
+                lbas: n.size.get() / block,
+                data_blocks: n.size.get() / block + n.spare_blocks,
+            },
+            persistence: n.persistence.into(),
+            huge_pages: n.huge_pages,
+            read_only: self.read_only,
+        };
+        let (btt, opened) = ntl_open::open_or_format(&path, &want)
+            .map_err(|e| ntl_error(field, &path, self.read_only, e))?;
+        let shown = path.display();
+        let leaf = match opened {
+            ntl_open::Opened::Formatted => {
+                self.notes.push(format!(
+                    "{field}: formatted the NTL image {shown} ({} blocks of {block} bytes)",
+                    want.geometry.lbas
+                ));
+                Leaf::Fresh
+            }
+            ntl_open::Opened::Opened { huge_pages } => {
+                if let Some((pages, took)) = huge_pages {
+                    self.notes
+                        .push(format!("{field}: {pages}, in {:.2} s", took.as_secs_f64()));
+                }
+                let how = if self.read_only { " read-only" } else { "" };
+                self.notes
+                    .push(format!("{field}: opened the NTL image {shown}{how}"));
+                Leaf::Used(format!("the NTL image {shown}"))
+            }
+        };
+        self.ntl_warning(field, &path);
+        Ok(Built {
+            device: Arc::new(NtlDevice::new(btt)),
+            leaves: vec![leaf],
+            placement: None,
+        })
+    }
+
+    /// A log disk over its device: recovered, formatted if the storage
+    /// under it is blank, or refused (`logdisk::open`). Read-only, it is
+    /// recovered in memory and nothing is written — not a checkpoint, not
+    /// the marker, not the NV region.
+    fn log(&mut self, name: &str, field: &str, l: &LogSpec) -> Result<Built, VolumeError> {
+        let inner = self.build(&l.over)?;
+        let device = inner.device;
+        let nv = match &l.nv_cache {
+            Some(nv) => Some((self.nv_path(field, name, nv)?, nv)),
+            None => None,
+        };
+        let marker = marker::path(self.data_dir, name);
+        let request = Request {
+            want: Want {
+                block_size: l.block_size.get(),
+                segment_size: l.segment_size.get(),
+                size: l.size.map(Bytes::get),
+            },
+            nv: nv.as_ref().map(|(path, nv)| NvFile {
+                path,
+                size: nv.size.get(),
+                persistence: nv.persistence.into(),
+            }),
+            options: log_options(l),
+            closed_cleanly: marker::read(&marker),
+            accept_lost_nv_cache: self.options.accept_lost_nv_cache,
+            read_only: self.read_only,
+        };
+        let (disk, opened) =
+            log_open::open_or_format(&device, &request, || foreign_under(&inner.leaves))
+                .map_err(|e| log_error(field, l, &device, &request, e))?;
+        self.log_notes(field, &disk, opened, nv.as_ref());
+        let mut volatile_region = None;
+        if !self.read_only {
+            if let Some((path, nv)) = &nv {
+                self.nv_notes(field, path, nv);
+                if nv.volatile && nv.path.is_none() && on_ram(path) {
+                    // Who owns this RAM, for `orphaned_regions` to judge later.
+                    let owner = std::fs::canonicalize(self.data_dir)
+                        .unwrap_or_else(|_| self.data_dir.to_path_buf());
+                    let _ = std::fs::write(owner_file(path), format!("{}\n", owner.display()));
+                }
+                if nv.volatile && on_ram(path) {
+                    volatile_region = Some(path.clone());
+                }
+            }
+            // From here on the disk may take writes: a clean-close marker
+            // from an earlier run no longer describes it.
+            marker::remove(&marker)
+                .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
+        }
+        let disk = Arc::new(disk);
+        self.logs.push(OpenLog {
+            name: name.to_owned(),
+            disk: Arc::clone(&disk),
+            marker,
+            volatile_region,
+            read_only: self.read_only,
+        });
+        Ok(Built {
+            device: disk,
+            leaves: vec![Leaf::Used(format!("the log disk device.{name}"))],
+            placement: None,
+        })
+    }
+
+    /// Says what opening the log disk did: formatted, recovered after a
+    /// clean stop, or (a warning) after an unclean one.
+    fn log_notes(
+        &mut self,
+        field: &str,
+        disk: &LogDisk<SharedDevice>,
+        opened: Opened,
+        nv: Option<&(PathBuf, &NvCacheSpec)>,
+    ) {
+        let recovered = disk.recovered();
+        let clean = match opened {
+            Opened::Formatted => {
+                self.notes
+                    .push(format!("{field}: formatted {}", disk.describe()));
+                return;
+            }
+            Opened::Recovered { clean } if self.read_only => {
+                if clean {
+                    self.notes.push(format!(
+                        "{field}: opened read-only after a clean stop: {}",
+                        disk.describe()
+                    ));
+                } else {
+                    self.warnings.push(format!(
+                        "{field}: opened read-only after an unclean stop: {} segment writes rolled \
+                         forward and {} blocks taken from the NV write cache, in memory only (nothing \
+                         is written back until it is opened read-write)",
+                        recovered.segment_writes, recovered.nv_blocks
+                    ));
+                }
+                return;
+            }
+            Opened::Recovered { clean } => {
+                self.notes
+                    .push(format!("{field}: recovered {}", disk.describe()));
+                clean
+            }
+            Opened::NvReformatted { clean } => {
+                self.notes.push(format!(
+                    "{field}: the NV write cache {} was missing; {}, so a new one was formatted; recovered {}",
+                    nv.map_or_else(String::new, |(path, _)| path.display().to_string()),
+                    if clean {
+                        "the disk was stopped cleanly (nothing was lost)"
+                    } else {
+                        "its lost writes were accepted as lost"
+                    },
+                    disk.describe()
+                ));
+                clean
+            }
+        };
+        if clean {
+            self.notes
+                .push(format!("{field}: opened after a clean stop"));
+        } else {
+            self.warnings.push(format!(
+                "{field}: recovered after an unclean stop: {} segment writes rolled forward, \
+                 {} blocks replayed from the NV write cache",
+                recovered.segment_writes, recovered.nv_blocks
+            ));
+        }
+    }
+
+    /// Where the NV region of log disk `name` lives, checked against what
+    /// the spec says it may be: a region on RAM only when `volatile` says so.
+    fn nv_path(&self, field: &str, name: &str, nv: &NvCacheSpec) -> Result<PathBuf, VolumeError> {
+        let shm = Path::new("/dev/shm");
+        let path = match &nv.path {
+            Some(path) => self.path(path),
+            None if nv.volatile && shm.is_dir() => {
+                let absolute = std::fs::canonicalize(self.data_dir).map_err(|e| {
+                    VolumeError::new("data_dir", format!("{}: {e}", self.data_dir.display()))
+                })?;
+                let id = crc32c::crc32c(absolute.as_os_str().as_encoded_bytes());
+                shm.join(format!("cairn-{id:08x}-{name}.nv"))
+            }
+            None => self.data_dir.join(format!("{name}.nv")),
+        };
+        if !nv.volatile && on_ram(&path) {
+            return Err(VolumeError::new(
+                format!("{field}.nv_cache.path"),
+                format!(
+                    "{} is on RAM (tmpfs): writes acknowledged there survive a crash of the \
+                     server but not a power loss or a reboot. Put the region on a disk or on \
+                     persistent memory (the default is <data_dir>/{name}.nv), or accept that \
+                     with volatile = true in the nv_cache table",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(path)
+    }
+
+    /// The NTL image of device `name`: its `path`, or `<data_dir>/<name>.ntl`.
+    fn ntl_path(&self, name: &str, n: &NtlSpec) -> PathBuf {
+        match &n.path {
+            Some(path) => self.path(path),
+            None => self.data_dir.join(format!("{name}.ntl")),
+        }
+    }
+
+    /// An NTL image on RAM is persistent memory only in name: say so.
+    fn ntl_warning(&mut self, field: &str, path: &Path) {
+        if on_ram(path) {
+            self.warnings.push(format!(
+                "{field}: VOLATILE — the NTL image {} is on RAM (tmpfs): its writes survive a \
+                 crash of this server, not a power loss or a reboot",
+                path.display()
+            ));
+        }
+    }
+
+    /// Says at every start what the NV write cache survives.
+    fn nv_notes(&mut self, field: &str, path: &Path, nv: &NvCacheSpec) {
+        if nv.volatile {
+            self.warnings.push(format!(
+                "{field}.nv_cache: VOLATILE — {} is {}: an acknowledged write survives a crash \
+                 of this server, not a power loss or a reboot (volatile = true in the spec)",
+                path.display(),
+                if on_ram(path) {
+                    "RAM"
+                } else {
+                    "declared volatile"
+                }
+            ));
+        } else {
+            self.notes.push(format!(
+                "{field}.nv_cache: {} on disk: an acknowledged write survives a crash of this \
+                 server, and every flush (NBD FLUSH, FUA) syncs it, so a flushed write survives \
+                 a power loss",
+                path.display()
+            ));
+        }
+    }
+}
+
+/// The log disk's options from its spec.
+fn log_options(l: &LogSpec) -> logdisk::Options {
+    logdisk::Options {
+        cleaner: l.cleaner.into(),
+        clean_low: l.clean_low_segments,
+        clean_high: l.clean_high_segments,
+        destage_threshold: l.destage_threshold,
+        partial: l.partial_segments.into(),
+        checkpoint_interval: l.checkpoint_interval_segments,
+        live_read_below: l.live_read_below,
+        live_read_gap: l.live_read_gap,
+        cleaner_read_threads: l.cleaner_read_threads,
+        batch_reads: l.batch_reads,
+        background_destage: l.background_destage,
+        writer_threads: l.writer_threads,
+        background_clean: l.background_clean,
+    }
+}
+
+/// Whether the storage at the bottom of a stack holds data that formatting
+/// a log disk over it would destroy: the first a leaf holds, if any. A file
+/// found to hold data is given back the length it had before this open grew
+/// it.
+fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError> {
+    for leaf in leaves {
+        match leaf {
+            Leaf::Fresh => {}
+            Leaf::Used(what) => {
+                return Ok(Some(Foreign {
+                    what: what.clone(),
+                    at: None,
+                }));
+            }
+            Leaf::File(path, grown_from) => {
+                let what = path.display().to_string();
+                let Some(at) =
+                    probe::first_nonzero(path).map_err(|error| log_open::OpenError::Under {
+                        what: what.clone(),
+                        error,
+                    })?
+                else {
+                    continue;
+                };
+                // Leave the file as it was found.
+                if let Some(len) = grown_from {
+                    let _ = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .and_then(|f| f.set_len(*len));
+                }
+                let mut sample = [0u8; 8];
+                let _ = std::fs::File::open(path)
+                    .and_then(|f| std::os::unix::fs::FileExt::read_at(&f, &mut sample, at));
+                return Ok(Some(Foreign {
+                    what,
+                    at: Some((at, sample)),
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A log disk that did not open, as the spec field at fault.
+fn log_error(
+    field: &str,
+    l: &LogSpec,
+    device: &SharedDevice,
+    request: &Request<'_>,
+    e: log_open::OpenError,
+) -> VolumeError {
+    use log_open::OpenError as E;
+    let on = device.describe();
+    let (at, message) = match e {
+        E::Head(e) => (String::new(), format!("reading the superblock: {e}")),
+        E::Superblock(e) => (String::new(), format!("{on}: {e}")),
+        E::GeometryMismatch { what, have, want } => (
+            format!(".{what}"),
+            format!(
+                "the log disk on {on} was formatted with {what} {have}; the spec says {want} \
+                 (a log disk keeps its geometry: restore the spec, or move the file away to start over)"
+            ),
+        ),
+        E::NoRoom {
+            error,
+            device_len,
+            segments,
+        } => (
+            ".size".into(),
+            format!(
+                "{error}: the device under it holds {device_len} bytes ({segments} segments of {}); \
+                 make the device larger or the log disk smaller",
+                l.segment_size
+            ),
+        ),
+        E::Foreign(foreign) => (".over".into(), foreign_message(foreign)),
+        E::Under { what, error } => (".over".into(), format!("{what}: {error}")),
+        E::NotFormatted => (
+            String::new(),
+            format!("{on} holds no log disk, and a read-only export formats nothing"),
+        ),
+        E::Recover {
+            nv: Some(path),
+            error,
+        } => (
+            String::new(),
+            format!(
+                "recovering with the NV write cache {}: {error}",
+                path.display()
+            ),
+        ),
+        E::Recover { nv: None, error } if request.read_only => {
+            (String::new(), format!("recovering (read-only): {error}"))
+        }
+        E::Recover { nv: None, error } => (String::new(), format!("recovering: {error}")),
+        E::Format(e) => (String::new(), format!("formatting on {on}: {e}")),
+        e => return nv_error(field, &on, request.read_only, e),
+    };
+    VolumeError::new(format!("{field}{at}"), message)
+}
+
+/// Why a log disk is not formatted over data found under it.
+fn foreign_message(Foreign { what, at }: Foreign) -> String {
+    match at {
+        None => {
+            format!("{what} holds data but no log disk superblock; refusing to format over it")
+        }
+        Some((at, sample)) => format!(
+            "{what} is not empty and is not a Cairn log disk (no superblock; \
+             bytes {} at offset {at}); refusing to format over it. Point the \
+             spec at a new file, or delete this one if its data is not needed.",
+            probe::sample(&sample)
+        ),
+    }
+}
+
+/// A log disk's NV write cache that did not open, as the spec field at
+/// fault.
+fn nv_error(field: &str, on: &str, read_only: bool, e: log_open::OpenError) -> VolumeError {
+    use log_open::OpenError as E;
+    let path_field = format!("{field}.nv_cache.path");
+    match e {
+        E::NvForeign(path) => VolumeError::new(
+            path_field,
+            format!(
+                "{} holds data that is not a Cairn NV cache; refusing to format over it",
+                path.display()
+            ),
+        ),
+        E::NvIo { path, error } => {
+            VolumeError::new(path_field, format!("{}: {error}", path.display()))
+        }
+        E::NvRegion(e) => VolumeError::new(path_field, e.to_string()),
+        E::NvLost(path) if read_only => VolumeError::new(
+            format!("{field}.nv_cache"),
+            format!(
+                "the NV write cache {} is missing and the log disk on {on} was not stopped \
+                 cleanly: writes acknowledged only to the cache are lost. To open the disk \
+                 without them, pass --accept-lost-nv-cache.",
+                path.display(),
+            ),
+        ),
+        E::NvLost(path) => VolumeError::new(
+            format!("{field}.nv_cache"),
+            format!(
+                "the NV write cache {} is missing or empty (on /dev/shm it is lost at \
+                 every reboot), and the log disk on {on} was not stopped cleanly: writes \
+                 acknowledged only to the cache since then are lost. To open the disk \
+                 without them, pass --accept-lost-nv-cache (OpenOptions::accept_lost_nv_cache).",
+                path.display(),
+            ),
+        ),
+        e => VolumeError::new(field, e.to_string()),
+    }
+}
+
+/// An NTL image that did not open, as the spec field at fault.
+fn ntl_error(field: &str, path: &Path, read_only: bool, e: ntl_open::OpenError) -> VolumeError {
+    use ntl_open::OpenError as E;
+    let shown = path.display();
+    let path_field = format!("{field}.path");
+    match e {
+        E::Probe(e) => VolumeError::new(path_field, format!("{shown}: {e}")),
+        E::Region(e) => VolumeError::new(path_field, e.to_string()),
+        E::Open(e) if read_only => VolumeError::new(
+            field,
+            format!("opening the NTL image {shown} read-only: {e}"),
+        ),
+        E::Open(e) => VolumeError::new(field, format!("opening the NTL image {shown}: {e}")),
+        E::Format(e) => VolumeError::new(field, format!("formatting the NTL image {shown}: {e}")),
+        E::GeometryMismatch { have, want } => VolumeError::new(
+            format!("{field}.size"),
+            format!(
+                "the NTL image {shown} holds {} blocks of {} bytes; the spec asks for {} of {} \
+                 (an image keeps its geometry: restore the spec, or move the file away to start over)",
+                have.lbas, have.block_size, want.lbas, want.block_size
+            ),
+        ),
+        E::Foreign { offset } => VolumeError::new(
+            path_field,
+            format!(
+                "{shown} holds data that is not an NTL image (non-zero byte at offset {offset}); \
+                 refusing to format over it"
+            ),
+        ),
+        E::Interrupted => VolumeError::new(
+            field,
+            format!(
+                "the NTL image {shown} holds writes a crash interrupted (in its lane log); \
+                 replaying them writes, so serve it read-write once first"
+            ),
+        ),
+    }
+}

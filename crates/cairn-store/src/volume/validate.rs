@@ -1,0 +1,354 @@
+//! Checking a spec before any file is touched: names, references (each
+//! device used once, none left over), and each device's own fields, one
+//! function per kind; and the configurations the checks and the builder
+//! share (a cache's, a throttle's).
+
+use std::sync::Arc;
+
+use cairn_policy::Bytes;
+
+use super::VolumeError;
+use super::spec::{
+    self, CacheSpec, DeviceSpec, LogSpec, NtlSpec, ThrottleProfile, ThrottledSpec, VolumeSpec,
+};
+use crate::cache::{CacheConfig, CacheError, Placement, SingleDevice};
+use crate::device::{SECTOR, Throttle};
+use crate::logdisk;
+
+impl VolumeSpec {
+    /// Checks names, references and sizes without touching any file; the
+    /// error names the field.
+    pub fn validate(&self) -> Result<(), VolumeError> {
+        self.check_counts()?;
+        for (name, device) in &self.devices {
+            check_name(&format!("device.{name}"), name)?;
+            check_device(name, device)?;
+        }
+        self.check_references()?;
+        // A device nothing uses is a typo or a leftover: say so. (A cycle is
+        // unreachable from the exports, so it shows up here too.)
+        let reachable = self.reachable();
+        if let Some(name) = self
+            .devices
+            .keys()
+            .find(|n| !reachable.contains(n.as_str()))
+        {
+            return Err(VolumeError::new(
+                format!("device.{name}"),
+                "no export uses this device (directly or under a layer)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// At least one export; not more exports or devices than the limits.
+    fn check_counts(&self) -> Result<(), VolumeError> {
+        if self.exports.is_empty() {
+            return Err(VolumeError::new(
+                "export",
+                "at least one [[export]] is needed",
+            ));
+        }
+        if self.exports.len() > spec::EXPORTS_MAX {
+            return Err(VolumeError::new(
+                "export",
+                format!(
+                    "{} exports; at most {}",
+                    self.exports.len(),
+                    spec::EXPORTS_MAX
+                ),
+            ));
+        }
+        if self.devices.len() > spec::DEVICES_MAX {
+            return Err(VolumeError::new(
+                "device",
+                format!(
+                    "{} devices; at most {}",
+                    self.devices.len(),
+                    spec::DEVICES_MAX
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Export names are valid and distinct; every reference resolves, and
+    /// every device is used exactly once.
+    fn check_references(&self) -> Result<(), VolumeError> {
+        let mut used: std::collections::BTreeMap<String, String> =
+            std::collections::BTreeMap::new();
+        let mut refer = |by: String, to: &str| -> Result<(), VolumeError> {
+            if !self.devices.contains_key(to) {
+                return Err(VolumeError::new(
+                    by,
+                    format!("no device named {to:?} (define it as [device.{to}])"),
+                ));
+            }
+            if let Some(first) = used.insert(to.to_owned(), by.clone()) {
+                return Err(VolumeError::new(
+                    by,
+                    format!(
+                        "device {to:?} is already used by {first}; a device belongs to one stack"
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        for (index, export) in self.exports.iter().enumerate() {
+            let field = format!("export[{index}]");
+            if export.name.is_empty() || export.name.len() > 4096 || export.name.contains('\0') {
+                return Err(VolumeError::new(
+                    format!("{field}.name"),
+                    "an export name is 1 to 4096 bytes without NUL",
+                ));
+            }
+            if self.exports[..index].iter().any(|e| e.name == export.name) {
+                return Err(VolumeError::new(
+                    format!("{field}.name"),
+                    format!("export name {:?} appears twice", export.name),
+                ));
+            }
+            refer(format!("{field}.device"), &export.device)?;
+        }
+        for (name, device) in &self.devices {
+            let key = match device {
+                DeviceSpec::Striped(_) | DeviceSpec::Concat(_) => "parts",
+                _ => "over",
+            };
+            for child in device.children() {
+                refer(format!("device.{name}.{key}"), child)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reachable(&self) -> std::collections::BTreeSet<&str> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack: Vec<&str> = self.exports.iter().map(|e| e.device.as_str()).collect();
+        while let Some(name) = stack.pop() {
+            if seen.insert(name)
+                && let Some(device) = self.devices.get(name)
+            {
+                stack.extend(device.children());
+            }
+        }
+        seen
+    }
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), VolumeError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(VolumeError::new(
+            field,
+            format!("device name {name:?}: use 1 to 64 letters, digits, '-' or '_'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one device's own fields (not its references).
+fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
+    let field = |f: &str| format!("device.{name}.{f}");
+    match device {
+        DeviceSpec::File(f) => f.size.map_or(Ok(()), |size| positive(&field("size"), size)),
+        DeviceSpec::Memory(m) => positive(&field("size"), m.size),
+        DeviceSpec::Throttled(t) => check_throttled(&field, t),
+        DeviceSpec::Striped(s) => {
+            check_parts(&field, &s.parts)?;
+            positive(&field("stripe"), s.stripe)
+        }
+        DeviceSpec::Concat(c) => check_parts(&field, &c.parts),
+        DeviceSpec::Ntl(n) => check_ntl(&field, n),
+        DeviceSpec::Log(l) => check_log(&field, l),
+        DeviceSpec::Cache(c) => cache_config(c, Arc::new(SingleDevice))
+            .validate()
+            .map(|_| ())
+            .map_err(|e| cache_error(name, &e)),
+    }
+}
+
+fn positive(field: &str, b: Bytes) -> Result<(), VolumeError> {
+    if b.get() == 0 {
+        Err(VolumeError::new(field, "must be more than 0 bytes"))
+    } else {
+        Ok(())
+    }
+}
+
+fn check_parts(field: &dyn Fn(&str) -> String, parts: &[String]) -> Result<(), VolumeError> {
+    if parts.is_empty() {
+        return Err(VolumeError::new(
+            field("parts"),
+            "at least one part is needed",
+        ));
+    }
+    Ok(())
+}
+
+fn check_throttled(field: &dyn Fn(&str) -> String, t: &ThrottledSpec) -> Result<(), VolumeError> {
+    let th = throttle_of(t);
+    if !(th.bandwidth_mb_s.is_finite() && th.bandwidth_mb_s > 0.0) {
+        return Err(VolumeError::new(
+            field("bandwidth_mb_s"),
+            "a positive transfer rate in MB/s is needed (or a profile: \"hdd\", \"ssd\")",
+        ));
+    }
+    for (f, v) in [("latency_us", th.op_us), ("seek_us", th.seek_us)] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(VolumeError::new(
+                field(f),
+                format!("{v} is not a time of 0 or more microseconds"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_ntl(field: &dyn Fn(&str) -> String, n: &NtlSpec) -> Result<(), VolumeError> {
+    let b = n.block_size.get();
+    if !b.is_power_of_two() || !(SECTOR..=1 << 20).contains(&b) {
+        return Err(VolumeError::new(
+            field("block_size"),
+            format!("{b} is not a power of two from 512 to 1MiB"),
+        ));
+    }
+    if n.size.get() == 0 || !n.size.get().is_multiple_of(b) {
+        return Err(VolumeError::new(
+            field("size"),
+            format!(
+                "{} is not a positive multiple of the block size {}",
+                n.size, n.block_size
+            ),
+        ));
+    }
+    if n.spare_blocks == 0 {
+        return Err(VolumeError::new(
+            field("spare_blocks"),
+            "at least 1 spare block is needed (one per concurrent writer)",
+        ));
+    }
+    Ok(())
+}
+
+/// A log disk's geometry, then its tunables.
+fn check_log(field: &dyn Fn(&str) -> String, l: &LogSpec) -> Result<(), VolumeError> {
+    let b = l.block_size.get();
+    if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
+        return Err(VolumeError::new(
+            field("block_size"),
+            format!("{b} is not a power of two from 512 to 64KiB"),
+        ));
+    }
+    let s = l.segment_size.get();
+    let max_blocks = logdisk::Geometry::max_entries(b as u32) + 1;
+    if !s.is_multiple_of(b) || s / b < 2 || s / b > u64::from(max_blocks) {
+        return Err(VolumeError::new(
+            field("segment_size"),
+            format!(
+                "{} is not 2 to {max_blocks} blocks of {}",
+                l.segment_size, l.block_size
+            ),
+        ));
+    }
+    if let Some(size) = l.size
+        && (size.get() == 0 || !size.get().is_multiple_of(b))
+    {
+        return Err(VolumeError::new(
+            field("size"),
+            format!(
+                "{size} is not a positive multiple of the block size {}",
+                l.block_size
+            ),
+        ));
+    }
+    check_log_tunables(field, l)
+}
+
+fn check_log_tunables(field: &dyn Fn(&str) -> String, l: &LogSpec) -> Result<(), VolumeError> {
+    if l.clean_low_segments < 2 {
+        return Err(VolumeError::new(
+            field("clean_low_segments"),
+            "at least 2 (the cleaner needs a segment to write into)",
+        ));
+    }
+    for (f, v) in [
+        ("destage_threshold", l.destage_threshold),
+        ("live_read_below", l.live_read_below),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(VolumeError::new(
+                field(f),
+                format!("{v} is not a fraction from 0 to 1"),
+            ));
+        }
+    }
+    for (f, v, max) in [
+        ("cleaner_read_threads", l.cleaner_read_threads, 64),
+        ("writer_threads", l.writer_threads, 16),
+    ] {
+        if !(1..=max).contains(&v) {
+            return Err(VolumeError::new(
+                field(f),
+                format!("{v} is not from 1 to {max}"),
+            ));
+        }
+    }
+    if let Some(nv) = &l.nv_cache
+        && nv.size.get() < (1 << 20)
+    {
+        return Err(VolumeError::new(
+            field("nv_cache.size"),
+            format!("{} is too small; at least 1MiB", nv.size),
+        ));
+    }
+    Ok(())
+}
+
+/// The block cache configuration of a `kind = "cache"` spec.
+pub(super) fn cache_config(c: &CacheSpec, placement: Arc<dyn Placement>) -> CacheConfig {
+    CacheConfig {
+        block_size_bytes: c.block_size.get(),
+        capacity_bytes: c.size.get(),
+        policy: c.policy.0.clone(),
+        shards: c.shards,
+        write_mode: c.write_mode.into(),
+        readahead_bytes: c.readahead.get(),
+        cost_smoothing: c.cost_smoothing,
+        placement,
+    }
+}
+
+/// A cache that cannot be built, as the spec field at fault.
+pub(super) fn cache_error(name: &str, e: &CacheError) -> VolumeError {
+    let field = match e {
+        CacheError::BlockSize(_) => "block_size",
+        CacheError::Shards(_) => "shards",
+        CacheError::Capacity { .. } => "size",
+        CacheError::Smoothing(_) => "cost_smoothing",
+        CacheError::Policy(_) => "policy",
+        _ => "over",
+    };
+    VolumeError::new(format!("device.{name}.{field}"), e.to_string())
+}
+
+pub(super) fn throttle_of(t: &ThrottledSpec) -> Throttle {
+    let base = match t.profile {
+        Some(ThrottleProfile::Hdd) => Throttle::hdd(),
+        Some(ThrottleProfile::Ssd) => Throttle::ssd(),
+        None => Throttle {
+            op_us: 0.0,
+            seek_us: 0.0,
+            bandwidth_mb_s: 0.0,
+        },
+    };
+    Throttle {
+        op_us: t.latency_us.unwrap_or(base.op_us),
+        seek_us: t.seek_us.unwrap_or(base.seek_us),
+        bandwidth_mb_s: t.bandwidth_mb_s.unwrap_or(base.bandwidth_mb_s),
+    }
+}
