@@ -151,6 +151,58 @@ impl fmt::Display for Report {
     }
 }
 
+/// The checkpoint's usage table against its own map.
+fn usage_problems(cp: &format::Checkpoint, g: &Geometry, problems: &mut Vec<String>) {
+    let mut live_at_cp = vec![0u32; g.segments as usize];
+    for e in cp.map.iter().filter(|e| e.physical != UNMAPPED) {
+        live_at_cp[segment_of(g, e.physical) as usize] += 1;
+    }
+    for (s, (u, &l)) in cp.usage.iter().zip(&live_at_cp).enumerate() {
+        if u.live != l {
+            problems.push(format!(
+                "segment {s}: the checkpoint's usage table says {} live blocks, its map has {l}",
+                u.live
+            ));
+        }
+    }
+}
+
+/// Which logical block each data slot holds, per the valid summaries of
+/// each segment's chain (index: segment block from the first segment).
+fn summary_names<D: Device + ?Sized>(
+    dev: &D,
+    g: &Geometry,
+    seg_buf: &mut [u8],
+) -> Result<Vec<Option<u64>>, LogDiskError> {
+    let b = u64::from(g.block_size);
+    let mut named =
+        vec![None::<u64>; (u64::from(g.segments) * u64::from(g.segment_blocks)) as usize];
+    for s in 0..g.segments {
+        dev.read_at(seg_buf, block_of(g, s, 0) * b)?;
+        let mut slot = 0u32;
+        let mut prev = 0u64;
+        while slot + 1 < g.segment_blocks {
+            let at = slot as usize * g.block_size as usize;
+            let Ok(sum) = format::decode_summary(&seg_buf[at..at + b as usize], g.block_size)
+            else {
+                break;
+            };
+            if sum.segment != s || sum.first_slot != slot || sum.sequence <= prev {
+                break;
+            }
+            prev = sum.sequence;
+            for (i, e) in sum.entries.iter().enumerate() {
+                let at = (s * g.segment_blocks + slot + 1 + i as u32) as usize;
+                if let Some(n) = named.get_mut(at) {
+                    *n = Some(e.logical);
+                }
+            }
+            slot += 1 + sum.entries.len() as u32;
+        }
+    }
+    Ok(named)
+}
+
 /// Examines a log-disk image; structural failures (no superblock, no valid
 /// checkpoint, device errors) are errors, everything else is a problem in the
 /// report.
@@ -182,44 +234,8 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let mut map = cp.map.clone();
     let mut seg_buf = vec![0u8; (u64::from(g.segment_blocks) * b) as usize];
     let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf)?;
-    // The checkpoint's usage table against its own map.
-    let mut live_at_cp = vec![0u32; g.segments as usize];
-    for e in cp.map.iter().filter(|e| e.physical != UNMAPPED) {
-        live_at_cp[segment_of(&g, e.physical) as usize] += 1;
-    }
-    for (s, (u, &l)) in cp.usage.iter().zip(&live_at_cp).enumerate() {
-        if u.live != l {
-            problems.push(format!(
-                "segment {s}: the checkpoint's usage table says {} live blocks, its map has {l}",
-                u.live
-            ));
-        }
-    }
-    // Which logical block each data slot holds, per the summaries.
-    let mut named =
-        vec![None::<u64>; (u64::from(g.segments) * u64::from(g.segment_blocks)) as usize];
-    for s in 0..g.segments {
-        dev.read_at(&mut seg_buf, block_of(&g, s, 0) * b)?;
-        let mut slot = 0u32;
-        let mut prev = 0u64;
-        while slot + 1 < g.segment_blocks {
-            let at = slot as usize * g.block_size as usize;
-            let Ok(sum) = format::decode_summary(&seg_buf[at..at + bs as usize], bs) else {
-                break;
-            };
-            if sum.segment != s || sum.first_slot != slot || sum.sequence <= prev {
-                break;
-            }
-            prev = sum.sequence;
-            for (i, e) in sum.entries.iter().enumerate() {
-                let at = (s * g.segment_blocks + slot + 1 + i as u32) as usize;
-                if let Some(n) = named.get_mut(at) {
-                    *n = Some(e.logical);
-                }
-            }
-            slot += 1 + sum.entries.len() as u32;
-        }
-    }
+    usage_problems(&cp, &g, &mut problems);
+    let named = summary_names(dev, &g, &mut seg_buf)?;
     let mut owner = hashbrown::HashMap::new();
     let mut live = vec![0u32; g.segments as usize];
     let mut data = vec![0u8; bs as usize];

@@ -175,22 +175,8 @@ impl Log {
         } else {
             Self::write_here(core, to, buf, io, fill)?;
         }
-        let m = &mut core.metrics;
-        match kind {
-            Kind::User => {
-                m.user_segment_writes += 1;
-                m.user_blocks_written += k as u64;
-                m.user_bytes += io_len;
-            }
-            Kind::Cleaner => {
-                m.cleaner_segment_writes += 1;
-                m.cleaner_blocks_written += k as u64;
-                m.cleaner_bytes += io_len;
-            }
-        }
-        if is_partial {
-            m.partial_segments += 1;
-        }
+        core.metrics
+            .count_segment_write(kind == Kind::User, k as u64, io_len, is_partial);
         core.table.place(segment, slot, entries, sequence);
         let next = if close { n } else { slot + 1 + k as u32 };
         debug_assert!(next <= n, "the head ran past its segment");

@@ -127,6 +127,29 @@ impl Metrics {
         }
     }
 
+    /// Counts a segment write of `blocks` data blocks and `bytes` bytes
+    /// (summary and padding included): a user's, or the cleaner's.
+    pub(super) fn count_segment_write(
+        &mut self,
+        user: bool,
+        blocks: u64,
+        bytes: u64,
+        partial: bool,
+    ) {
+        if user {
+            self.user_segment_writes += 1;
+            self.user_blocks_written += blocks;
+            self.user_bytes += bytes;
+        } else {
+            self.cleaner_segment_writes += 1;
+            self.cleaner_blocks_written += blocks;
+            self.cleaner_bytes += bytes;
+        }
+        if partial {
+            self.partial_segments += 1;
+        }
+    }
+
     /// Segment writes of both kinds.
     pub fn segment_writes(&self) -> u64 {
         self.user_segment_writes + self.cleaner_segment_writes

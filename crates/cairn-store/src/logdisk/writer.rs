@@ -322,6 +322,29 @@ struct Finished {
     deferred: Vec<u64>,
 }
 
+impl Finished {
+    /// Records job `id` done; returns a deferred flush it made ready (every
+    /// job before that flush is now done).
+    fn finish(&mut self, id: u64) -> Option<u64> {
+        if id == self.prefix {
+            self.prefix += 1;
+            while let Some(i) = self.beyond.iter().position(|&x| x == self.prefix) {
+                self.beyond.swap_remove(i);
+                self.prefix += 1;
+            }
+        } else {
+            debug_assert!(id > self.prefix, "job {id} finished twice");
+            self.beyond.push(id);
+        }
+        debug_assert!(
+            self.beyond.iter().all(|&x| x > self.prefix),
+            "a finished job below the prefix"
+        );
+        let ready = self.deferred.iter().position(|&x| x == self.prefix)?;
+        Some(self.deferred.swap_remove(ready))
+    }
+}
+
 impl Writer {
     pub(super) fn start<D: Device + 'static>(
         dev: &Arc<D>,
@@ -425,31 +448,9 @@ fn writer_thread<D: Device + ?Sized>(
     // Records job `id` done; returns a deferred flush it made ready (every
     // job before that flush is now done).
     let finish = |id: u64| -> Option<u64> {
-        let mut f = lock();
-        if id == f.prefix {
-            f.prefix += 1;
-            loop {
-                let p = f.prefix;
-                match f.beyond.iter().position(|&x| x == p) {
-                    Some(i) => {
-                        f.beyond.swap_remove(i);
-                        f.prefix += 1;
-                    }
-                    None => break,
-                }
-            }
-        } else {
-            debug_assert!(id > f.prefix, "job {id} finished twice");
-            f.beyond.push(id);
-        }
-        debug_assert!(
-            f.beyond.iter().all(|&x| x > f.prefix),
-            "a finished job below the prefix"
-        );
+        let ready = lock().finish(id);
         finished.1.notify_all();
-        let p = f.prefix;
-        let ready = f.deferred.iter().position(|&x| x == p)?;
-        Some(f.deferred.swap_remove(ready))
+        ready
     };
     // Issues flush `id` (every job before it is done) and any flush that
     // made ready in turn.
