@@ -455,6 +455,40 @@ mod tests {
         ));
     }
 
+    /// A slot entry and a region header decode back to what was encoded,
+    /// and with any one byte flipped decode as nothing (an empty slot, a
+    /// refused header), never as another value.
+    #[test]
+    fn slot_entries_and_headers_round_trip_and_no_flip_decodes_as_another_value() {
+        let entry = SlotEntry {
+            sequence: 9,
+            logical: 42,
+            crc: 0xdead_beef,
+        };
+        let e = encode_slot_entry(&entry);
+        assert_eq!(decode_slot_entry(&e), Some(entry));
+        for at in 0..e.len() {
+            let mut flipped = e;
+            flipped[at] ^= 0x5a;
+            assert_eq!(decode_slot_entry(&flipped), None, "flip at byte {at}");
+        }
+        let header = RegionHeader {
+            block_size: 4096,
+            slots: 75,
+            volume: 7,
+        };
+        let h = encode_header(&header);
+        assert_eq!(decode_header(&h, 4096, 7).ok(), Some(header));
+        for at in 0..h.len() {
+            let mut flipped = h;
+            flipped[at] ^= 0x5a;
+            assert!(
+                decode_header(&flipped, 4096, 7).is_err(),
+                "flip at byte {at}"
+            );
+        }
+    }
+
     #[test]
     fn a_slot_whose_data_was_not_persisted_is_ignored() {
         let region = std::sync::Arc::new(SimRegion::new(64 * 1024));
