@@ -23,6 +23,8 @@
 //! Everything is little-endian and decoded by explicit offsets; decoding never
 //! panics on any input (tested by flipping every byte).
 
+use std::ops::Range;
+
 use thiserror::Error;
 
 /// Format version written by this code.
@@ -181,6 +183,17 @@ fn crc_skipping(b: &[u8], crc_at: usize) -> u32 {
     d.finalize() as u32
 }
 
+/// Whether the encoders' paired checks run: when `strict_assert!` evaluates
+/// its condition (debug builds, or the `strict-assertions` feature). Read
+/// only where a check needs a copy it would be wasteful to make otherwise.
+const CHECKED: bool = cfg!(any(debug_assertions, feature = "strict-assertions"));
+
+/// Whether every byte of `b` in `ranges` is zero: the reserved bytes of a
+/// structure, which this version must leave zero so a later one can use them.
+fn reserved_zero(b: &[u8], ranges: impl IntoIterator<Item = Range<usize>>) -> bool {
+    ranges.into_iter().all(|r| b[r].iter().all(|&x| x == 0))
+}
+
 fn seal(b: &mut [u8], crc_at: usize) {
     put_u32(b, crc_at, 0);
     let crc = crc_skipping(b, crc_at);
@@ -291,6 +304,16 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
     put_u64(&mut b, 32, sb.id);
     let crc_at = b.len() - 4;
     seal(&mut b, crc_at);
+    // Paired with the decoder: the bytes leave only if they read back as `sb`.
+    strict_assert!(
+        reserved_zero(&b, std::iter::once(40..crc_at)),
+        "superblock: reserved bytes written"
+    );
+    strict_assert_eq!(
+        decode_superblock(&b).as_ref(),
+        Ok(sb),
+        "superblock does not decode back"
+    );
     b
 }
 
@@ -400,6 +423,25 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
     }
     let crc_at = b.len() - 4;
     seal(&mut b, crc_at);
+    // Paired with the decoder: the bytes leave only if they read back as `s`.
+    strict_assert!(
+        reserved_zero(
+            &b,
+            (0..s.entries.len())
+                .map(|i| SUMMARY_HEADER + i * SUMMARY_ENTRY + 12
+                    ..SUMMARY_HEADER + (i + 1) * SUMMARY_ENTRY)
+                .chain([
+                    36..SUMMARY_HEADER,
+                    SUMMARY_HEADER + s.entries.len() * SUMMARY_ENTRY..crc_at
+                ])
+        ),
+        "segment summary: reserved bytes written"
+    );
+    strict_assert_eq!(
+        decode_summary(&b, block_size).as_ref(),
+        Ok(s),
+        "segment summary does not decode back"
+    );
     Ok(b)
 }
 
@@ -512,7 +554,7 @@ pub fn encode_checkpoint(c: &Checkpoint, g: &Geometry) -> Result<Vec<u8>, Format
 }
 
 /// A checkpoint's fields other than its tables (see [`Checkpoint`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckpointHead {
     /// [`Checkpoint::number`].
     pub number: u64,
@@ -578,12 +620,40 @@ pub fn encode_checkpoint_into(
         put_u32(b, at + 16, e.crc);
         at += MAP_ENTRY;
     }
+    // The usage table is an iterator: kept for the paired check only when it runs.
+    let mut written = Vec::new();
     for u in usage {
         put_u32(b, at, u.live);
         put_u64(b, at + 8, u.last_sequence);
         at += USAGE_ENTRY;
+        if CHECKED {
+            written.push(u);
+        }
     }
     seal(b, 12);
+    // Paired with the decoder: the bytes leave only if they read back as the
+    // tables and head given, and every byte no field holds is zero (as the
+    // caller promised of `out`).
+    let usage_at = CHECKPOINT_HEADER + map.len() * MAP_ENTRY;
+    strict_assert!(
+        reserved_zero(
+            b,
+            (0..map.len())
+                .map(|i| CHECKPOINT_HEADER + i * MAP_ENTRY + 20
+                    ..CHECKPOINT_HEADER + (i + 1) * MAP_ENTRY)
+                .chain(
+                    (0..written.len())
+                        .map(|i| usage_at + i * USAGE_ENTRY + 4..usage_at + i * USAGE_ENTRY + 8)
+                )
+                .chain([52..64, at..size])
+        ),
+        "checkpoint: reserved bytes written"
+    );
+    strict_assert!(
+        decode_checkpoint(b, g)
+            .is_ok_and(|c| c.head() == *head && c.map == map && c.usage == written),
+        "checkpoint does not decode back"
+    );
     Ok(())
 }
 
@@ -800,15 +870,19 @@ mod tests {
 
     #[test]
     fn checkpoint_entries_out_of_range_are_refused_even_with_a_good_crc() {
+        // The encoder refuses to write such a checkpoint (its paired check),
+        // so the bad fields are patched into a good one and resealed.
         let g = geometry();
-        let mut c = checkpoint(&g);
-        c.map[5].physical = 1; // a checkpoint block, not a segment block
-        let b = encode_checkpoint(&c, &g).unwrap();
+        let c = checkpoint(&g);
+        let mut b = encode_checkpoint(&c, &g).unwrap();
+        // Logical block 5 → block 1, a checkpoint block, not a segment block.
+        put_u64(&mut b, CHECKPOINT_HEADER + 5 * MAP_ENTRY, 1);
+        seal(&mut b, 12);
         let error = decode_checkpoint(&b, &g).unwrap_err();
         assert!(error.to_string().contains("logical block 5"), "{error}");
-        let mut c = checkpoint(&g);
-        c.head_segment = g.segments;
-        let b = encode_checkpoint(&c, &g).unwrap();
+        let mut b = encode_checkpoint(&c, &g).unwrap();
+        put_u32(&mut b, 32, g.segments); // head_segment
+        seal(&mut b, 12);
         assert!(decode_checkpoint(&b, &g).is_err());
     }
 

@@ -104,6 +104,125 @@ fn header(block_size: u32, slots: u32, volume: u64) -> [u8; HEADER as usize] {
     h
 }
 
+/// Bytes of the region header.
+pub const HEADER_BYTES: usize = HEADER as usize;
+
+/// The region header's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionHeader {
+    /// Bytes per slot: the log disk's block size.
+    pub block_size: u32,
+    /// Slots in the region.
+    pub slots: u32,
+    /// The volume's identity (the log disk superblock's `id`).
+    pub volume: u64,
+}
+
+/// Encodes the region header.
+pub fn encode_header(fields: &RegionHeader) -> [u8; HEADER_BYTES] {
+    let h = header(fields.block_size, fields.slots, fields.volume);
+    // Paired with the decoder: the bytes leave only if they read back as `fields`.
+    strict_assert!(
+        h[20..24].iter().chain(&h[32..60]).all(|&b| b == 0),
+        "NV header: reserved bytes written"
+    );
+    strict_assert_eq!(
+        decode_header(&h, fields.block_size, fields.volume).ok(),
+        Some(*fields),
+        "NV header does not decode back"
+    );
+    h
+}
+
+/// Decodes the region header `h` of a cache for `block_size`-byte blocks of
+/// volume `volume`, or says why it is not such a cache's header (whether its
+/// slots fit the region is the caller's check).
+pub fn decode_header(
+    h: &[u8; HEADER_BYTES],
+    block_size: u32,
+    volume: u64,
+) -> Result<RegionHeader, NvError> {
+    if h[..8] != NV_MAGIC {
+        return Err(NvError::Missing);
+    }
+    let want = header(
+        block_size,
+        u32::from_le_bytes([h[16], h[17], h[18], h[19]]),
+        volume,
+    );
+    if *h != want {
+        let stored_crc = u32::from_le_bytes([h[60], h[61], h[62], h[63]]);
+        let reason = if crc32c::crc32c(&h[..60]) != stored_crc {
+            "checksum mismatch (corrupted)".to_string()
+        } else if h[12..16] != want[12..16] {
+            format!(
+                "block size {} recorded, the volume uses {block_size}",
+                u32::from_le_bytes([h[12], h[13], h[14], h[15]])
+            )
+        } else if h[24..32] != want[24..32] {
+            "it belongs to another volume (volume id differs)".to_string()
+        } else {
+            "unknown version or fields".to_string()
+        };
+        return Err(NvError::Header(reason));
+    }
+    Ok(RegionHeader {
+        block_size,
+        slots: u32::from_le_bytes([h[16], h[17], h[18], h[19]]),
+        volume,
+    })
+}
+
+/// Bytes of a slot entry (a slot's header in the slot table, which gives each
+/// slot 32 bytes; the last 8 are unused).
+pub const SLOT_ENTRY_BYTES: usize = 24;
+
+/// A slot entry: which write the slot's data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotEntry {
+    /// Sequence of the write; never 0, which marks an empty slot.
+    pub sequence: u64,
+    /// Logical block the slot holds.
+    pub logical: u64,
+    /// CRC32C of the slot's data.
+    pub crc: u32,
+}
+
+/// Encodes a slot entry: sequence, logical block, data CRC32C, and the
+/// entry's own CRC32C.
+pub fn encode_slot_entry(entry: &SlotEntry) -> [u8; SLOT_ENTRY_BYTES] {
+    let e = entry_bytes(entry.sequence, entry.logical, entry.crc);
+    // Paired with the decoder (once per staged block, so strict builds only);
+    // a sequence of 0 would read back as an empty slot, the write lost.
+    strict_assert_eq!(
+        decode_slot_entry(&e),
+        Some(*entry),
+        "NV slot entry does not decode back"
+    );
+    e
+}
+
+/// Decodes a slot entry: `None` for an empty slot (sequence 0) or one whose
+/// entry CRC does not match (written partly, so never acknowledged). Whether
+/// the slot's data matches the entry's data CRC is the caller's check.
+pub fn decode_slot_entry(e: &[u8; SLOT_ENTRY_BYTES]) -> Option<SlotEntry> {
+    let sequence = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+    if sequence == 0 {
+        return None;
+    }
+    let logical = u64::from_le_bytes(e[8..16].try_into().unwrap_or_default());
+    let crc = u32::from_le_bytes(e[16..20].try_into().unwrap_or_default());
+    let ecrc = u32::from_le_bytes(e[20..24].try_into().unwrap_or_default());
+    if crc32c::crc32c(&e[..20]) != ecrc {
+        return None;
+    }
+    Some(SlotEntry {
+        sequence,
+        logical,
+        crc,
+    })
+}
+
 fn entry_bytes(sequence: u64, logical: u64, crc: u32) -> [u8; 24] {
     let mut e = [0u8; 24];
     e[..8].copy_from_slice(&sequence.to_le_bytes());
@@ -133,7 +252,14 @@ impl NvCache {
         }
         region.flush(&[(TABLE_AT, table_end - TABLE_AT)])?;
         region.fence()?;
-        region.write(0, &header(block_size, slots, volume))?;
+        region.write(
+            0,
+            &encode_header(&RegionHeader {
+                block_size,
+                slots,
+                volume,
+            }),
+        )?;
         region.flush(&[(0, HEADER)])?;
         region.fence()?;
         Ok(Self {
@@ -154,31 +280,7 @@ impl NvCache {
             });
         }
         region.read(0, &mut h)?;
-        if h[..8] != NV_MAGIC {
-            return Err(NvError::Missing);
-        }
-        let want = header(
-            block_size,
-            u32::from_le_bytes([h[16], h[17], h[18], h[19]]),
-            volume,
-        );
-        if h != want {
-            let stored_crc = u32::from_le_bytes([h[60], h[61], h[62], h[63]]);
-            let reason = if crc32c::crc32c(&h[..60]) != stored_crc {
-                "checksum mismatch (corrupted)".to_string()
-            } else if h[12..16] != want[12..16] {
-                format!(
-                    "block size {} recorded, the volume uses {block_size}",
-                    u32::from_le_bytes([h[12], h[13], h[14], h[15]])
-                )
-            } else if h[24..32] != want[24..32] {
-                "it belongs to another volume (volume id differs)".to_string()
-            } else {
-                "unknown version or fields".to_string()
-            };
-            return Err(NvError::Header(reason));
-        }
-        let slots = u32::from_le_bytes([h[16], h[17], h[18], h[19]]);
+        let slots = decode_header(&h, block_size, volume)?.slots;
         match layout(region.len(), block_size) {
             Some((fit, data_at)) if fit == slots => Ok(Self {
                 region,
@@ -237,7 +339,14 @@ impl NvCache {
             self.region.write_flushed(at, data)?;
         }
         let e = Self::entry_at(slot);
-        self.region.write(e, &entry_bytes(sequence, logical, crc))?;
+        self.region.write(
+            e,
+            &encode_slot_entry(&SlotEntry {
+                sequence,
+                logical,
+                crc,
+            }),
+        )?;
         ranges.push((e, 24));
         Ok(())
     }
@@ -291,16 +400,14 @@ impl NvCache {
         let mut e = [0u8; 24];
         for slot in 0..self.slots {
             self.region.read(Self::entry_at(slot), &mut e)?;
-            let sequence = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
-            if sequence == 0 {
+            let Some(SlotEntry {
+                sequence,
+                logical,
+                crc,
+            }) = decode_slot_entry(&e)
+            else {
                 continue;
-            }
-            let logical = u64::from_le_bytes(e[8..16].try_into().unwrap_or_default());
-            let crc = u32::from_le_bytes(e[16..20].try_into().unwrap_or_default());
-            let ecrc = u32::from_le_bytes(e[20..24].try_into().unwrap_or_default());
-            if crc32c::crc32c(&e[..20]) != ecrc {
-                continue;
-            }
+            };
             self.read(slot, &mut data)?;
             if super::format::crc32c(&data) != crc {
                 continue;
@@ -346,6 +453,40 @@ mod tests {
             NvCache::open(Box::new(SimRegion::new(64 * 1024)), 4096, 7),
             Err(NvError::Missing)
         ));
+    }
+
+    /// A slot entry and a region header decode back to what was encoded,
+    /// and with any one byte flipped decode as nothing (an empty slot, a
+    /// refused header), never as another value.
+    #[test]
+    fn slot_entries_and_headers_round_trip_and_no_flip_decodes_as_another_value() {
+        let entry = SlotEntry {
+            sequence: 9,
+            logical: 42,
+            crc: 0xdead_beef,
+        };
+        let e = encode_slot_entry(&entry);
+        assert_eq!(decode_slot_entry(&e), Some(entry));
+        for at in 0..e.len() {
+            let mut flipped = e;
+            flipped[at] ^= 0x5a;
+            assert_eq!(decode_slot_entry(&flipped), None, "flip at byte {at}");
+        }
+        let header = RegionHeader {
+            block_size: 4096,
+            slots: 75,
+            volume: 7,
+        };
+        let h = encode_header(&header);
+        assert_eq!(decode_header(&h, 4096, 7).ok(), Some(header));
+        for at in 0..h.len() {
+            let mut flipped = h;
+            flipped[at] ^= 0x5a;
+            assert!(
+                decode_header(&flipped, 4096, 7).is_err(),
+                "flip at byte {at}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,8 @@
-//! Devices the cache tests observe the cache through.
+//! Devices the cache tests observe the cache through, and (in [`logdisk`])
+//! the log disk tests' shared helpers.
 #![allow(dead_code)]
+
+pub mod logdisk;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
