@@ -30,7 +30,7 @@ pub(super) fn write<D: Device + 'static>(
     let background = background && core.queue.started() && !core.table.any_tainted;
     // A checkpoint holding trims is waited for: tainted segments are
     // reused only once it is durable.
-    debug_assert!(!background || !core.table.any_tainted);
+    strict_assert!(!background || !core.table.any_tainted);
     if background {
         core.flush_in_background(dev)?;
     } else {

@@ -548,7 +548,7 @@ impl<D: Device + 'static> LogDisk<D> {
             )?;
             done += k;
         }
-        debug_assert_eq!(done, entries.len());
+        strict_assert_eq!(done, entries.len());
         Self::check_tables(st);
         self.checkpoint_if_due(st)
     }
@@ -595,9 +595,10 @@ impl<D: Device + 'static> LogDisk<D> {
         Ok(())
     }
 
-    /// The tables' invariants, after every write in debug and strict builds.
+    /// The tables' invariants, after every write in debug and strict builds
+    /// (`strict-assertions`, which `./test.sh` turns on).
     fn check_tables(st: &State) {
-        if cfg!(debug_assertions)
+        if cfg!(any(debug_assertions, feature = "strict-assertions"))
             && let Err(broken) = st.core.table.verify(st.log.head)
         {
             panic!("log disk tables: {broken}");
@@ -620,7 +621,7 @@ impl<D: Device + 'static> LogDisk<D> {
             let State {
                 core, log, cleaner, ..
             } = st;
-            debug_assert!(!cleaner.pass.active, "a pass started over an active one");
+            strict_assert!(!cleaner.pass.active, "a pass started over an active one");
             cleaner.start_pass(core, log, &self.dev, &self.geo, &self.options)?;
         }
         Ok(())
@@ -701,7 +702,7 @@ impl<D: Device + 'static> LogDisk<D> {
         if let Some(nv) = st.core.nv.as_mut() {
             nv.sync()?;
         } else {
-            debug_assert!(st.buffer.entries.len() < self.geo.segment_blocks as usize);
+            strict_assert!(st.buffer.entries.len() < self.geo.segment_blocks as usize);
             self.write_out_buffer(&mut st, true)?;
             st.core.device_flush(&*self.dev)?;
         }
@@ -739,8 +740,8 @@ impl<D: Device + 'static> LogDisk<D> {
         self.checkpoint(&mut st)?;
         // Closed: nothing buffered, nothing dirty, nothing queued; the next
         // open replays nothing.
-        debug_assert!(st.buffer.entries.is_empty() && st.core.queue.queued.is_empty());
-        debug_assert!(
+        strict_assert!(st.buffer.entries.is_empty() && st.core.queue.queued.is_empty());
+        strict_assert!(
             st.core
                 .nv
                 .as_ref()

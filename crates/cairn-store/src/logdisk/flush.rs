@@ -59,7 +59,7 @@ impl Core {
     /// and freed.
     pub fn device_flush<D: Device + ?Sized>(&mut self, dev: &D) -> Result<(), LogDiskError> {
         self.settle()?;
-        debug_assert!(
+        strict_assert!(
             self.queue.queued.is_empty(),
             "a device flush behind queued jobs"
         );
@@ -89,7 +89,7 @@ impl Core {
         }
         let awaiting = self.nv.as_ref().map_or(0, |nv| nv.awaiting.len());
         let pending = self.table.pending.len();
-        debug_assert!(
+        strict_assert!(
             !self.queue.flush_queued(),
             "one flush in the queue at a time"
         );
@@ -108,7 +108,7 @@ impl Core {
             self.queue.started(),
             "a flush is queued only on a running writer"
         );
-        debug_assert!(pending <= self.table.pending.len());
+        strict_assert!(pending <= self.table.pending.len());
         self.queue.send(
             Job::Flush,
             Queued::Flush { pending, awaiting },
@@ -140,7 +140,7 @@ impl Core {
             pending_upto <= self.table.pending.len(),
             "a flush retires pending segments it never saw"
         );
-        debug_assert!(
+        strict_assert!(
             self.nv
                 .as_ref()
                 .is_none_or(|nv| awaiting_upto <= nv.awaiting.len())

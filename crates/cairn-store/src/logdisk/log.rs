@@ -72,7 +72,7 @@ impl Log {
     /// segment, or a whole segment's (`segment_blocks − 1`) if none is open.
     pub fn room(&self, segment_blocks: u32) -> u32 {
         // An open head always has room: a segment is closed when full.
-        debug_assert!(self.head.is_none_or(|(_, slot)| slot + 1 < segment_blocks));
+        strict_assert!(self.head.is_none_or(|(_, slot)| slot + 1 < segment_blocks));
         self.head
             .map_or(segment_blocks - 1, |(_, slot)| segment_blocks - slot - 1)
     }
@@ -179,7 +179,7 @@ impl Log {
             .count_segment_write(kind == Kind::User, k as u64, io_len, is_partial);
         core.table.place(segment, slot, entries, sequence);
         let next = if close { n } else { slot + 1 + k as u32 };
-        debug_assert!(next <= n, "the head ran past its segment");
+        strict_assert!(next <= n, "the head ran past its segment");
         if next + 1 >= n {
             self.head = None;
             core.table.close(segment);

@@ -122,7 +122,7 @@ impl NvIndex {
                 nv.free.push(slot);
             }
         }
-        debug_assert_eq!(
+        strict_assert_eq!(
             nv.free.len() + nv.superseded.len() + live.len(),
             slots,
             "invariant 1"
@@ -172,8 +172,9 @@ impl NvIndex {
         let mut now_superseded = Vec::new();
         while let Some(&(i, block)) = blocks.peek() {
             let Some(slot) = self.free.pop() else { break };
-            debug_assert_eq!(
-                self.meta[slot as usize].sequence, 0,
+            strict_assert_eq!(
+                self.meta[slot as usize].sequence,
+                0,
                 "invariant 1: slot {slot} free"
             );
             blocks.next();
@@ -195,7 +196,7 @@ impl NvIndex {
             match self.of.insert(logical, slot) {
                 Some(old) => {
                     let was = &mut self.meta[old as usize];
-                    debug_assert_eq!(was.logical, logical, "invariant 2");
+                    strict_assert_eq!(was.logical, logical, "invariant 2");
                     if was.awaiting {
                         // Already destaged: not absorbed, a new dirty block.
                         self.dirty += 1;
@@ -273,7 +274,7 @@ impl NvIndex {
             if m.sequence != seq {
                 continue;
             }
-            debug_assert!(!m.awaiting, "a destaged slot is not taken again");
+            strict_assert!(!m.awaiting, "a destaged slot is not taken again");
             // The data is copied into the segment write later: by the
             // background writer, or by the log before a write in this
             // thread.
@@ -300,7 +301,7 @@ impl NvIndex {
     pub fn destaged(&mut self, slots: &[u32], write: u64) {
         for &slot in slots {
             let m = &mut self.meta[slot as usize];
-            debug_assert!(
+            strict_assert!(
                 m.sequence != 0 && !m.awaiting,
                 "invariant 3: slot {slot} dirty"
             );
@@ -365,7 +366,7 @@ impl NvIndex {
             if m.sequence != sequence {
                 continue;
             }
-            debug_assert!(m.awaiting, "invariant 1: retired slot {slot} was destaged");
+            strict_assert!(m.awaiting, "invariant 1: retired slot {slot} was destaged");
             if self.of.get(&m.logical) == Some(&slot) {
                 self.of.remove(&m.logical);
             }

@@ -23,7 +23,7 @@ impl<D: Device + 'static> LogDisk<D> {
         buf: &mut [u8],
     ) -> Result<(), LogDiskError> {
         let b = self.geo.block_size as usize;
-        debug_assert_eq!(buf.len(), b, "one block");
+        strict_assert_eq!(buf.len(), b, "one block");
         if let Some(block) = st.buffer.get(logical) {
             buf.copy_from_slice(block);
             return Ok(());

@@ -228,7 +228,7 @@ fn walk_segment(
         }
         // Row 4's checks passed: the write lies inside its segment and is
         // newer than the one before it.
-        debug_assert!(slot + 1 + k <= n && s.sequence > prev);
+        strict_assert!(slot + 1 + k <= n && s.sequence > prev);
         prev = s.sequence;
         found.push(Found {
             sequence: s.sequence,
@@ -292,7 +292,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     found.dedup_by_key(|f| f.sequence);
     // Applied oldest first, each newer than the checkpoint: the newest
     // write of a block wins.
-    debug_assert!(found.windows(2).all(|w| w[0].sequence < w[1].sequence));
+    strict_assert!(found.windows(2).all(|w| w[0].sequence < w[1].sequence));
     assert!(
         found.first().is_none_or(|f| f.sequence > after),
         "replaying a write the checkpoint holds"

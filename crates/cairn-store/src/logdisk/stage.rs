@@ -45,7 +45,7 @@ impl SegmentBuffer {
             i
         };
         self.buffer[(i + 1) * b..(i + 2) * b].copy_from_slice(block);
-        debug_assert_eq!(
+        strict_assert_eq!(
             self.of.len(),
             self.entries.len(),
             "one entry per buffered block"
@@ -83,7 +83,7 @@ impl SegmentBuffer {
             self.of.insert(moved, i as u32);
         }
         self.entries.pop();
-        debug_assert_eq!(
+        strict_assert_eq!(
             self.of.len(),
             self.entries.len(),
             "one entry per buffered block"

@@ -48,13 +48,13 @@ pub(super) const NO_BLOCK: u64 = u64::MAX;
 
 /// Segment slot → absolute block.
 pub(crate) fn block_of(geo: &Geometry, segment: u32, slot: u32) -> u64 {
-    debug_assert!(segment < geo.segments && slot < geo.segment_blocks);
+    strict_assert!(segment < geo.segments && slot < geo.segment_blocks);
     geo.segment_start(segment) + u64::from(slot)
 }
 
 /// Absolute segment block → its segment.
 pub(crate) fn segment_of(geo: &Geometry, physical: u64) -> u32 {
-    debug_assert!(physical >= geo.segment_start(0));
+    strict_assert!(physical >= geo.segment_start(0));
     ((physical - geo.segment_start(0)) / u64::from(geo.segment_blocks)) as u32
 }
 
@@ -236,7 +236,7 @@ impl Table {
                 },
             );
             if old.physical != UNMAPPED {
-                debug_assert!(
+                strict_assert!(
                     old.sequence < sequence,
                     "an older write replaced a newer one"
                 );
@@ -307,8 +307,9 @@ impl Table {
             if index > upto || tainted[s as usize] {
                 return true;
             }
-            debug_assert_eq!(
-                live[s as usize], 0,
+            strict_assert_eq!(
+                live[s as usize],
+                0,
                 "invariant 5: pending segment {s} is live"
             );
             seg[s as usize] = Seg::Free;

@@ -118,7 +118,7 @@ impl WriteQueue {
             assert!(!self.flush_queued(), "a second retiring flush queued");
         }
         self.queued.push_back(queued);
-        debug_assert!(
+        strict_assert!(
             self.segment_writes_queued() <= WRITE_DEPTH,
             "deeper than WRITE_DEPTH"
         );
@@ -196,7 +196,7 @@ impl WriteQueue {
                 fill.clear();
                 self.fills.push(fill);
                 self.writes_done += 1;
-                debug_assert!(self.writes_done <= self.writes_queued);
+                strict_assert!(self.writes_done <= self.writes_queued);
                 (
                     Completed::Segment {
                         writes_done: self.writes_done,
@@ -213,7 +213,7 @@ impl WriteQueue {
                 (Completed::Shared, result)
             }
             (Queued::Checkpoint, Some(Done::Write { buf, result, fill })) => {
-                debug_assert!(
+                strict_assert!(
                     fill.is_empty(),
                     "a checkpoint copies nothing from the NV cache"
                 );
@@ -221,7 +221,7 @@ impl WriteQueue {
                 (Completed::Checkpoint, result)
             }
             (Queued::Flush { pending, awaiting }, Some(Done::Flush(result))) => {
-                debug_assert!(
+                strict_assert!(
                     !self.flush_queued() || pending + awaiting == 0,
                     "flushes reported out of order"
                 );
@@ -333,10 +333,10 @@ impl Finished {
                 self.prefix += 1;
             }
         } else {
-            debug_assert!(id > self.prefix, "job {id} finished twice");
+            strict_assert!(id > self.prefix, "job {id} finished twice");
             self.beyond.push(id);
         }
-        debug_assert!(
+        strict_assert!(
             self.beyond.iter().all(|&x| x > self.prefix),
             "a finished job below the prefix"
         );
@@ -413,7 +413,7 @@ impl Writer {
             },
         };
         r.next += 1;
-        debug_assert!(
+        strict_assert!(
             r.early.iter().all(|&(id, _)| id >= r.next),
             "a report older than the next"
         );
@@ -493,7 +493,7 @@ fn writer_thread<D: Device + ?Sized>(
                     "write {from}..{to} of a {}-byte buffer",
                     buf.len()
                 );
-                debug_assert!(
+                strict_assert!(
                     fill.iter().all(|&(i, _)| (i as usize + 1) * b <= to),
                     "a fill past the write"
                 );
@@ -524,7 +524,7 @@ fn writer_thread<D: Device + ?Sized>(
             }
             Job::Flush => {
                 let mut f = lock();
-                debug_assert!(!f.deferred.contains(&id), "flush {id} deferred twice");
+                strict_assert!(!f.deferred.contains(&id), "flush {id} deferred twice");
                 if f.prefix < id {
                     // Left to the thread that finishes the last job before it.
                     f.deferred.push(id);

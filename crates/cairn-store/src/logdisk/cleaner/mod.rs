@@ -155,13 +155,13 @@ impl Cleaner {
             if taken + live > limit {
                 break;
             }
-            debug_assert!(live > 0, "a closed victim holds a live block");
+            strict_assert!(live > 0, "a closed victim holds a live block");
             core.table.seg[v as usize] = Seg::Victim;
             taken += live;
             plan::plan_reads(options, &core.table, geo, v, &mut pass.batch);
         }
         self.ranked = ranked;
-        debug_assert!(taken <= limit, "a pass takes more than one segment write");
+        strict_assert!(taken <= limit, "a pass takes more than one segment write");
         if pass.batch.victims.is_empty() {
             self.pass = pass;
             return Ok(());
@@ -193,7 +193,7 @@ impl Cleaner {
             let offset = block_of(geo, run.segment, run.slot) * b as u64;
             jobs.push((i, buf, len, offset));
         }
-        debug_assert_eq!(pass.bufs.len(), pass.batch.runs.len(), "a buffer per read");
+        strict_assert_eq!(pass.bufs.len(), pass.batch.runs.len(), "a buffer per read");
         let readers = self.readers.as_ref().expect("started above");
         pass.outstanding = readers.send(jobs);
         let sent = pass.outstanding == pass.batch.runs.len();
@@ -249,7 +249,7 @@ impl Cleaner {
             result = Err(Readers::stopped(&mut core.queue));
         }
         result?;
-        debug_assert!(
+        strict_assert!(
             self.pass.bufs.iter().all(|buf| !buf.is_empty()),
             "a read never returned"
         );
@@ -387,7 +387,7 @@ fn foreground_pass<D: Device + 'static>(
             }
             break;
         }
-        debug_assert!(!w.victims.contains(&v), "victim {v} taken twice in a pass");
+        strict_assert!(!w.victims.contains(&v), "victim {v} taken twice in a pass");
         core.table.seg[v as usize] = Seg::Open; // not a candidate again this pass
         w.victims.push(v);
         taken += live;
@@ -531,7 +531,7 @@ fn age_sort(
     if policy != CleanerPolicy::AgeSort || entries.len() <= 1 {
         return;
     }
-    debug_assert_eq!(entries.len(), ages.len(), "an age per entry");
+    strict_assert_eq!(entries.len(), ages.len(), "an age per entry");
     let b = geo.block_size as usize;
     assert!(
         out.len() >= (entries.len() + 1) * b,

@@ -20,7 +20,7 @@ pub(in crate::logdisk) fn victim_score(
     s: u32,
 ) -> f64 {
     let live = table.live[s as usize];
-    debug_assert!(live < geo.segment_blocks, "segment {s}: {live} live blocks");
+    strict_assert!(live < geo.segment_blocks, "segment {s}: {live} live blocks");
     match policy {
         CleanerPolicy::Greedy => -f64::from(live),
         CleanerPolicy::CostBenefit | CleanerPolicy::AgeSort => {
@@ -109,7 +109,7 @@ pub(in crate::logdisk) fn plan_reads(
         batch.push_run(v, start, end);
     }
     // Every live block is read: the runs cover at least the live count.
-    debug_assert!(
+    strict_assert!(
         batch.staged - staged >= table.live[v as usize],
         "victim {v}: reads miss live blocks"
     );

@@ -212,7 +212,7 @@ pub(in crate::logdisk) fn read_runs<D: Device + ?Sized>(
 ) -> Result<(), LogDiskError> {
     let b = geo.block_size as usize;
     // The runs are staged back to back and fill the staging area.
-    debug_assert_eq!(
+    strict_assert_eq!(
         runs.iter().map(|r| r.len as usize * b).sum::<usize>(),
         staging.len(),
         "the staging area and the runs disagree"
@@ -289,7 +289,7 @@ pub(in crate::logdisk) fn collect<'d>(
             .saturating_sub(table.opened_at[v as usize]);
         let before = into.entries.len();
         for (i, run) in batch.runs.iter().enumerate().take(end).skip(first) {
-            debug_assert_eq!(run.segment, v, "a victim's runs are its own");
+            strict_assert_eq!(run.segment, v, "a victim's runs are its own");
             for k in 0..run.len {
                 let slot = run.slot + k;
                 if !table.is_live(v, slot) {
