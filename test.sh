@@ -42,8 +42,8 @@ if [ $quick = 0 ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
-echo "== cargo test" >&2
-cargo test --workspace --locked --release
+echo "== cargo test (cairn-store's strict_assert! checked in release: feature strict-assertions)" >&2
+cargo test --workspace --locked --release --features cairn-store/strict-assertions
 echo "== cargo test: block cache under shuttle's randomized scheduler" >&2
 cargo test --locked --release -p cairn-store --features shuttle --test cache_shuttle
 

@@ -15,6 +15,8 @@
 //! What this crate is not: a network server (`cairn-nbd`) or a simulator
 //! (`cairn-sim`). Nothing here panics on input; errors are values.
 
+#[macro_use]
+mod assert;
 pub mod cache;
 pub mod device;
 pub mod logdisk;
