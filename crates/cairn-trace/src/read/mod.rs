@@ -18,7 +18,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::str::FromStr;
 
-pub use csv::{CsvConfig, OffsetUnit, TimeUnit};
+pub use csv::{CSV_HEADER, CsvConfig, OffsetUnit, TimeUnit};
 pub use lines::LINE_BYTES_MAX;
 
 use crate::error::TraceError;
@@ -73,7 +73,7 @@ impl Format {
     /// `.vscsi` → VSCSI; a name containing `oracleGeneral` → oracleGeneral;
     /// `.txt` → text; `.csv` → `CloudPhysics` if the header is
     /// [`cloudphysics::HEADER`], the canonical CSV if it is
-    /// [`crate::write::CSV_HEADER`], MSR if the first line has 7 fields with a
+    /// [`CSV_HEADER`], MSR if the first line has 7 fields with a
     /// `Read`/`Write` fourth. Any other CSV needs its column map, so it is
     /// never guessed.
     pub fn detect(path: &Path) -> Result<Format> {
@@ -117,7 +117,7 @@ fn detect_content(head: &[u8]) -> Option<Format> {
         if line == cloudphysics::HEADER {
             return Some(Format::CloudPhysics);
         }
-        if line == crate::write::CSV_HEADER {
+        if line == CSV_HEADER {
             return Some(Format::Csv(CsvConfig::canonical()));
         }
         let fields: Vec<&str> = line.split(',').collect();
