@@ -11,7 +11,7 @@
 //! 60  4  CRC32C of bytes 0..60 (u32 LE)
 //! ```
 
-use super::btt::Geometry;
+use super::layout::Geometry;
 
 /// Magic at offset 0 of an NTL image.
 pub const MAGIC: [u8; 8] = *b"CAIRNNTL";
@@ -21,8 +21,6 @@ pub const MAGIC: [u8; 8] = *b"CAIRNNTL";
 pub const VERSION: u32 = 2;
 /// The version without a lane log.
 pub const VERSION_NO_LOG: u32 = 1;
-/// Bytes of the info block.
-pub const INFO_LEN: u64 = 64;
 /// Flag: the image has been opened for in-place (non-atomic) writes since it was
 /// formatted, so a crash during one of them may have left a torn block. Sticky
 /// until the image is formatted again.
@@ -166,7 +164,7 @@ mod tests {
             Err(InfoError::Version(3))
         );
         // A version 1 image has no lane log, so it fits a shorter region.
-        let short = G.region_len() - crate::ntl::lanelog::LOG_LEN;
+        let short = G.region_len() - crate::ntl::layout::LOG_LEN;
         assert_eq!(
             decode(&encode(&G, 0, VERSION_NO_LOG), short),
             Ok(info(0, VERSION_NO_LOG))

@@ -38,20 +38,11 @@
 
 use crc_fast::{CrcAlgorithm, Digest};
 
-use super::btt::Geometry;
-use super::info::INFO_LEN;
+use super::layout::{Geometry, INFO_LEN, LANES, LOG_LEN, RECORD, SLOTS};
 use super::map;
 use super::region::Region;
 use crate::device::DeviceError;
 
-/// Lanes: one per stripe lock of [`super::Btt`].
-pub const LANES: u64 = 256;
-/// Record slots per lane, written alternately.
-pub const SLOTS: u64 = 2;
-/// Bytes per record (one cache line).
-pub const RECORD: u64 = 64;
-/// Bytes of the whole lane log.
-pub const LOG_LEN: u64 = LANES * SLOTS * RECORD;
 /// `new` of a trim record: the block became unmapped. Without it, replay could
 /// redo an older record that mapped the block from unmapped over the trim.
 pub const TRIMMED: u64 = u64::MAX;
