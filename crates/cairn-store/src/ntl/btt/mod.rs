@@ -34,6 +34,26 @@
 //! Opening an image in this mode sets [`info::FLAG_IN_PLACE`] in its info block
 //! (sticky until the next format), so `fsck` can say the image may hold torn
 //! blocks.
+//!
+//! # Invariants
+//!
+//! Of the BTT as a whole, at rest (no write in flight), checked by
+//! [`Btt::verify`] in this order, with these numbers in its messages. It runs
+//! after every open (in debug builds and under the `strict-assertions`
+//! feature) and in the tests.
+//!
+//! 1. The info block satisfies its invariants (`info`: 1 to 6) and states this
+//!    layer's geometry and flags, and a lane log exactly when the layer has one.
+//! 2. The map satisfies its invariants (`map`: 1 to 4).
+//! 3. The lane log, in an image with one, satisfies its invariants (`lanelog`:
+//!    1 to 5).
+//! 4. A lane that logged a write in this session has its newest record in the
+//!    log, with the lane's sequence number.
+//! 5. No mapped data block is free in the allocator.
+//! 6. A stripe's spare is a data block neither mapped nor free in the
+//!    allocator, held by no other stripe, and only kept when spares are on.
+//! 7. Every data block is exactly one of: mapped, a stripe's spare, free
+//!    (`free + spares + mapped == data_blocks`).
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -213,7 +233,7 @@ impl<R: Region> Btt<R> {
             region.flush(&[(0, INFO_LEN)])?;
             region.fence()?;
         }
-        Ok(Self {
+        let btt = Self {
             region,
             geo,
             flags,
@@ -233,7 +253,13 @@ impl<R: Region> Btt<R> {
                 .collect(),
             keep_spares: geo.data_blocks - geo.lbas >= STRIPES as u64,
             log: info.has_log().then(|| geo.log_base()),
-        })
+        };
+        if cfg!(any(debug_assertions, feature = "strict-assertions"))
+            && let Err(broken) = btt.verify()
+        {
+            panic!("after open: {broken}");
+        }
+        Ok(btt)
     }
 
     /// The write mode this layer was opened with.
@@ -273,6 +299,82 @@ impl<R: Region> Btt<R> {
                 len: len as u64,
                 size: self.geo.lbas * self.geo.block_size,
             });
+        }
+        Ok(())
+    }
+
+    /// Checks the layer against the invariants at the head of this file, in
+    /// their order: the first broken one is named by its number. Call it at
+    /// rest (no write in flight): it reads the whole map and lane log.
+    pub fn verify(&self) -> Result<(), String> {
+        let mut raw = [0u8; 64];
+        self.region.read(0, &mut raw).map_err(|e| e.to_string())?;
+        let found = info::verify(&raw, self.region.len())
+            .map_err(|e| format!("NTL BTT invariant 1 broken: {e}"))?;
+        if found.geometry != self.geo
+            || found.flags != self.flags
+            || found.has_log() != self.log.is_some()
+        {
+            return Err(format!(
+                "NTL BTT invariant 1 broken: the info block says {found:?}, the layer has {:?}, flags {:#x}, log {:?}",
+                self.geo, self.flags, self.log
+            ));
+        }
+        self.map
+            .verify(&self.region)
+            .map_err(|e| format!("NTL BTT invariant 2 broken: {e}"))?;
+        let newest = match self.log {
+            Some(_) => lanelog::verify(&self.region, &self.geo)
+                .map_err(|e| format!("NTL BTT invariant 3 broken: {e}"))?,
+            None => vec![0; STRIPES],
+        };
+        let lanes: Vec<(u64, Option<u64>)> = self
+            .stripes
+            .iter()
+            .map(|s| {
+                let lane = s.lock.lock().unwrap_or_else(PoisonError::into_inner);
+                (lane.seq, lane.spare)
+            })
+            .collect();
+        for (i, &(seq, _)) in lanes.iter().enumerate() {
+            if seq > 0 && newest[i] != seq {
+                return Err(format!(
+                    "NTL BTT invariant 4 broken: lane {i} wrote record {seq}, the log's newest is {}",
+                    newest[i]
+                ));
+            }
+        }
+        let used: hashbrown::HashSet<u64> = self.map.used().collect();
+        let mapped = used.len() as u64;
+        for &block in &used {
+            if self.alloc.is_free(block) {
+                return Err(format!(
+                    "NTL BTT invariant 5 broken: mapped block {block} is free in the allocator"
+                ));
+            }
+        }
+        let mut spares = hashbrown::HashSet::new();
+        for (i, &(_, spare)) in lanes.iter().enumerate() {
+            let Some(block) = spare else { continue };
+            if !self.keep_spares
+                || block >= self.geo.data_blocks
+                || self.alloc.is_free(block)
+                || used.contains(&block)
+                || !spares.insert(block)
+            {
+                return Err(format!(
+                    "NTL BTT invariant 6 broken: stripe {i}'s spare block {block} (spares kept: {})",
+                    self.keep_spares
+                ));
+            }
+        }
+        let free = self.alloc.free_blocks();
+        if free + spares.len() as u64 + mapped != self.geo.data_blocks {
+            return Err(format!(
+                "NTL BTT invariant 7 broken: {free} free + {} spares + {mapped} mapped != {} data blocks",
+                spares.len(),
+                self.geo.data_blocks
+            ));
         }
         Ok(())
     }

@@ -584,3 +584,65 @@ fn bad_sizes_and_full_device_are_errors() {
         Err(MapError::BadEntry { lba: 1, .. })
     ));
 }
+
+#[test]
+fn verify_catches_a_mutation_of_each_btt_invariant() {
+    let geo = Geometry {
+        block_size: 64,
+        lbas: 8,
+        data_blocks: 8 + STRIPES as u64 + 4,
+    };
+    let b = Btt::format(SimRegion::new(geo.region_len()), geo).expect("format");
+    for lba in 0..4 {
+        b.write_block(lba, &[lba as u8 + 1; 64]).expect("write");
+    }
+    // An overwrite leaves the block it replaced as its stripe's spare.
+    b.write_block(0, &[9; 64]).expect("overwrite");
+    assert_eq!(b.verify(), Ok(()));
+    let mapped = b.map.get(1).expect("mapped");
+
+    // 1: the info block no longer states the layer's flags.
+    b.region
+        .write(0, &info::encode(&geo, info::FLAG_IN_PLACE, info::VERSION))
+        .expect("info");
+    assert!(b.verify().expect_err("1").contains("BTT invariant 1 "));
+    b.region
+        .write(0, &info::encode(&geo, 0, info::VERSION))
+        .expect("info");
+    assert_eq!(b.verify(), Ok(()));
+
+    // 2: the media's entry and DRAM's disagree (map invariant 4).
+    let at = b.map.entry_offset(1);
+    let entry = b.region.load_u64(at).expect("load");
+    b.region.store_u64(at, 0).expect("store");
+    let got = b.verify().expect_err("2");
+    assert!(
+        got.contains("BTT invariant 2 ") && got.contains("map invariant 4 "),
+        "{got}"
+    );
+    b.region.store_u64(at, entry).expect("store");
+
+    // 4: a lane's newest record is not the one it wrote last.
+    let lane = b.stripes[0].lock.lock().expect("lock").seq;
+    assert!(lane > 0, "lba 0's lane logged its writes");
+    b.stripes[0].lock.lock().expect("lock").seq = lane + 2;
+    assert!(b.verify().expect_err("4").contains("BTT invariant 4 "));
+    b.stripes[0].lock.lock().expect("lock").seq = lane;
+
+    // 5: a mapped block is free in the allocator.
+    assert!(b.alloc.free(mapped));
+    assert!(b.verify().expect_err("5").contains("BTT invariant 5 "));
+    assert_eq!(b.alloc.alloc(mapped), Some(mapped));
+    assert_eq!(b.verify(), Ok(()));
+
+    // 6: a stripe's spare is a mapped block.
+    b.stripes[5].lock.lock().expect("lock").spare = Some(mapped);
+    assert!(b.verify().expect_err("6").contains("BTT invariant 6 "));
+    b.stripes[5].lock.lock().expect("lock").spare = None;
+
+    // 7: a data block lost: neither mapped, nor spare, nor free.
+    let lost = b.alloc.alloc(0).expect("a free block");
+    assert!(b.verify().expect_err("7").contains("BTT invariant 7 "));
+    assert!(b.alloc.free(lost));
+    assert_eq!(b.verify(), Ok(()));
+}
