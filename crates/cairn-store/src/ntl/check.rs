@@ -79,6 +79,11 @@ fn examine<R: Region + ?Sized>(region: &R) -> Result<Report, MapError> {
         map.overlay(lba, entry);
     }
     let alloc = BlockAllocator::from_used(geometry.data_blocks, map.used())?;
+    strict_assert_eq!(
+        alloc.free_blocks() + map.used().count() as u64,
+        geometry.data_blocks,
+        "free and mapped blocks do not add up"
+    );
     Ok(Report {
         geometry,
         mapped: map.used().count() as u64,

@@ -215,6 +215,10 @@ pub fn verify<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<Vec<u64>
 /// Empties every slot (zeros, written back, fenced): at format, and at open
 /// after [`replay`].
 pub fn clear<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<(), DeviceError> {
+    strict_assert!(
+        geo.log_base() + LOG_LEN <= region.len(),
+        "lane log past the region's end"
+    );
     let zero = [0u8; RECORD as usize];
     for slot in 0..LOG_LEN / RECORD {
         region.write(geo.log_base() + slot * RECORD, &zero)?;
@@ -292,6 +296,10 @@ pub fn replay<R: Region + ?Sized>(
     }
     if apply && !pending.is_empty() {
         for &(lba, entry) in &pending {
+            strict_assert!(
+                lba < lbas && map::decode(entry, data_blocks).is_ok(),
+                "replay would store {entry:#x} for lba {lba}"
+            );
             region.store_u64_flushed(map_base + lba * 8, entry)?;
         }
         region.fence()?;

@@ -19,6 +19,19 @@ pub const RECORD: u64 = 64;
 /// Bytes of the whole lane log.
 pub const LOG_LEN: u64 = LANES * SLOTS * RECORD;
 
+// The map follows the info block and is stored to with 8-byte atomic stores.
+const _: () = assert!(
+    INFO_LEN.is_multiple_of(8),
+    "map entries must be 8-byte aligned"
+);
+// `info::encode` produces 64 bytes.
+const _: () = assert!(INFO_LEN == 64, "the info block is 64 bytes");
+// `lanelog::Record::encode` produces 64 bytes: one cache line, so a record
+// persists with one write-back and is never split across two lines.
+const _: () = assert!(RECORD == 64, "a lane-log record is one cache line");
+// Two slots per lane: a record outlives its write by one more write (`lanelog`).
+const _: () = assert!(SLOTS == 2, "the lane log alternates between two slots");
+
 /// Sizes of an NTL image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -32,6 +45,7 @@ pub struct Geometry {
 
 impl Geometry {
     pub(crate) fn data_base(&self) -> u64 {
+        debug_assert!(self.block_size > 0, "a geometry with zero-byte blocks");
         (INFO_LEN + self.lbas * 8).div_ceil(self.block_size) * self.block_size
     }
 
@@ -81,7 +95,16 @@ impl Geometry {
                     .checked_add(m)
             });
         match need {
-            Some(_) if needs <= region_len => Ok(()),
+            Some(_) if needs <= region_len => {
+                // The map fits between the info block and the block-aligned data.
+                strict_assert!(
+                    self.data_base() >= INFO_LEN + self.lbas * 8
+                        && self.data_base().is_multiple_of(self.block_size),
+                    "data blocks at {} overlap the map or are unaligned",
+                    self.data_base()
+                );
+                Ok(())
+            }
             _ => Err(format!(
                 "image needs {needs} bytes, region has {region_len}"
             )),

@@ -138,6 +138,7 @@ impl BlockMap {
 
     /// Byte offset of `lba`'s persistent entry.
     pub fn entry_offset(&self, lba: u64) -> u64 {
+        strict_assert!(lba < self.lbas(), "entry of lba {lba} of {}", self.lbas());
         self.base + lba * 8
     }
 

@@ -227,6 +227,11 @@ impl<R: Region> Btt<R> {
         }
         let map = BlockMap::load(&region, INFO_LEN, geo.lbas, geo.data_blocks)?;
         let alloc = BlockAllocator::from_used(geo.data_blocks, map.used())?;
+        strict_assert_eq!(
+            alloc.free_blocks() + map.used().count() as u64,
+            geo.data_blocks,
+            "free space rebuilt from the map does not add up"
+        );
         if mode == WriteMode::InPlace && flags & info::FLAG_IN_PLACE == 0 {
             flags |= info::FLAG_IN_PLACE;
             region.write(0, &info::encode(&geo, flags, info.version))?;
@@ -476,6 +481,15 @@ impl<R: Region> Btt<R> {
         if len == 0 {
             return Ok(());
         }
+        let data = self.geo.data_base()..self.geo.log_base();
+        strict_assert!(
+            data.start <= to && to + len <= data.end,
+            "copy to {to}+{len} outside the data blocks"
+        );
+        strict_assert!(
+            from.is_none_or(|f| data.start <= f && f + len <= data.end),
+            "copy from {from:?} outside the data blocks"
+        );
         let mut chunk = [0u8; 512];
         let mut done = 0;
         while done < len {

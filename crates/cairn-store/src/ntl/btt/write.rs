@@ -36,11 +36,16 @@ impl<R: Region> Btt<R> {
         let base = self.geo.data_base();
         let off = base + new * bs;
         let old_block = self.map.get(lba);
+        strict_assert!(
+            old_block != Some(new),
+            "block {new} taken for lba {lba}, which maps it"
+        );
         let old_off = old_block.map(|b| base + b * bs);
+        let end = within + data.len() as u64;
+        strict_assert!(end <= bs, "bytes {within}..{end} of a {bs}-byte block");
         // Start the map entry line's read-for-ownership under the data copy
         // (see `write_batch`).
         self.region.prefetch(self.map.entry_offset(lba), 8);
-        let end = within + data.len() as u64;
         let mut crc = self.logged().then(DataCrc::new);
         let staged = self
             .copy(old_off, off, within, &mut crc)
@@ -65,6 +70,8 @@ impl<R: Region> Btt<R> {
         }
         let old = if self.logged() {
             // Durable through the record; written back by the lane's next write.
+            // `log_record` wrote back the lane's previous entry in this epoch.
+            strict_assert!(lane.unflushed.is_none(), "lane with two unflushed entries");
             lane.unflushed = Some(lba);
             self.map.set_unflushed(&self.region, lba, new)?
         } else {
@@ -72,6 +79,12 @@ impl<R: Region> Btt<R> {
             self.region.fence()?;
             old
         };
+        strict_assert_eq!(
+            old,
+            old_block,
+            "lba {lba}'s entry changed under its stripe lock"
+        );
+        strict_assert_eq!(self.map.get(lba), Some(new), "lba {lba} not flipped");
         if let Some(old) = old {
             self.freeing(lba);
             self.retire_block(&mut lane, old);
@@ -84,10 +97,16 @@ impl<R: Region> Btt<R> {
     /// stripe's cursor), or from `lane`'s own cursor when that is `None`.
     pub(super) fn take_block(&self, lane: &mut Lane, cursor: Option<&mut u64>) -> Option<u64> {
         if let Some(block) = lane.spare.take() {
+            strict_assert!(self.keep_spares, "a spare kept with spares off");
+            strict_assert!(
+                block < self.geo.data_blocks && !self.alloc.is_free(block),
+                "spare block {block} is free or out of range"
+            );
             return Some(block);
         }
         let cursor = cursor.unwrap_or(&mut lane.cursor);
         let block = self.alloc.alloc(*cursor)?;
+        strict_assert!(block < self.geo.data_blocks, "allocated block {block}");
         *cursor = block + 1;
         Some(block)
     }
@@ -97,10 +116,16 @@ impl<R: Region> Btt<R> {
     /// replaced durably): kept as the stripe's spare when there is room,
     /// else freed on the bitmap.
     pub(super) fn retire_block(&self, lane: &mut Lane, block: u64) {
+        strict_assert!(block < self.geo.data_blocks, "retired block {block}");
+        strict_assert!(
+            !self.alloc.is_free(block),
+            "block {block} retired while free"
+        );
         if self.keep_spares && lane.spare.is_none() {
             lane.spare = Some(block);
         } else {
-            self.alloc.free(block);
+            let freed = self.alloc.free(block);
+            strict_assert!(freed, "block {block} freed twice");
         }
     }
 
@@ -130,6 +155,17 @@ impl<R: Region> Btt<R> {
         let Some(log_base) = self.log.filter(|_| self.logged()) else {
             return Ok(());
         };
+        strict_assert!(lba < self.geo.lbas, "record of lba {lba}");
+        strict_assert!(
+            new.is_none_or(|b| b < self.geo.data_blocks)
+                && old.is_none_or(|b| b < self.geo.data_blocks),
+            "record of blocks {old:?} -> {new:?}"
+        );
+        strict_assert!(
+            new.is_some() || data_crc == 0,
+            "a trim record with a data CRC"
+        );
+        strict_assert!(new != old, "a record that changes nothing");
         lane.seq += 1;
         let record = Record {
             seq: lane.seq,
@@ -139,6 +175,10 @@ impl<R: Region> Btt<R> {
             data_crc,
         };
         let slot = lanelog::slot_offset(log_base, lba % LANES, lane.seq);
+        strict_assert!(
+            slot >= self.geo.log_base() && slot + 64 <= self.geo.region_len(),
+            "record slot at {slot} outside the lane log"
+        );
         self.region.write_flushed(slot, &record.encode())?;
         // The record this one replaces in two writes' time covers that entry
         // until then; after this fence the entry no longer needs it.
@@ -156,9 +196,13 @@ impl<R: Region> Btt<R> {
             return Ok(());
         }
         let mut any = false;
-        for stripe in &self.stripes {
+        for (i, stripe) in self.stripes.iter().enumerate() {
             let mut lane = stripe.lock.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(lba) = lane.unflushed.take() {
+                strict_assert!(
+                    lba < self.geo.lbas && lba as usize % STRIPES == i,
+                    "lane {i} holds lba {lba}'s entry"
+                );
                 self.map.flush_entries(&self.region, lba, 1)?;
                 any = true;
             }
@@ -215,6 +259,12 @@ impl<R: Region> Btt<R> {
     pub(super) fn write_batch(&self, first: u64, data: &[u8]) -> Result<(), DeviceError> {
         let bs = self.geo.block_size;
         let n = data.len() / bs as usize;
+        assert!((1..=BATCH).contains(&n), "a batch of {n} blocks");
+        strict_assert!(
+            (data.len() as u64).is_multiple_of(bs) && first + n as u64 <= self.geo.lbas,
+            "batch of {} bytes at lba {first}",
+            data.len()
+        );
         let mut guards = self.lock_batch(first, n);
         let base = self.geo.data_base();
         // Per block: the data block written, and whether the map must flip to it.
@@ -262,6 +312,10 @@ impl<R: Region> Btt<R> {
                 }
             }
         }
+        strict_assert!(
+            (0..n).all(|i| !flip[i] || (0..i).all(|j| !flip[j] || target[j] != target[i])),
+            "one data block taken twice in a batch"
+        );
         if flip[..n].contains(&true) {
             // The map entries' line is stored to right after the data's fence:
             // start its read-for-ownership now, under the data copy, instead of
@@ -301,6 +355,7 @@ impl<R: Region> Btt<R> {
                 if self.logged()
                     && let Some(lane) = guards[i].as_deref_mut()
                 {
+                    strict_assert!(lane.unflushed.is_none(), "lane with two unflushed entries");
                     lane.unflushed = Some(first + i as u64);
                 }
             }
@@ -344,8 +399,12 @@ impl<R: Region> Btt<R> {
             .min_by_key(|&i| (first as usize + i) % STRIPES)
             .unwrap_or(0);
         let mut guards: [Option<MutexGuard<'_, Lane>>; BATCH] = std::array::from_fn(|_| None);
+        let mut last = None;
         for k in 0..n {
             let i = (start + k) % n;
+            let stripe = (first as usize + i) % STRIPES;
+            strict_assert!(last < Some(stripe), "stripe locks out of order");
+            last = Some(stripe);
             guards[i] = Some(self.stripe(first + i as u64));
         }
         guards
@@ -392,13 +451,16 @@ impl<R: Region> Btt<R> {
                         self.log_record(lane, lba, Some(block), None, 0)?;
                     }
                     *slot = self.map.clear(&self.region, lba)?;
+                    strict_assert_eq!(*slot, Some(block), "lba {lba} remapped under its lock");
+                    strict_assert!(self.map.get(lba).is_none(), "lba {lba} still mapped");
                 }
             }
             self.region.fence()?;
             for (i, block) in old[..n].iter().enumerate() {
                 if let Some(block) = block {
                     self.freeing(at + i as u64);
-                    self.alloc.free(*block);
+                    let was_used = self.alloc.free(*block);
+                    strict_assert!(was_used, "trimmed block {block} was already free");
                     freed += 1;
                 }
             }
