@@ -346,6 +346,24 @@ impl<R: Region> Btt<R> {
         if !flip[..n].contains(&true) {
             return Ok(());
         }
+        self.flip_batch(first, &mut guards, &target[..n], &flip[..n])?;
+        drop(guards);
+        Ok(())
+    }
+
+    /// The second half of [`Btt::write_batch`], once the batch's data (and
+    /// records) are durable: flips the map entries of the blocks marked in
+    /// `flip` to their `target`s (and, without a lane log, writes them back
+    /// and fences), then retires the blocks they replaced.
+    fn flip_batch(
+        &self,
+        first: u64,
+        guards: &mut [Option<MutexGuard<'_, Lane>>; BATCH],
+        target: &[u64],
+        flip: &[bool],
+    ) -> Result<(), DeviceError> {
+        let n = target.len();
+        strict_assert_eq!(flip.len(), n, "one flip flag per target");
         let mut old = [None; BATCH];
         for i in 0..n {
             if flip[i] {
@@ -372,7 +390,6 @@ impl<R: Region> Btt<R> {
                 self.retire_block(lane, block);
             }
         }
-        drop(guards);
         Ok(())
     }
 
