@@ -42,14 +42,13 @@ if [ $quick = 0 ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
   echo "== import circles between modules (bench/import-circles)" >&2
   # Allowed: circles that predate the checker, each a parent module whose
-  # children name its items (`super::Reader`, `super::{Clock, Pace}`, ...)
+  # children name its items (`super::Inner`, `super::{Claim, Common}`)
   # while it dispatches to them, or cairn-policy's config naming every policy
   # while they take its error type; and the log disk while it is restructured.
   # Cairn-store outside logdisk/ has none: keep it so.
   python3 bench/import-circles \
     --allow cairn-store::logdisk \
     --allow cairn-nbd::server \
-    --allow cairn-trace::read --allow cairn-trace::generate \
     --allow cairn::commands::reproduce \
     --allow cairn-policy::
 fi
