@@ -68,11 +68,8 @@ impl Geometry {
 
     /// [`Geometry::validate`] for an image with or without (version 1) a lane log.
     pub(crate) fn validate_version(&self, region_len: u64, log: bool) -> Result<(), String> {
-        let needs = if log {
-            self.region_len()
-        } else {
-            self.log_base()
-        };
+        // The block size and counts are checked before any offset is computed
+        // from them: a zero block size would divide by zero in `data_base`.
         if self.block_size < 64 || !self.block_size.is_power_of_two() {
             return Err(format!(
                 "block size {} is not a power of two >= 64",
@@ -85,6 +82,11 @@ impl Geometry {
                 self.data_blocks, self.lbas
             ));
         }
+        let needs = if log {
+            self.region_len()
+        } else {
+            self.log_base()
+        };
         let need = self
             .lbas
             .checked_mul(8)
