@@ -40,10 +40,21 @@ if [ $quick = 0 ]; then
   cargo fmt --all -- --check
   echo "== cargo clippy" >&2
   cargo clippy --workspace --all-targets --locked -- -D warnings
+  echo "== import circles between modules (bench/import-circles)" >&2
+  # Allowed: two circles that predate the checker. cairn-nbd's server/mod.rs
+  # dispatches to server/connection.rs, which names its parent's `Inner`
+  # (connection.rs is being split separately); cairn-policy's PolicyConfig
+  # names every policy while Dual builds any inner policy through it (a
+  # recursion of the design). And the log disk while it is restructured.
+  # Everything else has none: keep it so.
+  python3 bench/import-circles \
+    --allow cairn-store::logdisk \
+    --allow cairn-nbd::server \
+    --allow cairn-policy::config --allow cairn-policy::dual
 fi
 
-echo "== cargo test" >&2
-cargo test --workspace --locked --release
+echo "== cargo test (cairn-store's strict_assert! checked in release: feature strict-assertions)" >&2
+cargo test --workspace --locked --release --features cairn-store/strict-assertions
 echo "== cargo test: block cache under shuttle's randomized scheduler" >&2
 cargo test --locked --release -p cairn-store --features shuttle --test cache_shuttle
 

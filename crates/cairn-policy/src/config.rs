@@ -2,36 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Capacity, Policy};
-
-/// A policy configuration that cannot be built.
-#[derive(Debug, thiserror::Error, PartialEq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A parameter is outside the range the policy accepts.
-    #[error("{policy}: `{parameter}` = {value} is out of range: {expected}")]
-    OutOfRange {
-        /// The policy's name.
-        policy: &'static str,
-        /// The parameter's name, as in the config file.
-        parameter: &'static str,
-        /// The value given, as text.
-        value: String,
-        /// What would be accepted.
-        expected: &'static str,
-    },
-    /// The capacity is too small for the policy's structure (e.g. a segment
-    /// would be empty).
-    #[error("{policy}: capacity {capacity} is too small: {reason}")]
-    CapacityTooSmall {
-        /// The policy's name.
-        policy: &'static str,
-        /// The capacity given.
-        capacity: u64,
-        /// Why it does not suffice.
-        reason: &'static str,
-    },
-}
+use crate::{Capacity, ConfigError, Policy};
 
 /// Any policy, with its configuration; `policy = "name"` selects it in TOML.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

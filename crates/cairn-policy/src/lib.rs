@@ -17,6 +17,7 @@ mod access;
 pub mod bytes;
 mod capacity;
 mod config;
+mod error;
 pub mod index;
 pub mod list;
 mod policy;
@@ -46,7 +47,8 @@ pub mod twoq;
 pub use access::{Access, NEVER, Op};
 pub use bytes::{Bytes, ParseBytesError, format_bytes, parse_bytes};
 pub use capacity::Capacity;
-pub use config::{ConfigError, PolicyConfig};
+pub use config::PolicyConfig;
+pub use error::ConfigError;
 pub use policy::{Ahead, Policy};
 
 /// The hash map every policy uses for its key index: hashbrown with foldhash.

@@ -32,7 +32,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use cairn_store::cache::BlockSlice;
+use cairn_store::device::BlockSlice;
 use cairn_store::device::MemoryDevice;
 use cairn_store::{BlockCache, CacheConfig};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

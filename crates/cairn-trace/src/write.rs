@@ -18,8 +18,9 @@ use crate::read::{Format, Reader, oracle_general};
 use crate::split::BLOCK_INDEX_BITS;
 use crate::{NEVER, Op, Request, Result};
 
-/// The header of the canonical CSV (read it back with [`crate::read::CsvConfig::canonical`]).
-pub const CSV_HEADER: &str = "time_us,object,offset,size,op";
+/// The header of the canonical CSV; it belongs to the CSV reader, beside
+/// [`crate::read::CsvConfig::canonical`], and is re-exported here for writers.
+pub use crate::read::csv::CSV_HEADER;
 
 /// A sink of requests in some trace format.
 pub trait TraceWriter {

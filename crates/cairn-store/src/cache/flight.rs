@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use super::pool::Frame;
 use super::sync::{Condvar, Mutex, lock};
+use crate::device::Frame;
 
 enum State {
     Pending,

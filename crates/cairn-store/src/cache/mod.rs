@@ -50,11 +50,13 @@ mod shard;
 mod streams;
 mod sync;
 
+/// The buffer handles a hit returns; they are the device layer's
+/// ([`crate::device::BlockRef`]), re-exported here for the cache's users.
+pub use crate::device::{BlockRef, BlockSlice};
 pub use config::{
     BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, CacheConfig, CacheError, RUN_BLOCKS_MAX, SHARDS_MAX, WriteMode,
 };
 pub use groups::{Placement, SingleDevice, group_of};
-pub use pool::{BlockRef, BlockSlice};
 
 use std::sync::Arc;
 use std::time::Instant;

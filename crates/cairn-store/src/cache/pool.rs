@@ -1,5 +1,6 @@
-//! Buffers: page-aligned frames from a per-shard pool, and the reference-
-//! counted [`BlockRef`] a hit returns instead of a copy.
+//! The per-shard pool of page-aligned frames (the frames themselves, and the
+//! reference-counted [`BlockRef`] a hit returns instead of a copy, are buffer
+//! types of the device layer: `device/iobuf.rs`).
 //!
 //! A frame is an `Arc<Frame>`. The cache holds one reference while the block
 //! is resident; each [`BlockRef`] holds another. Eviction drops only the
@@ -10,150 +11,9 @@
 //! `O_DIRECT` can read into them.
 
 use std::collections::VecDeque;
-use std::ops::{Deref, Range};
 use std::sync::Arc;
 
-/// The unit frames are made of: 4 KiB, aligned to 4 KiB.
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(4096))]
-pub(crate) struct Page([u8; PAGE]);
-
-/// Bytes in a [`Page`].
-pub(crate) const PAGE: usize = 4096;
-
-/// One block's buffer.
-pub(crate) struct Frame {
-    pages: Box<[Page]>,
-}
-
-impl Frame {
-    fn new(pages: usize) -> Self {
-        Self {
-            pages: bytemuck::zeroed_slice_box(pages),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.pages)
-    }
-
-    #[inline]
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.pages)
-    }
-}
-
-/// A cached block, shared without a copy: the bytes stay valid (and
-/// unchanged) for as long as the handle lives, even after the block is
-/// evicted, invalidated or overwritten in the cache. Cloning is one atomic
-/// increment.
-#[derive(Clone)]
-pub struct BlockRef {
-    backing: Backing,
-    len: u32,
-}
-
-/// What a [`BlockRef`] keeps alive: a cache frame, or a memory device's
-/// stripe (see `MemoryDevice`'s `read_lent`).
-#[derive(Clone)]
-enum Backing {
-    Frame(Arc<Frame>),
-    Bytes(Arc<Vec<u8>>),
-}
-
-impl BlockRef {
-    pub(crate) fn new(frame: Arc<Frame>, len: u32) -> Self {
-        debug_assert!(len as usize <= frame.bytes().len());
-        Self {
-            backing: Backing::Frame(frame),
-            len,
-        }
-    }
-
-    /// A handle on shared bytes that are never written while shared (a
-    /// writer that finds them shared copies them first): a memory device's
-    /// stripe.
-    pub(crate) fn shared(bytes: Arc<Vec<u8>>) -> Self {
-        let len = u32::try_from(bytes.len()).expect("a shared buffer under 4 GiB");
-        Self {
-            backing: Backing::Bytes(bytes),
-            len,
-        }
-    }
-
-    /// Whether both handles share one buffer (the same load of the block).
-    pub fn same_buffer(&self, other: &BlockRef) -> bool {
-        match (&self.backing, &other.backing) {
-            (Backing::Frame(a), Backing::Frame(b)) => Arc::ptr_eq(a, b),
-            (Backing::Bytes(a), Backing::Bytes(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-
-    /// A part of the block, still without a copy.
-    pub fn slice(&self, range: Range<usize>) -> BlockSlice {
-        self.clone().into_slice(range)
-    }
-
-    /// A part of the block, taking this handle (no reference-count traffic).
-    pub fn into_slice(self, range: Range<usize>) -> BlockSlice {
-        assert!(
-            range.start <= range.end && range.end <= self.len as usize,
-            "slice {range:?} of a {}-byte block",
-            self.len
-        );
-        BlockSlice { block: self, range }
-    }
-}
-
-impl Deref for BlockRef {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        let bytes = match &self.backing {
-            Backing::Frame(frame) => frame.bytes(),
-            Backing::Bytes(bytes) => bytes.as_slice(),
-        };
-        &bytes[..self.len as usize]
-    }
-}
-
-impl AsRef<[u8]> for BlockRef {
-    fn as_ref(&self) -> &[u8] {
-        self
-    }
-}
-
-impl std::fmt::Debug for BlockRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BlockRef({} bytes)", self.len)
-    }
-}
-
-/// A byte range of a cached block (see [`BlockRef::slice`]); what
-/// [`BlockCache::read_refs`](super::BlockCache::read_refs) returns for a byte
-/// range that does not start or end on a block boundary.
-#[derive(Clone, Debug)]
-pub struct BlockSlice {
-    block: BlockRef,
-    range: Range<usize>,
-}
-
-impl BlockSlice {
-    /// The block this slice is part of.
-    pub fn block(&self) -> &BlockRef {
-        &self.block
-    }
-}
-
-impl Deref for BlockSlice {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        &self.block[self.range.clone()]
-    }
-}
+use crate::device::{Frame, PAGE};
 
 /// How many returned frames [`FramePool::take`] examines before it allocates.
 const RETURNED_SCAN: usize = 8;
@@ -229,6 +89,7 @@ impl FramePool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::BlockRef;
 
     #[test]
     fn frames_are_page_aligned_and_a_held_frame_is_not_reused() {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use cairn_policy::{Access, KeyMap, NEVER, Op, Policy};
 
 use super::flight::Flight;
-use super::pool::{Frame, FramePool};
+use super::pool::FramePool;
+use crate::device::Frame;
 
 /// Finished flights kept for reuse, per shard.
 const SPARE_FLIGHTS: usize = 32;

@@ -1,8 +1,20 @@
-//! Page-aligned I/O buffers, so that layers above a direct-I/O device
-//! (`O_DIRECT` needs the buffer address, offset and length aligned) can hand
-//! their own buffers straight to it, with no bounce copy in the device.
+//! Buffers that devices fill and lend.
+//!
+//! - [`IoBuf`]: page-aligned I/O buffers, so that layers above a direct-I/O
+//!   device (`O_DIRECT` needs the buffer address, offset and length aligned)
+//!   can hand their own buffers straight to it, with no bounce copy in the
+//!   device.
+//! - `Frame` (a slice of 4 KiB-aligned `Page`s): one cached block's buffer,
+//!   which the block cache's frame pool hands out and a device reads into.
+//! - [`BlockRef`] / [`BlockSlice`]: reference-counted handles on a block's
+//!   bytes (a cache frame, or a memory device's stripe), what
+//!   [`Device::read_lent`](super::Device::read_lent) lends instead of copying.
+//!
+//! They live here, beneath both the devices and the cache, so that the device
+//! layer never names a type of the layer above it.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::Arc;
 
 /// The alignment every [`IoBuf`] has: a page, which satisfies every device's
 /// [`super::Device::alignment`] in this crate.
@@ -87,6 +99,149 @@ impl std::fmt::Debug for IoBuf {
 /// True when `buf` can be handed to a device of alignment `align` as is.
 pub fn is_aligned(buf: &[u8], align: u64) -> bool {
     (buf.as_ptr() as u64).is_multiple_of(align)
+}
+
+/// The unit frames are made of: 4 KiB, aligned to 4 KiB.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(4096))]
+pub(crate) struct Page([u8; PAGE]);
+
+/// Bytes in a [`Page`].
+pub(crate) const PAGE: usize = 4096;
+
+/// One block's buffer.
+pub(crate) struct Frame {
+    pages: Box<[Page]>,
+}
+
+impl Frame {
+    pub(crate) fn new(pages: usize) -> Self {
+        Self {
+            pages: bytemuck::zeroed_slice_box(pages),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.pages)
+    }
+
+    #[inline]
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.pages)
+    }
+}
+
+/// A block's bytes, shared without a copy (a cache hit, or a memory device's
+/// stripe): the bytes stay valid (and
+/// unchanged) for as long as the handle lives, even after the block is
+/// evicted, invalidated or overwritten in the cache. Cloning is one atomic
+/// increment.
+#[derive(Clone)]
+pub struct BlockRef {
+    backing: Backing,
+    len: u32,
+}
+
+/// What a [`BlockRef`] keeps alive: a cache frame, or a memory device's
+/// stripe (see `MemoryDevice`'s `read_lent`).
+#[derive(Clone)]
+enum Backing {
+    Frame(Arc<Frame>),
+    Bytes(Arc<Vec<u8>>),
+}
+
+impl BlockRef {
+    pub(crate) fn new(frame: Arc<Frame>, len: u32) -> Self {
+        debug_assert!(len as usize <= frame.bytes().len());
+        Self {
+            backing: Backing::Frame(frame),
+            len,
+        }
+    }
+
+    /// A handle on shared bytes that are never written while shared (a
+    /// writer that finds them shared copies them first): a memory device's
+    /// stripe.
+    pub(crate) fn shared(bytes: Arc<Vec<u8>>) -> Self {
+        let len = u32::try_from(bytes.len()).expect("a shared buffer under 4 GiB");
+        Self {
+            backing: Backing::Bytes(bytes),
+            len,
+        }
+    }
+
+    /// Whether both handles share one buffer (the same load of the block).
+    pub fn same_buffer(&self, other: &BlockRef) -> bool {
+        match (&self.backing, &other.backing) {
+            (Backing::Frame(a), Backing::Frame(b)) => Arc::ptr_eq(a, b),
+            (Backing::Bytes(a), Backing::Bytes(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// A part of the block, still without a copy.
+    pub fn slice(&self, range: Range<usize>) -> BlockSlice {
+        self.clone().into_slice(range)
+    }
+
+    /// A part of the block, taking this handle (no reference-count traffic).
+    pub fn into_slice(self, range: Range<usize>) -> BlockSlice {
+        assert!(
+            range.start <= range.end && range.end <= self.len as usize,
+            "slice {range:?} of a {}-byte block",
+            self.len
+        );
+        BlockSlice { block: self, range }
+    }
+}
+
+impl Deref for BlockRef {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        let bytes = match &self.backing {
+            Backing::Frame(frame) => frame.bytes(),
+            Backing::Bytes(bytes) => bytes.as_slice(),
+        };
+        &bytes[..self.len as usize]
+    }
+}
+
+impl AsRef<[u8]> for BlockRef {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for BlockRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockRef({} bytes)", self.len)
+    }
+}
+
+/// A byte range of a shared block (see [`BlockRef::slice`]); what
+/// `BlockCache::read_refs` returns for a byte
+/// range that does not start or end on a block boundary.
+#[derive(Clone, Debug)]
+pub struct BlockSlice {
+    block: BlockRef,
+    range: Range<usize>,
+}
+
+impl BlockSlice {
+    /// The block this slice is part of.
+    pub fn block(&self) -> &BlockRef {
+        &self.block
+    }
+}
+
+impl Deref for BlockSlice {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        &self.block[self.range.clone()]
+    }
 }
 
 #[cfg(test)]

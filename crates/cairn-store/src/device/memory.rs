@@ -11,8 +11,8 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::{BlockRef, BlockSlice};
 use super::{Device, DeviceError, DeviceOp, check_range};
-use crate::cache::{BlockRef, BlockSlice};
 
 /// Bytes per lock stripe. I/O to different stripes never contends.
 const STRIPE: u64 = 1 << 20;

@@ -27,7 +27,8 @@ pub use claim::{Claim, DirClaim, Holder, claim, holder};
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice};
 pub use file::{FileDevice, FileOptions};
-pub use iobuf::{IO_ALIGN, IoBuf, is_aligned};
+pub use iobuf::{BlockRef, BlockSlice, IO_ALIGN, IoBuf, is_aligned};
+pub(crate) use iobuf::{Frame, PAGE};
 pub use memory::MemoryDevice;
 pub use throttled::{Pace, Throttle, ThrottledDevice};
 
@@ -196,7 +197,7 @@ pub trait Device: Send + Sync {
         &self,
         offset: u64,
         len: u64,
-        out: &mut Vec<crate::cache::BlockSlice>,
+        out: &mut Vec<BlockSlice>,
     ) -> Result<bool, DeviceError> {
         let _ = (offset, len, out);
         Ok(false)
@@ -339,7 +340,7 @@ macro_rules! forward_device {
                 &self,
                 offset: u64,
                 len: u64,
-                out: &mut Vec<crate::cache::BlockSlice>,
+                out: &mut Vec<BlockSlice>,
             ) -> Result<bool, DeviceError> {
                 (**self).read_lent(offset, len, out)
             }

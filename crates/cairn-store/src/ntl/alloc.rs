@@ -59,6 +59,10 @@ impl BlockAllocator {
             }
             bits[w] &= !(1 << b);
         }
+        strict_assert!(
+            blocks.is_multiple_of(64) || bits.last().is_none_or(|&w| w >> (blocks % 64) == 0),
+            "bits past the last block are set: alloc could return one"
+        );
         Ok(Self {
             blocks,
             words: bits.into_iter().map(AtomicU64::new).collect(),
@@ -97,7 +101,15 @@ impl BlockAllocator {
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return Some(w as u64 * 64 + u64::from(b)),
+                    Ok(_) => {
+                        let block = w as u64 * 64 + u64::from(b);
+                        strict_assert!(
+                            block < self.blocks,
+                            "allocated block {block} of {}",
+                            self.blocks
+                        );
+                        return Some(block);
+                    }
                     Err(now) => cur = now,
                 }
             }

@@ -4,9 +4,9 @@ use std::fmt;
 use std::path::Path;
 
 use super::alloc::BlockAllocator;
-use super::btt::Geometry;
-use super::info::{self, INFO_LEN};
+use super::info;
 use super::lanelog;
+use super::layout::{self, Geometry, INFO_LEN};
 use super::map::{BlockMap, MapError};
 use super::pmem::{MmapRegion, PersistenceRequest};
 use super::region::Region;
@@ -45,8 +45,8 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  lane log: {} lanes x {} slots, {} records to replay at the next open",
-                lanelog::LANES,
-                lanelog::SLOTS,
+                layout::LANES,
+                layout::SLOTS,
                 self.pending_records
             )?;
         } else {
@@ -79,6 +79,11 @@ fn examine<R: Region + ?Sized>(region: &R) -> Result<Report, MapError> {
         map.overlay(lba, entry);
     }
     let alloc = BlockAllocator::from_used(geometry.data_blocks, map.used())?;
+    strict_assert_eq!(
+        alloc.free_blocks() + map.used().count() as u64,
+        geometry.data_blocks,
+        "free and mapped blocks do not add up"
+    );
     Ok(Report {
         geometry,
         mapped: map.used().count() as u64,
@@ -146,7 +151,7 @@ mod tests {
         let report = examine(b.region()).expect("examine");
         assert_eq!((report.pending_records, report.mapped), (0, 3));
         // The replayed log is emptied: no record outlives its session.
-        let mut log = vec![0u8; lanelog::LOG_LEN as usize];
+        let mut log = vec![0u8; layout::LOG_LEN as usize];
         b.region().read(geo.log_base(), &mut log).expect("read log");
         assert!(log.iter().all(|&x| x == 0), "records left after replay");
         b.flush().expect("flush");

@@ -49,6 +49,10 @@ impl<R: Region> NtlDevice<R> {
             let at = offset + pos as u64;
             let within = at % bs;
             let n = ((bs - within) as usize).min(len - pos);
+            strict_assert!(
+                n > 0 && within + n as u64 <= bs,
+                "piece {within}+{n} of a {bs}-byte block"
+            );
             f(at / bs, within, pos..pos + n)?;
             pos += n;
         }
@@ -87,6 +91,15 @@ impl<R: Region> Device for NtlDevice<R> {
         let whole_end = (end - end % bs).max(whole_start);
         let head = (whole_start - offset) as usize;
         let body = (whole_end - whole_start) as usize;
+        strict_assert!(
+            head + body <= buf.len() && (body as u64).is_multiple_of(bs),
+            "write split {head} + {body} of {} bytes",
+            buf.len()
+        );
+        strict_assert!(
+            body == 0 || whole_start.is_multiple_of(bs),
+            "whole blocks from an unaligned {whole_start}"
+        );
         self.for_each_block(offset, head, |lba, within, range| {
             self.btt.write_bytes(lba, within, &buf[range])
         })?;
@@ -140,6 +153,10 @@ impl<R: Region> Device for NtlDevice<R> {
             Ok::<(), DeviceError>(())
         };
         if last > first {
+            strict_assert!(
+                offset <= first * bs && last * bs <= end,
+                "trimmed blocks {first}..{last} outside {offset}..{end}"
+            );
             zero_bytes(offset, first * bs)?;
             self.btt.trim_blocks(first, last - first)?;
             zero_bytes(last * bs, end)?;

@@ -35,23 +35,33 @@
 //! 36 24  reserved, zero
 //! 60  4  CRC32C of bytes 0..60 (u32 LE)
 //! ```
+//!
+//! # Invariants
+//!
+//! Of each record, checked by [`verify`] in this order, with these numbers in
+//! its messages (an image at rest: after an open, or between writes). A
+//! record is a slot that [`Record::decode`] accepts (`seq ≥ 1`, its CRC32C
+//! matching, its reserved bytes zero); any other slot is empty or torn by a
+//! crash, and replay ignores it.
+//!
+//! 1. A record's `lba` is a logical block (`< lbas`).
+//! 2. It lies in its own lane's slot: lane `lba % LANES`, slot `seq % SLOTS`.
+//! 3. Its `new` is a data block (`< data_blocks`), or [`TRIMMED`] with a zero
+//!    data CRC.
+//! 4. Its `old` is a valid map entry (unmapped, or a data block).
+//! 5. A lane's two records, when both are present, are consecutive writes
+//!    (their `seq` differ by one).
+//!
+//! [`Record::encode`] checks its own output before the bytes leave
+//! (`strict_assert!`): reserved bytes zero and `decode(encode(x)) == x`.
 
 use crc_fast::{CrcAlgorithm, Digest};
 
-use super::btt::Geometry;
-use super::info::INFO_LEN;
+use super::layout::{Geometry, INFO_LEN, LANES, LOG_LEN, RECORD, SLOTS};
 use super::map;
 use super::region::Region;
 use crate::device::DeviceError;
 
-/// Lanes: one per stripe lock of [`super::Btt`].
-pub const LANES: u64 = 256;
-/// Record slots per lane, written alternately.
-pub const SLOTS: u64 = 2;
-/// Bytes per record (one cache line).
-pub const RECORD: u64 = 64;
-/// Bytes of the whole lane log.
-pub const LOG_LEN: u64 = LANES * SLOTS * RECORD;
 /// `new` of a trim record: the block became unmapped. Without it, replay could
 /// redo an older record that mapped the block from unmapped over the trim.
 pub const TRIMMED: u64 = u64::MAX;
@@ -82,11 +92,23 @@ impl Record {
         b[32..36].copy_from_slice(&self.data_crc.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
+        strict_assert!(
+            b[36..60].iter().all(|&x| x == 0),
+            "lane record encode: reserved bytes not zero"
+        );
+        strict_assert_eq!(
+            Self::decode(&b),
+            (self.seq != 0).then_some(*self),
+            "lane record encode: decode(encode(x)) != x"
+        );
         b
     }
 
     /// A stored record, or `None` for an empty slot or one whose CRC fails (a
     /// torn record: its write never completed, so nothing depends on it).
+    ///
+    /// Public for the fuzz target `ntl_lanelog`: it never panics, whatever
+    /// the bytes.
     pub fn decode(b: &[u8; 64]) -> Option<Self> {
         let word = |at: usize| {
             let mut w = [0u8; 8];
@@ -142,12 +164,61 @@ impl Default for DataCrc {
 
 /// Offset of lane `lane`'s slot for its write number `seq`.
 pub fn slot_offset(log_base: u64, lane: u64, seq: u64) -> u64 {
+    assert!(lane < LANES, "lane {lane} of {LANES}");
     log_base + (lane * SLOTS + seq % SLOTS) * RECORD
+}
+
+/// Checks every slot of the lane log against the invariants at the head of
+/// this file, in their order: the first broken one is named by its number.
+/// Returns the newest record's `seq` of each lane (0 for a lane with none).
+pub fn verify<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<Vec<u64>, String> {
+    let broken = |n: u32, lane: u64, slot: u64, what: String| {
+        Err(format!(
+            "NTL lane log invariant {n} broken: lane {lane} slot {slot}: {what}"
+        ))
+    };
+    let mut newest = vec![0u64; LANES as usize];
+    for lane in 0..LANES {
+        let mut seqs = Vec::with_capacity(SLOTS as usize);
+        for slot in 0..SLOTS {
+            let mut raw = [0u8; RECORD as usize];
+            region
+                .read(geo.log_base() + (lane * SLOTS + slot) * RECORD, &mut raw)
+                .map_err(|e| e.to_string())?;
+            let Some(r) = Record::decode(&raw) else {
+                continue;
+            };
+            if r.lba >= geo.lbas {
+                return broken(1, lane, slot, format!("lba {} of {}", r.lba, geo.lbas));
+            }
+            if r.lba % LANES != lane || r.seq % SLOTS != slot {
+                return broken(2, lane, slot, format!("record {r:?} belongs elsewhere"));
+            }
+            if !(r.new < geo.data_blocks || (r.new == TRIMMED && r.data_crc == 0)) {
+                return broken(3, lane, slot, format!("new block {:#x}", r.new));
+            }
+            if map::decode(r.old, geo.data_blocks).is_err() {
+                return broken(4, lane, slot, format!("old entry {:#x}", r.old));
+            }
+            seqs.push(r.seq);
+        }
+        if let [a, b] = seqs[..]
+            && a.abs_diff(b) != 1
+        {
+            return broken(5, lane, 0, format!("records of writes {a} and {b}"));
+        }
+        newest[lane as usize] = seqs.iter().copied().max().unwrap_or(0);
+    }
+    Ok(newest)
 }
 
 /// Empties every slot (zeros, written back, fenced): at format, and at open
 /// after [`replay`].
 pub fn clear<R: Region + ?Sized>(region: &R, geo: &Geometry) -> Result<(), DeviceError> {
+    strict_assert!(
+        geo.log_base() + LOG_LEN <= region.len(),
+        "lane log past the region's end"
+    );
     let zero = [0u8; RECORD as usize];
     for slot in 0..LOG_LEN / RECORD {
         region.write(geo.log_base() + slot * RECORD, &zero)?;
@@ -225,6 +296,10 @@ pub fn replay<R: Region + ?Sized>(
     }
     if apply && !pending.is_empty() {
         for &(lba, entry) in &pending {
+            strict_assert!(
+                lba < lbas && map::decode(entry, data_blocks).is_ok(),
+                "replay would store {entry:#x} for lba {lba}"
+            );
             region.store_u64_flushed(map_base + lba * 8, entry)?;
         }
         region.fence()?;
@@ -264,5 +339,71 @@ mod tests {
         crc.update(&data[..100]);
         crc.update(&data[100..]);
         assert_eq!(crc.finish(), crc32c::crc32c(&data));
+    }
+
+    #[test]
+    fn verify_names_the_broken_invariant() {
+        use crate::ntl::SimRegion;
+        let geo = Geometry {
+            block_size: 64,
+            lbas: 600,
+            data_blocks: 700,
+        };
+        let region = SimRegion::new(geo.region_len());
+        let put = |lane: u64, r: Record| {
+            region
+                .write(slot_offset(geo.log_base(), lane, r.seq), &r.encode())
+                .expect("write");
+        };
+        let good = Record {
+            seq: 3,
+            lba: 258,
+            old: map::encode(12),
+            new: 99,
+            data_crc: 7,
+        };
+        put(2, good);
+        put(2, Record { seq: 4, ..good });
+        assert_eq!(verify(&region, &geo).expect("valid")[2], 4);
+        let broken = |lane: u64, r: Record| {
+            clear(&region, &geo).expect("clear");
+            put(lane, r);
+            verify(&region, &geo).expect_err("broken")
+        };
+        assert!(
+            broken(
+                2,
+                Record {
+                    lba: 600 + 2,
+                    ..good
+                }
+            )
+            .contains("invariant 1 ")
+        );
+        assert!(
+            broken(3, good).contains("invariant 2 "),
+            "another lane's slot"
+        );
+        assert!(broken(2, Record { new: 700, ..good }).contains("invariant 3 "));
+        assert!(
+            broken(
+                2,
+                Record {
+                    new: TRIMMED,
+                    ..good
+                }
+            )
+            .contains("invariant 3 "),
+            "a trim record with a data CRC"
+        );
+        assert!(broken(2, Record { old: 5, ..good }).contains("invariant 4 "));
+        clear(&region, &geo).expect("clear");
+        put(2, good);
+        put(2, Record { seq: 6, ..good });
+        assert!(
+            verify(&region, &geo)
+                .expect_err("broken")
+                .contains("invariant 5 ")
+        );
     }
 }

@@ -10,6 +10,21 @@
 //! bits 0..47  NVM data block number (must be < number of data blocks)
 //! ```
 //!
+//! # Invariants
+//!
+//! Checked by [`BlockMap::verify`], in this order, with these numbers in its
+//! messages:
+//!
+//! 1. Every persistent entry is 0 (unmapped) or has the mapped bit set and its
+//!    reserved bits 48..62 clear.
+//! 2. Every mapped entry names a data block below `data_blocks`.
+//! 3. No two entries name the same data block.
+//! 4. The DRAM mirror equals the persistent table, entry for entry.
+//!
+//! Every store checks its entry against 1 and 2 before it reaches the region
+//! (`strict_assert!`), and [`encode`] refuses a block number that does not fit
+//! the entry's 48 bits.
+//!
 //! DRAM index: a flat `AtomicU64` mirror of the table, rebuilt at open: a lookup is
 //! one load. It was measured against the paper's radix tree (64-way, like the
 //! kernel's `radix_tree`; `benches/ntl_index.rs`): random lookups over 1 Mi blocks
@@ -27,6 +42,10 @@ const BLOCK_MASK: u64 = (1 << 48) - 1;
 
 /// Encodes a map entry pointing at `data_block`.
 pub fn encode(data_block: u64) -> u64 {
+    assert!(
+        data_block <= BLOCK_MASK,
+        "data block {data_block} does not fit a map entry"
+    );
     MAPPED | (data_block & BLOCK_MASK)
 }
 
@@ -91,6 +110,10 @@ impl BlockMap {
         lbas: u64,
         data_blocks: u64,
     ) -> Result<Self, MapError> {
+        assert!(
+            base.is_multiple_of(8),
+            "map at {base}: entries need 8-byte alignment"
+        );
         let mut mirror = Vec::with_capacity(lbas as usize);
         for lba in 0..lbas {
             let entry = region.load_u64(base + lba * 8)?;
@@ -115,6 +138,7 @@ impl BlockMap {
 
     /// Byte offset of `lba`'s persistent entry.
     pub fn entry_offset(&self, lba: u64) -> u64 {
+        strict_assert!(lba < self.lbas(), "entry of lba {lba} of {}", self.lbas());
         self.base + lba * 8
     }
 
@@ -127,6 +151,10 @@ impl BlockMap {
     /// Sets `lba`'s DRAM entry only (a checker's view of a replay it does not
     /// write: the entry must be valid).
     pub(crate) fn overlay(&self, lba: u64, entry: u64) {
+        strict_assert!(
+            decode(entry, self.data_blocks).is_ok(),
+            "overlay of an invalid entry {entry:#x}"
+        );
         if let Some(slot) = self.mirror.get(lba as usize) {
             slot.store(entry, Ordering::Relaxed);
         }
@@ -169,6 +197,13 @@ impl BlockMap {
         first: u64,
         count: u64,
     ) -> Result<(), DeviceError> {
+        strict_assert!(
+            first
+                .checked_add(count)
+                .is_some_and(|end| end <= self.lbas()),
+            "flush of entries {first}+{count} of {}",
+            self.lbas()
+        );
         region.flush(&[(self.entry_offset(first), count * 8)])
     }
 
@@ -198,6 +233,11 @@ impl BlockMap {
                 size: self.lbas(),
             });
         };
+        strict_assert!(
+            decode(entry, self.data_blocks).is_ok(),
+            "map store of an invalid entry {entry:#x} ({} data blocks)",
+            self.data_blocks
+        );
         let off = self.entry_offset(lba);
         if flushed {
             region.store_u64_flushed(off, entry)?;
@@ -213,6 +253,49 @@ impl BlockMap {
         let old = slot.load(Ordering::Relaxed);
         slot.store(entry, Ordering::Release);
         Ok(decode(old, self.data_blocks).ok().flatten())
+    }
+
+    /// Checks the map against the invariants at the head of this file, in
+    /// their order, reading the persistent table from `region`: the first
+    /// broken one is named by its number.
+    pub fn verify<R: Region + ?Sized>(&self, region: &R) -> Result<(), String> {
+        let mut owner = hashbrown::HashMap::new();
+        for lba in 0..self.lbas() {
+            let entry = region
+                .load_u64(self.entry_offset(lba))
+                .map_err(|e| e.to_string())?;
+            if entry != 0 && (entry & MAPPED == 0 || entry & !(MAPPED | BLOCK_MASK) != 0) {
+                return Err(format!(
+                    "NTL map invariant 1 broken: entry {lba} is {entry:#018x} (reserved bits or no mapped bit)"
+                ));
+            }
+            let block = entry & BLOCK_MASK;
+            if entry != 0 && block >= self.data_blocks {
+                return Err(format!(
+                    "NTL map invariant 2 broken: entry {lba} names block {block} of {}",
+                    self.data_blocks
+                ));
+            }
+            if entry != 0
+                && let Some(other) = owner.insert(block, lba)
+            {
+                return Err(format!(
+                    "NTL map invariant 3 broken: entries {other} and {lba} both name block {block}"
+                ));
+            }
+        }
+        for lba in 0..self.lbas() {
+            let entry = region
+                .load_u64(self.entry_offset(lba))
+                .map_err(|e| e.to_string())?;
+            let mirrored = self.mirror[lba as usize].load(Ordering::Acquire);
+            if entry != mirrored {
+                return Err(format!(
+                    "NTL map invariant 4 broken: entry {lba} is {entry:#x} on the media, {mirrored:#x} in DRAM"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -264,5 +347,33 @@ mod tests {
             Err(MapError::BadEntry { lba: 2, .. }) => {}
             other => panic!("expected BadEntry for lba 2, got {:?}", other.err()),
         }
+    }
+
+    #[test]
+    fn verify_names_the_broken_invariant() {
+        let r = SimRegion::new(4096);
+        let map = BlockMap::load(&r, 0, 4, 10).expect("load");
+        map.set(&r, 0, 5).expect("set");
+        map.set(&r, 1, 6).expect("set");
+        assert_eq!(map.verify(&r), Ok(()));
+        let broken = |lba: u64, entry: u64| {
+            let old = r.load_u64(lba * 8).expect("load");
+            r.store_u64(lba * 8, entry).expect("store");
+            let got = map.verify(&r).expect_err("broken");
+            r.store_u64(lba * 8, old).expect("store");
+            got
+        };
+        assert!(broken(2, encode(3) | 1 << 50).contains("invariant 1 "));
+        assert!(broken(2, 3).contains("invariant 1 "), "no mapped bit");
+        assert!(broken(2, encode(10)).contains("invariant 2 "));
+        assert!(
+            broken(2, encode(5)).contains("invariant 3 "),
+            "block 5 twice"
+        );
+        assert!(
+            broken(2, encode(7)).contains("invariant 4 "),
+            "media ahead of DRAM"
+        );
+        assert_eq!(map.verify(&r), Ok(()));
     }
 }

@@ -11,6 +11,8 @@
 //! - [`sim`]: [`SimRegion`], the seeded crash model for tests.
 //! - [`alloc`]: [`BlockAllocator`], `nm_alloc`/`nm_free` over a DRAM bitmap.
 //!
+//! - [`layout`]: [`Geometry`] and the lengths of the image's regions, beneath
+//!   the format files below and the `Btt` above them.
 //! - [`map`]: [`BlockMap`], the flat persistent map and its DRAM mirror.
 //! - [`btt`]: [`Btt`], atomic whole-block writes (copy to a free block and log
 //!   it, one fence, then flip the map entry), batched for multi-block writes, and
@@ -33,6 +35,7 @@ pub mod check;
 pub mod device;
 pub mod info;
 pub mod lanelog;
+pub mod layout;
 pub mod map;
 pub mod open;
 pub mod pmem;
@@ -40,10 +43,11 @@ pub mod region;
 pub mod sim;
 
 pub use alloc::{AllocError, BlockAllocator};
-pub use btt::{Btt, Geometry, WriteMode};
+pub use btt::{Btt, WriteMode};
 pub use check::{Report, fsck, inspect};
 pub use device::NtlDevice;
 pub use info::{InfoError, MAGIC};
+pub use layout::Geometry;
 pub use map::{BlockMap, MapError};
 pub use pmem::{
     FlushInstr, HUGE_PAGE, MmapRegion, PageSize, Persistence, PersistenceRequest, collapse_buffer,

@@ -168,6 +168,10 @@ pub fn collapse_buffer(buf: &mut [u8]) -> Result<(), rustix::io::Errno> {
 /// `MADV_COLLAPSE` over `start..end` (huge-page aligned, inside memory the
 /// caller owns).
 fn collapse(start: u64, end: u64) -> Result<(), rustix::io::Errno> {
+    strict_assert!(
+        start < end && start.is_multiple_of(HUGE_PAGE) && end.is_multiple_of(HUGE_PAGE),
+        "MADV_COLLAPSE over {start:#x}..{end:#x}"
+    );
     // SAFETY: the caller's range is mapped memory it owns; MADV_COLLAPSE only
     // changes which pages back it, never its contents, and concurrent access
     // stays valid while it runs.
@@ -290,26 +294,7 @@ impl MmapRegion {
         let len = if device_dax {
             len
         } else {
-            if create && meta.len() < len {
-                file.set_len(len)
-                    .map_err(|e| io_err(DeviceOp::Write, path, e))?;
-            }
-            let have = if create {
-                meta.len().max(len)
-            } else {
-                meta.len()
-            };
-            if len == 0 {
-                have
-            } else if len <= have {
-                len
-            } else {
-                return Err(io_err(
-                    DeviceOp::Read,
-                    path,
-                    std::io::Error::other(format!("file is {have} bytes, region needs {len}")),
-                ));
-            }
+            Self::file_len(&file, &meta, path, len, create)?
         };
         let map_len = usize::try_from(len)
             .ok()
@@ -321,6 +306,72 @@ impl MmapRegion {
                     std::io::Error::other("bad region length"),
                 )
             })?;
+        let (ptr, dax) = Self::map(&file, path, map_len, read_only, device_dax)?;
+        let persistence = match request {
+            PersistenceRequest::None => Persistence::None,
+            PersistenceRequest::CacheLine => {
+                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+            }
+            PersistenceRequest::Auto if dax => {
+                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
+            }
+            PersistenceRequest::Msync | PersistenceRequest::Auto => Persistence::Msync,
+        };
+        Ok(Self {
+            ptr,
+            len,
+            persistence,
+            dax,
+            pages: PageSize::Default,
+            wide_stores: wide_stores(),
+            path: path.to_path_buf(),
+            read_only,
+            _file: file,
+        })
+    }
+
+    /// The region length of a regular file: `len` (growing the file to it
+    /// when creating), or the whole file when `len` is 0; an error when the
+    /// file is shorter than `len`.
+    fn file_len(
+        file: &std::fs::File,
+        meta: &std::fs::Metadata,
+        path: &Path,
+        len: u64,
+        create: bool,
+    ) -> Result<u64, DeviceError> {
+        if create && meta.len() < len {
+            file.set_len(len)
+                .map_err(|e| io_err(DeviceOp::Write, path, e))?;
+        }
+        let have = if create {
+            meta.len().max(len)
+        } else {
+            meta.len()
+        };
+        if len == 0 {
+            Ok(have)
+        } else if len <= have {
+            Ok(len)
+        } else {
+            Err(io_err(
+                DeviceOp::Read,
+                path,
+                std::io::Error::other(format!("file is {have} bytes, region needs {len}")),
+            ))
+        }
+    }
+
+    /// Maps `map_len` bytes of `file` shared, with `MAP_SYNC` when the file
+    /// system allows it; returns the mapping and whether it is DAX (`MAP_SYNC`
+    /// succeeded, or `device_dax`).
+    fn map(
+        file: &std::fs::File,
+        path: &Path,
+        map_len: usize,
+        read_only: bool,
+        device_dax: bool,
+    ) -> Result<(NonNull<u8>, bool), DeviceError> {
         let prot = if read_only {
             ProtFlags::READ
         } else {
@@ -349,7 +400,7 @@ impl MmapRegion {
                 map_len,
                 prot,
                 MapFlags::SHARED_VALIDATE | MapFlags::SYNC | fixed,
-                &file,
+                file,
                 0,
             )
         };
@@ -357,9 +408,8 @@ impl MmapRegion {
             (p, true)
         } else {
             // SAFETY: as above, plain MAP_SHARED.
-            let p = unsafe {
-                rustix::mm::mmap(hint, map_len, prot, MapFlags::SHARED | fixed, &file, 0)
-            };
+            let p =
+                unsafe { rustix::mm::mmap(hint, map_len, prot, MapFlags::SHARED | fixed, file, 0) };
             match p {
                 Ok(p) => (p, device_dax),
                 Err(e) => {
@@ -373,27 +423,16 @@ impl MmapRegion {
         };
         let ptr = NonNull::new(raw.cast::<u8>())
             .ok_or_else(|| io_err(DeviceOp::Read, path, std::io::Error::other("null mapping")))?;
-        let persistence = match request {
-            PersistenceRequest::None => Persistence::None,
-            PersistenceRequest::CacheLine => {
-                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
-            }
-            PersistenceRequest::Auto if dax => {
-                FlushInstr::detect().map_or(Persistence::Msync, Persistence::CacheLine)
-            }
-            PersistenceRequest::Msync | PersistenceRequest::Auto => Persistence::Msync,
-        };
-        Ok(Self {
-            ptr,
-            len,
-            persistence,
-            dax,
-            pages: PageSize::Default,
-            wide_stores: wide_stores(),
-            path: path.to_path_buf(),
-            read_only,
-            _file: file,
-        })
+        // Every `SAFETY:` on an aligned access below relies on this.
+        assert!(
+            (ptr.as_ptr() as usize).is_multiple_of(PAGE as usize),
+            "a mapping that is not page aligned"
+        );
+        assert!(
+            hint.is_null() || ptr.as_ptr().cast::<c_void>() == hint,
+            "MAP_FIXED placed the mapping elsewhere"
+        );
+        Ok((ptr, dax))
     }
 
     /// A 2 MiB-aligned address with `map_len` bytes reserved there (an
@@ -420,6 +459,12 @@ impl MmapRegion {
         let start = base as usize;
         let aligned = start.next_multiple_of(huge);
         let head = aligned - start;
+        // The reservation is one huge page longer than the mapping, so the
+        // aligned start leaves room for all of it.
+        strict_assert!(
+            head < huge && head + map_len <= reserve,
+            "reservation too short"
+        );
         let tail = reserve - head - map_len;
         // SAFETY: both ranges lie inside the reservation just made and outside
         // `aligned..aligned + map_len`, which stays reserved for the caller.
@@ -499,6 +544,11 @@ impl MmapRegion {
     }
 
     fn at(&self, offset: u64) -> *mut u8 {
+        strict_assert!(
+            offset <= self.len,
+            "offset {offset} past a {}-byte mapping",
+            self.len
+        );
         // SAFETY: callers checked `offset` (plus their length) against `self.len`, so
         // the result stays inside the mapping.
         unsafe { self.ptr.as_ptr().add(offset as usize) }
@@ -514,8 +564,16 @@ impl MmapRegion {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
         let len = data.len() as u64;
         let end = offset + len;
+        strict_assert!(
+            end <= self.len,
+            "streaming copy to {offset}+{len} past the mapping"
+        );
         let first = offset.next_multiple_of(CACHE_LINE).min(end);
         let last = (end - end % CACHE_LINE).max(first);
+        strict_assert!(
+            offset <= first && first <= last && last <= end,
+            "streaming copy lines {first}..{last} outside {offset}..{end}"
+        );
         let plain = |from: u64, to: u64| {
             if to > from {
                 let src = &data[(from - offset) as usize..(to - offset) as usize];
@@ -528,6 +586,10 @@ impl MmapRegion {
         plain(offset, first);
         let mut at = first;
         if self.wide_stores && last > first {
+            strict_assert!(
+                (self.at(first) as usize).is_multiple_of(64),
+                "64-byte streaming stores to an unaligned line"
+            );
             // SAFETY: AVX-512F was detected at open; `first..last` is inside the
             // checked range, 64-aligned, and `data` covers it.
             unsafe {
@@ -542,6 +604,10 @@ impl MmapRegion {
         while at < last {
             let src = data[(at - offset) as usize..].as_ptr();
             let dst = self.at(at);
+            strict_assert!(
+                (dst as usize).is_multiple_of(16) && at.is_multiple_of(CACHE_LINE),
+                "non-temporal store to unaligned {at}"
+            );
             // SAFETY: `at..at + 64` lies inside the checked range (at < last <= end,
             // 64-aligned), so every load reads `data` and every store writes the
             // mapping; `dst` is 16-byte aligned (the mapping is page aligned and `at`
@@ -561,6 +627,7 @@ impl MmapRegion {
     fn flush_lines(&self, instr: FlushInstr, offset: u64, len: u64) {
         let start = offset - offset % CACHE_LINE;
         let end = offset + len;
+        strict_assert!(end <= self.len, "flush of {offset}+{len} past the mapping");
         let mut line = start;
         while line < end {
             let p = self.at(line);
@@ -642,6 +709,10 @@ impl Region for MmapRegion {
     #[allow(clippy::cast_ptr_alignment)] // alignment checked by `check_word`
     fn load_u64(&self, offset: u64) -> Result<u64, DeviceError> {
         check_word(DeviceOp::Read, offset, self.len)?;
+        strict_assert!(
+            (self.at(offset) as usize).is_multiple_of(8),
+            "atomic load from unaligned address"
+        );
         // SAFETY: in range and 8-byte aligned (checked; the mapping is page aligned),
         // and all concurrent access to this word is atomic.
         let word = unsafe { AtomicU64::from_ptr(self.at(offset).cast::<u64>()) };
@@ -652,6 +723,10 @@ impl Region for MmapRegion {
     fn store_u64(&self, offset: u64, value: u64) -> Result<(), DeviceError> {
         self.writable()?;
         check_word(DeviceOp::Write, offset, self.len)?;
+        strict_assert!(
+            (self.at(offset) as usize).is_multiple_of(8),
+            "atomic store to unaligned address"
+        );
         // SAFETY: as in `load_u64`.
         let word = unsafe { AtomicU64::from_ptr(self.at(offset).cast::<u64>()) };
         word.store(value.to_le(), Ordering::Release);
@@ -690,6 +765,7 @@ impl Region for MmapRegion {
                 };
                 let start = start - start % PAGE;
                 let end = end.min(self.len);
+                strict_assert!(start < end, "msync of an empty span {start}..{end}");
                 // SAFETY: page-aligned start inside the mapping, length within it.
                 unsafe {
                     rustix::mm::msync(

@@ -121,6 +121,7 @@ impl SimRegion {
         let mut words: Vec<(u64, Vec<u64>)> = st.pending.drain().collect();
         words.sort_unstable_by_key(|(w, _)| *w);
         for (w, history) in words {
+            strict_assert!(!history.is_empty(), "word {w} pending with no store");
             let keep = rng.random_range(0..=history.len());
             if keep > 0 {
                 State::set_word(&mut st.durable, w, history[keep - 1]);
@@ -225,10 +226,16 @@ impl Region for SimRegion {
                 continue;
             };
             history.drain(..n);
-            if history.is_empty() {
+            let settled = history.is_empty();
+            if settled {
                 st.pending.remove(&w);
             }
             State::set_word(&mut st.durable, w, v);
+            // A word with no store pending holds the same value in both images.
+            strict_assert!(
+                !settled || State::word(&st.volatile, w) == v,
+                "word {w}: its last store is not its volatile value"
+            );
         }
         Ok(())
     }

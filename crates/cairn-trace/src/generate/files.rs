@@ -15,7 +15,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{Clock, Pace, invalid};
+use super::pace::{Clock, Pace, invalid};
 use crate::{Request, Result};
 
 /// The four workloads of Table I.

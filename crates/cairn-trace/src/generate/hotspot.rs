@@ -4,7 +4,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{Clock, Layout, Pace, invalid};
+use super::pace::{Clock, Layout, Pace, invalid};
 use crate::{Request, Result};
 
 /// One region of a hot-spot mix.

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Clock, Layout, Pace, invalid};
+use super::pace::{Clock, Layout, Pace, invalid};
 use crate::{Request, Result};
 
 /// Requests to items `first, first+1, …, first+items-1`, then again from

@@ -7,7 +7,7 @@
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{Clock, Pace, invalid};
+use super::pace::{Clock, Pace, invalid};
 use crate::{Request, Result};
 
 /// What each reader does.

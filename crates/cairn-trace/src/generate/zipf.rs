@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Clock, Layout, Pace, invalid};
+use super::pace::{Clock, Layout, Pace, invalid};
 use crate::{Request, Result};
 
 /// Requests whose items follow Zipf(α): item `k` (0-based rank) is drawn

@@ -118,9 +118,13 @@ impl Default for CsvConfig {
     }
 }
 
+/// The header of the canonical CSV (what `write::CsvWriter` writes; read it
+/// back with [`CsvConfig::canonical`]).
+pub const CSV_HEADER: &str = "time_us,object,offset,size,op";
+
 impl CsvConfig {
-    /// The map of the canonical CSV that [`crate::write::CsvWriter`] writes:
-    /// header `time_us,object,offset,size,op`, op `r`/`w`.
+    /// The map of the canonical CSV that `write::CsvWriter` writes:
+    /// header [`CSV_HEADER`], op `r`/`w`.
     pub fn canonical() -> Self {
         Self {
             has_header: true,

@@ -11,21 +11,21 @@ pub mod csv;
 mod lines;
 pub mod msr;
 pub mod oracle_general;
+mod stream;
 pub mod text;
 pub mod vscsi;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::str::FromStr;
 
-pub use csv::{CsvConfig, OffsetUnit, TimeUnit};
+pub use csv::{CSV_HEADER, CsvConfig, OffsetUnit, TimeUnit};
 pub use lines::LINE_BYTES_MAX;
+pub use stream::Reader;
+pub(crate) use stream::fill;
 
+use crate::Result;
 use crate::error::TraceError;
-use crate::{Request, Result};
-
-/// A streaming source of requests.
-pub type Reader = Box<dyn Iterator<Item = Result<Request>> + Send>;
 
 /// A buffered byte source.
 pub type Source = Box<dyn BufRead + Send>;
@@ -73,7 +73,7 @@ impl Format {
     /// `.vscsi` → VSCSI; a name containing `oracleGeneral` → oracleGeneral;
     /// `.txt` → text; `.csv` → `CloudPhysics` if the header is
     /// [`cloudphysics::HEADER`], the canonical CSV if it is
-    /// [`crate::write::CSV_HEADER`], MSR if the first line has 7 fields with a
+    /// [`CSV_HEADER`], MSR if the first line has 7 fields with a
     /// `Read`/`Write` fourth. Any other CSV needs its column map, so it is
     /// never guessed.
     pub fn detect(path: &Path) -> Result<Format> {
@@ -117,7 +117,7 @@ fn detect_content(head: &[u8]) -> Option<Format> {
         if line == cloudphysics::HEADER {
             return Some(Format::CloudPhysics);
         }
-        if line == crate::write::CSV_HEADER {
+        if line == CSV_HEADER {
             return Some(Format::Csv(CsvConfig::canonical()));
         }
         let fields: Vec<&str> = line.split(',').collect();
@@ -203,23 +203,10 @@ pub fn from_source(source: Source, path: &Path, format: &Format) -> Result<Reade
     })
 }
 
-/// Reads into `buffer` until it is full or the source ends; returns the bytes read.
-pub(crate) fn fill(source: &mut impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buffer.len() {
-        match source.read(&mut buffer[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Request;
 
     #[test]
     fn names_parse_and_display() {
