@@ -42,13 +42,11 @@ if [ $quick = 0 ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
   echo "== import circles between modules (bench/import-circles)" >&2
   # Allowed: two circles that predate the checker. cairn-nbd's server/mod.rs
-  # dispatches to server/connection.rs, which names its parent's `Inner`
-  # (connection.rs is being split separately); cairn-policy's PolicyConfig
-  # names every policy while Dual builds any inner policy through it (a
-  # recursion of the design). And the log disk while it is restructured.
-  # Everything else has none: keep it so.
+  # dispatches to server/connection/, which names its parent's `Inner`;
+  # cairn-policy's PolicyConfig names every policy while Dual builds any
+  # inner policy through it (a recursion of the design). Everything else has
+  # none: keep it so.
   python3 bench/import-circles \
-    --allow cairn-store::logdisk \
     --allow cairn-nbd::server \
     --allow cairn-policy::config --allow cairn-policy::dual
 fi

@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 use cairn_policy::Bytes;
 
+use super::marker;
 use super::orphans::owner_file;
 use super::spec::{
     CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, StripedSpec,
     ThrottledSpec, VolumeSpec,
 };
+use super::types::{OpenLog, OpenOptions, VolumeError};
 use super::validate::{cache_config, cache_error, throttle_of};
-use super::{OpenLog, OpenOptions, VolumeError, marker};
 use crate::cache::{BlockCache, Placement, SingleDevice};
 use crate::device::probe::{self, on_ram};
 use crate::device::{

@@ -20,10 +20,10 @@ mod build;
 mod marker;
 mod orphans;
 pub mod spec;
+mod types;
 mod validate;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 pub use orphans::{OrphanedRegion, orphaned_regions};
 pub use spec::{
@@ -31,43 +31,10 @@ pub use spec::{
     NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TlsModeSpec,
     TlsSpec, VolumeSpec,
 };
+use types::OpenLog;
+pub use types::{OpenOptions, VolumeError};
 
 use crate::device::{Claim, Device, DirClaim, SharedDevice};
-use crate::logdisk::LogDisk;
-
-/// Why a volume could not be opened or closed: `field` is where in the spec
-/// (`device.log.nv_cache.size`, `export[0].device`), `message` what is wrong,
-/// naming the file involved.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct VolumeError {
-    /// The spec field the problem belongs to.
-    pub field: String,
-    /// What is wrong, and with which file.
-    pub message: String,
-}
-
-impl VolumeError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// Choices made when opening, beyond the spec.
-#[derive(Clone, Debug, Default)]
-pub struct OpenOptions {
-    /// Open a log disk whose NV write cache region is missing although the
-    /// disk was not closed cleanly, formatting a new cache: the writes
-    /// acknowledged only to the lost cache are given up. Off by default (the
-    /// open fails and says so).
-    pub accept_lost_nv_cache: bool,
-    /// Open every export read-only (as if each were `read_only = true` in
-    /// the spec): see [`ExportSpec::read_only`].
-    pub read_only: bool,
-}
 
 /// One assembled export.
 #[derive(Clone)]
@@ -90,20 +57,6 @@ impl std::fmt::Debug for VolumeExport {
             .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
-}
-
-/// A log disk in a volume, kept to be closed.
-struct OpenLog {
-    name: String,
-    disk: Arc<LogDisk<SharedDevice>>,
-    /// Written after a clean close; read (and removed) at the next open to
-    /// tell a clean stop from a crash.
-    marker: PathBuf,
-    /// A volatile NV region (on RAM), removed after a clean close: nothing
-    /// in it is needed then, and a stopped server leaves no RAM behind.
-    volatile_region: Option<PathBuf>,
-    /// Opened read-only: nothing is written at close.
-    read_only: bool,
 }
 
 /// Every export of a spec, assembled. Dropping a volume without

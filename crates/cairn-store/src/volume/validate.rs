@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use cairn_policy::Bytes;
 
-use super::VolumeError;
 use super::spec::{
     self, CacheSpec, DeviceSpec, LogSpec, NtlSpec, ThrottleProfile, ThrottledSpec, VolumeSpec,
 };
+use super::types::VolumeError;
 use crate::cache::{CacheConfig, CacheError, Placement, SingleDevice};
 use crate::device::{SECTOR, Throttle};
 use crate::logdisk;
