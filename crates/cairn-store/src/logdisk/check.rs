@@ -191,6 +191,7 @@ fn summary_names<D: Device + ?Sized>(
                 break;
             }
             prev = sum.sequence;
+            strict_assert!(sum.entries.len() <= Geometry::max_entries(g.block_size) as usize);
             for (i, e) in sum.entries.iter().enumerate() {
                 let at = (s * g.segment_blocks + slot + 1 + i as u32) as usize;
                 if let Some(n) = named.get_mut(at) {
@@ -234,12 +235,21 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let mut map = cp.map.clone();
     let mut seg_buf = vec![0u8; (u64::from(g.segment_blocks) * b) as usize];
     let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf)?;
+    strict_assert_eq!(
+        map.len() as u64,
+        g.logical_blocks,
+        "the replay keeps one entry per block"
+    );
     usage_problems(&cp, &g, &mut problems);
     let named = summary_names(dev, &g, &mut seg_buf)?;
+    strict_assert_eq!(
+        named.len() as u64,
+        u64::from(g.segments) * u64::from(g.segment_blocks)
+    );
     let mut owner = hashbrown::HashMap::new();
     let mut live = vec![0u32; g.segments as usize];
     let mut data = vec![0u8; bs as usize];
-    let mut mapped = 0;
+    let mut mapped = 0u64;
     let first_data = g.segment_start(0);
     for (logical, e) in map.iter().enumerate() {
         if e.physical == UNMAPPED {
@@ -270,6 +280,12 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
             ));
         }
     }
+    // Every mapped block was counted once, in its segment.
+    strict_assert_eq!(live.iter().map(|&l| u64::from(l)).sum::<u64>(), mapped);
+    strict_assert!(
+        owner.len() as u64 <= mapped,
+        "a physical block owned without a mapping"
+    );
     for (i, slot) in slots.iter().enumerate() {
         if let Err(e) = slot
             && !(cp.number == 1 && i == 1)

@@ -108,5 +108,9 @@ pub(super) fn write<D: Device + 'static>(
     log.since_checkpoint = 0;
     // The checkpoint holds every trim: tainted segments may be reused.
     core.table.untaint();
+    strict_assert!(
+        !core.table.any_tainted,
+        "a durable checkpoint holds every trim"
+    );
     Ok(())
 }

@@ -33,6 +33,10 @@ impl<D: Device + 'static> Device for LogDisk<D> {
                 })
             }
             .map_err(|e| to_device_error(e, DeviceOp::Read, at, n as u64))?;
+            strict_assert!(
+                n > 0 && done + n <= buf.len(),
+                "a read step past the buffer"
+            );
             done += n;
         }
         Ok(())

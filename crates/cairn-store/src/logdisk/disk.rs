@@ -107,6 +107,7 @@ impl<D: Device + 'static> LogDisk<D> {
             dev.write_at(&zero_block, block_of(&geo, s, 0) * b)?;
         }
         dev.flush()?;
+        strict_assert!(id & 1 == 1, "a volume id is nonzero");
         let superblock = format::encode_superblock(&format::Superblock { geometry: geo, id });
         dev.write_at(&IoBuf::copy_padded(&superblock, superblock.len()), 0)?;
         dev.flush()?;
@@ -173,6 +174,10 @@ impl<D: Device + 'static> LogDisk<D> {
             recovered,
         } = recover::recover(&dev, nv)?;
         let geo = superblock.geometry;
+        strict_assert!(
+            geo.validate().is_ok(),
+            "a decoded superblock holds a valid geometry"
+        );
         let n = geo.segment_blocks as usize;
         let b = geo.block_size as usize;
         let st = State {
@@ -346,6 +351,7 @@ impl<D: Device + 'static> LogDisk<D> {
         logical: u64,
         block: &[u8],
     ) -> Result<(), LogDiskError> {
+        strict_assert!(st.core.nv.is_none(), "buffered writes are volatile mode's");
         st.core.metrics.client_blocks += 1;
         if st.buffer.put(logical, block) + 1 >= self.geo.segment_blocks as usize {
             self.write_out_buffer(st, false)?;
@@ -364,6 +370,8 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         let entries = std::mem::take(&mut st.buffer.entries);
         let mut buffer = std::mem::take(&mut st.buffer.buffer);
+        // A buffer holds at most one segment write's blocks.
+        strict_assert!(entries.len() < self.geo.segment_blocks as usize);
         let result = self.append_user(st, &entries, &mut buffer, partial, None);
         st.buffer.buffer = buffer;
         st.buffer.entries = entries;
@@ -376,6 +384,7 @@ impl<D: Device + 'static> LogDisk<D> {
     /// queued write holds, a flush of destaged ones, a forced destage) and
     /// destaging when the dirty slots pass the threshold.
     fn write_nv(&self, st: &mut State, first: u64, data: &[u8]) -> Result<(), LogDiskError> {
+        strict_assert!(!data.is_empty() && data.len().is_multiple_of(self.geo.block_size as usize));
         let b = self.geo.block_size as usize;
         let per_write = self.geo.segment_blocks - 1;
         let mut blocks = data.chunks_exact(b).enumerate().peekable();
@@ -668,7 +677,16 @@ impl<D: Device + 'static> LogDisk<D> {
             core, log, cleaner, ..
         } = st;
         cleaner.clean_passes(core, log, &to, &self.options, self.options.clean_high)?;
-        st.core.device_flush(&*self.dev)
+        st.core.device_flush(&*self.dev)?;
+        // The flush made the victims' copies durable: they are free.
+        strict_assert!(
+            st.core
+                .table
+                .pending
+                .iter()
+                .all(|&s| st.core.table.tainted[s as usize])
+        );
+        Ok(())
     }
 
     /// Unmaps the whole blocks `first..first + count` (TRIM): they read as
@@ -681,6 +699,7 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         self.check_blocks(first, count)?;
         let mut st = self.write_state();
+        strict_assert!(first + count <= self.geo.logical_blocks);
         for logical in first..first + count {
             st.buffer.remove(logical);
             if let Some(nv) = st.core.nv.as_mut() {

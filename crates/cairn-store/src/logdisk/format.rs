@@ -445,6 +445,11 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
     Ok(b)
 }
 
+/// Whether `count` summary entries fit one block of `block_size` bytes.
+fn entries_fit(count: u32, block_size: u32) -> bool {
+    SUMMARY_HEADER + count as usize * SUMMARY_ENTRY + 4 <= block_size as usize
+}
+
 /// Decodes a summary block.
 pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError> {
     const WHAT: &str = "segment summary";
@@ -473,6 +478,7 @@ pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError>
             }
         })
         .collect();
+    strict_assert!(entries_fit(count, block_size), "checked above");
     Ok(Summary {
         sequence: u64_at(b, 16),
         segment: u32_at(b, 24),
@@ -707,6 +713,10 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
         usage.push(u);
         at += USAGE_ENTRY;
     }
+    // One entry per block and per segment: what the checkpoint describes
+    // is this geometry's.
+    strict_assert_eq!(map.len() as u64, g.logical_blocks);
+    strict_assert_eq!(usage.len(), g.segments as usize);
     let mut counters = [0u64; COUNTERS];
     for (i, c) in counters.iter_mut().enumerate() {
         *c = u64_at(b, 64 + 8 * i);

@@ -129,6 +129,10 @@ impl Metrics {
 
     /// Counts a segment write of `blocks` data blocks and `bytes` bytes
     /// (summary and padding included): a user's, or the cleaner's.
+    #[allow(
+        clippy::fn_params_excessive_bools,
+        reason = "two counters' choices, named at the call"
+    )]
     pub(super) fn count_segment_write(
         &mut self,
         user: bool,
@@ -136,6 +140,11 @@ impl Metrics {
         bytes: u64,
         partial: bool,
     ) {
+        // A segment write carries a summary block and at least one data block.
+        strict_assert!(
+            blocks > 0 && bytes > blocks,
+            "a segment write of {blocks} blocks in {bytes} bytes"
+        );
         if user {
             self.user_segment_writes += 1;
             self.user_blocks_written += blocks;

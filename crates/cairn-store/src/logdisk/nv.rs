@@ -329,6 +329,8 @@ impl NvCache {
         data: &[u8],
         ranges: &mut Vec<(u64, u64)>,
     ) -> Result<(), DeviceError> {
+        assert!(slot < self.slots(), "slot {slot} of {}", self.slots());
+        strict_assert!(sequence > 0, "a staged slot has a sequence (0 means free)");
         let (at, len) = self.data_range(slot);
         debug_assert_eq!(data.len() as u64, len);
         if self.region.flush_is_sync() {
@@ -353,6 +355,7 @@ impl NvCache {
 
     /// Clears `slot`'s entry (not yet durable); its range is appended to `ranges`.
     pub fn stage_clear(&self, slot: u32, ranges: &mut Vec<(u64, u64)>) -> Result<(), DeviceError> {
+        assert!(slot < self.slots(), "slot {slot} of {}", self.slots());
         let e = Self::entry_at(slot);
         self.region.store_u64(e, 0)?;
         ranges.push((e, 8));
@@ -382,12 +385,18 @@ impl NvCache {
         if ranges.is_empty() {
             return Ok(());
         }
+        strict_assert!(
+            ranges
+                .iter()
+                .all(|&(at, len)| len > 0 && at + len <= self.region.len())
+        );
         self.region.flush(ranges)?;
         self.region.fence()
     }
 
     /// Reads `slot`'s data.
     pub fn read(&self, slot: u32, buf: &mut [u8]) -> Result<(), DeviceError> {
+        assert!(slot < self.slots(), "slot {slot} of {}", self.slots());
         let (at, len) = self.data_range(slot);
         debug_assert_eq!(buf.len() as u64, len);
         self.region.read(at, buf)

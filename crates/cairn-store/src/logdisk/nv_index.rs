@@ -285,11 +285,16 @@ impl NvIndex {
                 crc: m.crc,
             });
         }
+        strict_assert_eq!(fill.len(), slots.len(), "a fill per slot taken");
     }
 
     /// A segment write of `slots` failed to be queued: they are still dirty,
     /// and the oldest again.
     pub fn put_back(&mut self, slots: &[u32]) {
+        strict_assert!(
+            slots.iter().all(|&s| !self.meta[s as usize].awaiting),
+            "a destaged slot put back"
+        );
         for &slot in slots.iter().rev() {
             self.order
                 .push_front((self.meta[slot as usize].sequence, slot));

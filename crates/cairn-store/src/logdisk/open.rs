@@ -300,6 +300,10 @@ impl Want {
                 segments,
                 logical_blocks: logical_for(segments),
             };
+            strict_assert!(
+                segment_blocks >= 2 && block.is_power_of_two(),
+                "checked by Want::check"
+            );
             if geo.image_blocks() <= total || segments < 4 {
                 return geo
                     .validate()
@@ -356,6 +360,13 @@ fn format(
     };
     let disk = LogDisk::format(Arc::clone(dev), geo, region, request.options)
         .map_err(OpenError::Format)?;
+    // What was asked is what was formatted, and it opens as ours.
+    strict_assert_eq!(disk.geometry(), geo);
+    strict_assert_eq!(
+        disk.recovered(),
+        super::Recovered::default(),
+        "a new disk replays nothing"
+    );
     Ok((disk, Opened::Formatted))
 }
 
@@ -365,6 +376,10 @@ fn recover(
     sb: &Superblock,
 ) -> Result<(LogDisk<SharedDevice>, Opened), OpenError> {
     request.want.check(&sb.geometry)?;
+    strict_assert!(
+        !request.read_only,
+        "a read-only open recovers in open_read_only"
+    );
     let clean = request.closed_cleanly == Some(sb.id);
     let Some(nv) = &request.nv else {
         let disk = LogDisk::open(Arc::clone(dev), None, request.options)
@@ -373,7 +388,11 @@ fn recover(
     };
     let region = nv_region(nv, false)?;
     match LogDisk::open(Arc::clone(dev), Some(region), request.options) {
-        Ok(disk) => Ok((disk, Opened::Recovered { clean })),
+        Ok(disk) => {
+            // The disk opened is the one probed.
+            strict_assert_eq!(disk.id(), sb.id);
+            Ok((disk, Opened::Recovered { clean }))
+        }
         Err(LogDiskError::Nv(NvError::Missing)) => {
             if !clean && !request.accept_lost_nv_cache {
                 return Err(OpenError::NvLost(nv.path.to_path_buf()));
@@ -381,6 +400,8 @@ fn recover(
             let region = nv_region(nv, true)?;
             let disk = LogDisk::open_with_new_nv_cache(Arc::clone(dev), region, request.options)
                 .map_err(|error| OpenError::Recover { nv: None, error })?;
+            // A fresh cache has nothing to take over.
+            strict_assert_eq!(disk.recovered().nv_blocks, 0);
             Ok((disk, Opened::NvReformatted { clean }))
         }
         Err(error) => Err(OpenError::Recover {
@@ -409,6 +430,7 @@ fn open_read_only(
     };
     let disk = LogDisk::open_read_only(Arc::clone(dev), region, request.options)
         .map_err(|error| OpenError::Recover { nv: None, error })?;
+    strict_assert_eq!(disk.id(), sb.id);
     Ok((disk, Opened::Recovered { clean }))
 }
 

@@ -192,6 +192,9 @@ impl Options {
             checkpoint_interval > 0,
             "a checkpoint interval of 0 segment writes"
         );
+        // A geometry has at least two segments: the high watermark leaves
+        // one to write into.
+        strict_assert!(clean_high < geo.segments || geo.segments < 2);
         Self {
             clean_high,
             checkpoint_interval,

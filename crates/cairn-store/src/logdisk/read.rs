@@ -31,6 +31,11 @@ impl<D: Device + 'static> LogDisk<D> {
         if let Some(nv) = &st.core.nv
             && let Some(&slot) = nv.of.get(&logical)
         {
+            strict_assert_eq!(
+                nv.meta[slot as usize].logical,
+                logical,
+                "nv_index invariant 2"
+            );
             nv.cache.read(slot, buf)?;
             return Ok(());
         }
@@ -48,6 +53,10 @@ impl<D: Device + 'static> LogDisk<D> {
         {
             // Moved by a cleaner write still queued: from its buffer.
             let at = m.at + (e.physical - m.first) as usize * b;
+            assert!(
+                at + b <= m.buf.len(),
+                "a moving block past its write's buffer"
+            );
             buf.copy_from_slice(&m.buf[at..at + b]);
             return Ok(());
         }
@@ -56,6 +65,10 @@ impl<D: Device + 'static> LogDisk<D> {
         } else {
             // A direct-I/O device and a caller's unaligned buffer: bounce.
             let mut bounce = IoBuf::zeroed(buf.len());
+            strict_assert!(
+                is_aligned(&bounce, self.dev.alignment()),
+                "an IoBuf is page-aligned"
+            );
             self.dev.read_at(&mut bounce, e.physical * b as u64)?;
             buf.copy_from_slice(&bounce);
         }

@@ -109,6 +109,12 @@ pub(super) fn recover<D: Device + ?Sized>(
     // Past every sequence any slot or summary carries: the next write is
     // newer than everything recovery saw.
     assert!(sequence > cp.sequence.max(replay.max_seen));
+    // The log continues inside a segment, with room for a write.
+    strict_assert!(
+        replay
+            .head
+            .is_none_or(|(s, slot)| s < geo.segments && slot + 1 < geo.segment_blocks)
+    );
     let table = Table::from_map(geo, map, replay.head);
     if let Err(broken) = table.verify(replay.head) {
         return Err(LogDiskError::Corrupt(format!(

@@ -83,6 +83,10 @@ impl SegmentBuffer {
             self.of.insert(moved, i as u32);
         }
         self.entries.pop();
+        strict_assert!(
+            !self.of.contains_key(&logical),
+            "a removed block still indexed"
+        );
         strict_assert_eq!(
             self.of.len(),
             self.entries.len(),

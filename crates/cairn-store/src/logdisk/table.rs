@@ -189,6 +189,10 @@ impl Table {
             self.live[s], 0,
             "invariant 5: free segment {segment} holds live blocks"
         );
+        strict_assert!(
+            !self.tainted[s],
+            "invariant 8: free segment {segment} is tainted"
+        );
         self.seg[s] = Seg::Open;
         self.opened_at[s] = written;
         Ok(segment)

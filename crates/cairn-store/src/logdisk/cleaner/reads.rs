@@ -97,6 +97,10 @@ impl Readers {
         mut jobs: Vec<ReadJob>,
         done: &std::sync::mpsc::Sender<ReadDone>,
     ) -> Result<(), ()> {
+        strict_assert!(
+            jobs.iter().all(|(_, buf, len, _)| *len <= buf.len()),
+            "a read past its buffer"
+        );
         let mut reads: Vec<(u64, &mut [u8])> = jobs
             .iter_mut()
             .map(|(_, buf, len, offset)| (*offset, &mut buf[..*len]))
