@@ -343,17 +343,12 @@ impl NvIndex {
             return Ok(());
         }
         // Writes staged but not yet synced are made durable before any slot
-        // is cleared: a superseded slot's successor must be durable first.
-        self.sync()?;
+        // is cleared (a superseded slot's successor must be durable first),
+        // and superseded slots are cleared before destaged ones. A slot
+        // superseded under a segment write queued after this flush is held
+        // until that write has copied it.
+        self.clear_superseded(writes_done)?;
         let mut ranges = std::mem::take(&mut self.ranges);
-        ranges.clear();
-        for &slot in &self.superseded {
-            self.cache.stage_clear(slot, &mut ranges)?;
-        }
-        self.cache.persist(&ranges)?;
-        // A slot superseded under a segment write queued after this flush
-        // is held until that write has copied it.
-        self.release_superseded(writes_done);
         ranges.clear();
         let mut awaiting = std::mem::take(&mut self.awaiting);
         let upto = awaiting_upto.min(awaiting.len());
