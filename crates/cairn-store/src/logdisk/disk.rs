@@ -40,6 +40,7 @@ pub(super) struct State {
 
 /// A destage's assembly: its buffer (data at `(i + 1)·B`), entries, the NV
 /// slots the writer copies into it (`(block index + 1, slot)`) and the slots.
+#[derive(Default)]
 pub(super) struct Destage {
     pub out: IoBuf,
     pub entries: Vec<format::SummaryEntry>,
@@ -462,15 +463,7 @@ impl<D: Device + 'static> LogDisk<D> {
             // As many of the oldest dirty blocks as the open segment takes
             // (a whole segment's worth if none is open): one segment write.
             let take = st.log.room(self.geo.segment_blocks).min(per_write);
-            let mut d = std::mem::replace(
-                &mut st.destage,
-                Destage {
-                    out: IoBuf::default(),
-                    entries: Vec::new(),
-                    fill: Vec::new(),
-                    slots: Vec::new(),
-                },
-            );
+            let mut d = std::mem::take(&mut st.destage);
             d.entries.clear();
             d.fill.clear();
             d.slots.clear();

@@ -131,9 +131,7 @@ impl Cleaner {
         let b = geo.block_size as usize;
         let n = geo.segment_blocks as usize;
         let per_write = n - 1;
-        let room = log.head.map_or(0, |(_, slot)| n - slot as usize - 1)
-            + core.table.free_or_pending() as usize * per_write;
-        let limit = per_write.min(room);
+        let limit = per_write.min(room_before_freeing(core, log, n));
         let mut pass = std::mem::take(&mut self.pass);
         pass.batch.clear();
         let mut taken = 0usize;
@@ -372,8 +370,7 @@ fn foreground_pass<D: Device + 'static>(
     w.entries.clear();
     w.ages.clear();
     w.victims.clear();
-    let limit = log.head.map_or(0, |(_, slot)| n - slot as usize - 1)
-        + core.table.free_or_pending() as usize * (n - 1);
+    let limit = room_before_freeing(core, log, n);
     w.out.grow((limit + n + 1) * b);
     // Live blocks of the victims taken so far (their reads are batched, so
     // `entries` lags behind).
@@ -429,6 +426,14 @@ fn foreground_pass<D: Device + 'static>(
         }
     }
     Ok(true)
+}
+
+/// Blocks the log can take before any victim is freed: what is left in the
+/// open segment and every free or pending segment's data slots.
+fn room_before_freeing(core: &Core, log: &Log, segment_blocks: usize) -> usize {
+    log.head
+        .map_or(0, |(_, slot)| segment_blocks - slot as usize - 1)
+        + core.table.free_or_pending() as usize * (segment_blocks - 1)
 }
 
 /// Writes the relocated `entries` (data at `(i + 1)·B` of `out`) through the
