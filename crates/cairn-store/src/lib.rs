@@ -9,6 +9,9 @@
 //!   any policy of `cairn-policy`, cost groups with online costs.
 //! - [`ntl`]: the NVM translation layer (persistent memory as a block device).
 //! - [`logdisk`]: the log-structured disk with its NV write cache.
+//! - [`tier`]: the flash tier: a persistent cache on a fast device in front
+//!   of a slower one (write-through, write-back, write-around,
+//!   pass-through), warm across restarts and crashes.
 //! - [`volume`]: stacks of the above assembled from a [`volume::VolumeSpec`],
 //!   one per export, formatted on first use and recovered after.
 //!
@@ -22,10 +25,12 @@
 #[macro_use]
 mod assert;
 pub mod cache;
+mod codec;
 pub mod device;
 pub mod limits;
 pub mod logdisk;
 pub mod ntl;
+pub mod tier;
 pub mod volume;
 
 pub use cache::{BlockCache, BlockRef, CacheConfig, CacheError, WriteMode};

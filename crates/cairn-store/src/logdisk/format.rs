@@ -23,10 +23,6 @@
 //! Everything is little-endian and decoded by explicit offsets; decoding never
 //! panics on any input (tested by flipping every byte).
 
-use std::ops::Range;
-
-use thiserror::Error;
-
 /// Format version written by this code.
 pub const VERSION: u32 = 1;
 
@@ -55,150 +51,8 @@ const MAP_ENTRY: usize = 24;
 /// Bytes per usage entry: live blocks (4), reserved (4), last write sequence (8).
 const USAGE_ENTRY: usize = 16;
 
-/// Why a structure did not decode.
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum FormatError {
-    /// The buffer is not the structure's size.
-    #[error("{what}: {got} bytes, expected {want}")]
-    Size {
-        /// Which structure.
-        what: &'static str,
-        /// Bytes given.
-        got: usize,
-        /// Bytes expected.
-        want: usize,
-    },
-    /// Wrong magic: not this structure at all (or never written).
-    #[error("{what}: bad magic {found:02x?}")]
-    Magic {
-        /// Which structure.
-        what: &'static str,
-        /// The first 8 bytes found.
-        found: [u8; 8],
-    },
-    /// A version this code does not read.
-    #[error("{what}: version {found}, this build reads version {VERSION}")]
-    Version {
-        /// Which structure.
-        what: &'static str,
-        /// The version found.
-        found: u32,
-    },
-    /// Checksum mismatch: torn or corrupted.
-    #[error(
-        "{what}: checksum {stored:#010x} stored, {computed:#010x} computed (torn or corrupted)"
-    )]
-    Checksum {
-        /// Which structure.
-        what: &'static str,
-        /// CRC32C stored in the structure.
-        stored: u32,
-        /// CRC32C of the bytes read.
-        computed: u32,
-    },
-    /// Fields that decode but make no sense together.
-    #[error("{what}: {reason}")]
-    Invalid {
-        /// Which structure.
-        what: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-/// Checks size, magic, version and the CRC32C stored at `crc_at` over every
-/// other byte (the CRC field counts as zero).
-fn check(
-    what: &'static str,
-    b: &[u8],
-    want: usize,
-    magic: [u8; 8],
-    crc_at: usize,
-) -> Result<(), FormatError> {
-    if b.len() != want {
-        return Err(FormatError::Size {
-            what,
-            got: b.len(),
-            want,
-        });
-    }
-    let mut found = [0u8; 8];
-    found.copy_from_slice(&b[..8]);
-    if found != magic {
-        return Err(FormatError::Magic { what, found });
-    }
-    let version = u32_at(b, 8);
-    if version != VERSION {
-        return Err(FormatError::Version {
-            what,
-            found: version,
-        });
-    }
-    let stored = u32_at(b, crc_at);
-    let computed = crc_skipping(b, crc_at);
-    if stored != computed {
-        return Err(FormatError::Checksum {
-            what,
-            stored,
-            computed,
-        });
-    }
-    Ok(())
-}
-
-/// CRC32C of `data`, the checksum of every block and structure here
-/// (crc-fast: carry-less-multiply folding, 52 ns per 4 KiB block on this
-/// machine against 180 ns for the `crc32` instruction loop; the same
-/// values as the `crc32c` crate).
-pub fn crc32c(data: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
-}
-
-/// CRC32C of `b` with the 4 bytes at `crc_at` taken as zero.
-fn crc_skipping(b: &[u8], crc_at: usize) -> u32 {
-    let mut d = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-    d.update(&b[..crc_at]);
-    d.update(&[0; 4]);
-    d.update(&b[crc_at + 4..]);
-    d.finalize() as u32
-}
-
-/// Whether the encoders' paired checks run: when `strict_assert!` evaluates
-/// its condition (debug builds, or the `strict-assertions` feature). Read
-/// only where a check needs a copy it would be wasteful to make otherwise.
-const CHECKED: bool = cfg!(any(debug_assertions, feature = "strict-assertions"));
-
-/// Whether every byte of `b` in `ranges` is zero: the reserved bytes of a
-/// structure, which this version must leave zero so a later one can use them.
-fn reserved_zero(b: &[u8], ranges: impl IntoIterator<Item = Range<usize>>) -> bool {
-    ranges.into_iter().all(|r| b[r].iter().all(|&x| x == 0))
-}
-
-fn seal(b: &mut [u8], crc_at: usize) {
-    put_u32(b, crc_at, 0);
-    let crc = crc_skipping(b, crc_at);
-    put_u32(b, crc_at, crc);
-}
+use crate::codec::{CHECKED, check, put_u32, put_u64, reserved_zero, seal, u32_at, u64_at};
+pub use crate::codec::{FormatError, crc32c};
 
 /// The image's geometry, fixed at format time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,7 +212,7 @@ pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
         });
     }
     let b = &b[..size];
-    check(WHAT, b, size, SUPERBLOCK_MAGIC, size - 4)?;
+    check(WHAT, b, size, (SUPERBLOCK_MAGIC, VERSION), size - 4)?;
     let g = Geometry {
         block_size,
         segment_blocks: u32_at(b, 16),
@@ -454,7 +308,13 @@ fn entries_fit(count: u32, block_size: u32) -> bool {
 pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError> {
     const WHAT: &str = "segment summary";
     let size = block_size as usize;
-    check(WHAT, b, size, SUMMARY_MAGIC, size.saturating_sub(4))?;
+    check(
+        WHAT,
+        b,
+        size,
+        (SUMMARY_MAGIC, VERSION),
+        size.saturating_sub(4),
+    )?;
     let count = u32_at(b, 12);
     if count > Geometry::max_entries(block_size) {
         return Err(FormatError::Invalid {
@@ -667,7 +527,7 @@ pub fn encode_checkpoint_into(
 pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatError> {
     const WHAT: &str = "checkpoint";
     let size = (g.checkpoint_blocks() * u64::from(g.block_size)) as usize;
-    check(WHAT, b, size, CHECKPOINT_MAGIC, 12)?;
+    check(WHAT, b, size, (CHECKPOINT_MAGIC, VERSION), 12)?;
     let invalid = |reason: String| FormatError::Invalid { what: WHAT, reason };
     if u64_at(b, 40) != g.logical_blocks || u32_at(b, 48) != g.segments {
         return Err(invalid("written for another geometry".into()));
@@ -744,7 +604,10 @@ mod tests {
         }
         let mut zeroed = data.clone();
         zeroed[100..104].fill(0);
-        assert_eq!(crc_skipping(&data, 100), crc32c::crc32c(&zeroed));
+        assert_eq!(
+            crate::codec::crc_skipping(&data, 100),
+            crc32c::crc32c(&zeroed)
+        );
     }
     use proptest::prelude::*;
 

@@ -141,14 +141,7 @@ pub(super) fn recover<D: Device + ?Sized>(
 
 /// A new volume's identity (nonzero).
 pub(super) fn volume_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish() | 1
+    crate::codec::new_id()
 }
 
 /// Reads and decodes the superblock at the start of `dev`.

@@ -1,0 +1,448 @@
+//! The read path: plan each block of a chunk under its shard's lock (hit:
+//! the slot, pinned; miss: whether to promote), then read hits from the
+//! cache device and misses from the backing device, each run of neighbours
+//! in one I/O, then promote the misses the policy admits.
+
+use cairn_policy::{Access, NEVER, Op};
+
+use super::format::WORD_DIRTY;
+use super::metrics::Counters;
+use super::shard::{EVICTING, Evicted};
+use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
+use crate::codec::crc32c;
+use crate::device::{DeviceError, DeviceOp, IoBuf, is_aligned};
+
+/// What one block of a chunk will be read from.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Plan {
+    /// The cache device: this slot (pinned), whose data has this CRC.
+    Hit { slot: u32, crc: u32 },
+    /// The backing device; promoted when `promote`, unless a write to the
+    /// shard raced the read (`seen` is the shard's write count at lookup,
+    /// `time` the policy access's logical time).
+    Miss { promote: bool, seen: u64, time: u64 },
+}
+
+impl Inner {
+    /// Fills `buf` (whole blocks) with the blocks from `first` on.
+    pub(super) fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let n = buf.len() / block;
+        let bypass = self.cutoff.bypass(first, first + n as u64);
+        let mut evicted = Vec::new();
+        let mut result = Ok(());
+        for (index, chunk) in buf.chunks_mut(CHUNK_BLOCKS * block).enumerate() {
+            let at = first + (index * CHUNK_BLOCKS) as u64;
+            result = self.read_chunk(at, chunk, bypass, &mut evicted);
+            if result.is_err() {
+                break;
+            }
+        }
+        // Evicted dirty blocks are written back even if the read failed.
+        let written = self.write_back_evicted(&evicted);
+        result.and(written)
+    }
+
+    fn read_chunk(
+        &self,
+        first: u64,
+        buf: &mut [u8],
+        bypass: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<(), Fault> {
+        let n = buf.len() / self.block as usize;
+        let mut plan = [Plan::Miss {
+            promote: false,
+            seen: 0,
+            time: 0,
+        }; CHUNK_BLOCKS];
+        let caching = !bypass && self.mode() != Mode::PassThrough;
+        let planned = self.plan(first, &mut plan[..n], caching, evicted);
+        let hits = self.read_hits(first, buf, &plan[..n], planned.is_ok());
+        planned?;
+        hits?;
+        self.read_misses(first, buf, &plan[..n])?;
+        if caching {
+            self.promote(first, buf, &plan[..n], evicted)?;
+        } else {
+            let missed = plan[..n]
+                .iter()
+                .filter(|p| matches!(p, Plan::Miss { .. }))
+                .count() as u64;
+            Counters::add(&self.counters.bypassed_bytes, missed * self.block);
+        }
+        Ok(())
+    }
+
+    /// Looks each block up; hits are pinned (the caller unpins them). On an
+    /// error the plan so far stands (its pins are the caller's to undo).
+    fn plan(
+        &self,
+        first: u64,
+        plan: &mut [Plan],
+        caching: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<(), Fault> {
+        let size = self.block as u32;
+        let stamp = self.stamp();
+        let (mut hits, mut misses) = (0, 0);
+        for (i, p) in plan.iter_mut().enumerate() {
+            let b = first + i as u64;
+            let mut sh = self.shard(b);
+            let seen = sh.backing_writes;
+            let cached = sh.map.get(&b).copied();
+            if !caching {
+                *p = match cached {
+                    Some(v) => self.hit(v & !EVICTING, stamp),
+                    None => Plan::Miss {
+                        promote: false,
+                        seen,
+                        time: 0,
+                    },
+                };
+                continue;
+            }
+            let access = sh.access(b, size, Op::Read);
+            let hit = sh.policy.lookup(&access);
+            *p = match cached {
+                Some(v) if v & EVICTING == 0 => {
+                    strict_assert!(hit, "block {b} is cached but the policy misses it");
+                    hits += 1;
+                    self.hit(v, stamp)
+                }
+                Some(v) => {
+                    // Evicted, dirty, being written back: the policy takes it
+                    // again (a miss to it), the data is still here.
+                    let slot = v & !EVICTING;
+                    let shard = &mut *sh;
+                    if shard.policy.admit(&access, &mut shard.victims) {
+                        shard.map.insert(b, slot);
+                        let mut j = self.journal.lock();
+                        self.evict_victims(shard, &mut j, evicted)
+                            .map_err(Fault::Cache)?;
+                    }
+                    misses += 1;
+                    self.hit(slot, stamp)
+                }
+                None => {
+                    strict_assert!(!hit, "block {b} is not cached but the policy hits it");
+                    misses += 1;
+                    let promote = sh.admission.as_mut().is_none_or(|a| a.admit(b));
+                    if !promote {
+                        Counters::add(&self.counters.promotions_refused, 1);
+                    }
+                    Plan::Miss {
+                        promote,
+                        seen,
+                        time: access.time,
+                    }
+                }
+            };
+        }
+        Counters::add(&self.counters.hits, hits);
+        Counters::add(&self.counters.misses, misses);
+        Ok(())
+    }
+
+    fn hit(&self, slot: u32, stamp: u32) -> Plan {
+        self.buckets.pin(slot);
+        self.table.touch(slot, stamp);
+        Plan::Hit {
+            slot,
+            crc: self.table.crc(slot),
+        }
+    }
+
+    /// Reads every hit's run of neighbouring slots in one I/O, checks each
+    /// block's CRC, unpins. With `go` false only unpins.
+    fn read_hits(&self, first: u64, buf: &mut [u8], plan: &[Plan], go: bool) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < plan.len() {
+            let Plan::Hit { slot, .. } = plan[i] else {
+                i += 1;
+                continue;
+            };
+            let mut end = i + 1;
+            while end < plan.len()
+                && matches!(plan[end], Plan::Hit { slot: s, .. } if s == slot + (end - i) as u32)
+            {
+                end += 1;
+            }
+            if go && result.is_ok() {
+                let range = i * block..end * block;
+                result = self
+                    .cache_read(&mut buf[range], slot)
+                    .and_then(|()| self.check_hits(first, buf, plan, i..end));
+            }
+            for p in &plan[i..end] {
+                if let Plan::Hit { slot, .. } = *p {
+                    self.buckets.unpin(slot);
+                }
+            }
+            i = end;
+        }
+        result
+    }
+
+    /// Checks the CRC of hits `range`: a clean block that fails is dropped
+    /// and read from the backing device instead; a dirty one is an error.
+    fn check_hits(
+        &self,
+        first: u64,
+        buf: &mut [u8],
+        plan: &[Plan],
+        range: std::ops::Range<usize>,
+    ) -> Result<(), Fault> {
+        let block = self.block as usize;
+        for i in range {
+            let Plan::Hit { slot, crc } = plan[i] else {
+                continue;
+            };
+            let data = &mut buf[i * block..(i + 1) * block];
+            if crc32c(data) == crc {
+                continue;
+            }
+            let b = first + i as u64;
+            self.note_error()?;
+            let word = self.table.word(slot);
+            let detail = format!(
+                "block {b} in slot {slot} of the cache device {} fails its CRC",
+                self.cache.describe()
+            );
+            if word & WORD_DIRTY != 0 {
+                return Err(Fault::Backing(DeviceError::Corrupt {
+                    op: DeviceOp::Read,
+                    offset: b * self.block,
+                    len: self.block,
+                    detail: format!("{detail}, and it is dirty: its data is lost"),
+                }));
+            }
+            tracing::warn!("{detail}; read from the backing device instead");
+            self.drop_corrupt(b, slot)?;
+            self.backing
+                .read_at(data, b * self.block)
+                .map_err(Fault::Backing)?;
+        }
+        Ok(())
+    }
+
+    /// Drops a clean block whose cached copy is corrupt.
+    pub(super) fn drop_corrupt(&self, b: u64, slot: u32) -> Result<(), Fault> {
+        let mut sh = self.shard(b);
+        if sh.map.get(&b).is_some_and(|&v| v & !EVICTING == slot) {
+            if sh.map[&b] & EVICTING == 0 {
+                sh.policy.remove(b);
+            }
+            let mut j = self.journal.lock();
+            if let Some((_, _, seq)) = self.drop_block(&mut sh, &mut j, b).map_err(Fault::Cache)? {
+                sh.hazards.insert(b, seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads each run of neighbouring misses from the backing device.
+    fn read_misses(&self, first: u64, buf: &mut [u8], plan: &[Plan]) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let mut i = 0;
+        while i < plan.len() {
+            if matches!(plan[i], Plan::Hit { .. }) {
+                i += 1;
+                continue;
+            }
+            let mut end = i + 1;
+            while end < plan.len() && matches!(plan[end], Plan::Miss { .. }) {
+                end += 1;
+            }
+            self.backing
+                .read_at(
+                    &mut buf[i * block..end * block],
+                    (first + i as u64) * self.block,
+                )
+                .map_err(Fault::Backing)?;
+            i = end;
+        }
+        Ok(())
+    }
+
+    /// Writes the admitted misses to the cache (runs of neighbours to runs
+    /// of slots) and installs them, unless a write raced them.
+    fn promote(
+        &self,
+        first: u64,
+        buf: &[u8],
+        plan: &[Plan],
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let mut i = 0;
+        let mut appended = false;
+        while i < plan.len() {
+            if !matches!(plan[i], Plan::Miss { promote: true, .. }) {
+                i += 1;
+                continue;
+            }
+            let mut end = i + 1;
+            while end < plan.len() && matches!(plan[end], Plan::Miss { promote: true, .. }) {
+                end += 1;
+            }
+            while i < end {
+                let (slot, count) = self.allocate((end - i) as u32, false)?;
+                let count = count as usize;
+                self.cache_write(&buf[i * block..(i + count) * block], slot)?;
+                for k in 0..count {
+                    let data = &buf[(i + k) * block..(i + k + 1) * block];
+                    let Plan::Miss { seen, time, .. } = plan[i + k] else {
+                        continue;
+                    };
+                    let b = first + (i + k) as u64;
+                    appended |=
+                        self.install_promoted(b, slot + k as u32, data, (seen, time), evicted)?;
+                }
+                i += count;
+            }
+        }
+        if appended {
+            self.journal.write_open().map_err(Fault::Cache)?;
+        }
+        Ok(())
+    }
+
+    /// Installs one promoted block (its data already in `slot`); whether a
+    /// record was appended.
+    fn install_promoted(
+        &self,
+        b: u64,
+        slot: u32,
+        data: &[u8],
+        (seen, time): (u64, u64),
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<bool, Fault> {
+        let mut sh = self.shard(b);
+        let pending = sh.pending.get(&b).copied();
+        if sh.backing_writes != seen || sh.map.contains_key(&b) || pending == Some(u64::MAX) {
+            drop(sh);
+            self.buckets.release(slot, 0);
+            Counters::add(&self.counters.promotions_raced, 1);
+            return Ok(false);
+        }
+        let access = Access {
+            key: b,
+            size: self.block as u32,
+            op: Op::Read,
+            object: 0,
+            block: b,
+            group: 0,
+            time,
+            next: NEVER,
+        };
+        let shard = &mut *sh;
+        if !shard.policy.admit(&access, &mut shard.victims) {
+            drop(sh);
+            self.buckets.release(slot, 0);
+            Counters::add(&self.counters.promotions_refused, 1);
+            return Ok(false);
+        }
+        // Rule 4: data the backing device may still lose is recorded dirty.
+        let unflushed = pending.filter(|&e| !self.backing_flush.is_durable(e));
+        let crc = crc32c(data);
+        let mut j = self.journal.lock();
+        self.install(shard, &mut j, (b, slot, crc), unflushed.is_some())
+            .map_err(Fault::Cache)?;
+        if let Some(epoch) = unflushed {
+            self.table.set_state(slot, true, true);
+            shard.written.push((b, slot, epoch));
+        }
+        self.evict_victims(shard, &mut j, evicted)
+            .map_err(Fault::Cache)?;
+        Counters::add(&self.counters.promotions, 1);
+        Counters::add(&self.counters.cache_block_writes, 1);
+        Ok(true)
+    }
+
+    /// Reads slots `slot..` into `buf` (whole blocks), through an aligned
+    /// buffer when the cache device needs one and `buf` is not.
+    pub(super) fn cache_read(&self, buf: &mut [u8], slot: u32) -> Result<(), Fault> {
+        let at = self.g.slot_block(slot) * self.block;
+        let align = self.cache.alignment();
+        if align > crate::device::SECTOR && !is_aligned(buf, align) {
+            let mut bounce = IoBuf::zeroed(buf.len());
+            self.cache.read_at(&mut bounce, at).map_err(Fault::Cache)?;
+            buf.copy_from_slice(&bounce);
+            return Ok(());
+        }
+        self.cache.read_at(buf, at).map_err(Fault::Cache)
+    }
+
+    /// Writes whole blocks to slots `slot..`.
+    pub(super) fn cache_write(&self, data: &[u8], slot: u32) -> Result<(), Fault> {
+        let at = self.g.slot_block(slot) * self.block;
+        let align = self.cache.alignment();
+        if align > crate::device::SECTOR && !is_aligned(data, align) {
+            let bounce = IoBuf::copy_padded(data, data.len());
+            return self.cache.write_at(&bounce, at).map_err(Fault::Cache);
+        }
+        self.cache.write_at(data, at).map_err(Fault::Cache)
+    }
+
+    /// Counts a cache-device error; past the limit, the tier falls back.
+    pub(super) fn note_error(&self) -> Result<(), Fault> {
+        Counters::add(&self.counters.errors, 1);
+        if Counters::get(&self.counters.errors) > u64::from(self.options.error_limit) {
+            return Err(Fault::Cache(DeviceError::Io {
+                op: DeviceOp::Read,
+                offset: 0,
+                len: 0,
+                device: self.cache.describe(),
+                source: std::io::Error::other(format!(
+                    "more than {} errors on the cache device",
+                    self.options.error_limit
+                )),
+            }));
+        }
+        Ok(())
+    }
+
+    /// Reads one whole block for a read-modify-write, touching no policy:
+    /// the cached copy if there is one, else the backing device's.
+    pub(super) fn read_one(&self, b: u64, buf: &mut [u8]) -> Result<(), Fault> {
+        let hit = {
+            let sh = self.shard(b);
+            sh.map.get(&b).map(|&v| {
+                let slot = v & !EVICTING;
+                self.buckets.pin(slot);
+                (slot, self.table.crc(slot), self.table.word(slot))
+            })
+        };
+        let Some((slot, crc, word)) = hit else {
+            return self
+                .backing
+                .read_at(buf, b * self.block)
+                .map_err(Fault::Backing);
+        };
+        let read = self.cache_read(buf, slot);
+        self.buckets.unpin(slot);
+        read?;
+        if crc32c(buf) != crc {
+            self.note_error()?;
+            if word & WORD_DIRTY != 0 {
+                return Err(Fault::Backing(DeviceError::Corrupt {
+                    op: DeviceOp::Read,
+                    offset: b * self.block,
+                    len: self.block,
+                    detail: format!(
+                        "dirty block {b} in slot {slot} fails its CRC: its data is lost"
+                    ),
+                }));
+            }
+            self.drop_corrupt(b, slot)?;
+            return self
+                .backing
+                .read_at(buf, b * self.block)
+                .map_err(Fault::Backing);
+        }
+        Ok(())
+    }
+}

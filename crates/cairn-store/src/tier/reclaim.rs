@@ -1,0 +1,149 @@
+//! Reclaiming a bucket: the emptiest sealed one is read whole, its live
+//! blocks are written together to the open bucket and re-recorded there
+//! (`Map` records), and the bucket is free once the last one moved (reused
+//! once those records are durable, rule 2). The policy is not consulted:
+//! reclaiming changes where blocks live, never which blocks are cached.
+
+use super::format::{WORD_DIRTY, WORD_VALID};
+use super::metrics::Counters;
+use super::shard::EVICTING;
+use super::slots::{WORD_WRITTEN, word_block};
+use super::{Fault, Inner};
+use crate::codec::crc32c;
+use crate::device::IoBuf;
+
+/// A live block of the bucket being reclaimed.
+struct Live {
+    block: u64,
+    slot: u32,
+    crc: u32,
+    stamp: u32,
+}
+
+impl Inner {
+    /// Reclaims one bucket; `false` when no sealed bucket has a dead slot.
+    pub(super) fn reclaim_one(&self) -> Result<bool, Fault> {
+        let Some(victim) = self.buckets.pick_victim() else {
+            return Ok(false);
+        };
+        let result = self.reclaim(victim);
+        // Still live (an evicting block, or one that raced): sealed again,
+        // to be picked another time.
+        self.buckets.unreclaim(victim);
+        result.map(|()| true)
+    }
+
+    fn reclaim(&self, victim: u32) -> Result<(), Fault> {
+        let n = self.buckets.bucket_blocks();
+        let block = self.block as usize;
+        let first = victim * n;
+        let mut data = IoBuf::zeroed(n as usize * block);
+        self.cache_read(&mut data, first)?;
+        let mut live = Vec::new();
+        let mut moving = IoBuf::zeroed(0);
+        for k in 0..n {
+            let slot = first + k;
+            let word = self.table.word(slot);
+            if word & WORD_VALID == 0 {
+                continue;
+            }
+            let bytes = &data[k as usize * block..(k as usize + 1) * block];
+            let crc = self.table.crc(slot);
+            if crc32c(bytes) != crc {
+                self.corrupt_in_reclaim(word_block(word), slot, word)?;
+                continue;
+            }
+            let at = moving.len();
+            moving.grow(at + block);
+            moving[at..at + block].copy_from_slice(bytes);
+            live.push(Live {
+                block: word_block(word),
+                slot,
+                crc,
+                stamp: self.table.stamp(slot),
+            });
+        }
+        let mut i = 0;
+        while i < live.len() {
+            let (to, count) = self.allocate((live.len() - i) as u32, true)?;
+            let count = count as usize;
+            self.cache_write(&moving[i * block..(i + count) * block], to)?;
+            for (k, l) in live[i..i + count].iter().enumerate() {
+                self.relocate(l, to + k as u32)?;
+            }
+            i += count;
+        }
+        if !live.is_empty() {
+            self.journal.write_open().map_err(Fault::Cache)?;
+        }
+        Counters::add(&self.counters.reclaimed, 1);
+        Ok(())
+    }
+
+    /// Moves one block to `to` (its data written there) if it is still
+    /// where it was; otherwise gives `to` back.
+    fn relocate(&self, l: &Live, to: u32) -> Result<(), Fault> {
+        let mut sh = self.shard(l.block);
+        // The dirty and written bits may have changed since (under this
+        // lock they do not): take them now.
+        let word = self.table.word(l.slot);
+        let here = sh.map.get(&l.block).copied() == Some(l.slot)
+            && word & WORD_VALID != 0
+            && word_block(word) == l.block;
+        if !here {
+            drop(sh);
+            self.buckets.release(to, 0);
+            return Ok(());
+        }
+        let dirty = word & WORD_DIRTY != 0;
+        let mut j = self.journal.lock();
+        let seq = j
+            .append(
+                &super::format::Record::Map {
+                    slot: to,
+                    block: l.block,
+                    crc: l.crc,
+                    dirty,
+                },
+                &self.table,
+            )
+            .map_err(Fault::Cache)?;
+        self.table.set(to, l.block, dirty, l.crc, l.stamp);
+        if word & WORD_WRITTEN != 0 {
+            self.table.set_state(to, true, true);
+            for w in &mut sh.written {
+                if w.0 == l.block && w.1 == l.slot {
+                    w.1 = to;
+                }
+            }
+        }
+        self.table.clear(l.slot);
+        sh.map.insert(l.block, to);
+        drop(j);
+        self.buckets.release(l.slot, seq);
+        Counters::add(&self.counters.relocated, 1);
+        Counters::add(&self.counters.cache_block_writes, 1);
+        Ok(())
+    }
+
+    /// A block of the bucket being reclaimed fails its CRC: a clean one is
+    /// dropped; a dirty one means the cache device lost acknowledged data.
+    fn corrupt_in_reclaim(&self, b: u64, slot: u32, word: u64) -> Result<(), Fault> {
+        let sh = self.shard(b);
+        let evicting = sh.map.get(&b).is_some_and(|&v| v & EVICTING != 0);
+        drop(sh);
+        if word & WORD_DIRTY != 0 || evicting {
+            return Err(Fault::Cache(crate::device::DeviceError::Corrupt {
+                op: crate::DeviceOp::Read,
+                offset: self.g.slot_block(slot) * self.block,
+                len: self.block,
+                detail: format!(
+                    "dirty block {b} in slot {slot} of the cache device {} fails its CRC",
+                    self.cache.describe()
+                ),
+            }));
+        }
+        self.note_error()?;
+        self.drop_corrupt(b, slot)
+    }
+}

@@ -1,0 +1,372 @@
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use cairn_policy::PolicyConfig;
+
+use super::open::{Want, open_or_format};
+use super::{Admission, Layout, Mode, Options, Tier};
+use crate::device::{Device, DeviceOp, FaultyDevice, MemoryDevice, SharedDevice};
+
+const B: usize = 512;
+
+fn want(mode: Mode, policy: &str) -> Want {
+    Want {
+        layout: Layout {
+            block_size: B as u32,
+            bucket_size: 4 * B as u32,
+            journal_blocks: 8,
+        },
+        options: Options {
+            mode,
+            policy: PolicyConfig::default_for(policy).unwrap(),
+            admission: Admission::Always,
+            sequential_cutoff_bytes: 0,
+            overprovision: 0.1,
+            shards: 1,
+            background: false,
+            ..Options::default()
+        },
+        marker: None,
+    }
+}
+
+fn pattern(block: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; B];
+    for (i, chunk) in v.chunks_exact_mut(16).enumerate() {
+        chunk[..8].copy_from_slice(&block.to_le_bytes());
+        chunk[8..].copy_from_slice(&(version ^ i as u64).to_le_bytes());
+    }
+    v
+}
+
+fn devices(cache_len: u64, backing_len: u64) -> (SharedDevice, SharedDevice) {
+    (
+        Arc::new(MemoryDevice::new(cache_len)),
+        Arc::new(MemoryDevice::new(backing_len)),
+    )
+}
+
+fn read_block(tier: &Tier, b: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; B];
+    tier.read_at(&mut buf, b * B as u64).unwrap();
+    buf
+}
+
+#[test]
+fn the_tier_is_a_device_in_every_mode() {
+    for mode in Mode::ALL {
+        let (cache, backing) = devices(256 << 10, 256 << 10);
+        let tier = open_or_format(cache, backing, &want(mode, "lru")).unwrap();
+        crate::device::conformance::check(&tier);
+        tier.verify().unwrap();
+    }
+}
+
+#[test]
+fn every_mode_reads_back_what_was_written_across_a_clean_reopen() {
+    for mode in Mode::ALL {
+        let (cache, backing) = devices(64 << 10, 128 << 10);
+        let tier = open_or_format(cache.clone(), backing.clone(), &want(mode, "lru")).unwrap();
+        let blocks = (128 << 10) / B as u64;
+        for round in 1..4u64 {
+            for b in (0..blocks).step_by(3) {
+                tier.write_at(&pattern(b, round), b * B as u64).unwrap();
+            }
+            for b in (0..blocks).step_by(3) {
+                assert_eq!(read_block(&tier, b), pattern(b, round), "{mode}: block {b}");
+            }
+            tier.verify().unwrap();
+        }
+        tier.close().unwrap();
+        drop(tier);
+        let tier = open_or_format(cache, backing.clone(), &want(mode, "lru")).unwrap();
+        assert!(tier.recovered().clean, "{mode}: {:?}", tier.recovered());
+        for b in (0..blocks).step_by(3) {
+            assert_eq!(
+                read_block(&tier, b),
+                pattern(b, 3),
+                "{mode}: block {b} after reopen"
+            );
+        }
+        tier.verify().unwrap();
+        if mode != Mode::WriteBack {
+            // Nothing is left only in the cache.
+            let mut direct = vec![0u8; B];
+            for b in (0..blocks).step_by(3) {
+                backing.read_at(&mut direct, b * B as u64).unwrap();
+                assert_eq!(direct, pattern(b, 3), "{mode}: backing block {b}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_clean_stop_keeps_the_cache_warm() {
+    let (cache, backing) = devices(64 << 10, 512 << 10);
+    let tier = open_or_format(
+        cache.clone(),
+        backing.clone(),
+        &want(Mode::WriteThrough, "lru"),
+    )
+    .unwrap();
+    let hot: Vec<u64> = (0..40).collect();
+    for &b in &hot {
+        read_block(&tier, b);
+    }
+    let before = tier.metrics();
+    assert_eq!(before.misses, 40);
+    tier.close().unwrap();
+    drop(tier);
+    let tier = open_or_format(cache, backing, &want(Mode::WriteThrough, "lru")).unwrap();
+    assert_eq!(tier.recovered().cached, 40);
+    for &b in &hot {
+        read_block(&tier, b);
+    }
+    let after = tier.metrics();
+    assert_eq!((after.hits, after.misses), (40, 0), "{after:?}");
+}
+
+#[test]
+fn a_crash_keeps_clean_blocks_and_loses_no_dirty_one() {
+    let (cache, backing) = devices(64 << 10, 512 << 10);
+    let tier = open_or_format(
+        cache.clone(),
+        backing.clone(),
+        &want(Mode::WriteBack, "lru"),
+    )
+    .unwrap();
+    for b in 0..20u64 {
+        read_block(&tier, b);
+    }
+    for b in 100..110u64 {
+        tier.write_at(&pattern(b, 7), b * B as u64).unwrap();
+    }
+    // No close: a crash of the process (memory devices keep every write).
+    drop(tier);
+    let tier = open_or_format(cache, backing, &want(Mode::WriteBack, "lru")).unwrap();
+    let r = tier.recovered().clone();
+    assert!(!r.clean);
+    assert_eq!((r.cached, r.dirty), (30, 10), "{r:?}");
+    for b in 100..110u64 {
+        assert_eq!(read_block(&tier, b), pattern(b, 7));
+    }
+    for b in 0..20u64 {
+        read_block(&tier, b);
+    }
+    let m = tier.metrics();
+    assert_eq!(m.misses, 0, "{m:?}");
+    tier.verify().unwrap();
+}
+
+#[test]
+fn reclaiming_moves_live_blocks_and_keeps_the_policys_choice() {
+    let (cache, backing) = devices(40 << 10, 1 << 20);
+    let tier = open_or_format(cache, backing, &want(Mode::WriteBack, "lru")).unwrap();
+    let cap = tier.capacity_blocks();
+    let blocks = (1 << 20) / B as u64;
+    for round in 0..6u64 {
+        for i in 0..blocks / 2 {
+            // A hot set half the cache, rewritten; a stream over the rest.
+            let b = if i % 2 == 0 {
+                (i / 2) % (cap / 2)
+            } else {
+                cap + i
+            };
+            tier.write_at(&pattern(b, round), b * B as u64).unwrap();
+            if i % 64 == 0 {
+                tier.step(16).unwrap();
+                tier.verify().unwrap();
+            }
+        }
+    }
+    let m = tier.metrics();
+    assert!(m.reclaimed_buckets > 0, "{m:?}");
+    assert!(m.cached_blocks <= cap, "{m:?} over capacity {cap}");
+    for i in 0..blocks / 2 {
+        let b = if i % 2 == 0 {
+            (i / 2) % (cap / 2)
+        } else {
+            cap + i
+        };
+        let want = pattern(b, 5);
+        if i % 2 == 0 || i > blocks / 2 - 100 {
+            assert_eq!(read_block(&tier, b), want, "block {b}");
+        }
+    }
+    tier.verify().unwrap();
+}
+
+#[test]
+fn leaving_write_back_cleans_first() {
+    let (cache, backing) = devices(64 << 10, 256 << 10);
+    let tier = open_or_format(cache, backing.clone(), &want(Mode::WriteBack, "lru")).unwrap();
+    for b in 0..30u64 {
+        tier.write_at(&pattern(b, 1), b * B as u64).unwrap();
+    }
+    assert_eq!(tier.metrics().dirty_blocks, 30);
+    tier.set_mode(Mode::WriteThrough).unwrap();
+    assert_eq!(tier.metrics().dirty_blocks, 0);
+    let mut direct = vec![0u8; B];
+    for b in 0..30u64 {
+        backing.read_at(&mut direct, b * B as u64).unwrap();
+        assert_eq!(direct, pattern(b, 1));
+    }
+}
+
+#[test]
+fn detach_leaves_the_backing_device_complete_and_the_next_open_starts_cold() {
+    let (cache, backing) = devices(64 << 10, 256 << 10);
+    let tier = open_or_format(
+        cache.clone(),
+        backing.clone(),
+        &want(Mode::WriteBack, "lru"),
+    )
+    .unwrap();
+    for b in 0..30u64 {
+        tier.write_at(&pattern(b, 2), b * B as u64).unwrap();
+    }
+    tier.detach().unwrap();
+    assert_eq!(tier.mode(), Mode::PassThrough);
+    let mut direct = vec![0u8; B];
+    for b in 0..30u64 {
+        backing.read_at(&mut direct, b * B as u64).unwrap();
+        assert_eq!(direct, pattern(b, 2));
+        assert_eq!(read_block(&tier, b), pattern(b, 2));
+    }
+    drop(tier);
+    let tier = open_or_format(cache, backing, &want(Mode::WriteBack, "lru")).unwrap();
+    assert!(tier.recovered().dropped_stale, "{:?}", tier.recovered());
+    assert_eq!(tier.recovered().cached, 0);
+}
+
+#[test]
+fn a_cache_device_error_falls_back_to_pass_through_and_loses_nothing() {
+    let backing: SharedDevice = Arc::new(MemoryDevice::new(256 << 10));
+    let faulty = Arc::new(FaultyDevice::new(64 << 10, 7));
+    let cache: SharedDevice = faulty.clone();
+    let tier = open_or_format(cache, backing.clone(), &want(Mode::WriteBack, "lru")).unwrap();
+    for b in 0..20u64 {
+        tier.write_at(&pattern(b, 3), b * B as u64).unwrap();
+    }
+    // The next write to the cache device fails.
+    faulty.fail(DeviceOp::Write, 0);
+    tier.write_at(&pattern(50, 4), 50 * B as u64).unwrap();
+    assert!(tier.failed());
+    assert_eq!(tier.mode(), Mode::PassThrough);
+    let m = tier.metrics();
+    assert!(m.errors >= 1 && m.failed, "{m:?}");
+    for b in 0..20u64 {
+        assert_eq!(read_block(&tier, b), pattern(b, 3), "block {b}");
+    }
+    assert_eq!(read_block(&tier, 50), pattern(50, 4));
+    let mut direct = vec![0u8; B];
+    for b in 0..20u64 {
+        backing.read_at(&mut direct, b * B as u64).unwrap();
+        assert_eq!(direct, pattern(b, 3), "backing block {b}");
+    }
+}
+
+#[test]
+fn sequential_streams_past_the_cutoff_bypass_the_cache() {
+    let (cache, backing) = devices(64 << 10, 1 << 20);
+    let mut w = want(Mode::WriteBack, "lru");
+    w.options.sequential_cutoff_bytes = 8 * B as u64;
+    let tier = open_or_format(cache, backing, &w).unwrap();
+    // A hot set, read twice.
+    for _ in 0..2 {
+        for b in (0..20u64).map(|i| i * 37) {
+            read_block(&tier, b);
+        }
+    }
+    let hot = tier.metrics();
+    // A scan of the whole device, in 4-block reads.
+    let mut buf = vec![0u8; 4 * B];
+    for at in (1000u64..1800).step_by(4) {
+        tier.read_at(&mut buf, at * B as u64).unwrap();
+    }
+    let scanned = tier.metrics();
+    assert!(scanned.bypassed_bytes >= 700 * B as u64, "{scanned:?}");
+    for b in (0..20u64).map(|i| i * 37) {
+        read_block(&tier, b);
+    }
+    let after = tier.metrics();
+    assert_eq!(
+        after.hits - scanned.hits,
+        20,
+        "the hot set survived the scan"
+    );
+    assert_eq!(hot.promotions, 20);
+}
+
+#[test]
+fn nhit_promotes_on_the_nth_miss() {
+    let (cache, backing) = devices(64 << 10, 256 << 10);
+    let mut w = want(Mode::WriteBack, "lru");
+    w.options.admission = Admission::NHit { n: 2 };
+    let tier = open_or_format(cache, backing, &w).unwrap();
+    read_block(&tier, 5);
+    assert_eq!(tier.metrics().promotions, 0);
+    read_block(&tier, 5);
+    assert_eq!(tier.metrics().promotions, 1);
+    read_block(&tier, 5);
+    assert_eq!(tier.metrics().hits, 1);
+}
+
+#[test]
+fn a_foreign_cache_device_is_refused_and_not_written() {
+    let (cache, backing) = devices(64 << 10, 256 << 10);
+    cache.write_at(b"something else", 4096).unwrap();
+    let e = open_or_format(cache.clone(), backing, &want(Mode::WriteBack, "lru"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("not a Cairn tier"), "{e}");
+    let mut back = vec![0u8; 14];
+    cache.read_at(&mut back, 4096).unwrap();
+    assert_eq!(&back, b"something else");
+}
+
+#[test]
+fn a_cache_for_another_backing_size_is_refused() {
+    let (cache, backing) = devices(64 << 10, 256 << 10);
+    let tier = open_or_format(cache.clone(), backing, &want(Mode::WriteBack, "lru")).unwrap();
+    tier.close().unwrap();
+    drop(tier);
+    let other: SharedDevice = Arc::new(MemoryDevice::new(128 << 10));
+    let e = open_or_format(cache, other, &want(Mode::WriteBack, "lru"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("another volume"), "{e}");
+}
+
+#[test]
+fn unaligned_reads_and_writes_patch_whole_blocks() {
+    let (cache, backing) = devices(64 << 10, 64 << 10);
+    for mode in Mode::ALL {
+        let tier = open_or_format(cache.clone(), backing.clone(), &want(mode, "lru")).unwrap();
+        let mut model = vec![0u8; 64 << 10];
+        backing.read_at(&mut model, 0).unwrap();
+        let mut rng = 0x1234_5678u64;
+        for _ in 0..200 {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let at = (rng >> 20) % (60 << 10);
+            let len = 1 + (rng >> 40) % 3000;
+            let data: Vec<u8> = (0..len).map(|i| (i ^ rng) as u8).collect();
+            tier.write_at(&data, at).unwrap();
+            model[at as usize..(at + len) as usize].copy_from_slice(&data);
+            let mut got = vec![0u8; len as usize + 100];
+            let from = at.saturating_sub(50).min((64 << 10) - got.len() as u64);
+            tier.read_at(&mut got, from).unwrap();
+            assert_eq!(
+                got,
+                model[from as usize..from as usize + got.len()],
+                "{mode}"
+            );
+        }
+        tier.clean_all().unwrap();
+        tier.close().unwrap();
+        tier.verify().unwrap();
+    }
+}

@@ -1,0 +1,223 @@
+//! The write path, holding the stripe locks of the chunk's blocks:
+//! write-back and write-through write to fresh slots and install them dirty
+//! (write-through also writes the backing device, after making durable the
+//! records that supersede clean copies: rule 3); write-around, pass-through
+//! and bypassed writes drop cached copies and write the backing device.
+
+use cairn_policy::Op;
+
+use super::metrics::Counters;
+use super::shard::{EVICTING, Evicted};
+use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
+use crate::codec::crc32c;
+
+impl Inner {
+    /// Writes whole blocks `data` from block `first` on.
+    pub(super) fn write_blocks(&self, first: u64, data: &[u8]) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let n = data.len() / block;
+        let bypass = self.cutoff.bypass(first, first + n as u64);
+        let mut evicted = Vec::new();
+        let mut result = Ok(());
+        for (index, chunk) in data.chunks(CHUNK_BLOCKS * block).enumerate() {
+            let at = first + (index * CHUNK_BLOCKS) as u64;
+            let count = (chunk.len() / block) as u64;
+            let stripes = self.lock_stripes(at..at + count);
+            result = self.write_chunk(at, chunk, bypass, &mut evicted);
+            drop(stripes);
+            if result.is_err() {
+                break;
+            }
+        }
+        let written = self.write_back_evicted(&evicted);
+        result.and(written)
+    }
+
+    /// Writes part of one block: read it, patch it, write it whole.
+    pub(super) fn write_partial(&self, b: u64, within: usize, bytes: &[u8]) -> Result<(), Fault> {
+        let mut whole = vec![0u8; self.block as usize];
+        let mut evicted = Vec::new();
+        let stripes = self.lock_stripes(std::iter::once(b));
+        let mut result = self.read_one(b, &mut whole);
+        if result.is_ok() {
+            whole[within..within + bytes.len()].copy_from_slice(bytes);
+            let bypass = self.cutoff.bypass(b, b + 1);
+            result = self.write_chunk(b, &whole, bypass, &mut evicted);
+        }
+        drop(stripes);
+        let written = self.write_back_evicted(&evicted);
+        result.and(written)
+    }
+
+    /// One chunk, its stripes held.
+    fn write_chunk(
+        &self,
+        first: u64,
+        data: &[u8],
+        bypass: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<(), Fault> {
+        let n = (data.len() / self.block as usize) as u64;
+        Counters::add(&self.counters.writes, n);
+        match self.mode() {
+            Mode::WriteBack if !bypass => self.write_cached(first, data, false, evicted),
+            Mode::WriteThrough if !bypass => self.write_cached(first, data, true, evicted),
+            _ => self.write_around(first, data),
+        }
+    }
+
+    /// Write-back (and, with `through`, write-through): fresh slots, installed
+    /// dirty; with `through` the backing device too, after rule 3.
+    fn write_cached(
+        &self,
+        first: u64,
+        data: &[u8],
+        through: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let n = data.len() / block;
+        let mut slots = [0u32; CHUNK_BLOCKS];
+        let mut i = 0;
+        while i < n {
+            let (slot, count) = self.allocate((n - i) as u32, false)?;
+            let count = count as usize;
+            if let Err(e) = self.cache_write(&data[i * block..(i + count) * block], slot) {
+                for s in slot..slot + count as u32 {
+                    self.buckets.release(s, 0);
+                }
+                for &s in &slots[..i] {
+                    self.buckets.release(s, 0);
+                }
+                return Err(e);
+            }
+            for (k, s) in slots[i..i + count].iter_mut().enumerate() {
+                *s = slot + k as u32;
+            }
+            i += count;
+        }
+        let mut need = 0;
+        let mut refused = [false; CHUNK_BLOCKS];
+        for i in 0..n {
+            let b = first + i as u64;
+            let bytes = &data[i * block..(i + 1) * block];
+            match self.install_written(b, slots[i], crc32c(bytes), through, evicted) {
+                Ok(Some(seq)) => need = need.max(seq),
+                Ok(None) => refused[i] = true,
+                Err(e) => {
+                    for &s in &slots[i + 1..n] {
+                        self.buckets.release(s, 0);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Counters::add(&self.counters.cache_block_writes, n as u64);
+        self.journal.write_open().map_err(Fault::Cache)?;
+        // Blocks the policy would not take (an admission policy inside it)
+        // go around the cache.
+        for i in (0..n).filter(|&i| refused[i]) {
+            let b = first + i as u64;
+            self.write_around(b, &data[i * block..(i + 1) * block])?;
+        }
+        if !through {
+            return Ok(());
+        }
+        if need > self.journal.durable() {
+            self.journal.make_durable(need).map_err(Fault::Cache)?;
+        }
+        self.backing
+            .write_at(data, first * self.block)
+            .map_err(Fault::Backing)?;
+        let epoch = self.backing_flush.epoch();
+        for i in (0..n).filter(|&i| !refused[i]) {
+            let b = first + i as u64;
+            let mut sh = self.shard(b);
+            if sh.map.get(&b).is_some_and(|&v| v & !EVICTING == slots[i]) {
+                self.table.set_state(slots[i], true, true);
+                sh.written.push((b, slots[i], epoch));
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs one block written to `slot`, dirty. Returns the journal
+    /// sequence a write-through's backing write must wait for (0 for none),
+    /// or `None` when the policy refused the block (the slot is released).
+    fn install_written(
+        &self,
+        b: u64,
+        slot: u32,
+        crc: u32,
+        through: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<Option<u64>, Fault> {
+        let mut sh = self.shard(b);
+        let access = sh.access(b, self.block as u32, Op::Write);
+        let shard = &mut *sh;
+        if !shard.policy.lookup(&access) && !shard.policy.admit(&access, &mut shard.victims) {
+            shard.victims.clear();
+            drop(sh);
+            self.buckets.release(slot, 0);
+            return Ok(None);
+        }
+        let mut j = self.journal.lock();
+        let (seq, was_clean) = self
+            .install(shard, &mut j, (b, slot, crc), true)
+            .map_err(Fault::Cache)?;
+        self.evict_victims(shard, &mut j, evicted)
+            .map_err(Fault::Cache)?;
+        let mut need = 0;
+        if through {
+            if was_clean {
+                need = seq;
+            }
+            need = need.max(self.hazard(shard, b));
+        }
+        Ok(Some(need))
+    }
+
+    /// Write-around, pass-through, bypass: drop cached copies (rule 3: the
+    /// drops of clean ones durable first), then write the backing device.
+    pub(super) fn write_around(&self, first: u64, data: &[u8]) -> Result<(), Fault> {
+        let n = (data.len() / self.block as usize) as u64;
+        let mut need = 0;
+        let mut dropped = false;
+        for b in first..first + n {
+            let mut sh = self.shard(b);
+            sh.backing_writes += 1;
+            sh.pending.insert(b, u64::MAX);
+            if let Some(&v) = sh.map.get(&b) {
+                if v & EVICTING == 0 {
+                    sh.policy.remove(b);
+                }
+                let mut j = self.journal.lock();
+                if let Some((_, word, seq)) =
+                    self.drop_block(&mut sh, &mut j, b).map_err(Fault::Cache)?
+                {
+                    dropped = true;
+                    if word & super::format::WORD_DIRTY == 0 {
+                        need = need.max(seq);
+                    }
+                }
+            }
+            need = need.max(self.hazard(&sh, b));
+        }
+        if dropped {
+            self.journal.write_open().map_err(Fault::Cache)?;
+        }
+        if need > self.journal.durable() {
+            self.journal.make_durable(need).map_err(Fault::Cache)?;
+        }
+        let written = self.backing.write_at(data, first * self.block);
+        let epoch = self.backing_flush.epoch();
+        for b in first..first + n {
+            let mut sh = self.shard(b);
+            sh.backing_writes += 1;
+            sh.pending.insert(b, epoch);
+        }
+        written.map_err(Fault::Backing)?;
+        Counters::add(&self.counters.bypassed_bytes, data.len() as u64);
+        Ok(())
+    }
+}
