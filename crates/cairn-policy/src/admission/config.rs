@@ -52,6 +52,16 @@ impl AdmissionConfig {
         }
     }
 
+    /// Checks every value's range (what [`build`](Self::build) checks first),
+    /// with no cache to size a table for.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            Self::Always(_) => Ok(()),
+            Self::Nhit(c) => c.validate(),
+            Self::Frequency(c) => c.validate(),
+        }
+    }
+
     /// Builds the filter for a cache of `capacity` (which sizes its table).
     pub fn build(&self, capacity: Capacity) -> Result<Box<dyn Admission>, ConfigError> {
         Ok(match self {
@@ -129,6 +139,10 @@ mod tests {
             ..NhitConfig::default()
         });
         let error = config.build(Capacity::Objects(10)).map(|_| ()).unwrap_err();
+        assert_eq!(
+            config.validate().map_err(|e| e.to_string()),
+            Err(error.to_string())
+        );
         assert_eq!(
             error.to_string(),
             "nhit: `threshold` = 0 is out of range: in 1..=1000"

@@ -18,6 +18,11 @@
 //!   been counted, every counter is halved and the count of records halved
 //!   too (`TinyLFU`'s reset, as Caffeine does it: the first halving after W
 //!   records, then one every W/2).
+//! - **Trigger** `trigger` = 0.8, as `nhit`'s (Open CAS's): below that fill
+//!   every miss is admitted. Refusing a miss into free space only loses the
+//!   hits it would have had (on the sample trace, a `CloudPhysics` one, LRU at 20 % of
+//!   the working set missed 0.7672 behind this filter with no trigger, more
+//!   than its 0.7249 with no filter: the cache seldom filled).
 //! - **Threshold** `threshold` = 2: admit a unit on a miss if it was accessed
 //!   at least once before within the aging window. One-hit wonders and single
 //!   scans stay out; count-min only over-estimates, so a unit at or above the
@@ -51,6 +56,9 @@ pub struct FrequencyConfig {
     /// Admit when the key's estimated recent accesses (this one included)
     /// reach this, in `1..=15`. Default 2.
     pub threshold: u64,
+    /// Admit every miss while the cache is less than this fraction full, in
+    /// `[0, 1]`. Default 0.8 (as `nhit`).
+    pub trigger: f64,
     /// Halve the counters after this many records per cache unit, at least
     /// 1. Default 10 (`TinyLFU`'s and Caffeine's sample size).
     pub sample_multiplier: u64,
@@ -66,6 +74,7 @@ impl Default for FrequencyConfig {
     fn default() -> Self {
         Self {
             threshold: 2,
+            trigger: 0.8,
             sample_multiplier: 10,
             doorkeeper: true,
             average_unit_bytes: 4096,
@@ -74,7 +83,8 @@ impl Default for FrequencyConfig {
 }
 
 impl FrequencyConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let error = |parameter, value: String, expected| {
             Err(ConfigError::OutOfRange {
                 policy: "frequency",
@@ -85,6 +95,9 @@ impl FrequencyConfig {
         };
         if !(1..=MAX_THRESHOLD).contains(&self.threshold) {
             return error("threshold", self.threshold.to_string(), "in 1..=15");
+        }
+        if !(0.0..=1.0).contains(&self.trigger) {
+            return error("trigger", self.trigger.to_string(), "a fraction in [0, 1]");
         }
         if self.sample_multiplier == 0 {
             return error("sample_multiplier", "0".into(), "at least 1");
@@ -101,6 +114,7 @@ impl FrequencyConfig {
 pub struct Frequency {
     sketch: FrequencySketch,
     threshold: u64,
+    trigger: f64,
 }
 
 impl Frequency {
@@ -112,6 +126,7 @@ impl Frequency {
         Ok(Self {
             sketch: FrequencySketch::new(units, sample_size, config.doorkeeper),
             threshold: config.threshold,
+            trigger: config.trigger,
         })
     }
 
@@ -131,8 +146,8 @@ impl Admission for Frequency {
         self.sketch.increment(access.key);
     }
 
-    fn admit(&mut self, access: &Access, _occupancy: Occupancy) -> bool {
-        self.sketch.estimate(access.key) >= self.threshold
+    fn admit(&mut self, access: &Access, occupancy: Occupancy) -> bool {
+        occupancy.below(self.trigger) || self.sketch.estimate(access.key) >= self.threshold
     }
 }
 
@@ -151,6 +166,7 @@ mod tests {
             &FrequencyConfig {
                 threshold,
                 doorkeeper,
+                trigger: 0.0,
                 ..FrequencyConfig::default()
             },
         )
@@ -244,6 +260,10 @@ mod tests {
                 ..base.clone()
             },
             FrequencyConfig {
+                trigger: -0.1,
+                ..base.clone()
+            },
+            FrequencyConfig {
                 average_unit_bytes: 0,
                 ..base.clone()
             },
@@ -278,5 +298,27 @@ mod tests {
             !miss(&mut filter, 7),
             "halved to 0 and the doorkeeper cleared"
         );
+    }
+
+    #[test]
+    fn below_the_trigger_every_miss_is_admitted() {
+        let mut filter =
+            Frequency::new(Capacity::Objects(100), &FrequencyConfig::default()).unwrap();
+        let access = Access::read(9, 1, 0);
+        filter.record(&access, false);
+        assert!(filter.admit(
+            &access,
+            Occupancy {
+                used: 79,
+                limit: 100
+            }
+        ));
+        assert!(!filter.admit(
+            &access,
+            Occupancy {
+                used: 80,
+                limit: 100
+            }
+        ));
     }
 }

@@ -76,7 +76,8 @@ impl Default for NhitConfig {
 }
 
 impl NhitConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let error = |parameter, value: String, expected| {
             Err(ConfigError::OutOfRange {
                 policy: "nhit",
