@@ -20,9 +20,9 @@
 //!   records, then one every W/2).
 //! - **Trigger** `trigger` = 0.8, as `nhit`'s (Open CAS's): below that fill
 //!   every miss is admitted. Refusing a miss into free space only loses the
-//!   hits it would have had (on the sample trace, a `CloudPhysics` one, LRU at 20 % of
-//!   the working set missed 0.7672 behind this filter with no trigger, more
-//!   than its 0.7249 with no filter: the cache seldom filled).
+//!   hits it would have had (on the sample trace, a `CloudPhysics` one, LRU
+//!   at 20 % of the working set missed 0.7672 behind this filter with no
+//!   trigger, more than its 0.7249 with no filter: the cache seldom filled).
 //! - **Threshold** `threshold` = 2: admit a unit on a miss if it was accessed
 //!   at least once before within the aging window. One-hit wonders and single
 //!   scans stay out; count-min only over-estimates, so a unit at or above the
