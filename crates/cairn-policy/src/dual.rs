@@ -327,6 +327,10 @@ impl Policy for Dual {
         self.rpc.admit(access, victims)
     }
 
+    fn take_held_victims(&mut self, victims: &mut Vec<u64>) {
+        self.rpc.take_held_victims(victims);
+    }
+
     fn remove(&mut self, key: u64) -> bool {
         let Some(block) = self.fpc_map.remove(&key) else {
             return self.rpc.remove(key);

@@ -6,7 +6,9 @@
 //!
 //! Each policy lives in its own module with a serde `Config` whose fields
 //! document their defaults and where the policy comes from; [`PolicyConfig`]
-//! names them all and builds any of them.
+//! names them all and builds any of them. Admission filters ([`admission`]:
+//! `always`, `nhit`, `frequency`) decide which misses enter at all;
+//! [`AdmissionConfig`] names them and [`Filtered`] puts any policy behind one.
 //!
 //! What this crate is not: a cache of values (see `cairn-store`), or
 //! thread-safe (the engine shards policies and locks each shard).
@@ -25,6 +27,7 @@ pub mod prefetch;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub mod admission;
 pub mod arc;
 pub mod clock;
 pub mod cost;
@@ -45,6 +48,7 @@ pub mod tinylfu;
 pub mod twoq;
 
 pub use access::{Access, NEVER, Op};
+pub use admission::{Admission, AdmissionConfig, Filtered, Occupancy};
 pub use bytes::{Bytes, ParseBytesError, format_bytes, parse_bytes};
 pub use capacity::Capacity;
 pub use config::PolicyConfig;

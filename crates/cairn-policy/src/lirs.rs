@@ -515,6 +515,10 @@ impl Policy for Lirs {
         }
     }
 
+    fn take_held_victims(&mut self, victims: &mut Vec<u64>) {
+        victims.append(&mut self.pending_victims);
+    }
+
     fn remove(&mut self, key: u64) -> bool {
         self.pending_victims.retain(|&k| k != key);
         let mut slots = self.slots(key);

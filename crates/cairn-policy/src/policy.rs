@@ -80,6 +80,15 @@ pub trait Policy: Send {
         let _ = (key, ahead);
     }
 
+    /// Appends to `victims` the keys that earlier bare
+    /// [`lookup`](Policy::lookup)s evicted and hold for the next `admit`
+    /// (LIRS and SLRU, whose hits can evict), and forgets them. A caller that
+    /// skips `admit` after a miss (an admission filter that refused it) calls
+    /// this instead, so held victims still leave. The default holds none.
+    fn take_held_victims(&mut self, victims: &mut Vec<u64>) {
+        let _ = victims;
+    }
+
     /// `lookup`, then `admit` on a miss: the simulator's one call per access.
     /// Returns whether the access hit.
     fn access(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {

@@ -236,6 +236,10 @@ impl Policy for Slru {
         }
     }
 
+    fn take_held_victims(&mut self, victims: &mut Vec<u64>) {
+        victims.append(&mut self.deferred);
+    }
+
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         // Report hit-time victims held back by `lookup`; one that is being
         // admitted again is simply resident again.

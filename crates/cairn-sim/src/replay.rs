@@ -26,7 +26,7 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use cairn_policy::{Access, Ahead, Capacity, Policy, PolicyConfig};
+use cairn_policy::{Access, AdmissionConfig, Ahead, Capacity, Policy, PolicyConfig};
 use cairn_trace::TraceError;
 
 use crate::cost::CostModel;
@@ -41,6 +41,8 @@ pub struct Configuration {
     pub label: String,
     /// The policy and its knobs.
     pub policy: PolicyConfig,
+    /// The admission filter in front of the policy (`always`: none).
+    pub admission: AdmissionConfig,
     /// The cache size as given (`10%`), for reports.
     pub size: String,
     /// The resolved capacity.
@@ -159,6 +161,7 @@ pub fn replay(
         let policy = configuration
             .policy
             .build(configuration.capacity)
+            .and_then(|policy| configuration.admission.wrap(policy))
             .map_err(|source| SimError::Policy {
                 label: configuration.label.clone(),
                 source,

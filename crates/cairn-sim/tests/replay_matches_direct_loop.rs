@@ -22,6 +22,7 @@ fn configurations() -> Vec<Configuration> {
             out.push(Configuration {
                 label: (*name).to_string(),
                 policy: PolicyConfig::default_for(name).unwrap(),
+                admission: cairn_policy::AdmissionConfig::default(),
                 size: capacity.limit().to_string(),
                 capacity,
             });

@@ -5,14 +5,18 @@
 //! thread.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cairn_policy::{Access, Capacity, PolicyConfig};
+use cairn_policy::{Access, AdmissionConfig, Capacity, Policy, PolicyConfig};
 
 struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+/// Held by each test for its whole run: the counter is global, and the test
+/// harness runs tests on several threads.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 // SAFETY: forwards every call unchanged to the system allocator; only counts.
 #[allow(unsafe_code)]
@@ -60,8 +64,28 @@ fn trace(len: usize, keys: u64, seed: u64) -> Vec<Access> {
         .collect()
 }
 
+/// Warms `policy` up on `warm`, then counts the allocations of `measured`.
+fn allocations(policy: &mut dyn Policy, warm: &[Access], measured: &[Access]) -> u64 {
+    let mut victims = Vec::with_capacity(1024);
+    for access in warm {
+        victims.clear();
+        policy.access(access, &mut victims);
+    }
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for access in measured {
+        victims.clear();
+        policy.access(access, &mut victims);
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
 #[test]
 fn no_policy_allocates_in_the_steady_state() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let warm = trace(400_000, 20_000, 7);
     let measured = trace(200_000, 20_000, 11);
     let mut failures = Vec::new();
@@ -69,19 +93,7 @@ fn no_policy_allocates_in_the_steady_state() {
         for capacity in [Capacity::Objects(2_000), Capacity::Bytes(2_000 * 4096)] {
             let config = PolicyConfig::default_for(name).expect("every listed name builds");
             let mut policy = config.build(capacity).expect("default config builds");
-            let mut victims = Vec::with_capacity(1024);
-            for access in &warm {
-                victims.clear();
-                policy.access(access, &mut victims);
-            }
-            ALLOCATIONS.store(0, Ordering::Relaxed);
-            COUNTING.store(true, Ordering::Relaxed);
-            for access in &measured {
-                victims.clear();
-                policy.access(access, &mut victims);
-            }
-            COUNTING.store(false, Ordering::Relaxed);
-            let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+            let allocations = allocations(&mut *policy, &warm, &measured);
             println!(
                 "{name:10} {capacity:?}: {allocations} allocations in {} accesses",
                 measured.len()
@@ -94,5 +106,44 @@ fn no_policy_allocates_in_the_steady_state() {
     assert!(
         failures.is_empty(),
         "policies allocating in the steady state: {failures:?}"
+    );
+}
+
+/// Every admission filter, in front of LRU and of the two policies whose hits
+/// can hold victims (LIRS, S4LRU).
+#[test]
+fn no_admission_filter_allocates_in_the_steady_state() {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Longer than the policies' warm-up: behind a filter fewer misses are
+    // admitted, so LIRS's history takes longer to reach its bound (after
+    // 400,000 accesses it still grew once in the next 200,000).
+    let mut warm = trace(400_000, 20_000, 7);
+    warm.extend(trace(1_600_000, 20_000, 9));
+    let measured = trace(200_000, 20_000, 11);
+    let mut failures = Vec::new();
+    for filter in AdmissionConfig::NAMES {
+        for name in ["lru", "lirs", "s4lru"] {
+            for capacity in [Capacity::Objects(2_000), Capacity::Bytes(2_000 * 4096)] {
+                let policy = PolicyConfig::default_for(name)
+                    .expect("a listed name")
+                    .build(capacity)
+                    .expect("default config builds");
+                let mut policy = AdmissionConfig::default_for(filter)
+                    .expect("every listed filter")
+                    .wrap(policy)
+                    .expect("default filter builds");
+                let allocations = allocations(&mut *policy, &warm, &measured);
+                println!("{filter:10} {name:6} {capacity:?}: {allocations} allocations");
+                if allocations > 0 {
+                    failures.push(format!("{filter} {name} {capacity:?}: {allocations}"));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "filters allocating in the steady state: {failures:?}"
     );
 }

@@ -36,6 +36,6 @@ pub mod volume;
 pub use cache::{BlockCache, BlockRef, CacheConfig, CacheError, WriteMode};
 pub use device::{
     CrashMode, Device, DeviceError, DeviceOp, Extent, FaultyDevice, FileDevice, MemoryDevice, Pace,
-    Throttle, ThrottledDevice,
+    Power, Throttle, ThrottledDevice,
 };
 pub use volume::{Volume, VolumeError, VolumeExport, VolumeSpec};

@@ -1,12 +1,13 @@
-//! Policy specs: `name` or `name:key=value,key=value`.
+//! Policy specs: `name` or `name:key=value,key=value`; admission filter specs
+//! alike.
 //!
 //! The pairs become a TOML table merged with `policy = "name"` and deserialised
-//! into [`PolicyConfig`], so every knob of every policy is reachable with no
-//! code per policy. Values are TOML (`0.1`, `5`, `true`, `"text"`); a value that
+//! into [`PolicyConfig`] (for filters, `filter = "name"` and
+//! [`AdmissionConfig`]), so every knob is reachable with no code per policy. Values are TOML (`0.1`, `5`, `true`, `"text"`); a value that
 //! is not valid TOML is taken as a string.
 
 use anyhow::{Context, Result, anyhow, bail};
-use cairn_policy::PolicyConfig;
+use cairn_policy::{AdmissionConfig, PolicyConfig};
 use serde::Deserialize;
 
 /// Parses one spec.
@@ -42,6 +43,35 @@ pub fn parse(spec: &str) -> Result<PolicyConfig> {
     )?;
     PolicyConfig::deserialize(toml::Value::Table(table))
         .with_context(|| format!("policy spec `{spec}`: invalid parameters for `{name}`"))
+}
+
+/// Parses one admission filter spec (`nhit`, `nhit:threshold=3`).
+pub fn parse_admission(spec: &str) -> Result<AdmissionConfig> {
+    let (name, pairs) = spec.split_once(':').unwrap_or((spec, ""));
+    let name = name.trim();
+    let defaults = AdmissionConfig::default_for(name).ok_or_else(|| {
+        anyhow!(
+            "admission spec `{spec}`: unknown filter `{name}` (known: {})",
+            AdmissionConfig::NAMES.join(", ")
+        )
+    })?;
+    let toml::Value::Table(mut table) = toml::Value::try_from(defaults)
+        .with_context(|| format!("filter `{name}`: encoding its defaults"))?
+    else {
+        bail!("filter `{name}`: defaults are not a table");
+    };
+    overlay(
+        &mut table,
+        pairs,
+        &format!("admission spec `{spec}`"),
+        &["filter"],
+    )?;
+    let config = AdmissionConfig::deserialize(toml::Value::Table(table))
+        .with_context(|| format!("admission spec `{spec}`: invalid parameters for `{name}`"))?;
+    config
+        .validate()
+        .with_context(|| format!("admission spec `{spec}`"))?;
+    Ok(config)
 }
 
 /// Sets `key=value` pairs (separated by commas outside brackets, so lists such
@@ -139,5 +169,31 @@ mod tests {
         );
         parse("cost:costs=[1.0,3.0]").unwrap();
         parse("s3fifo:small_size_ratio=0.2").unwrap();
+    }
+
+    #[test]
+    fn admission_specs_parse_and_errors_name_the_filters() {
+        for name in AdmissionConfig::NAMES {
+            assert_eq!(
+                parse_admission(name).unwrap(),
+                AdmissionConfig::default_for(name).unwrap()
+            );
+        }
+        let AdmissionConfig::Nhit(nhit) = parse_admission("nhit:threshold=3,trigger=0").unwrap()
+        else {
+            panic!("nhit parses as nhit");
+        };
+        assert_eq!((nhit.threshold, nhit.trigger), (3, 0.0));
+        let error = format!("{:#}", parse_admission("lru").unwrap_err());
+        assert!(
+            error.contains("unknown filter `lru` (known: always, nhit, frequency)"),
+            "{error}"
+        );
+        let error = format!("{:#}", parse_admission("always:threshold=2").unwrap_err());
+        assert!(error.contains("threshold"), "{error}");
+        let error = format!("{:#}", parse_admission("nhit:threshold=0").unwrap_err());
+        assert!(error.contains("`threshold` = 0 is out of range"), "{error}");
+        let error = format!("{:#}", parse_admission("nhit:filter=always").unwrap_err());
+        assert!(error.contains("needs a parameter name"), "{error}");
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use cairn_policy::PolicyConfig;
+use cairn_policy::{AdmissionConfig, PolicyConfig};
 use cairn_sim::{
     CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, ReplayOptions, Report, WorkingSet,
     policy_name, prepass, replay,
@@ -58,7 +58,10 @@ Examples:
   cairn sim --policy 'lru' --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
       Miss ratio against size, plotted.
   cairn sim --cost ssd-hdd.toml --metric throughput --json run.json
-      Modelled throughput under a custom cost model (see docs/simulator.md).";
+      Modelled throughput under a custom cost model (see docs/simulator.md).
+  cairn sim --policy lru --policy s3fifo --admission nhit:threshold=3
+      Both policies behind Open CAS's nhit filter: a block enters on its
+      third miss (rows are labelled lru+nhit:threshold=3, ...).";
 
 /// Which number the stdout table shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -102,6 +105,13 @@ pub struct SimArgs {
     /// Default: lru fifo clock lfu arc s3fifo sieve opt (those available).
     #[arg(long = "policy", short = 'p', value_name = "SPEC")]
     policies: Vec<String>,
+
+    /// An admission filter in front of every policy: `name` or
+    /// `name:key=value,...` (`nhit`, `nhit:threshold=3`, `frequency`; see
+    /// docs/policies.md). Rows are labelled `POLICY+SPEC`. Default: none
+    /// (`always`).
+    #[arg(long, value_name = "SPEC")]
+    admission: Option<String>,
 
     /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
     /// (objects or bytes, per --capacity) or `64MiB`. Repeat, or separate with
@@ -161,6 +171,7 @@ struct CostFile {
 struct SimConfig {
     input: TraceInput,
     policies: Vec<(String, PolicyConfig)>,
+    admission: AdmissionConfig,
     sizes: Vec<(String, CacheSize)>,
     unit: CapacityUnit,
     metric: Metric,
@@ -193,9 +204,17 @@ impl SimConfig {
         } else {
             args.policies
         };
+        let admission = match &args.admission {
+            Some(spec) => policy_spec::parse_admission(spec)?,
+            None => AdmissionConfig::default(),
+        };
+        let label = |spec: String| match &args.admission {
+            Some(filter) => format!("{spec}+{filter}"),
+            None => spec,
+        };
         let policies = specs
             .into_iter()
-            .map(|spec| Ok((spec.clone(), policy_spec::parse(&spec)?)))
+            .map(|spec| Ok((label(spec.clone()), policy_spec::parse(&spec)?)))
             .collect::<Result<Vec<_>>>()?;
         let sizes: Vec<String> = if args.sizes.is_empty() {
             DEFAULT_SIZES.iter().map(|s| (*s).to_owned()).collect()
@@ -219,6 +238,7 @@ impl SimConfig {
         Ok(Self {
             input: TraceInput::from_args(&args.trace, cost_file.group_map)?,
             policies,
+            admission,
             sizes,
             unit: args.capacity.into(),
             metric: args.metric,
@@ -288,6 +308,7 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
             configurations.push(Configuration {
                 label: label.clone(),
                 policy: policy.clone(),
+                admission: config.admission.clone(),
                 size: text.clone(),
                 capacity,
             });

@@ -160,6 +160,7 @@ pub fn run(args: &CostArgs, quiet: bool) -> Result<Vec<Claim>> {
                 configurations.push(Configuration {
                     label: label.clone(),
                     policy: policy.clone(),
+                    admission: cairn_policy::AdmissionConfig::default(),
                     size: spec.sizes[s].clone(),
                     capacity,
                 });

@@ -169,6 +169,7 @@ pub fn run(args: &OnsArgs, quiet: bool) -> Result<Vec<Claim>> {
                 .map(|(label, policy, _)| Configuration {
                     label: label.clone(),
                     policy: policy.clone(),
+                    admission: cairn_policy::AdmissionConfig::default(),
                     size: cache_blocks.to_string(),
                     capacity: Capacity::Objects(cache_blocks),
                 })
