@@ -243,9 +243,9 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
         args.iodepth,
         args.rounds
     )?;
-    outln!("calibration nbdkit: nbdkit {}", uncached.join(" "))?;
+    outln!("uncached nbdkit: nbdkit {}", uncached.join(" "))?;
     outln!(
-        "calibration cairn: throttled latency_us = {LATENCY_US}, bandwidth_mb_s = {BANDWIDTH_MB_S}, over {}",
+        "uncached cairn: throttled latency_us = {LATENCY_US}, bandwidth_mb_s = {BANDWIDTH_MB_S}, over {}",
         cairn_backing.display()
     )?;
     let samples = {
