@@ -159,7 +159,8 @@ impl Row {
         }
     }
 
-    fn args(self, seed: u32) -> Vec<String> {
+    /// fio's arguments for the row over `region` bytes.
+    fn args(self, seed: u32, depth: u32, region: u64) -> Vec<String> {
         let mut args: Vec<String> = match self {
             Self::RandRead => vec!["--rw=randread".into(), "--bs=4k".into(), ZIPF.into()],
             Self::RandWrite => vec![
@@ -169,7 +170,11 @@ impl Row {
             ],
             Self::SeqRead => vec!["--rw=read".into(), "--bs=1M".into()],
         };
-        args.push(format!("--randseed={seed}"));
+        args.extend([
+            format!("--randseed={seed}"),
+            format!("--iodepth={depth}"),
+            format!("--size={region}"),
+        ]);
         args
     }
 }
@@ -188,11 +193,8 @@ struct Sample {
     p99: f64,
 }
 
-/// The servers of one table: [nbdkit, cairn].
-struct Pair {
-    label: [&'static str; 2],
-    uri: [String; 2],
-}
+/// The servers of each table, in this order: their URIs are `[String; 2]`.
+const SERVERS: [&str; 2] = ["nbdkit", "cairn"];
 
 pub fn run(args: &TierBenchArgs) -> Result<()> {
     let cache = cairn_sim::parse_bytes(&args.cache_size)
@@ -249,8 +251,8 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
         cairn_backing.display()
     )?;
     let samples = {
-        let (volume, servers, pair) = start_pair(&uncached, None, &spec, tmp.path(), "uncached")?;
-        let samples = measure(&pair, args, region, cache, false)?;
+        let (volume, servers, uris) = start_pair(&uncached, None, &spec, tmp.path(), "uncached")?;
+        let samples = measure(&uris, args, region, cache, false)?;
         drop(servers);
         volume.close().context("closing the volume")?;
         samples
@@ -267,6 +269,7 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
     // The caches.
     let peer = nbdkit_args(&nbdkit_backing, Some(cache));
     let ssd = tmp.path().join("ssd.img");
+    // TIER: the throttled device alone until the tier is in cairn-store.
     let tier = TIER_READY.then_some((ssd.as_path(), cache));
     let spec = cairn_spec(&tmp.path().join("cairn-tier"), &cairn_backing, tier);
     outln!()?;
@@ -287,9 +290,9 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
         )?;
     }
     let samples = {
-        let (volume, servers, pair) =
+        let (volume, servers, uris) =
             start_pair(&peer, Some(&nbdkit_cache_dir), &spec, tmp.path(), "tier")?;
-        let samples = measure(&pair, args, region, cache, true)?;
+        let samples = measure(&uris, args, region, cache, true)?;
         drop(servers);
         volume.close().context("closing the volume")?;
         samples
@@ -338,26 +341,27 @@ fn fill(path: &Path, len: u64) -> Result<()> {
 /// nbdkit's arguments after the program name: the slow device, under the
 /// cache filter when `cache` is given, else serialized (the calibration).
 fn nbdkit_args(backing: &Path, cache: Option<u64>) -> Vec<String> {
-    let mut args: Vec<String> = Vec::new();
+    let top = if cache.is_some() {
+        "cache"
+    } else {
+        "noparallel"
+    };
+    let mut args: Vec<String> = [top, "rate", "delay"]
+        .map(|filter| format!("--filter={filter}"))
+        .into();
+    args.extend(["file".into(), format!("file={}", backing.display())]);
     match cache {
-        Some(_) => args.push("--filter=cache".into()),
-        None => args.push("--filter=noparallel".into()),
-    }
-    args.extend([
-        "--filter=rate".into(),
-        "--filter=delay".into(),
-        "file".into(),
-    ]);
-    args.push(format!("file={}", backing.display()));
-    match cache {
-        Some(size) => args.extend([
-            "cache=writeback".into(),
-            "cache-on-read=true".into(),
-            format!("cache-max-size={size}"),
-            "cache-min-block-size=4096".into(),
-            "cache-high-threshold=100".into(),
-            "cache-low-threshold=95".into(),
-        ]),
+        Some(size) => args.extend(
+            [
+                "cache=writeback",
+                "cache-on-read=true",
+                &format!("cache-max-size={size}"),
+                "cache-min-block-size=4096",
+                "cache-high-threshold=100",
+                "cache-low-threshold=95",
+            ]
+            .map(String::from),
+        ),
         None => args.push("serialize=all-requests".into()),
     }
     args.extend([
@@ -400,7 +404,7 @@ fn start_pair(
     spec: &str,
     dir: &Path,
     name: &str,
-) -> Result<(Volume, [Running; 2], Pair)> {
+) -> Result<(Volume, [Running; 2], [String; 2])> {
     let spec = crate::volume_spec::parse(spec, &format!("bench tier ({name})"))?;
     let volume = Volume::open(&spec, Path::new(""), &OpenOptions::default())
         .with_context(|| format!("bench tier ({name}): opening Cairn's volume"))?;
@@ -429,39 +433,26 @@ fn start_pair(
             bail!("{e:#}; nbdkit said: {}", said.trim());
         }
     }
-    let uri = |socket: &Path| format!("nbd+unix:///?socket={}", socket.display());
-    let pair = Pair {
-        label: ["nbdkit", "cairn"],
-        uri: [uri(&nbdkit_socket), uri(&cairn_socket)],
-    };
-    Ok((volume, [nbdkit_server, cairn], pair))
+    let uris =
+        [&nbdkit_socket, &cairn_socket].map(|s| format!("nbd+unix:///?socket={}", s.display()));
+    Ok((volume, [nbdkit_server, cairn], uris))
 }
 
 /// Every row on both servers, `--rounds` times, a warm-up before each round
 /// when `warm`; returns samples[server][row], one per round.
 fn measure(
-    pair: &Pair,
+    uris: &[String; 2],
     args: &TierBenchArgs,
     region: u64,
     cache: u64,
     warm: bool,
 ) -> Result<Vec<Vec<Vec<Sample>>>> {
-    let common = |seconds: u32| {
-        vec![
-            format!("--iodepth={}", args.iodepth),
-            format!("--size={region}"),
-            "--time_based".to_owned(),
-            format!("--runtime={seconds}"),
-        ]
-    };
     let mut samples = vec![vec![Vec::new(); ROWS.len()]; 2];
     for round in 1..=args.rounds {
         if warm && args.warmup > 0 {
-            for (server, uri) in pair.uri.iter().enumerate() {
-                let mut warm_up = Row::RandRead.args(1000 + round);
+            for (server, uri) in uris.iter().enumerate() {
+                let mut warm_up = Row::RandRead.args(1000 + round, args.iodepth, region);
                 warm_up.extend([
-                    format!("--iodepth={}", args.iodepth),
-                    format!("--size={region}"),
                     format!("--io_size={}", cache * u64::from(args.warmup)),
                     format!("--runtime={}", (args.seconds * 20).max(30)),
                 ]);
@@ -469,20 +460,20 @@ fn measure(
                 let job = fio_job(uri, &warm_up)?;
                 eprintln!(
                     "round {round}: {}: warm-up {} reads in {:.1} s",
-                    pair.label[server],
+                    SERVERS[server],
                     job["read"]["total_ios"],
                     started.elapsed().as_secs_f64()
                 );
             }
         }
         for (index, row) in ROWS.iter().enumerate() {
-            for (server, uri) in pair.uri.iter().enumerate() {
-                let mut fio_args = row.args(round);
-                fio_args.extend(common(args.seconds));
+            for (server, uri) in uris.iter().enumerate() {
+                let mut fio_args = row.args(round, args.iodepth, region);
+                fio_args.extend(["--time_based".into(), format!("--runtime={}", args.seconds)]);
                 let sample = sample(*row, &fio_job(uri, &fio_args)?);
                 eprintln!(
                     "round {round}: {}: {} {:.1} {} (p50 {:.0} µs, p99 {:.0} µs)",
-                    pair.label[server],
+                    SERVERS[server],
                     row.name(),
                     sample.value,
                     row.unit(),
