@@ -62,7 +62,7 @@ Each row runs for --seconds on one server, then on the other; --rounds N
 repeats every row N times and reports medians.
 
 Examples:
-  cairn bench tier                  # 256 MiB caches over 1 GiB: about 6 minutes
+  cairn bench tier                  # 256 MiB caches over 1 GiB: about 8 minutes
   cairn bench tier --cache-size 64MiB --seconds 5 --rounds 3
   cairn bench tier --cache-size 16MiB --seconds 2 --warmup 4 --dir /var/tmp";
 
