@@ -8,6 +8,7 @@ pub mod logdisk;
 pub mod nbd;
 pub mod ntl;
 pub mod stream;
+pub mod tier;
 
 /// `cairn bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -31,6 +32,10 @@ pub enum BenchCommand {
     /// over an SSD and an HDD at 3:1, LRU against cost groups with online costs.
     #[command(long_about = hetero::HETERO_LONG_ABOUT)]
     Hetero(hetero::HeteroBenchArgs),
+    /// Cairn's cache tier against nbdkit's cache filter over the same emulated
+    /// slow device (calibrated first), through fio's nbd engine.
+    #[command(long_about = tier::TIER_LONG_ABOUT)]
+    Tier(tier::TierBenchArgs),
 }
 
 /// Run `cairn bench`.
@@ -41,5 +46,6 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Ntl(args) => ntl::run(args, quiet),
         BenchCommand::Stream(args) => stream::run(args),
         BenchCommand::Hetero(args) => hetero::run(args),
+        BenchCommand::Tier(args) => tier::run(args),
     }
 }

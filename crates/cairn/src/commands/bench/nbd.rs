@@ -143,8 +143,7 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
     if size < 4 << 20 {
         bail!("--size must be at least 4MiB");
     }
-    let engines = Command::new("fio").arg("--enghelp=nbd").output();
-    if !engines.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("uri")) {
+    if !fio_has_nbd() {
         bail!("fio with the nbd engine is needed (apt-get install fio)");
     }
     let dir = tempfile::tempdir().context("temporary directory")?;
@@ -274,24 +273,57 @@ fn cairn_volume(
     Ok(Some(volume))
 }
 
-enum Running {
-    InProcess(cairn_nbd::Shutdown, std::thread::JoinHandle<()>),
+/// A server started for a bench: in this process, or a child process.
+/// Dropping it stops it (a child is killed and reaped).
+pub(crate) enum Running {
+    InProcess(cairn_nbd::Shutdown, Option<std::thread::JoinHandle<()>>),
     Child(Child),
 }
 
 impl Running {
-    fn stop(self) {
+    pub(crate) fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
         match self {
             Self::InProcess(shutdown, thread) => {
                 shutdown.trigger();
-                let _ = thread.join();
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
             }
-            Self::Child(mut child) => {
+            Self::Child(child) => {
                 let _ = child.kill();
                 let _ = child.wait();
             }
         }
     }
+}
+
+/// Serves `device` as the only export (named "cairn", also the default) on
+/// the Unix socket `socket`, from a thread of this process.
+pub(crate) fn serve_in_process(
+    device: Arc<dyn cairn_store::Device>,
+    socket: &Path,
+) -> Result<Running> {
+    let export = Export {
+        name: "cairn".into(),
+        description: String::new(),
+        device,
+        read_only: false,
+    };
+    let server = Server::new(vec![export])?;
+    let listener = Listener::bind(&ListenAddress::Unix(socket.to_path_buf()))?;
+    let shutdown = server.shutdown_handle();
+    let thread = std::thread::spawn(move || {
+        if let Err(e) = server.serve(&listener) {
+            eprintln!("cairn server: {e}");
+        }
+    });
+    Ok(Running::InProcess(shutdown, Some(thread)))
 }
 
 fn start(
@@ -314,21 +346,7 @@ fn start(
                 Some(volume) => volume.exports()[0].device.clone(),
                 None => Arc::new(MemoryDevice::new(size)),
             };
-            let export = Export {
-                name: "cairn".into(),
-                description: String::new(),
-                device,
-                read_only: false,
-            };
-            let server = Server::new(vec![export])?;
-            let listener = Listener::bind(&ListenAddress::Unix(socket.to_path_buf()))?;
-            let shutdown = server.shutdown_handle();
-            let thread = std::thread::spawn(move || {
-                if let Err(e) = server.serve(&listener) {
-                    eprintln!("cairn server: {e}");
-                }
-            });
-            Ok(Running::InProcess(shutdown, thread))
+            serve_in_process(device, socket)
         }
         "nbdkit" => spawn(
             Command::new("nbdkit")
@@ -363,7 +381,8 @@ fn start(
     }
 }
 
-fn wait_for(socket: &Path) -> Result<()> {
+/// Waits (up to 20 s) until `socket` accepts connections.
+pub(crate) fn wait_for(socket: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(socket).is_err() {
         if Instant::now() > deadline {
@@ -372,6 +391,38 @@ fn wait_for(socket: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
+}
+
+/// Whether `fio` is installed with its nbd engine.
+pub(crate) fn fio_has_nbd() -> bool {
+    Command::new("fio")
+        .arg("--enghelp=nbd")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("uri"))
+}
+
+/// Runs one fio job through the nbd engine against `uri`, with `args` added
+/// to `--name=bench --ioengine=nbd --uri=URI --output-format=json`; returns
+/// the job's JSON object (`jobs[0]`).
+pub(crate) fn fio_job(uri: &str, args: &[String]) -> Result<serde_json::Value> {
+    let output = Command::new("fio")
+        .args([
+            "--name=bench",
+            "--ioengine=nbd",
+            &format!("--uri={uri}"),
+            "--output-format=json",
+        ])
+        .args(args)
+        .output()
+        .context("running fio")?;
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    // fio may print notes before the JSON document ("fio: connected to NBD server").
+    let json = text.find('{').map_or("", |start| &text[start..]);
+    let mut value: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
+    Ok(value["jobs"][0].take())
 }
 
 /// Run one fio job; returns (bytes/s, IOPS).
@@ -383,29 +434,16 @@ fn fio(
     size: u64,
     seconds: Option<u32>,
 ) -> Result<(f64, f64)> {
-    let mut command = Command::new("fio");
-    command.args([
-        "--name=bench",
-        "--ioengine=nbd",
-        &format!("--uri={uri}"),
-        &format!("--rw={rw}"),
-        &format!("--bs={block}"),
-        &format!("--iodepth={depth}"),
-        &format!("--size={size}"),
-        "--output-format=json",
-    ]);
+    let mut args = vec![
+        format!("--rw={rw}"),
+        format!("--bs={block}"),
+        format!("--iodepth={depth}"),
+        format!("--size={size}"),
+    ];
     if let Some(seconds) = seconds {
-        command.args(["--time_based", &format!("--runtime={seconds}")]);
+        args.extend(["--time_based".into(), format!("--runtime={seconds}")]);
     }
-    let output = command.output().context("running fio")?;
-    if !output.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    // fio may print notes before the JSON document.
-    let json = text.find('{').map_or("", |start| &text[start..]);
-    let value: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
-    let job = &value["jobs"][0];
+    let job = fio_job(uri, &args)?;
     let side = if rw.contains("read") { "read" } else { "write" };
     let bandwidth = job[side]["bw_bytes"].as_f64().unwrap_or(0.0);
     let iops = job[side]["iops"].as_f64().unwrap_or(0.0);
@@ -413,7 +451,7 @@ fn fio(
 }
 
 /// The median of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     if values.is_empty() {
         return None;
     }

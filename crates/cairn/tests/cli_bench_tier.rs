@@ -1,0 +1,90 @@
+//! `cairn bench tier` at a tiny scale: the calibration table (nbdkit's slow
+//! device against Cairn's, uncached) is printed with a row per fio job whose
+//! figures parse and whose ratio and verdict agree with them; the result table
+//! follows. Skipped, saying why, where nbdkit or fio's nbd engine is missing.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+fn missing_tool() -> Option<&'static str> {
+    if Command::new("nbdkit").arg("--version").output().is_err() {
+        return Some("nbdkit is not installed");
+    }
+    match Command::new("fio").arg("--enghelp=nbd").output() {
+        Err(_) => Some("fio is not installed"),
+        Ok(o) if !String::from_utf8_lossy(&o.stdout).contains("uri") => {
+            Some("fio has no nbd engine")
+        }
+        Ok(_) => None,
+    }
+}
+
+/// The rows of the table whose header starts with `title`: (name, unit,
+/// nbdkit-side value, cairn value, ratio, verdict).
+fn table(out: &str, title: &str) -> Vec<(String, String, f64, f64, f64, bool)> {
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(title));
+    assert!(lines.next().is_some(), "no {title} table in\n{out}");
+    let mut rows = Vec::new();
+    for name in ["rand read 4k zipf", "rand write 4k fsync", "seq read 1M"] {
+        let line = lines.next().unwrap_or_else(|| panic!("{title}: no {name}"));
+        assert!(line.starts_with(name), "{title}: {line:?} is not {name}");
+        let cells: Vec<&str> = line[name.len()..].split_whitespace().collect();
+        let ratio = cells[3].strip_suffix('x').unwrap().parse().unwrap();
+        let verdict = match cells[4] {
+            "yes" => true,
+            "no" => false,
+            other => panic!("verdict {other:?} in {line:?}"),
+        };
+        rows.push((
+            name.to_owned(),
+            cells[0].to_owned(),
+            cells[1].parse().unwrap(),
+            cells[2].parse().unwrap(),
+            ratio,
+            verdict,
+        ));
+    }
+    rows
+}
+
+#[test]
+fn bench_tier_prints_a_calibration_row_per_job_then_the_results() {
+    if let Some(why) = missing_tool() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["bench", "tier", "--cache-size", "4MiB", "--seconds", "1"])
+        .args(["--warmup", "1", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{out}\n{err}");
+    assert!(out.contains("uncached nbdkit: nbdkit --filter=noparallel"));
+    let calibration = table(&out, "calibration ");
+    for (name, unit, nbdkit, cairn, ratio, within) in &calibration {
+        let expected = if name.starts_with("seq") {
+            "MiB/s"
+        } else {
+            "IOPS"
+        };
+        assert_eq!(unit, expected);
+        assert!(*nbdkit > 0.0 && *cairn > 0.0, "{name}: {nbdkit} {cairn}");
+        assert!((ratio - cairn / nbdkit).abs() < 0.01, "{name}: {ratio}");
+        assert_eq!(*within, ratio.max(1.0 / ratio) <= 1.10, "{name}: {ratio}");
+    }
+    let within = calibration.iter().filter(|r| r.5).count();
+    assert!(
+        out.contains(&format!("calibration: {within} of 3 rows within 10%")),
+        "{out}"
+    );
+    for (name, _, peer, cairn, ..) in table(&out, "result ") {
+        assert!(peer > 0.0 && cairn > 0.0, "{name}: {peer} {cairn}");
+    }
+    // The temporary directory inside --dir is removed.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
