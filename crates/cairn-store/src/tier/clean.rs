@@ -40,6 +40,9 @@ impl Inner {
             keep
         });
         let block = self.block as usize;
+        if std::env::var_os("TIER_DEBUG").is_some() {
+            eprintln!("write_back {list:?}");
+        }
         let mut data = IoBuf::zeroed(list.len() * block);
         let read = self.read_slots(list, &mut data);
         let written = read.and_then(|()| self.write_runs(list, &data));
@@ -138,8 +141,25 @@ impl Inner {
             let durable_seq = self.journal.durable();
             sh.hazards.retain(|_, seq| *seq > durable_seq);
             sh.pending.retain(|_, e| !self.backing_flush.is_durable(*e));
-            if sh.written.is_empty() {
+            if sh.written.is_empty() && sh.dropping.is_empty() {
                 continue;
+            }
+            if !sh.dropping.is_empty() {
+                let mut j = self.journal.lock();
+                let mut dropping = std::mem::take(&mut sh.dropping);
+                let mut result = Ok(());
+                dropping.retain(|&(b, slot, epoch)| {
+                    if result.is_err() || !self.backing_flush.is_durable(epoch) {
+                        return true;
+                    }
+                    appended = true;
+                    result = self.drop_slot(&mut j, b, slot);
+                    result.is_err()
+                });
+                drop(j);
+                dropping.append(&mut sh.dropping);
+                sh.dropping = dropping;
+                result.map_err(Fault::Cache)?;
             }
             let mut written = std::mem::take(&mut sh.written);
             let mut j = self.journal.lock();
@@ -160,6 +180,9 @@ impl Inner {
                     return false;
                 }
                 appended = true;
+                if std::env::var_os("TIER_DEBUG").is_some() {
+                    eprintln!("settle {b}@{slot} epoch {epoch} evicting {}", v & EVICTING != 0);
+                }
                 result = if v & EVICTING != 0 {
                     self.drop_block(&mut sh, &mut j, b).map(|_| ())
                 } else {
@@ -240,7 +263,7 @@ impl Inner {
     /// fault first makes the tier fall back to pass-through.
     pub(super) fn handle(&self, f: Fault) -> DeviceError {
         match f {
-            Fault::Backing(e) => e,
+            Fault::Backing(_) | Fault::Full => f.into(),
             Fault::Cache(e) => {
                 self.fall_back(&e);
                 e
@@ -260,6 +283,7 @@ impl Inner {
         }
         self.health.store(FAILING, Ordering::Release);
         Counters::add(&self.counters.errors, 1);
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause.to_string());
         tracing::error!(
             "tier over {}: the cache device {} failed ({cause}); writing dirty blocks back and \
              passing every request through to the backing device from now on",
@@ -309,14 +333,27 @@ impl Inner {
         let mut lost = Vec::new();
         let block = self.block as usize;
         let mut data = IoBuf::zeroed(block);
-        for slot in 0..self.table.len() as u32 {
-            let word = self.table.word(slot);
-            if word & (WORD_VALID | WORD_DIRTY) != WORD_VALID | WORD_DIRTY {
-                continue;
+        // The maps' dirty blocks (a superseded dirty copy still in the table
+        // must not be written back over newer data).
+        let mut dirty = Vec::new();
+        for shard in &self.shards {
+            let sh = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
+            for (&b, &v) in &sh.map {
+                let slot = v & !EVICTING;
+                if self.table.word(slot) & WORD_DIRTY != 0 {
+                    dirty.push((b, slot));
+                }
             }
-            let b = word_block(word);
+        }
+        for (b, slot) in dirty {
             let _stripe = self.lock_stripes(std::iter::once(b));
-            if self.table.word(slot) != word {
+            let word = self.table.word(slot);
+            let current = self
+                .shard(b)
+                .map
+                .get(&b)
+                .is_some_and(|&v| v & !EVICTING == slot);
+            if !current || word & (WORD_VALID | WORD_DIRTY) != WORD_VALID | WORD_DIRTY {
                 continue;
             }
             let ok = self.cache_read(&mut data, slot).is_ok()
@@ -343,6 +380,7 @@ impl Inner {
                 }
             }
             sh.written.clear();
+            sh.dropping.clear();
             sh.hazards.clear();
             sh.pending.clear();
         }
@@ -452,10 +490,30 @@ impl Inner {
                 }
                 mapped += 1;
             }
+            mapped += sh
+                .dropping
+                .iter()
+                .filter(|&&(b, slot, _)| {
+                    let word = self.table.word(slot);
+                    word & WORD_VALID != 0 && word_block(word) == b
+                })
+                .count();
         }
-        let valid = (0..self.table.len() as u32)
-            .filter(|&s| self.table.word(s) & WORD_VALID != 0)
-            .count();
+        let mut seen = hashbrown::HashSet::new();
+        let mut valid = 0usize;
+        for s in 0..self.table.len() as u32 {
+            let word = self.table.word(s);
+            if word & WORD_VALID == 0 {
+                continue;
+            }
+            valid += 1;
+            if !seen.insert(word_block(word)) {
+                return Err(format!(
+                    "block {} is held by two slots (the second is {s})",
+                    word_block(word)
+                ));
+            }
+        }
         if valid != mapped {
             return Err(format!(
                 "the table holds {valid} valid slots, the maps {mapped} blocks"

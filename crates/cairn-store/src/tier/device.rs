@@ -48,7 +48,7 @@ impl Tier {
                 }
                 Ok(v)
             }
-            Err(Fault::Backing(e)) => Err(e),
+            Err(f @ (Fault::Backing(_) | Fault::Full)) => Err(f.into()),
             Err(Fault::Cache(e)) => {
                 inner.fall_back(&e);
                 failed(inner, arg)

@@ -115,12 +115,22 @@ pub(super) enum Fault {
     Cache(DeviceError),
     /// The backing device failed: the client is told.
     Backing(DeviceError),
+    /// No slot could be had (every one is live or waiting): the caller goes
+    /// around the cache instead.
+    Full,
 }
 
 impl From<Fault> for DeviceError {
     fn from(f: Fault) -> Self {
         match f {
             Fault::Cache(e) | Fault::Backing(e) => e,
+            Fault::Full => DeviceError::Io {
+                op: crate::DeviceOp::Write,
+                offset: 0,
+                len: 0,
+                device: "tier".into(),
+                source: std::io::Error::other("no cache slot free"),
+            },
         }
     }
 }
@@ -190,6 +200,8 @@ pub(super) struct Inner {
     /// Dirty blocks a fallback could not write back: reads of them fail
     /// until they are rewritten.
     lost: Mutex<hashbrown::HashSet<u64>>,
+    /// Why the tier fell back, once it did.
+    failure: Mutex<Option<String>>,
     counters: Counters,
     clock: AtomicU32,
     backing_flush: BackingFlush,
@@ -242,28 +254,44 @@ impl Inner {
     }
 
     /// Up to `want` contiguous slots. A client allocation reclaims a bucket
-    /// when few are free; the reclaimer's own (`reclaiming`) may use the
-    /// buckets kept for it.
+    /// when few are free (first settling what waits for a backing flush:
+    /// those blocks hold slots); the reclaimer's own (`reclaiming`) may use
+    /// the buckets kept for it. [`Fault::Full`] when nothing frees one
+    /// (blocks being evicted by other requests hold the rest).
     fn allocate(&self, want: u32, reclaiming: bool) -> Result<(u32, u32), Fault> {
         let keep = if reclaiming { 0 } else { self.keep_buckets };
-        let mut spins = 0u32;
+        let mut tries = 0u32;
+        // Reclaims that freed a bucket which the reclaimer's own moves then
+        // took: more than one per bucket means blocks that cannot move yet
+        // (being evicted) hold the rest, and this request goes without.
+        let mut reclaimed = 0u32;
         loop {
             match self.buckets.allocate(want, keep, self.journal.durable()) {
                 Ok(run) => return Ok(run),
                 Err(Shortage::Durable(seq)) => {
                     self.journal.make_durable(seq).map_err(Fault::Cache)?;
+                    strict_assert!(self.journal.durable() >= seq);
                 }
                 Err(Shortage::Pinned) => std::thread::yield_now(),
                 Err(Shortage::Reclaim) if !reclaiming => {
-                    if !self.reclaim_one()? {
-                        spins += 1;
-                        if spins > 1000 {
-                            return Err(Fault::Cache(no_space(self)));
-                        }
+                    if reclaimed < self.buckets.count() && self.reclaim_one()? {
+                        reclaimed += 1;
+                        continue;
+                    }
+                    tries += 1;
+                    if tries > 8 {
+                        return Err(Fault::Full);
+                    }
+                    if tries == 1 {
+                        self.backing_flush
+                            .flush(&self.backing, self.backing_flush.epoch())
+                            .map_err(Fault::Backing)?;
+                        self.settle_written()?;
+                    } else {
                         std::thread::yield_now();
                     }
                 }
-                Err(Shortage::Reclaim) => return Err(Fault::Cache(no_space(self))),
+                Err(Shortage::Reclaim) => return Err(Fault::Full),
             }
         }
     }
@@ -307,17 +335,17 @@ impl Inner {
         self.signal.last_io_ns.store(now, Ordering::Relaxed);
     }
 
-    /// Journal and backing device durable (FLUSH), then dirty blocks
-    /// written through turn clean.
+    /// FLUSH: the backing device flushed, then what that settles (blocks
+    /// written through turn clean, superseded dirty copies are dropped),
+    /// then the journal durable — in that order, so that a drop is never
+    /// durable before the backing write that superseded it.
     fn flush(&self) -> Result<(), Fault> {
-        if self.healthy() {
-            self.journal.make_all_durable().map_err(Fault::Cache)?;
-        }
         self.backing_flush
             .flush(&self.backing, self.backing_flush.epoch())
             .map_err(Fault::Backing)?;
         if self.healthy() {
             self.settle_written()?;
+            self.journal.make_all_durable().map_err(Fault::Cache)?;
         }
         Ok(())
     }
@@ -325,18 +353,6 @@ impl Inner {
 
 fn stripe_of(block: u64) -> usize {
     (block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % STRIPES
-}
-
-fn no_space(inner: &Inner) -> DeviceError {
-    DeviceError::Io {
-        op: crate::DeviceOp::Write,
-        offset: 0,
-        len: 0,
-        device: inner.cache.describe(),
-        source: std::io::Error::other(
-            "no bucket can be reclaimed: every slot is live (the policy's capacity leaves no room)",
-        ),
-    }
 }
 
 /// Stripe locks held, released when dropped.
@@ -372,6 +388,15 @@ impl Tier {
         !self.inner.healthy()
     }
 
+    /// The cache-device error that made the tier fall back, if one did.
+    pub fn failure(&self) -> Option<String> {
+        self.inner
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// A snapshot of the counters.
     pub fn metrics(&self) -> Metrics {
         self.inner.metrics()
@@ -387,7 +412,10 @@ impl Tier {
                 offset: 0,
                 len: 0,
                 device: inner.cache.describe(),
-                source: std::io::Error::other("the tier fell back to pass-through after errors"),
+                source: std::io::Error::other(format!(
+                    "the tier fell back to pass-through after cache-device errors ({})",
+                    self.failure().unwrap_or_default()
+                )),
             });
         }
         let was = inner.mode();

@@ -341,6 +341,7 @@ fn assemble(
         health: AtomicU8::new(HEALTHY),
         fallback: Mutex::new(()),
         lost: Mutex::new(hashbrown::HashSet::new()),
+        failure: Mutex::new(None),
         counters: Counters::default(),
         clock: AtomicU32::new(max_stamp.wrapping_add(1)),
         backing_flush: BackingFlush {

@@ -289,7 +289,12 @@ impl Inner {
                 end += 1;
             }
             while i < end {
-                let (slot, count) = self.allocate((end - i) as u32, false)?;
+                let (slot, count) = match self.allocate((end - i) as u32, false) {
+                    Ok(run) => run,
+                    // No room now: the rest stays uncached.
+                    Err(Fault::Full) => return self.finish_promote(appended),
+                    Err(e) => return Err(e),
+                };
                 let count = count as usize;
                 self.cache_write(&buf[i * block..(i + count) * block], slot)?;
                 for k in 0..count {
@@ -304,6 +309,10 @@ impl Inner {
                 i += count;
             }
         }
+        self.finish_promote(appended)
+    }
+
+    fn finish_promote(&self, appended: bool) -> Result<(), Fault> {
         if appended {
             self.journal.write_open().map_err(Fault::Cache)?;
         }

@@ -21,16 +21,30 @@ struct Live {
 }
 
 impl Inner {
-    /// Reclaims one bucket; `false` when no sealed bucket has a dead slot.
+    /// Frees one bucket by moving its live blocks out: the emptiest sealed
+    /// one, or (when a block in it cannot move yet: being evicted, or
+    /// superseded and waiting for a backing flush) the next emptiest, a few
+    /// tries. `false` when none was freed.
     pub(super) fn reclaim_one(&self) -> Result<bool, Fault> {
-        let Some(victim) = self.buckets.pick_victim() else {
-            return Ok(false);
-        };
-        let result = self.reclaim(victim);
-        // Still live (an evicting block, or one that raced): sealed again,
-        // to be picked another time.
-        self.buckets.unreclaim(victim);
-        result.map(|()| true)
+        let mut tried = [u32::MAX; 4];
+        for attempt in 0..tried.len() {
+            let Some(victim) = self.buckets.pick_victim(&tried) else {
+                return Ok(false);
+            };
+            tried[attempt] = victim;
+            let result = self.reclaim(victim);
+            // Still live: sealed again, to be picked another time.
+            self.buckets.unreclaim(victim);
+            match result {
+                Ok(()) | Err(Fault::Full) => {}
+                Err(e) => return Err(e),
+            }
+            if self.buckets.live(victim) == 0 {
+                Counters::add(&self.counters.reclaimed, 1);
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn reclaim(&self, victim: u32) -> Result<(), Fault> {
@@ -76,7 +90,6 @@ impl Inner {
         if !live.is_empty() {
             self.journal.write_open().map_err(Fault::Cache)?;
         }
-        Counters::add(&self.counters.reclaimed, 1);
         Ok(())
     }
 

@@ -31,6 +31,12 @@ pub(super) struct Shard {
     /// (block, slot, backing epoch of the write). Clean once that epoch is
     /// durable.
     pub written: Vec<(u64, u32, u64)>,
+    /// Dirty copies a write to the backing device superseded: (block, slot,
+    /// backing epoch of that write). Out of the map at once (reads go to
+    /// the backing device); the `Drop` record waits until that write is
+    /// durable, or a crash could leave neither copy (the drop durable, the
+    /// backing write lost).
+    pub dropping: Vec<(u64, u32, u64)>,
     /// Blocks whose clean copy was dropped by a record not yet durable: a
     /// backing write of one waits until the journal is durable through the
     /// sequence given (else a crash could bring the stale copy back).
@@ -60,6 +66,7 @@ impl Shard {
             policy,
             admission,
             written: Vec::new(),
+            dropping: Vec::new(),
             hazards: hashbrown::HashMap::new(),
             pending: hashbrown::HashMap::new(),
             backing_writes: 0,
@@ -144,6 +151,15 @@ impl Inner {
             was_clean = word & WORD_DIRTY == 0;
             self.forget(old_slot, word, seq);
         }
+        // A superseded dirty copy waiting for its drop: this record
+        // supersedes it too (and the table never names a block twice).
+        if let Some(at) = sh.dropping.iter().position(|d| d.0 == block) {
+            let (_, old_slot, _) = sh.dropping.swap_remove(at);
+            let word = self.table.word(old_slot);
+            if word & WORD_VALID != 0 && word_block(word) == block {
+                self.forget(old_slot, word, seq);
+            }
+        }
         Ok((seq, was_clean))
     }
 
@@ -156,6 +172,23 @@ impl Inner {
             Counters::sub(&self.counters.dirty, 1);
         }
         self.buckets.release(slot, seq);
+    }
+
+    /// Drops the copy of `block` in `slot`, if the table still names it
+    /// there (its map entry is gone already).
+    pub(super) fn drop_slot(
+        &self,
+        j: &mut JournalGuard<'_>,
+        block: u64,
+        slot: u32,
+    ) -> Result<(), DeviceError> {
+        let word = self.table.word(slot);
+        if word & WORD_VALID == 0 || word_block(word) != block {
+            return Ok(());
+        }
+        let seq = j.append(&Record::Drop { slot, block }, &self.table)?;
+        self.forget(slot, word, seq);
+        Ok(())
     }
 
     /// Drops `block` from the cache (not from the policy: the caller does
@@ -213,6 +246,9 @@ impl Inner {
             };
             let slot = v & !EVICTING;
             let word = self.table.word(slot);
+            if std::env::var_os("TIER_DEBUG").is_some() {
+                eprintln!("victim {victim}@{slot} word {word:#x}");
+            }
             if word & WORD_DIRTY != 0 {
                 sh.map.insert(victim, slot | EVICTING);
                 evicted.push((victim, slot));

@@ -344,11 +344,11 @@ impl Buckets {
 
     /// The sealed bucket with the fewest live slots (oldest first among
     /// equals), now reclaiming; `None` when no sealed bucket has a dead slot.
-    pub(super) fn pick_victim(&self) -> Option<u32> {
+    pub(super) fn pick_victim(&self, skip: &[u32]) -> Option<u32> {
         let mut a = self.lock();
         let mut best: Option<(u32, u64, u32)> = None;
         for (b, state) in a.state.iter().enumerate() {
-            if *state != BucketState::Sealed {
+            if *state != BucketState::Sealed || skip.contains(&(b as u32)) {
                 continue;
             }
             let live = self.live[b].load(Ordering::Acquire);
@@ -381,6 +381,15 @@ impl Buckets {
     /// Blocks per bucket.
     pub(super) fn bucket_blocks(&self) -> u32 {
         self.n
+    }
+
+    /// The buckets' states and live counts, for a failing test's message.
+    pub(super) fn debug(&self) -> String {
+        let a = self.lock();
+        let states: Vec<String> = (0..self.count())
+            .map(|b| format!("{}:{:?}/{}", b, a.state[b as usize], self.live(b)))
+            .collect();
+        format!("open {:?} free {:?} [{}]", a.open, a.free, states.join(" "))
     }
 
     /// Checks the invariants at the head of this file against `table`;
@@ -466,9 +475,9 @@ mod tests {
         b.release(5, 0);
         b.release(6, 0);
         b.release(1, 0);
-        assert_eq!(b.pick_victim(), Some(1));
-        assert_eq!(b.pick_victim(), Some(0));
-        assert_eq!(b.pick_victim(), None, "bucket 2 is full");
+        assert_eq!(b.pick_victim(&[]), Some(1));
+        assert_eq!(b.pick_victim(&[]), Some(0));
+        assert_eq!(b.pick_victim(&[]), None, "bucket 2 is full");
         b.release(0, 0);
         b.release(2, 0);
         b.release(3, 0);

@@ -370,3 +370,35 @@ fn unaligned_reads_and_writes_patch_whole_blocks() {
         tier.verify().unwrap();
     }
 }
+
+#[test]
+fn debug_write_through_churn() {
+    let cache: SharedDevice = Arc::new(MemoryDevice::new(24 << 10));
+    let backing: SharedDevice = Arc::new(MemoryDevice::new(48 * 512));
+    let mut w = want(Mode::WriteBack, "lru");
+    w.layout.journal_blocks = 6;
+    w.options.sequential_cutoff_bytes = 6 * 512;
+    let tier = open_or_format(cache, backing, &w).unwrap();
+    let step = |what: &str| {
+        eprintln!("{what}: {} failed {:?}", tier.inner.buckets.debug(), tier.failure());
+    };
+    tier.write_at(&vec![1u8; B], 0).unwrap();
+    tier.write_at(&vec![1u8; B], 0).unwrap();
+    tier.set_mode(Mode::WriteThrough).unwrap();
+    for _ in 0..4 {
+        tier.write_at(&vec![2u8; B], 0).unwrap();
+    }
+    step("a");
+    read_block(&tier, 0);
+    for _ in 0..5 {
+        tier.write_at(&vec![2u8; B], 0).unwrap();
+    }
+    step("b");
+    tier.write_at(&vec![2u8; 2 * B], 0).unwrap();
+    step("c");
+    tier.write_at(&vec![2u8; 2 * B], 12 * 512).unwrap();
+    step("d");
+    tier.step(0).unwrap();
+    step("e");
+    tier.set_mode(Mode::WriteBack).unwrap();
+}

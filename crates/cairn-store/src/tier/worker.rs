@@ -27,6 +27,8 @@ const I_SECONDS: f64 = 30.0;
 const MIN_RATE: f64 = 64.0;
 /// No client request for this long: clean at full speed.
 const IDLE: Duration = Duration::from_secs(1);
+/// Buckets the worker reclaims at most per tick.
+const RECLAIMS_PER_TICK: usize = 8;
 /// The journal is made durable at least this often.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
@@ -138,11 +140,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Reclaims buckets while few are free; checkpoints when half the ring
-    /// is used.
+    /// Reclaims buckets while few are free (a few at a time: a reclaim's
+    /// moves may take the bucket it freed when live blocks fill the others);
+    /// checkpoints when half the ring is used.
     pub(super) fn maintain(&self) -> Result<(), Fault> {
-        while self.buckets.free_count() < self.keep_buckets + 2 {
-            if !self.reclaim_one()? {
+        for _ in 0..RECLAIMS_PER_TICK {
+            if self.buckets.free_count() >= self.keep_buckets + 2 || !self.reclaim_one()? {
                 break;
             }
         }

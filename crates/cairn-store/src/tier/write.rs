@@ -80,7 +80,22 @@ impl Inner {
         let mut slots = [0u32; CHUNK_BLOCKS];
         let mut i = 0;
         while i < n {
-            let (slot, count) = self.allocate((n - i) as u32, false)?;
+            let (slot, count) = match self.allocate((n - i) as u32, false) {
+                Ok(run) => run,
+                Err(Fault::Full) => {
+                    // No room now: this chunk goes around the cache.
+                    for &s in &slots[..i] {
+                        self.buckets.release(s, 0);
+                    }
+                    return self.write_around(first, data);
+                }
+                Err(e) => {
+                    for &s in &slots[..i] {
+                        self.buckets.release(s, 0);
+                    }
+                    return Err(e);
+                }
+            };
             let count = count as usize;
             if let Err(e) = self.cache_write(&data[i * block..(i + count) * block], slot) {
                 for s in slot..slot + count as u32 {
@@ -177,13 +192,17 @@ impl Inner {
         Ok(Some(need))
     }
 
-    /// Write-around, pass-through, bypass: drop cached copies (rule 3: the
-    /// drops of clean ones durable first), then write the backing device.
+    /// Write-around, pass-through, bypass: drop cached copies, then write
+    /// the backing device. A clean copy's drop is made durable first (rule
+    /// 3); a dirty copy leaves the map at once but its drop is recorded only
+    /// once this write is durable on the backing device (until then a crash
+    /// brings the old dirty copy back, which the unflushed write allows).
     pub(super) fn write_around(&self, first: u64, data: &[u8]) -> Result<(), Fault> {
         let n = (data.len() / self.block as usize) as u64;
         let mut need = 0;
         let mut dropped = false;
-        for b in first..first + n {
+        let mut superseded = [(0u64, u32::MAX); CHUNK_BLOCKS];
+        for (i, b) in (first..first + n).enumerate() {
             let mut sh = self.shard(b);
             sh.backing_writes += 1;
             sh.pending.insert(b, u64::MAX);
@@ -191,12 +210,16 @@ impl Inner {
                 if v & EVICTING == 0 {
                     sh.policy.remove(b);
                 }
-                let mut j = self.journal.lock();
-                if let Some((_, word, seq)) =
-                    self.drop_block(&mut sh, &mut j, b).map_err(Fault::Cache)?
-                {
-                    dropped = true;
-                    if word & super::format::WORD_DIRTY == 0 {
+                let slot = v & !EVICTING;
+                if self.table.word(slot) & super::format::WORD_DIRTY != 0 {
+                    sh.map.remove(&b);
+                    superseded[i] = (b, slot);
+                } else {
+                    let mut j = self.journal.lock();
+                    if let Some((_, _, seq)) =
+                        self.drop_block(&mut sh, &mut j, b).map_err(Fault::Cache)?
+                    {
+                        dropped = true;
                         need = need.max(seq);
                     }
                 }
@@ -211,10 +234,13 @@ impl Inner {
         }
         let written = self.backing.write_at(data, first * self.block);
         let epoch = self.backing_flush.epoch();
-        for b in first..first + n {
+        for (i, b) in (first..first + n).enumerate() {
             let mut sh = self.shard(b);
             sh.backing_writes += 1;
             sh.pending.insert(b, epoch);
+            if superseded[i].1 != u32::MAX {
+                sh.dropping.push((b, superseded[i].1, epoch));
+            }
         }
         written.map_err(Fault::Backing)?;
         Counters::add(&self.counters.bypassed_bytes, data.len() as u64);

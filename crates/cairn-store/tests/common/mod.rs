@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod logdisk;
+pub mod tier;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
