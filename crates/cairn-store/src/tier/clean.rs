@@ -501,12 +501,33 @@ impl Inner {
         }
         let mut seen = hashbrown::HashSet::new();
         let mut valid = 0usize;
+        let mut cached = IoBuf::zeroed(self.block as usize);
+        let mut backing = IoBuf::zeroed(self.block as usize);
         for s in 0..self.table.len() as u32 {
             let word = self.table.word(s);
             if word & WORD_VALID == 0 {
                 continue;
             }
             valid += 1;
+            if word & WORD_DIRTY == 0 {
+                // Rule 5's consequence: a clean copy is what the backing
+                // device holds.
+                let b = word_block(word);
+                let read = self
+                    .cache_read(&mut cached, s)
+                    .map_err(|f| format!("slot {s}: {:?}", DeviceError::from(f)))
+                    .and_then(|()| {
+                        self.backing
+                            .read_at(&mut backing, b * self.block)
+                            .map_err(|e| format!("backing block {b}: {e}"))
+                    });
+                read?;
+                if cached[..] != backing[..] {
+                    return Err(format!(
+                        "block {b} is clean in slot {s} but the backing device holds other data"
+                    ));
+                }
+            }
             if !seen.insert(word_block(word)) {
                 return Err(format!(
                     "block {} is held by two slots (the second is {s})",
