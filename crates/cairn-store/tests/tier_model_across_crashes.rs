@@ -85,8 +85,15 @@ fn model_run(ops: &[Op], mode: Mode, policy: &str, seed: u64) {
                 let mut buf = vec![0u8; n as usize * B];
                 tier.read_at(&mut buf, b * B as u64).unwrap();
                 for k in 0..n {
-                    let got = common::tier::version_of(b + k, &buf[k as usize * B..(k as usize + 1) * B]);
-                    assert_eq!(got, Some(model.latest(b + k)), "{}: read of block {}", context(i), b + k);
+                    let got =
+                        common::tier::version_of(b + k, &buf[k as usize * B..(k as usize + 1) * B]);
+                    assert_eq!(
+                        got,
+                        Some(model.latest(b + k)),
+                        "{}: read of block {}",
+                        context(i),
+                        b + k
+                    );
                 }
             }
             Op::Flush => {
@@ -95,7 +102,8 @@ fn model_run(ops: &[Op], mode: Mode, policy: &str, seed: u64) {
             }
             Op::Step(blocks) => {
                 tier.step(usize::from(blocks)).unwrap();
-                tier.verify().unwrap_or_else(|e| panic!("{}: {e}", context(i)));
+                tier.verify()
+                    .unwrap_or_else(|e| panic!("{}: {e}", context(i)));
             }
             Op::Mode(m) => {
                 let m = Mode::ALL[m as usize];
@@ -104,16 +112,22 @@ fn model_run(ops: &[Op], mode: Mode, policy: &str, seed: u64) {
             }
             Op::Check => {
                 model.check_live(&tier, &context(i));
-                tier.verify().unwrap_or_else(|e| panic!("{}: {e}", context(i)));
+                tier.verify()
+                    .unwrap_or_else(|e| panic!("{}: {e}", context(i)));
             }
             Op::Crash(how) => {
                 drop(tier);
-                let how = [CrashMode::DropUnflushed, CrashMode::Reorder, CrashMode::TearLast][how as usize];
+                let how = [
+                    CrashMode::DropUnflushed,
+                    CrashMode::Reorder,
+                    CrashMode::TearLast,
+                ][how as usize];
                 cache.crash_now(how);
                 backing.crash_now(how);
                 tier = open(&cache, &backing, &want);
                 model.check_and_settle(&tier, &context(i));
-                tier.verify().unwrap_or_else(|e| panic!("{}: {e}", context(i)));
+                tier.verify()
+                    .unwrap_or_else(|e| panic!("{}: {e}", context(i)));
             }
         }
     }
@@ -121,13 +135,10 @@ fn model_run(ops: &[Op], mode: Mode, policy: &str, seed: u64) {
     tier.close().unwrap();
     drop(tier);
     let tier = open(&cache, &backing, &want);
-    assert!(tier.recovered().clean, "seed {seed}: {:?}", tier.recovered());
+    assert!(
+        tier.recovered().clean,
+        "seed {seed}: {:?}",
+        tier.recovered()
+    );
     model.check_live(&tier, &format!("seed {seed}: after a clean stop"));
-}
-
-#[test]
-fn debug_case() {
-    use Op::*;
-    let ops = [Mode(0),Write(17,2),Crash(1),Write(0,1),Write(20,1),Write(1,3),Write(20,10),Write(0,2),Write(5,2),Write(19,2),Write(7,3),Write(0,3),Write(0,8),Write(0,1),Read(0,2),Step(0),Write(0,1),Write(0,1),Step(0),Write(0,1),Write(0,1),Write(0,1),Crash(0)];
-    model_run(&ops, cairn_store::tier::Mode::WriteThrough, "lru", 16_915_540_482_703_387_023);
 }

@@ -40,9 +40,6 @@ impl Inner {
             keep
         });
         let block = self.block as usize;
-        if std::env::var_os("TIER_DEBUG").is_some() {
-            eprintln!("write_back {list:?}");
-        }
         let mut data = IoBuf::zeroed(list.len() * block);
         let read = self.read_slots(list, &mut data);
         let written = read.and_then(|()| self.write_runs(list, &data));
@@ -180,9 +177,6 @@ impl Inner {
                     return false;
                 }
                 appended = true;
-                if std::env::var_os("TIER_DEBUG").is_some() {
-                    eprintln!("settle {b}@{slot} epoch {epoch} evicting {}", v & EVICTING != 0);
-                }
                 result = if v & EVICTING != 0 {
                     self.drop_block(&mut sh, &mut j, b).map(|_| ())
                 } else {
@@ -475,7 +469,9 @@ impl Inner {
     /// Checks every invariant: the buckets against the table, each shard's
     /// map against its policy, and the maps against the table.
     pub(super) fn verify(&self) -> Result<(), String> {
-        self.buckets.verify(&self.table, true)?;
+        self.buckets
+            .verify(&self.table, true)
+            .map_err(|e| format!("{e}; buckets: {}", self.buckets.debug()))?;
         let mut mapped = 0usize;
         for (i, shard) in self.shards.iter().enumerate() {
             let sh = shard.0.lock().unwrap_or_else(PoisonError::into_inner);

@@ -58,7 +58,6 @@
 //! Limits: 2^31 − 1 slots; 256 blocks a request chunk; one tier per cache
 //! device (claimed by the volume).
 
-mod admit;
 mod clean;
 mod cutoff;
 mod device;
@@ -86,7 +85,7 @@ use std::time::Instant;
 pub use error::TierError;
 pub use format::{Geometry, Mode};
 pub use metrics::Metrics;
-pub use options::{Admission, Layout, Options};
+pub use options::{Layout, Options};
 pub use recover::Recovered;
 
 use crate::device::{DeviceError, SharedDevice};

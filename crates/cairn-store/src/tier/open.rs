@@ -25,7 +25,7 @@ use super::format::{
 };
 use super::journal::Journal;
 use super::metrics::Counters;
-use super::options::{Admission, Layout, Options};
+use super::options::{Layout, Options};
 use super::recover::{self, Image};
 use super::shard::Shard;
 use super::slots::{Buckets, SlotTable};
@@ -289,11 +289,8 @@ fn assemble(
     for _ in 0..shards {
         let policy = options.policy.build(Capacity::Bytes(per_shard * block))?;
         let admission = match options.admission {
-            Admission::Always => None,
-            Admission::NHit { n } => Some(super::admit::NHit::new(
-                n,
-                (per_shard as usize).clamp(64, 1 << 16),
-            )),
+            cairn_policy::AdmissionConfig::Always(_) => None,
+            ref filter => Some(filter.build(Capacity::Objects(per_shard))?),
         };
         built.push(Padded(Mutex::new(Shard::new(policy, admission))));
     }

@@ -1,7 +1,7 @@
 //! What a tier is asked to be: its layout (fixed at format) and how it runs
 //! (changeable at every open).
 
-use cairn_policy::PolicyConfig;
+use cairn_policy::{AdmissionConfig, PolicyConfig};
 
 use super::format::Mode;
 
@@ -36,9 +36,10 @@ pub struct Options {
     /// Replacement policy (any of `cairn-policy`'s, as `cairn sim` runs
     /// them). Default S3-FIFO.
     pub policy: PolicyConfig,
-    /// Admission of read misses (promotion); writes are always admitted in
-    /// the caching modes. Default: every miss.
-    pub admission: Admission,
+    /// Admission of read misses (promotion: `cairn-policy`'s filters, as
+    /// `cairn sim --admission` runs them); writes are always admitted in the
+    /// caching modes (the filter still counts them). Default: every miss.
+    pub admission: AdmissionConfig,
     /// A stream of sequential I/O longer than this many bytes bypasses the
     /// cache (reads are not promoted, writes go to the backing device). 0 =
     /// off. Default 4 MiB (bcache's `sequential_cutoff`).
@@ -71,7 +72,7 @@ impl Default for Options {
             mode: Mode::WriteBack,
             policy: PolicyConfig::default_for("s3fifo")
                 .unwrap_or_else(|| PolicyConfig::Lru(cairn_policy::lru::LruConfig::default())),
-            admission: Admission::Always,
+            admission: AdmissionConfig::default(),
             sequential_cutoff_bytes: 4 << 20,
             writeback_percent: 10,
             overprovision: 0.10,
@@ -80,17 +81,4 @@ impl Default for Options {
             error_limit: 8,
         }
     }
-}
-
-/// Which read misses are promoted into the cache.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Admission {
-    /// Every one.
-    Always,
-    /// A block missed `n` times within the recent window (Open CAS's
-    /// `nhit` promotion policy).
-    NHit {
-        /// Misses needed, at least 1.
-        n: u32,
-    },
 }

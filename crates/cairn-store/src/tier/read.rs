@@ -104,6 +104,7 @@ impl Inner {
             }
             let access = sh.access(b, size, Op::Read);
             let hit = sh.policy.lookup(&access);
+            sh.record(&access, hit);
             *p = match cached {
                 Some(v) if v & EVICTING == 0 => {
                     strict_assert!(hit, "block {b} is cached but the policy misses it");
@@ -127,9 +128,17 @@ impl Inner {
                 None => {
                     strict_assert!(!hit, "block {b} is not cached but the policy hits it");
                     misses += 1;
-                    let promote = sh.admission.as_mut().is_none_or(|a| a.admit(b));
+                    let promote = sh.promote(&access);
                     if !promote {
                         Counters::add(&self.counters.promotions_refused, 1);
+                        // No admit follows: what the lookup held goes now.
+                        let shard = &mut *sh;
+                        shard.policy.take_held_victims(&mut shard.victims);
+                        if !shard.victims.is_empty() {
+                            let mut j = self.journal.lock();
+                            self.evict_victims(shard, &mut j, evicted)
+                                .map_err(Fault::Cache)?;
+                        }
                     }
                     Plan::Miss {
                         promote,

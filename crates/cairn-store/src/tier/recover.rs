@@ -109,11 +109,7 @@ pub(super) fn recover(cache: &dyn Device, sb: Superblock) -> Result<Image, TierE
         recovered: Recovered::default(),
     };
     let blocks = read_journal(cache, &sb, cp.replay_from)?;
-    let debug = std::env::var_os("TIER_DEBUG").is_some();
-    if debug {
-        let held: Vec<_> = image.slots.iter().enumerate().filter(|(_, e)| e.word & WORD_VALID != 0).map(|(s, e)| (s, e.word & WORD_BLOCK, e.word & WORD_DIRTY != 0)).collect();
-        eprintln!("checkpoint #{} replay_from {} holds {held:?}", cp.number, cp.replay_from);
-    }
+
     let flushed_through = blocks
         .iter()
         .map(|(h, _)| h.flushed_through)
@@ -134,15 +130,11 @@ pub(super) fn recover(cache: &dyn Device, sb: Superblock) -> Result<Image, TierE
         image.next_seq = h.seq + 1;
         for r in records {
             image.recovered.records += 1;
-            if debug {
-                eprintln!("  block {} (flushed through {}, D {flushed_through}): {r:?}", h.seq, h.flushed_through);
-            }
             if let Record::Map { slot, crc, .. } = *r
                 && h.seq > flushed_through
             {
                 cache.read_at(&mut data, g.slot_block(slot) * b)?;
                 if crc32c(&data) != crc {
-                    if debug { eprintln!("    torn"); }
                     image.recovered.torn += 1;
                     continue;
                 }

@@ -7,7 +7,7 @@
 //! block the policy holds is in the map without `EVICTING`, and the other
 //! way round (invariant 1 of [`Shard::verify`]).
 
-use cairn_policy::{Access, NEVER, Op, Policy};
+use cairn_policy::{Access, Admission, NEVER, Occupancy, Op, Policy};
 
 use crate::device::DeviceError;
 
@@ -25,8 +25,8 @@ pub(super) struct Shard {
     /// Cached block → slot (| [`EVICTING`]).
     pub map: hashbrown::HashMap<u64, u32>,
     pub policy: Box<dyn Policy>,
-    /// Promotion filter state: misses counted per block (nhit).
-    pub admission: Option<super::admit::NHit>,
+    /// The promotion filter (none: promote every miss).
+    pub admission: Option<Box<dyn Admission>>,
     /// Dirty blocks whose data the backing device holds, not yet flushed:
     /// (block, slot, backing epoch of the write). Clean once that epoch is
     /// durable.
@@ -60,7 +60,7 @@ pub(super) struct Shard {
 pub(super) type Evicted = (u64, u32);
 
 impl Shard {
-    pub(super) fn new(policy: Box<dyn Policy>, admission: Option<super::admit::NHit>) -> Self {
+    pub(super) fn new(policy: Box<dyn Policy>, admission: Option<Box<dyn Admission>>) -> Self {
         Self {
             map: hashbrown::HashMap::new(),
             policy,
@@ -89,6 +89,24 @@ impl Shard {
             time,
             next: NEVER,
         }
+    }
+
+    /// Shows the filter an access the policy looked up.
+    pub(super) fn record(&mut self, access: &Access, hit: bool) {
+        if let Some(filter) = self.admission.as_mut() {
+            filter.record(access, hit);
+        }
+    }
+
+    /// Whether a read miss may be promoted (the filter's say, counting it).
+    pub(super) fn promote(&mut self, access: &Access) -> bool {
+        let occupancy = Occupancy {
+            used: self.policy.used(),
+            limit: self.policy.capacity().limit(),
+        };
+        self.admission
+            .as_mut()
+            .is_none_or(|filter| filter.admit(access, occupancy))
     }
 
     /// Checks invariant 1: the policy holds exactly the map's blocks that
@@ -246,9 +264,6 @@ impl Inner {
             };
             let slot = v & !EVICTING;
             let word = self.table.word(slot);
-            if std::env::var_os("TIER_DEBUG").is_some() {
-                eprintln!("victim {victim}@{slot} word {word:#x}");
-            }
             if word & WORD_DIRTY != 0 {
                 sh.map.insert(victim, slot | EVICTING);
                 evicted.push((victim, slot));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cairn_policy::PolicyConfig;
 
 use super::open::{Want, open_or_format};
-use super::{Admission, Layout, Mode, Options, Tier};
+use super::{Layout, Mode, Options, Tier};
 use crate::device::{Device, DeviceOp, FaultyDevice, MemoryDevice, SharedDevice};
 
 const B: usize = 512;
@@ -20,7 +20,7 @@ fn want(mode: Mode, policy: &str) -> Want {
         options: Options {
             mode,
             policy: PolicyConfig::default_for(policy).unwrap(),
-            admission: Admission::Always,
+            admission: cairn_policy::AdmissionConfig::default(),
             sequential_cutoff_bytes: 0,
             overprovision: 0.1,
             shards: 1,
@@ -303,7 +303,11 @@ fn sequential_streams_past_the_cutoff_bypass_the_cache() {
 fn nhit_promotes_on_the_nth_miss() {
     let (cache, backing) = devices(64 << 10, 256 << 10);
     let mut w = want(Mode::WriteBack, "lru");
-    w.options.admission = Admission::NHit { n: 2 };
+    w.options.admission =
+        cairn_policy::AdmissionConfig::Nhit(cairn_policy::admission::nhit::NhitConfig {
+            trigger: 0.0,
+            ..Default::default()
+        });
     let tier = open_or_format(cache, backing, &w).unwrap();
     read_block(&tier, 5);
     assert_eq!(tier.metrics().promotions, 0);
@@ -369,36 +373,4 @@ fn unaligned_reads_and_writes_patch_whole_blocks() {
         tier.close().unwrap();
         tier.verify().unwrap();
     }
-}
-
-#[test]
-fn debug_write_through_churn() {
-    let cache: SharedDevice = Arc::new(MemoryDevice::new(24 << 10));
-    let backing: SharedDevice = Arc::new(MemoryDevice::new(48 * 512));
-    let mut w = want(Mode::WriteBack, "lru");
-    w.layout.journal_blocks = 6;
-    w.options.sequential_cutoff_bytes = 6 * 512;
-    let tier = open_or_format(cache, backing, &w).unwrap();
-    let step = |what: &str| {
-        eprintln!("{what}: {} failed {:?}", tier.inner.buckets.debug(), tier.failure());
-    };
-    tier.write_at(&vec![1u8; B], 0).unwrap();
-    tier.write_at(&vec![1u8; B], 0).unwrap();
-    tier.set_mode(Mode::WriteThrough).unwrap();
-    for _ in 0..4 {
-        tier.write_at(&vec![2u8; B], 0).unwrap();
-    }
-    step("a");
-    read_block(&tier, 0);
-    for _ in 0..5 {
-        tier.write_at(&vec![2u8; B], 0).unwrap();
-    }
-    step("b");
-    tier.write_at(&vec![2u8; 2 * B], 0).unwrap();
-    step("c");
-    tier.write_at(&vec![2u8; 2 * B], 12 * 512).unwrap();
-    step("d");
-    tier.step(0).unwrap();
-    step("e");
-    tier.set_mode(Mode::WriteBack).unwrap();
 }

@@ -170,7 +170,9 @@ impl Inner {
         let mut sh = self.shard(b);
         let access = sh.access(b, self.block as u32, Op::Write);
         let shard = &mut *sh;
-        if !shard.policy.lookup(&access) && !shard.policy.admit(&access, &mut shard.victims) {
+        let hit = shard.policy.lookup(&access);
+        shard.record(&access, hit);
+        if !hit && !shard.policy.admit(&access, &mut shard.victims) {
             shard.victims.clear();
             drop(sh);
             self.buckets.release(slot, 0);

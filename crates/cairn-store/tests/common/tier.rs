@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cairn_policy::PolicyConfig;
 use cairn_store::Device;
 use cairn_store::tier::open::{Want, open_or_format};
-use cairn_store::tier::{Admission, Layout, Mode, Options, Tier};
+use cairn_store::tier::{Layout, Mode, Options, Tier};
 
 pub const B: usize = 512;
 /// Blocks of the backing device.
@@ -26,7 +26,7 @@ pub fn want(mode: Mode, policy: &str) -> Want {
         options: Options {
             mode,
             policy: PolicyConfig::default_for(policy).expect("a policy"),
-            admission: Admission::Always,
+            admission: cairn_policy::AdmissionConfig::default(),
             sequential_cutoff_bytes: 6 * B as u64,
             overprovision: 0.1,
             shards: 1,
@@ -37,7 +37,11 @@ pub fn want(mode: Mode, policy: &str) -> Want {
     }
 }
 
-pub fn open(cache: &Arc<impl Device + 'static>, backing: &Arc<impl Device + 'static>, want: &Want) -> Tier {
+pub fn open(
+    cache: &Arc<impl Device + 'static>,
+    backing: &Arc<impl Device + 'static>,
+    want: &Want,
+) -> Tier {
     open_or_format(cache.clone(), backing.clone(), want).unwrap_or_else(|e| panic!("open: {e}"))
 }
 
