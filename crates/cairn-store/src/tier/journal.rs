@@ -282,11 +282,16 @@ impl Journal {
         ))
     }
 
+    /// Flush, write, flush: the data and journal blocks the checkpoint
+    /// names are durable before it can be (a device may persist the
+    /// checkpoint's write before earlier unflushed ones), and it is durable
+    /// before replay starts from it.
     fn write_checkpoint(&self, c: &Checkpoint) -> Result<(), DeviceError> {
         let blocks = self.g.checkpoint_blocks();
         let mut b = vec![0u8; (blocks * u64::from(self.g.block_size)) as usize];
         encode_checkpoint_into(&mut b, c);
         let at = self.g.checkpoint_start(c.number % 2) * u64::from(self.g.block_size);
+        self.cache.flush()?;
         self.cache.write_at(&b, at)?;
         self.cache.flush()
     }
