@@ -30,7 +30,13 @@ use rand_chacha::ChaCha8Rng;
 /// One seeded workload on `tier`; stops at the first error (the cut), having
 /// told the model what the failed operation may have done. Returns whether
 /// it ran to the end.
-fn workload(tier: &cairn_store::tier::Tier, model: &mut Model, seed: u64, ops: u64, base: u64) -> bool {
+fn workload(
+    tier: &cairn_store::tier::Tier,
+    model: &mut Model,
+    seed: u64,
+    ops: u64,
+    base: u64,
+) -> bool {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for op in 0..ops {
         let version = base + op * 16;
@@ -57,8 +63,16 @@ fn workload(tier: &cairn_store::tier::Tier, model: &mut Model, seed: u64, ops: u
                     return false;
                 }
                 for k in 0..n {
-                    let got = common::tier::version_of(first + k, &buf[k as usize * B..(k as usize + 1) * B]);
-                    assert_eq!(got, Some(model.latest(first + k)), "seed {seed}: live read of block {}", first + k);
+                    let got = common::tier::version_of(
+                        first + k,
+                        &buf[k as usize * B..(k as usize + 1) * B],
+                    );
+                    assert_eq!(
+                        got,
+                        Some(model.latest(first + k)),
+                        "seed {seed}: live read of block {}",
+                        first + k
+                    );
                 }
             }
             15..=16 => {
@@ -85,7 +99,13 @@ fn workload(tier: &cairn_store::tier::Tier, model: &mut Model, seed: u64, ops: u
 
 /// Writes `n` blocks from `first`; on an error the model learns they may
 /// have been written.
-fn write(tier: &cairn_store::tier::Tier, model: &mut Model, first: u64, n: u64, version: u64) -> bool {
+fn write(
+    tier: &cairn_store::tier::Tier,
+    model: &mut Model,
+    first: u64,
+    n: u64,
+    version: u64,
+) -> bool {
     let mut data = Vec::with_capacity(n as usize * B);
     for k in 0..n {
         data.extend_from_slice(&pattern(first + k, version + k));
@@ -100,7 +120,11 @@ fn write(tier: &cairn_store::tier::Tier, model: &mut Model, first: u64, n: u64, 
 fn devices(seed: u64) -> (Arc<Power>, Arc<FaultyDevice>, Arc<FaultyDevice>) {
     let power = Power::new();
     let cache = Arc::new(FaultyDevice::with_power(CACHE_LEN, seed, power.clone()));
-    let backing = Arc::new(FaultyDevice::with_power(BLOCKS * B as u64, seed ^ 0xbac, power.clone()));
+    let backing = Arc::new(FaultyDevice::with_power(
+        BLOCKS * B as u64,
+        seed ^ 0xbac,
+        power.clone(),
+    ));
     (power, cache, backing)
 }
 
@@ -115,10 +139,19 @@ fn crash_points(mode: Mode, policy: &str, seed: u64, ops: u64) {
         assert!(workload(&tier, &mut model, seed, ops, 1));
         power.writes() - before
     };
-    assert!(total > 50, "the workload writes too little to be a test ({total})");
-    for crash in [CrashMode::DropUnflushed, CrashMode::Reorder, CrashMode::TearLast] {
+    assert!(
+        total > 50,
+        "the workload writes too little to be a test ({total})"
+    );
+    for crash in [
+        CrashMode::DropUnflushed,
+        CrashMode::Reorder,
+        CrashMode::TearLast,
+    ] {
         for n in 1..=total {
-            let context = format!("{mode}, {policy}, seed {seed}, {crash:?}, crash after write {n} of {total}");
+            let context = format!(
+                "{mode}, {policy}, seed {seed}, {crash:?}, crash after write {n} of {total}"
+            );
             let (power, cache, backing) = devices(seed ^ n);
             let mut want = want.clone();
             let tier = open(&cache, &backing, &want);
@@ -126,7 +159,10 @@ fn crash_points(mode: Mode, policy: &str, seed: u64, ops: u64) {
             power.crash_after_writes(n, crash);
             // The cut after the very last write lets the workload finish.
             let finished = workload(&tier, &mut model, seed, ops, 1);
-            assert!(!finished || n == total, "{context}: the workload outran the cut");
+            assert!(
+                !finished || n == total,
+                "{context}: the workload outran the cut"
+            );
             // The mode may have changed before the cut: reopen in the one
             // the workload last asked for is not needed — any mode must
             // recover what was durable.
@@ -135,10 +171,15 @@ fn crash_points(mode: Mode, policy: &str, seed: u64, ops: u64) {
             assert!(power.reboot(), "{context}: no cut");
             let tier = open(&cache, &backing, &want);
             model.check_and_settle(&tier, &context);
-            tier.verify().unwrap_or_else(|e| panic!("{context}: after recovery: {e}"));
+            tier.verify()
+                .unwrap_or_else(|e| panic!("{context}: after recovery: {e}"));
             // It keeps working, and a clean stop after that replays nothing.
-            assert!(workload(&tier, &mut model, seed ^ 1, 12, 1 << 40), "{context}: after recovery");
-            tier.close().unwrap_or_else(|e| panic!("{context}: close: {e}"));
+            assert!(
+                workload(&tier, &mut model, seed ^ 1, 12, 1 << 40),
+                "{context}: after recovery"
+            );
+            tier.close()
+                .unwrap_or_else(|e| panic!("{context}: close: {e}"));
             drop(tier);
             let tier = open(&cache, &backing, &want);
             assert!(tier.recovered().clean, "{context}: {:?}", tier.recovered());

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::format::{WORD_DIRTY, WORD_VALID};
 use super::metrics::{Counters, Metrics};
-use super::shard::EVICTING;
+use super::shard::{EVICTING, LOADING, slot_of};
 use super::slots::{WORD_WRITTEN, word_block};
 use super::{CHUNK_BLOCKS, FAILED, FAILING, Fault, HEALTHY, Inner};
 use crate::codec::crc32c;
@@ -120,7 +120,15 @@ impl Inner {
         if evicted.is_empty() {
             return Ok(());
         }
-        let mut list = evicted.to_vec();
+        // Where each one is now (a reclaim may have moved it); one the
+        // policy took back is the cleaner's.
+        let mut list: Vec<(u64, u32)> = evicted
+            .iter()
+            .filter_map(|&(b, _)| {
+                let v = *self.shard(b).map.get(&b)?;
+                (v != LOADING && v & EVICTING != 0).then_some((b, v & !EVICTING))
+            })
+            .collect();
         self.write_back(&mut list)?;
         self.backing_flush
             .flush(&self.backing, self.backing_flush.epoch())
@@ -333,8 +341,9 @@ impl Inner {
         for shard in &self.shards {
             let sh = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
             for (&b, &v) in &sh.map {
-                let slot = v & !EVICTING;
-                if self.table.word(slot) & WORD_DIRTY != 0 {
+                if let Some(slot) = slot_of(v)
+                    && self.table.word(slot) & WORD_DIRTY != 0
+                {
                     dirty.push((b, slot));
                 }
             }
@@ -446,6 +455,8 @@ impl Inner {
             hits: Counters::get(&c.hits),
             misses: Counters::get(&c.misses),
             writes: Counters::get(&c.writes),
+            write_hits: Counters::get(&c.write_hits),
+            write_misses: Counters::get(&c.write_misses),
             promotions: Counters::get(&c.promotions),
             promotions_refused: Counters::get(&c.promotions_refused),
             promotions_raced: Counters::get(&c.promotions_raced),
@@ -477,6 +488,16 @@ impl Inner {
             let sh = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
             sh.verify().map_err(|e| format!("shard {i}: {e}"))?;
             for (&b, &v) in &sh.map {
+                if v == LOADING || v & EVICTING != 0 {
+                    return Err(format!(
+                        "shard {i}: block {b} is {} with no request in flight",
+                        if v == LOADING {
+                            "loading"
+                        } else {
+                            "being evicted"
+                        }
+                    ));
+                }
                 let slot = v & !EVICTING;
                 let word = self.table.word(slot);
                 if word & WORD_VALID == 0 || word_block(word) != b {

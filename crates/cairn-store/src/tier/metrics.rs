@@ -12,6 +12,10 @@ pub struct Metrics {
     pub misses: u64,
     /// Blocks written by clients.
     pub writes: u64,
+    /// Client block writes (in the caching modes) the policy already held.
+    pub write_hits: u64,
+    /// Client block writes (in the caching modes) the policy did not hold.
+    pub write_misses: u64,
     /// Blocks promoted into the cache on a read miss.
     pub promotions: u64,
     /// Read misses the admission filter kept out.
@@ -50,6 +54,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Policy hits over every block access, reads and writes (what `cairn
+    /// sim --unit block:SIZE` reports as 1 − miss ratio); 0 with none.
+    pub fn access_hit_ratio(&self) -> f64 {
+        let all = self.hits + self.misses + self.write_hits + self.write_misses;
+        if all == 0 {
+            0.0
+        } else {
+            (self.hits + self.write_hits) as f64 / all as f64
+        }
+    }
+
     /// Hits over block reads; 0 with none.
     pub fn hit_ratio(&self) -> f64 {
         let all = self.hits + self.misses;
@@ -66,6 +81,8 @@ pub(super) struct Counters {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub writes: AtomicU64,
+    pub write_hits: AtomicU64,
+    pub write_misses: AtomicU64,
     pub promotions: AtomicU64,
     pub promotions_refused: AtomicU64,
     pub promotions_raced: AtomicU64,

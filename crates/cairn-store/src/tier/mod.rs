@@ -265,7 +265,11 @@ impl Inner {
         // (being evicted) hold the rest, and this request goes without.
         let mut reclaimed = 0u32;
         loop {
-            match self.buckets.allocate(want, keep, self.journal.durable()) {
+            let point = usize::from(reclaiming);
+            match self
+                .buckets
+                .allocate(point, want, keep, self.journal.durable())
+            {
                 Ok(run) => return Ok(run),
                 Err(Shortage::Durable(seq)) => {
                     self.journal.make_durable(seq).map_err(Fault::Cache)?;

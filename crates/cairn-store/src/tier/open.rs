@@ -287,7 +287,10 @@ fn assemble(
     let (shards, per_shard) = shard_capacity(&g, options)?;
     let mut built = Vec::with_capacity(shards);
     for _ in 0..shards {
-        let policy = options.policy.build(Capacity::Bytes(per_shard * block))?;
+        // In blocks (every unit is one): policies that adapt by whole units
+        // (ARC's target, S3-FIFO's ratios) then behave as `cairn sim --unit
+        // block:SIZE` runs them.
+        let policy = options.policy.build(Capacity::Objects(per_shard))?;
         let admission = match options.admission {
             cairn_policy::AdmissionConfig::Always(_) => None,
             ref filter => Some(filter.build(Capacity::Objects(per_shard))?),
@@ -347,7 +350,7 @@ fn assemble(
             lock: Mutex::new(()),
         },
         capacity_blocks: per_shard * shards as u64,
-        keep_buckets: 1,
+        keep_buckets: 2,
         options: options.clone(),
         signal: Signal {
             stop: Mutex::new(false),

@@ -3,11 +3,11 @@
 //! cache device and misses from the backing device, each run of neighbours
 //! in one I/O, then promote the misses the policy admits.
 
-use cairn_policy::{Access, NEVER, Op};
+use cairn_policy::Op;
 
 use super::format::WORD_DIRTY;
 use super::metrics::Counters;
-use super::shard::{EVICTING, Evicted};
+use super::shard::{EVICTING, Evicted, LOADING, slot_of};
 use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
 use crate::device::{DeviceError, DeviceOp, IoBuf, is_aligned};
@@ -17,10 +17,10 @@ use crate::device::{DeviceError, DeviceOp, IoBuf, is_aligned};
 pub(super) enum Plan {
     /// The cache device: this slot (pinned), whose data has this CRC.
     Hit { slot: u32, crc: u32 },
-    /// The backing device; promoted when `promote`, unless a write to the
-    /// shard raced the read (`seen` is the shard's write count at lookup,
-    /// `time` the policy access's logical time).
-    Miss { promote: bool, seen: u64, time: u64 },
+    /// The backing device; promoted when `promote` (the policy admitted it:
+    /// it is loading), unless a write to the shard raced the read (`seen` is
+    /// the shard's count of writes to the backing device at the lookup).
+    Miss { promote: bool, seen: u64 },
 }
 
 impl Inner {
@@ -34,6 +34,13 @@ impl Inner {
         for (index, chunk) in buf.chunks_mut(CHUNK_BLOCKS * block).enumerate() {
             let at = first + (index * CHUNK_BLOCKS) as u64;
             result = self.read_chunk(at, chunk, bypass, &mut evicted);
+            if result.is_err() {
+                break;
+            }
+            // Dirty victims hold their slots until written back: a chunk's
+            // go before the next chunk needs room.
+            result = self.write_back_evicted(&evicted);
+            evicted.clear();
             if result.is_err() {
                 break;
             }
@@ -54,16 +61,19 @@ impl Inner {
         let mut plan = [Plan::Miss {
             promote: false,
             seen: 0,
-            time: 0,
         }; CHUNK_BLOCKS];
         let caching = !bypass && self.mode() != Mode::PassThrough;
         let planned = self.plan(first, &mut plan[..n], caching, evicted);
         let hits = self.read_hits(first, buf, &plan[..n], planned.is_ok());
-        planned?;
-        hits?;
-        self.read_misses(first, buf, &plan[..n])?;
+        let read = planned
+            .and(hits)
+            .and_then(|()| self.read_misses(first, buf, &plan[..n]));
+        if let Err(e) = read {
+            self.abandon(first, &plan[..n], 0);
+            return Err(e);
+        }
         if caching {
-            self.promote(first, buf, &plan[..n], evicted)?;
+            self.promote(first, buf, &plan[..n])?;
         } else {
             let missed = plan[..n]
                 .iter()
@@ -92,12 +102,11 @@ impl Inner {
             let seen = sh.backing_writes;
             let cached = sh.map.get(&b).copied();
             if !caching {
-                *p = match cached {
-                    Some(v) => self.hit(v & !EVICTING, stamp),
+                *p = match cached.and_then(slot_of) {
+                    Some(slot) => self.hit(slot, stamp),
                     None => Plan::Miss {
                         promote: false,
                         seen,
-                        time: 0,
                     },
                 };
                 continue;
@@ -106,6 +115,15 @@ impl Inner {
             let hit = sh.policy.lookup(&access);
             sh.record(&access, hit);
             *p = match cached {
+                Some(LOADING) => {
+                    // Another reader is fetching it: the policy counted a
+                    // hit; this read goes to the backing device.
+                    misses += 1;
+                    Plan::Miss {
+                        promote: false,
+                        seen,
+                    }
+                }
                 Some(v) if v & EVICTING == 0 => {
                     strict_assert!(hit, "block {b} is cached but the policy misses it");
                     hits += 1;
@@ -128,23 +146,24 @@ impl Inner {
                 None => {
                     strict_assert!(!hit, "block {b} is not cached but the policy hits it");
                     misses += 1;
-                    let promote = sh.promote(&access);
-                    if !promote {
+                    let shard = &mut *sh;
+                    // The policy decides now, in request order (as the
+                    // simulator does); the data is installed once read.
+                    let promote =
+                        shard.promote(&access) && shard.policy.admit(&access, &mut shard.victims);
+                    if promote {
+                        shard.map.insert(b, LOADING);
+                    } else {
                         Counters::add(&self.counters.promotions_refused, 1);
-                        // No admit follows: what the lookup held goes now.
-                        let shard = &mut *sh;
+                        // No admit happened: what the lookup held goes now.
                         shard.policy.take_held_victims(&mut shard.victims);
-                        if !shard.victims.is_empty() {
-                            let mut j = self.journal.lock();
-                            self.evict_victims(shard, &mut j, evicted)
-                                .map_err(Fault::Cache)?;
-                        }
                     }
-                    Plan::Miss {
-                        promote,
-                        seen,
-                        time: access.time,
+                    if !shard.victims.is_empty() {
+                        let mut j = self.journal.lock();
+                        self.evict_victims(shard, &mut j, evicted)
+                            .map_err(Fault::Cache)?;
                     }
+                    Plan::Miss { promote, seen }
                 }
             };
         }
@@ -278,13 +297,7 @@ impl Inner {
 
     /// Writes the admitted misses to the cache (runs of neighbours to runs
     /// of slots) and installs them, unless a write raced them.
-    fn promote(
-        &self,
-        first: u64,
-        buf: &[u8],
-        plan: &[Plan],
-        evicted: &mut Vec<Evicted>,
-    ) -> Result<(), Fault> {
+    fn promote(&self, first: u64, buf: &[u8], plan: &[Plan]) -> Result<(), Fault> {
         let block = self.block as usize;
         let mut i = 0;
         let mut appended = false;
@@ -301,24 +314,51 @@ impl Inner {
                 let (slot, count) = match self.allocate((end - i) as u32, false) {
                     Ok(run) => run,
                     // No room now: the rest stays uncached.
-                    Err(Fault::Full) => return self.finish_promote(appended),
-                    Err(e) => return Err(e),
+                    Err(Fault::Full) => {
+                        self.abandon(first, plan, i);
+                        return self.finish_promote(appended);
+                    }
+                    Err(e) => {
+                        self.abandon(first, plan, i);
+                        return Err(e);
+                    }
                 };
                 let count = count as usize;
-                self.cache_write(&buf[i * block..(i + count) * block], slot)?;
+                if let Err(e) = self.cache_write(&buf[i * block..(i + count) * block], slot) {
+                    for s in slot..slot + count as u32 {
+                        self.buckets.release(s, 0);
+                    }
+                    self.abandon(first, plan, i);
+                    return Err(e);
+                }
                 for k in 0..count {
                     let data = &buf[(i + k) * block..(i + k + 1) * block];
-                    let Plan::Miss { seen, time, .. } = plan[i + k] else {
+                    let Plan::Miss { seen, .. } = plan[i + k] else {
                         continue;
                     };
                     let b = first + (i + k) as u64;
-                    appended |=
-                        self.install_promoted(b, slot + k as u32, data, (seen, time), evicted)?;
+                    appended |= self.install_promoted(b, slot + k as u32, data, seen)?;
                 }
                 i += count;
             }
         }
         self.finish_promote(appended)
+    }
+
+    /// Gives up the promotions of `plan[from..]`: each block still loading
+    /// leaves the map and the policy.
+    fn abandon(&self, first: u64, plan: &[Plan], from: usize) {
+        for (i, p) in plan.iter().enumerate().skip(from) {
+            if !matches!(p, Plan::Miss { promote: true, .. }) {
+                continue;
+            }
+            let b = first + i as u64;
+            let mut sh = self.shard(b);
+            if sh.map.get(&b) == Some(&LOADING) {
+                sh.map.remove(&b);
+                sh.policy.remove(b);
+            }
+        }
     }
 
     fn finish_promote(&self, appended: bool) -> Result<(), Fault> {
@@ -330,39 +370,22 @@ impl Inner {
 
     /// Installs one promoted block (its data already in `slot`); whether a
     /// record was appended.
-    fn install_promoted(
-        &self,
-        b: u64,
-        slot: u32,
-        data: &[u8],
-        (seen, time): (u64, u64),
-        evicted: &mut Vec<Evicted>,
-    ) -> Result<bool, Fault> {
+    fn install_promoted(&self, b: u64, slot: u32, data: &[u8], seen: u64) -> Result<bool, Fault> {
         let mut sh = self.shard(b);
         let pending = sh.pending.get(&b).copied();
-        if sh.backing_writes != seen || sh.map.contains_key(&b) || pending == Some(u64::MAX) {
+        let loading = sh.map.get(&b) == Some(&LOADING);
+        if !loading || sh.backing_writes != seen || pending == Some(u64::MAX) {
+            // A write raced the read (or replaced the loading entry).
+            if loading {
+                sh.map.remove(&b);
+                sh.policy.remove(b);
+            }
             drop(sh);
             self.buckets.release(slot, 0);
             Counters::add(&self.counters.promotions_raced, 1);
             return Ok(false);
         }
-        let access = Access {
-            key: b,
-            size: self.block as u32,
-            op: Op::Read,
-            object: 0,
-            block: b,
-            group: 0,
-            time,
-            next: NEVER,
-        };
         let shard = &mut *sh;
-        if !shard.policy.admit(&access, &mut shard.victims) {
-            drop(sh);
-            self.buckets.release(slot, 0);
-            Counters::add(&self.counters.promotions_refused, 1);
-            return Ok(false);
-        }
         // Rule 4: data the backing device may still lose is recorded dirty.
         let unflushed = pending.filter(|&e| !self.backing_flush.is_durable(e));
         let crc = crc32c(data);
@@ -373,8 +396,6 @@ impl Inner {
             self.table.set_state(slot, true, true);
             shard.written.push((b, slot, epoch));
         }
-        self.evict_victims(shard, &mut j, evicted)
-            .map_err(Fault::Cache)?;
         Counters::add(&self.counters.promotions, 1);
         Counters::add(&self.counters.cache_block_writes, 1);
         Ok(true)
@@ -428,8 +449,7 @@ impl Inner {
     pub(super) fn read_one(&self, b: u64, buf: &mut [u8]) -> Result<(), Fault> {
         let hit = {
             let sh = self.shard(b);
-            sh.map.get(&b).map(|&v| {
-                let slot = v & !EVICTING;
+            sh.map.get(&b).and_then(|&v| slot_of(v)).map(|slot| {
                 self.buckets.pin(slot);
                 (slot, self.table.crc(slot), self.table.word(slot))
             })

@@ -6,7 +6,7 @@
 
 use super::format::{WORD_DIRTY, WORD_VALID};
 use super::metrics::Counters;
-use super::shard::EVICTING;
+use super::shard::{EVICTING, slot_of};
 use super::slots::{WORD_WRITTEN, word_block};
 use super::{Fault, Inner};
 use crate::codec::crc32c;
@@ -32,6 +32,12 @@ impl Inner {
                 return Ok(false);
             };
             tried[attempt] = victim;
+            // Moving some of a bucket that cannot be freed would spend the
+            // reclaimer's room for nothing: check first.
+            if !self.movable(victim) {
+                self.buckets.unreclaim(victim);
+                continue;
+            }
             let result = self.reclaim(victim);
             // Still live: sealed again, to be picked another time.
             self.buckets.unreclaim(victim);
@@ -47,6 +53,27 @@ impl Inner {
         Ok(false)
     }
 
+    /// Whether every live block of `bucket` can move now: each is mapped to
+    /// its slot (being evicted too: the evictor follows the map), none is a
+    /// superseded copy waiting for its drop or a slot allocated for a
+    /// request in flight.
+    fn movable(&self, bucket: u32) -> bool {
+        let n = self.buckets.bucket_blocks();
+        let mut valid = 0;
+        for slot in bucket * n..(bucket + 1) * n {
+            let word = self.table.word(slot);
+            if word & WORD_VALID == 0 {
+                continue;
+            }
+            valid += 1;
+            let b = word_block(word);
+            if self.shard(b).map.get(&b).and_then(|&v| slot_of(v)) != Some(slot) {
+                return false;
+            }
+        }
+        valid == self.buckets.live(bucket)
+    }
+
     fn reclaim(&self, victim: u32) -> Result<(), Fault> {
         let n = self.buckets.bucket_blocks();
         let block = self.block as usize;
@@ -54,7 +81,7 @@ impl Inner {
         let mut data = IoBuf::zeroed(n as usize * block);
         self.cache_read(&mut data, first)?;
         let mut live = Vec::new();
-        let mut moving = IoBuf::zeroed(0);
+        let mut moving = IoBuf::zeroed(n as usize * block);
         for k in 0..n {
             let slot = first + k;
             let word = self.table.word(slot);
@@ -67,8 +94,7 @@ impl Inner {
                 self.corrupt_in_reclaim(word_block(word), slot, word)?;
                 continue;
             }
-            let at = moving.len();
-            moving.grow(at + block);
+            let at = live.len() * block;
             moving[at..at + block].copy_from_slice(bytes);
             live.push(Live {
                 block: word_block(word),
@@ -100,7 +126,8 @@ impl Inner {
         // The dirty and written bits may have changed since (under this
         // lock they do not): take them now.
         let word = self.table.word(l.slot);
-        let here = sh.map.get(&l.block).copied() == Some(l.slot)
+        let mapped = sh.map.get(&l.block).copied();
+        let here = mapped.and_then(slot_of) == Some(l.slot)
             && word & WORD_VALID != 0
             && word_block(word) == l.block;
         if !here {
@@ -131,7 +158,9 @@ impl Inner {
             }
         }
         self.table.clear(l.slot);
-        sh.map.insert(l.block, to);
+        // An evicted block stays evicting: its evictor follows the map.
+        let flag = mapped.unwrap_or(0) & EVICTING;
+        sh.map.insert(l.block, to | flag);
         drop(j);
         self.buckets.release(l.slot, seq);
         Counters::add(&self.counters.relocated, 1);

@@ -3,9 +3,12 @@
 //!
 //! The map holds every cached block of the shard: its slot, with
 //! [`EVICTING`] set while the policy has let it go but its dirty data is
-//! still being written back (it is still read from the cache then). Every
-//! block the policy holds is in the map without `EVICTING`, and the other
-//! way round (invariant 1 of [`Shard::verify`]).
+//! still being written back (it is still read from the cache then), or
+//! [`LOADING`] while a read miss the policy admitted fetches it (the policy
+//! decides at the lookup, block by block in request order, exactly as `cairn
+//! sim` does; the data is installed after). Every block the policy holds is
+//! in the map without `EVICTING`, and the other way round (invariant 1 of
+//! [`Shard::verify`]).
 
 use cairn_policy::{Access, Admission, NEVER, Occupancy, Op, Policy};
 
@@ -19,6 +22,16 @@ use super::slots::{WORD_WRITTEN, word_block};
 
 /// A map value's flag: evicted by the policy, dirty, being written back.
 pub(super) const EVICTING: u32 = 1 << 31;
+/// A map value: admitted on a read miss, its data on the way. A write or a
+/// drop that replaces it makes the reader's install give up. (No slot has
+/// this number: the geometry keeps slots below 2^31 − 1.)
+pub(super) const LOADING: u32 = EVICTING - 1;
+
+/// The slot a map value names, if it names one.
+#[inline]
+pub(super) fn slot_of(v: u32) -> Option<u32> {
+    (v != LOADING).then_some(v & !EVICTING)
+}
 
 /// A shard's state, behind its mutex.
 pub(super) struct Shard {
@@ -162,11 +175,16 @@ impl Inner {
             Counters::add(&self.counters.dirty, 1);
         }
         let mut was_clean = false;
-        if let Some(old) = old {
-            let old_slot = old & !EVICTING;
+        if let Some(old_slot) = old.and_then(slot_of) {
             let word = self.table.word(old_slot);
             strict_assert!(word & WORD_VALID != 0 && word_block(word) == block);
             was_clean = word & WORD_DIRTY == 0;
+            if was_clean {
+                // Until this record is durable, a crash brings the clean
+                // copy back: a backing write of the block waits for it.
+                let hazard = sh.hazards.entry(block).or_insert(0);
+                *hazard = (*hazard).max(seq);
+            }
             self.forget(old_slot, word, seq);
         }
         // A superseded dirty copy waiting for its drop: this record
@@ -221,7 +239,11 @@ impl Inner {
         let Some(&v) = sh.map.get(&block) else {
             return Ok(None);
         };
-        let slot = v & !EVICTING;
+        let Some(slot) = slot_of(v) else {
+            // Loading: nothing cached yet; the reader will not install it.
+            sh.map.remove(&block);
+            return Ok(None);
+        };
         let seq = j.append(&Record::Drop { slot, block }, &self.table)?;
         sh.map.remove(&block);
         let word = self.table.word(slot);
@@ -262,7 +284,11 @@ impl Inner {
                 );
                 continue;
             };
-            let slot = v & !EVICTING;
+            let Some(slot) = slot_of(v) else {
+                // Evicted while loading: the reader will not install it.
+                sh.map.remove(&victim);
+                continue;
+            };
             let word = self.table.word(slot);
             if word & WORD_DIRTY != 0 {
                 sh.map.insert(victim, slot | EVICTING);

@@ -18,13 +18,19 @@
 //! durable (so no crash can bring back a record naming a slot that was
 //! rewritten since) and nobody has it pinned.
 //!
+//! There are two write points, each with its own open bucket: clients'
+//! writes and promotions fill one, the reclaimer's moves the other, so the
+//! blocks that survived a reclaim (long-lived) are not mixed with new ones
+//! and the buckets they fill stay full (LFS's and F2FS's separation of hot
+//! and cold data; bcache's moving-GC write point).
+//!
 //! Invariants (checked by [`Buckets::verify`] against the table):
 //!
 //! 1. A bucket's live count is at least the number of valid table entries in
 //!    it (the rest are slots allocated and not yet installed).
 //! 2. A free bucket has no valid entry and no live slot.
-//! 3. Exactly one bucket or none is open; the open bucket's fill cursor is at
-//!    most `N`.
+//! 3. At most one bucket is open per write point, and every open bucket is
+//!    one's; a fill cursor is at most `N`.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -170,8 +176,9 @@ struct Alloc {
     /// oldest-first tie break.
     opened: Vec<u64>,
     opens: u64,
-    /// The open bucket and the next slot in it.
-    open: Option<(u32, u32)>,
+    /// Each write point's open bucket and the next slot in it: clients' (0)
+    /// and the reclaimer's (1).
+    open: [Option<(u32, u32)>; 2],
     /// Free buckets and the journal sequence that must be durable before
     /// each is written again.
     free: VecDeque<(u32, u64)>,
@@ -226,7 +233,7 @@ impl Buckets {
                 state,
                 opened: vec![0; count as usize],
                 opens: 0,
-                open: None,
+                open: [None, None],
                 free,
             }),
         }
@@ -251,27 +258,28 @@ impl Buckets {
         self.lock().free.len()
     }
 
-    /// Up to `want` contiguous slots from the open bucket (opening the next
-    /// free one when it is full), as (first slot, count). Leaves `keep` free
-    /// buckets untouched (the reclaimer's room); `durable` is the journal's
-    /// durable sequence.
+    /// Up to `want` contiguous slots from write point `point`'s open bucket
+    /// (0: clients, 1: the reclaimer), opening the next free one when it is
+    /// full. Leaves `keep` free buckets untouched (the reclaimer's room);
+    /// `durable` is the journal's durable sequence.
     pub(super) fn allocate(
         &self,
+        point: usize,
         want: u32,
         keep: usize,
         durable: u64,
     ) -> Result<(u32, u32), Shortage> {
         let mut a = self.lock();
         loop {
-            if let Some((bucket, next)) = a.open {
+            if let Some((bucket, next)) = a.open[point] {
                 if next < self.n {
                     let count = want.clamp(1, self.n - next);
-                    a.open = Some((bucket, next + count));
+                    a.open[point] = Some((bucket, next + count));
                     self.live[bucket as usize].fetch_add(count, Ordering::AcqRel);
                     return Ok((bucket * self.n + next, count));
                 }
                 // Full: seal it; freed at once if everything in it died already.
-                a.open = None;
+                a.open[point] = None;
                 if self.live[bucket as usize].load(Ordering::Acquire) == 0 {
                     a.state[bucket as usize] = BucketState::Free;
                     let need = self.released[bucket as usize].load(Ordering::Acquire);
@@ -300,7 +308,7 @@ impl Buckets {
             let opens = a.opens;
             a.state[bucket as usize] = BucketState::Open;
             a.opened[bucket as usize] = opens;
-            a.open = Some((bucket, 0));
+            a.open[point] = Some((bucket, 0));
         }
     }
 
@@ -397,9 +405,10 @@ impl Buckets {
     pub(super) fn verify(&self, table: &SlotTable, quiet: bool) -> Result<(), String> {
         let a = self.lock();
         let opens = a.state.iter().filter(|s| **s == BucketState::Open).count();
-        if opens > 1 || (opens == 1) != a.open.is_some() {
+        let points = a.open.iter().flatten().count();
+        if opens != points || (points == 2 && a.open[0].map(|o| o.0) == a.open[1].map(|o| o.0)) {
             return Err(format!(
-                "invariant 3: {opens} buckets open, cursor {:?}",
+                "invariant 3: {opens} buckets open, cursors {:?}",
                 a.open
             ));
         }
@@ -432,46 +441,50 @@ mod tests {
     #[test]
     fn slots_come_in_order_and_buckets_are_reused_once_durable() {
         let b = Buckets::new(3, 4, |_| 0);
-        assert_eq!(b.allocate(3, 0, 0), Ok((0, 3)));
-        assert_eq!(b.allocate(3, 0, 0), Ok((3, 1)), "the rest of bucket 0");
-        assert_eq!(b.allocate(1, 0, 0), Ok((4, 1)), "bucket 1 opens");
+        assert_eq!(b.allocate(0, 3, 0, 0), Ok((0, 3)));
+        assert_eq!(b.allocate(0, 3, 0, 0), Ok((3, 1)), "the rest of bucket 0");
+        assert_eq!(b.allocate(0, 1, 0, 0), Ok((4, 1)), "bucket 1 opens");
         for s in 0..4 {
             b.release(s, 7);
         }
         // Bucket 0 is free but needs journal sequence 7 durable.
-        assert_eq!(b.allocate(3, 0, 0), Ok((5, 3)));
-        assert_eq!(b.allocate(1, 0, 0), Ok((8, 1)), "bucket 2 before bucket 0");
-        assert_eq!(b.allocate(4, 0, 0), Ok((9, 3)));
-        assert_eq!(b.allocate(1, 0, 6), Err(Shortage::Durable(7)));
-        assert_eq!(b.allocate(1, 0, 7), Ok((0, 1)));
+        assert_eq!(b.allocate(0, 3, 0, 0), Ok((5, 3)));
+        assert_eq!(
+            b.allocate(0, 1, 0, 0),
+            Ok((8, 1)),
+            "bucket 2 before bucket 0"
+        );
+        assert_eq!(b.allocate(0, 4, 0, 0), Ok((9, 3)));
+        assert_eq!(b.allocate(0, 1, 0, 6), Err(Shortage::Durable(7)));
+        assert_eq!(b.allocate(0, 1, 0, 7), Ok((0, 1)));
     }
 
     #[test]
     fn the_reclaimers_room_is_kept_and_pinned_buckets_wait() {
         let b = Buckets::new(3, 2, |_| 0);
-        assert_eq!(b.allocate(2, 1, 0), Ok((0, 2)));
-        assert_eq!(b.allocate(2, 1, 0), Ok((2, 2)));
-        assert_eq!(b.allocate(2, 1, 0), Err(Shortage::Reclaim));
+        assert_eq!(b.allocate(0, 2, 1, 0), Ok((0, 2)));
+        assert_eq!(b.allocate(0, 2, 1, 0), Ok((2, 2)));
+        assert_eq!(b.allocate(0, 2, 1, 0), Err(Shortage::Reclaim));
         b.pin(0);
         b.release(0, 0);
         b.release(1, 0);
         assert_eq!(
-            b.allocate(2, 0, 0),
+            b.allocate(0, 2, 0, 0),
             Ok((4, 2)),
             "bucket 2 while 0 is pinned"
         );
-        assert_eq!(b.allocate(2, 0, 0), Err(Shortage::Pinned));
+        assert_eq!(b.allocate(0, 2, 0, 0), Err(Shortage::Pinned));
         b.unpin(0);
-        assert_eq!(b.allocate(2, 0, 0), Ok((0, 2)));
+        assert_eq!(b.allocate(0, 2, 0, 0), Ok((0, 2)));
     }
 
     #[test]
     fn the_victim_is_the_emptiest_sealed_bucket() {
         let b = Buckets::new(3, 4, |_| 0);
         for _ in 0..3 {
-            b.allocate(4, 0, 0).unwrap();
+            b.allocate(0, 4, 0, 0).unwrap();
         }
-        b.allocate(1, 0, 0).unwrap_err();
+        b.allocate(0, 1, 0, 0).unwrap_err();
         b.release(5, 0);
         b.release(6, 0);
         b.release(1, 0);

@@ -7,7 +7,7 @@
 use cairn_policy::Op;
 
 use super::metrics::Counters;
-use super::shard::{EVICTING, Evicted};
+use super::shard::{EVICTING, Evicted, slot_of};
 use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
 
@@ -25,6 +25,13 @@ impl Inner {
             let stripes = self.lock_stripes(at..at + count);
             result = self.write_chunk(at, chunk, bypass, &mut evicted);
             drop(stripes);
+            if result.is_err() {
+                break;
+            }
+            // Dirty victims hold their slots until written back: a chunk's
+            // go before the next chunk needs room.
+            result = self.write_back_evicted(&evicted);
+            evicted.clear();
             if result.is_err() {
                 break;
             }
@@ -172,6 +179,14 @@ impl Inner {
         let shard = &mut *sh;
         let hit = shard.policy.lookup(&access);
         shard.record(&access, hit);
+        Counters::add(
+            if hit {
+                &self.counters.write_hits
+            } else {
+                &self.counters.write_misses
+            },
+            1,
+        );
         if !hit && !shard.policy.admit(&access, &mut shard.victims) {
             shard.victims.clear();
             drop(sh);
@@ -212,7 +227,12 @@ impl Inner {
                 if v & EVICTING == 0 {
                     sh.policy.remove(b);
                 }
-                let slot = v & !EVICTING;
+                let Some(slot) = slot_of(v) else {
+                    // Loading: the reader will not install it.
+                    sh.map.remove(&b);
+                    need = need.max(self.hazard(&sh, b));
+                    continue;
+                };
                 if self.table.word(slot) & super::format::WORD_DIRTY != 0 {
                     sh.map.remove(&b);
                     superseded[i] = (b, slot);
