@@ -10,8 +10,8 @@
 
 use cairn_store::logdisk::format::crc32c;
 use cairn_store::tier::format::{
-    self, CHECKPOINT_HEADER, CHECKPOINT_MAGIC, Checkpoint, Geometry, JOURNAL_HEADER,
-    JOURNAL_MAGIC, JournalHeader, RECORD, SLOT_ENTRY, SUPERBLOCK_MAGIC, VERSION,
+    self, CHECKPOINT_HEADER, CHECKPOINT_MAGIC, Checkpoint, Geometry, JOURNAL_HEADER, JOURNAL_MAGIC,
+    JournalHeader, RECORD, SLOT_ENTRY, SUPERBLOCK_MAGIC, VERSION,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -143,7 +143,11 @@ fn records(rest: &[u8]) {
             assert!(u64::from(r.slot()) < slots && r.block() < backing);
             let mut again = [0u8; RECORD];
             format::encode_record(&r, &mut again);
-            assert_eq!(again[..], chunk[..], "a decoded record re-encodes differently");
+            assert_eq!(
+                again[..],
+                chunk[..],
+                "a decoded record re-encodes differently"
+            );
             assert_eq!(format::decode_record(&again, slots, backing), Ok(r));
         }
     }
