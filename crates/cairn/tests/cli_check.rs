@@ -164,3 +164,140 @@ fn fsck_exit_status_is_e2fsck_s() {
         assert!(text.contains(want), "{want}: {text}");
     }
 }
+
+/// A flash tier's cache device image at `cache`, over a backing file beside
+/// it: blocks written (write-back: some dirty), flushed, read, the tier
+/// closed cleanly. Returns the geometry and the checkpoint in use.
+fn tier_image(cache: &std::path::Path) -> (cairn_store::tier::Geometry, u64) {
+    use std::sync::Arc;
+
+    use cairn_store::device::FileOptions;
+    use cairn_store::tier::open::{Want, open_or_format};
+    use cairn_store::tier::{Layout, Mode, Options};
+    use cairn_store::{Device, FileDevice};
+    let file = |path: &std::path::Path, len: u64| -> cairn_store::device::SharedDevice {
+        Arc::new(
+            FileDevice::open(
+                path,
+                &FileOptions {
+                    create_len: Some(len),
+                    ..FileOptions::default()
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let want = Want {
+        layout: Layout {
+            block_size: 4096,
+            bucket_size: 16 * 4096,
+            journal_blocks: 16,
+        },
+        options: Options {
+            mode: Mode::WriteBack,
+            policy: cairn_policy::PolicyConfig::default_for("lru").unwrap(),
+            shards: 1,
+            background: false,
+            ..Options::default()
+        },
+        marker: None,
+    };
+    let tier = open_or_format(
+        file(cache, 4 << 20),
+        file(&cache.with_extension("backing"), 16 << 20),
+        &want,
+    )
+    .unwrap();
+    for b in 0..200u64 {
+        tier.write_at(&[b as u8; 4096], b * 4096).unwrap();
+    }
+    tier.flush().unwrap();
+    let mut buf = [0u8; 4096];
+    for b in 1000..1100u64 {
+        tier.read_at(&mut buf, b * 4096).unwrap();
+    }
+    tier.close().unwrap();
+    let report = cairn_store::tier::check::fsck(cache).unwrap();
+    (report.superblock.geometry, report.checkpoint.number)
+}
+
+#[test]
+fn fsck_and_inspect_a_tier_cache_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache.img");
+    let (g, number) = tier_image(&path);
+    let fsck = || cairn_status(&["fsck".as_ref(), path.as_os_str()]);
+    let inspect = || cairn_status(&["inspect".as_ref(), path.as_os_str()]);
+    let (status, text) = fsck();
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.contains("clean flash tier cache device (300 of")
+            && text.contains("200 dirty")
+            && text.contains(&format!("checkpoint #{number}, 0 journal blocks")),
+        "{text}"
+    );
+    let (status, text) = inspect();
+    assert_eq!(status, 0, "{text}");
+    for want in [
+        "flash tier cache device v1",
+        "4096 bytes; backing device 4096 blocks (16 MiB)",
+        "blocks (64 KiB)",
+        "clean stop",
+        "journal        16 blocks in the ring",
+        "cached         300 blocks",
+        "clean: no problem found",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+
+    // The checkpoint in use damaged: recovery falls back to the older one;
+    // fsck says so (4), inspect describes what it falls back to.
+    let slot = g.checkpoint_start(number % 2) * 4096;
+    common::damage(&path, slot + 100, &[0xa5]);
+    let (status, text) = fsck();
+    assert_eq!(status, 4, "{text}");
+    assert!(
+        text.contains("does not decode") && text.contains(&format!("claims #{number}, newer")),
+        "{text}"
+    );
+    assert!(text.contains("1 problems found"), "{text}");
+    let (status, text) = inspect();
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.contains(&format!("#{} replaying from", number - 1)),
+        "{text}"
+    );
+
+    // A damaged superblock (its magic intact): no report, a problem (4).
+    common::damage(&path, 20, &[0xff; 4]);
+    let (status, text) = fsck();
+    assert_eq!(status, 4, "{text}");
+    assert!(text.contains("not a usable tier cache device"), "{text}");
+    assert!(text.contains("tier superblock"), "{text}");
+    let (status, text) = inspect();
+    assert_ne!(status, 0, "{text}");
+    assert!(text.contains("not a usable tier cache device"), "{text}");
+}
+
+#[test]
+fn fsck_of_a_held_tier_image_says_so_and_reads_it() {
+    use cairn_store::FileDevice;
+    use cairn_store::device::{Claim, FileOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache.img");
+    tier_image(&path);
+    let _held = FileDevice::open(
+        &path,
+        &FileOptions {
+            claim: Claim::Exclusive,
+            ..FileOptions::default()
+        },
+    )
+    .unwrap();
+    let (status, text) = cairn_status(&["fsck".as_ref(), path.as_os_str()]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.contains("is in use by PID") && text.contains("clean flash tier"),
+        "{text}"
+    );
+}

@@ -58,6 +58,7 @@
 //! Limits: 2^31 − 1 slots; 256 blocks a request chunk; one tier per cache
 //! device (claimed by the volume).
 
+pub mod check;
 mod clean;
 mod cutoff;
 mod device;

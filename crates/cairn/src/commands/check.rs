@@ -11,6 +11,9 @@ use cairn_store::logdisk::LogDiskError;
 use cairn_store::logdisk::check::{Report, examine};
 use cairn_store::logdisk::format::SUPERBLOCK_MAGIC;
 use cairn_store::ntl::{self, MapError};
+use cairn_store::tier::TierError;
+use cairn_store::tier::check as tier_check;
+use cairn_store::tier::format::SUPERBLOCK_MAGIC as TIER_MAGIC;
 use clap::Args;
 
 use crate::output::{outln, stdout_closed};
@@ -32,13 +35,21 @@ The first block's magic picks the checker:
   CAIRNNTL  NVM translation layer: the info block's magic, version, geometry
             and CRC32C, every map entry well formed and in range, and every
             data block mapped at most once (the rest free).
+  CAIRNTS1  flash tier cache device: the superblock; both checkpoint slots
+            (one that does not decode while the other does is reported:
+            recovery falls back to the older); every block of the journal
+            ring (one with a good checksum that fails its field checks, or a
+            chain that ends at a block a later one says was durable, means
+            records lost); recovery run as an open runs it, then its slot
+            table: no backing block in two slots, and every cached block's
+            data against its CRC32C (a dirty one that fails is data lost).
 
 Exit status, as e2fsck's (fsck never repairs, so never 1 or 2):
   0   the image is clean
   4   problems found and left uncorrected: each is printed on its own line
       (a damaged superblock, no valid checkpoint, bad checksums, ...)
   8   operational error: the image cannot be opened or read, or is not a
-      Cairn image at all (no log-disk or NTL magic)
+      Cairn image at all (no log-disk, NTL or flash-tier magic)
   16  usage error: the command line could not be parsed
 A reader that stops early (`cairn fsck IMAGE | head -1`) stops the printing,
 not the verdict.
@@ -55,25 +66,35 @@ histogram of segment utilisation), and the metrics saved with the last
 checkpoint: user and cleaner segment writes, segments read for cleaning,
 partial segments, write amplification, the mean segment lifetime (papers/003's
 formula 1 and as measured), the NV cache's write hit ratio, checkpoints and
-flushes. Problems found on the way are listed as by `cairn fsck`. Read-only.";
+flushes. Problems found on the way are listed as by `cairn fsck`. Read-only.
+
+A flash tier's cache device: its geometry (block size, buckets, journal ring,
+the backing device's size), both checkpoint slots (number, replay point, mode,
+clean-stop and detached flags), the journal that follows the checkpoint in use
+(blocks that chain on, records by kind, torn records recovery skips, where and
+why it ends), the blocks cached and dirty after recovery, and how full the
+buckets are.";
 
 /// `cairn fsck`.
 #[derive(Args, Debug)]
 pub struct FsckArgs {
-    /// The image: a file or block device holding a log disk or an NTL image.
+    /// The image: a file or block device holding a log disk, an NTL image or a
+    /// flash tier's cache device.
     pub image: PathBuf,
 }
 
 /// `cairn inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// The image: a file or block device holding a log disk or an NTL image.
+    /// The image: a file or block device holding a log disk, an NTL image or a
+    /// flash tier's cache device.
     pub image: PathBuf,
 }
 
 enum Kind {
     LogDisk,
     Ntl,
+    Tier,
 }
 
 fn kind(image: &PathBuf) -> Result<Kind> {
@@ -86,13 +107,16 @@ fn kind(image: &PathBuf) -> Result<Kind> {
         Ok(Kind::LogDisk)
     } else if magic == ntl::MAGIC {
         Ok(Kind::Ntl)
+    } else if magic == TIER_MAGIC {
+        Ok(Kind::Tier)
     } else {
         bail!(
-            "{}: not a Cairn image (first bytes {:02x?}; expected {:?} or {:?})",
+            "{}: not a Cairn image (first bytes {:02x?}; expected {:?}, {:?} or {:?})",
             image.display(),
             magic,
             String::from_utf8_lossy(&SUPERBLOCK_MAGIC),
-            String::from_utf8_lossy(&ntl::MAGIC)
+            String::from_utf8_lossy(&ntl::MAGIC),
+            String::from_utf8_lossy(&TIER_MAGIC)
         )
     }
 }
@@ -148,15 +172,7 @@ pub fn run_fsck(args: &FsckArgs) -> Result<Verdict> {
                     report.replayed
                 )],
             ),
-            Ok(report) => {
-                let mut lines: Vec<String> = report
-                    .problems
-                    .iter()
-                    .map(|p| format!("{image}: {p}"))
-                    .collect();
-                lines.push(format!("{image}: {} problems found", report.problems.len()));
-                (Verdict::Uncorrected, lines)
-            }
+            Ok(report) => problem_lines(&args.image, &report.problems),
         },
         Kind::Ntl => match ntl::fsck(&args.image) {
             Ok(report) => (
@@ -171,6 +187,25 @@ pub fn run_fsck(args: &FsckArgs) -> Result<Verdict> {
                 vec![format!("{image}: NTL image is damaged: {damage}")],
             ),
         },
+        Kind::Tier => match examine_tier(&args.image)? {
+            Err(damage) => (
+                Verdict::Uncorrected,
+                vec![format!("{image}: not a usable tier cache device: {damage}")],
+            ),
+            Ok(report) if report.is_clean() => (
+                Verdict::Clean,
+                vec![format!(
+                    "{image}: clean flash tier cache device ({} of {} slots cached, {} dirty; \
+                     checkpoint #{}, {} journal blocks to replay)",
+                    report.cached,
+                    report.superblock.geometry.slots(),
+                    report.dirty,
+                    report.checkpoint.number,
+                    report.journal.blocks
+                )],
+            ),
+            Ok(report) => problem_lines(&args.image, &report.problems),
+        },
     };
     for line in lines {
         match outln!("{line}") {
@@ -180,6 +215,32 @@ pub fn run_fsck(args: &FsckArgs) -> Result<Verdict> {
         }
     }
     Ok(verdict)
+}
+
+/// Each problem on its own line, then their count.
+fn problem_lines(image: &std::path::Path, problems: &[String]) -> (Verdict, Vec<String>) {
+    let image = image.display();
+    let mut lines: Vec<String> = problems.iter().map(|p| format!("{image}: {p}")).collect();
+    lines.push(format!("{image}: {} problems found", problems.len()));
+    (Verdict::Uncorrected, lines)
+}
+
+/// A tier cache device's report, `Ok(Err(..))` when the image is damaged
+/// beyond a report (bad superblock, no valid checkpoint, truncated), `Err`
+/// when it cannot be read.
+fn examine_tier(image: &PathBuf) -> Result<Result<tier_check::Report, TierError>> {
+    let dev = FileDevice::open(
+        image,
+        &FileOptions {
+            read_only: true,
+            ..FileOptions::default()
+        },
+    )
+    .with_context(|| format!("opening {}", image.display()))?;
+    match tier_check::examine(&dev) {
+        Err(TierError::Device(e)) => Err(e).with_context(|| format!("reading {}", image.display())),
+        other => Ok(other),
+    }
 }
 
 /// A log disk's report, `Ok(Err(..))` when the image is damaged beyond a
@@ -210,6 +271,13 @@ pub fn run_inspect(args: &InspectArgs) -> Result<()> {
             "{}",
             ntl::inspect(&args.image)
                 .with_context(|| format!("{}: NTL image is damaged", args.image.display()))?
+        )?,
+        Kind::Tier => outln!(
+            "{}",
+            examine_tier(&args.image)?.with_context(|| format!(
+                "{}: not a usable tier cache device",
+                args.image.display()
+            ))?
         )?,
     }
     Ok(())
