@@ -621,3 +621,38 @@ fn a_tier_stacks_under_a_dram_cache_and_over_a_log_disk_or_a_throttled_file() {
     }
     volume.close().unwrap();
 }
+
+/// The cache device keeps its layout (a spec that changes it is warned
+/// about), and a cache device formatted for a backing device of another
+/// size is refused, naming `cache`.
+#[test]
+fn a_cache_device_keeps_its_layout_and_refuses_another_backing_size() {
+    let dir = tempfile::tempdir().unwrap();
+    open(&tier_spec(""), dir.path()).unwrap().close().unwrap();
+    let other = parse(&tier_text("bucket_size = \"128KiB\""));
+    let volume = open(&other, dir.path()).unwrap();
+    assert!(tier(&volume).recovered().clean);
+    let warned = warnings(&volume);
+    assert!(
+        warned.contains(
+            "device.tier: the cache device was formatted with block_size 4096 and bucket_size 65536"
+        ),
+        "{warned}"
+    );
+    volume.close().unwrap();
+    drop(volume);
+    let bigger = parse(
+        &tier_text("bucket_size = \"64KiB\"").replace("size = \"16MiB\"", "size = \"20MiB\""),
+    );
+    let error = open(&bigger, dir.path()).err().unwrap();
+    assert!(
+        error.starts_with("device.tier.cache:") && error.contains("another volume"),
+        "{error}"
+    );
+    // The backing file the refused open grew is as it was, and the old spec
+    // opens again.
+    let hdd = dir.path().join("data/hdd.img");
+    assert_eq!(std::fs::metadata(&hdd).unwrap().len(), 16 << 20);
+    let volume = open(&tier_spec(""), dir.path()).unwrap();
+    assert!(tier(&volume).recovered().clean);
+}

@@ -373,7 +373,14 @@ impl Builder<'_> {
             marker: Some(marker),
         };
         let opened = tier_open::open_or_format(cache.device, Arc::clone(&backing.device), &want)
-            .map_err(|e| tier_error(field, t, e))?;
+            .map_err(|e| {
+                if matches!(e, TierError::BackingMismatch { .. }) {
+                    // Nothing was written; a backing file grown by this open
+                    // (its spec's size changed) goes back to its length.
+                    shrink_grown(&backing.leaves);
+                }
+                tier_error(field, t, e)
+            })?;
         self.tier_notes(field, t, &opened, failed_before);
         let mut leaves = backing.leaves;
         if opened.recovered().dirty > 0 {
@@ -709,7 +716,7 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
                     at: None,
                 }));
             }
-            Leaf::File(path, grown_from) => {
+            Leaf::File(path, _) => {
                 let what = path.display().to_string();
                 let Some(at) =
                     probe::first_nonzero(path).map_err(|error| log_open::OpenError::Under {
@@ -720,12 +727,7 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
                     continue;
                 };
                 // Leave the file as it was found.
-                if let Some(len) = grown_from {
-                    let _ = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(path)
-                        .and_then(|f| f.set_len(*len));
-                }
+                shrink_grown(std::slice::from_ref(leaf));
                 let mut sample = [0u8; 8];
                 let _ = std::fs::File::open(path)
                     .and_then(|f| std::os::unix::fs::FileExt::read_at(&f, &mut sample, at));
@@ -737,6 +739,18 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
         }
     }
     Ok(None)
+}
+
+/// Gives every file under a stack that this open grew its length back.
+fn shrink_grown(leaves: &[Leaf]) {
+    for leaf in leaves {
+        if let Leaf::File(path, Some(len)) = leaf {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(*len));
+        }
+    }
 }
 
 /// A log disk that did not open, as the spec field at fault.
