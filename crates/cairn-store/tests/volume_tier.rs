@@ -656,3 +656,25 @@ fn a_cache_device_keeps_its_layout_and_refuses_another_backing_size() {
     let volume = open(&tier_spec(""), dir.path()).unwrap();
     assert!(tier(&volume).recovered().clean);
 }
+
+#[test]
+fn a_cache_device_too_small_for_its_buckets_names_cache() {
+    // Not room for the metadata; room for it and two buckets but not for
+    // the three kept free; room for it, not for two buckets.
+    for (size, says) in [
+        ("128KiB", "too small for the tier's metadata"),
+        ("512KiB", "kept free"),
+        ("320KiB", "too small"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = parse(
+            &tier_text("bucket_size = \"64KiB\"")
+                .replace("size = \"8MiB\"", &format!("size = \"{size}\"")),
+        );
+        let error = open(&spec, dir.path()).err().unwrap();
+        assert!(
+            error.starts_with("device.tier.cache:") && error.contains(says),
+            "{size}: {error}"
+        );
+    }
+}

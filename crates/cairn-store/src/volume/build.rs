@@ -319,13 +319,13 @@ impl Builder<'_> {
         })
     }
 
-    /// A tier: its backing stack (`over`) and its cache device's stack
-    /// (`cache`) built, the cache device judged (a tier's superblock; else
-    /// blank, by the tier's probe of its first MiB and by every file under
-    /// it, or refused with nothing written), then the tier opened,
-    /// recovered or formatted (`tier::open`), its worker running. Never
-    /// read-only: even a read writes the tier's journal (promotions,
-    /// the policy's evictions).
+    /// A tier: its cache device's stack (`cache`) built and judged (a
+    /// tier's superblock; else blank, by the tier's probe of its first MiB
+    /// and by every file under it, or refused with nothing written), then
+    /// its backing stack (`over`), then the tier opened, recovered or
+    /// formatted (`tier::open`), its worker running. Never read-only: even
+    /// a read writes the tier's journal (promotions, the policy's
+    /// evictions).
     fn tier(&mut self, name: &str, field: &str, t: &TierSpec) -> Result<Built, VolumeError> {
         if self.read_only {
             return Err(VolumeError::new(
@@ -341,6 +341,18 @@ impl Builder<'_> {
         let cache = self.build(&t.cache)?;
         let marker = self.data_dir.join(format!("{name}.tier-failed"));
         let (ours, failed_before) = self.judge_cache(field, &cache, &marker)?;
+        if !ours && !metadata_fits(cache.device.len(), t) {
+            return Err(VolumeError::new(
+                format!("{field}.cache"),
+                format!(
+                    "the cache device {} ({} bytes) is too small for the tier's metadata and \
+                     two {} buckets",
+                    cache.device.describe(),
+                    cache.device.len(),
+                    t.bucket_size
+                ),
+            ));
+        }
         let backing = self.build(&t.over)?;
         let len = backing.device.len();
         if !ours && (len == 0 || !len.is_multiple_of(t.block_size.get())) {
@@ -741,6 +753,30 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
     Ok(None)
 }
 
+/// Whether the metadata of a tier formatted on a blank cache device of
+/// `len` bytes (superblock, two checkpoints, journal, rounded up to a
+/// bucket) fits in it, with the layout the spec asks for. When it does not,
+/// `tier::Geometry::fit` subtracts past zero (a panic in a debug build)
+/// instead of answering `None`; this keeps the volume from calling it then.
+fn metadata_fits(len: u64, t: &TierSpec) -> bool {
+    let b = t.block_size.get();
+    let n = t.bucket_size.get() / b;
+    let blocks = len / b;
+    let buckets = (blocks / n).min(u64::from(u32::MAX) / n);
+    if buckets < 2 {
+        return false;
+    }
+    let g = tier::Geometry {
+        block_size: b as u32,
+        bucket_blocks: n as u32,
+        buckets: buckets as u32,
+        // The tier's automatic journal: a 64th of the slots, 64 to 16,384.
+        journal_blocks: (buckets * n / 64).clamp(64, 16_384) as u32,
+        backing_blocks: 1,
+    };
+    g.data_start() <= blocks
+}
+
 /// Gives every file under a stack that this open grew its length back.
 fn shrink_grown(leaves: &[Leaf]) {
     for leaf in leaves {
@@ -927,10 +963,11 @@ fn tier_error(field: &str, t: &TierSpec, e: TierError) -> VolumeError {
             // The tier says which value in words; the spec field follows.
             let f = if message.contains("shards") {
                 at("shards")
-            } else if message.contains("overprovision") || message.contains("kept free") {
-                at("overprovision")
             } else if message.contains("cache device") {
+                // Too small for its buckets, or for those kept free.
                 at("cache")
+            } else if message.contains("overprovision") {
+                at("overprovision")
             } else if message.contains("backing device") {
                 at("over")
             } else if message.contains("bucket_size") {
