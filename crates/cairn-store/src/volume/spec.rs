@@ -679,7 +679,8 @@ pub struct TierSpec {
     /// (`{ filter = "nhit", threshold = 3 }`). Default `"always"`.
     #[serde(default)]
     pub admission: Admission,
-    /// A sequential stream longer than this bypasses the cache; 0 = off.
+    /// A sequential stream (one request or several back to back) that reaches
+    /// this length bypasses the cache from then on; 0 = off.
     /// Default 4MiB.
     #[serde(default = "default_sequential_cutoff")]
     pub sequential_cutoff: Bytes,
