@@ -64,7 +64,7 @@ mod tests {
                 seen += 1;
             }
         }
-        assert!(seen >= 4, "only {seen} examples in {}", dir.display());
+        assert!(seen >= 6, "only {seen} examples in {}", dir.display());
     }
 
     #[test]

@@ -13,9 +13,9 @@ use super::marker;
 use super::orphans::owner_file;
 use super::spec::{
     CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, StripedSpec,
-    ThrottledSpec, VolumeSpec,
+    ThrottledSpec, TierMode, TierSpec, VolumeSpec,
 };
-use super::types::{OpenLog, OpenOptions, VolumeError};
+use super::types::{OpenLayer, OpenLog, OpenOptions, OpenTier, VolumeError};
 use super::validate::{cache_config, cache_error, throttle_of};
 use crate::cache::{BlockCache, Placement, SingleDevice};
 use crate::device::probe::{self, on_ram};
@@ -26,6 +26,8 @@ use crate::device::{
 use crate::logdisk::open::{self as log_open, Foreign, NvFile, Opened, Request, Want};
 use crate::logdisk::{self, LogDisk};
 use crate::ntl::{self, NtlDevice, open as ntl_open};
+use crate::tier::open::{self as tier_open, Probe};
+use crate::tier::{self, Tier, TierError};
 
 /// A device being assembled, and what lies under it.
 pub(super) struct Built {
@@ -54,7 +56,8 @@ pub(super) struct Builder<'a> {
     pub(super) spec: &'a VolumeSpec,
     pub(super) data_dir: &'a Path,
     pub(super) options: &'a OpenOptions,
-    pub(super) logs: Vec<OpenLog>,
+    /// Log disks and tiers, as built (bottom of each stack first).
+    pub(super) layers: Vec<OpenLayer>,
     pub(super) notes: Vec<String>,
     pub(super) warnings: Vec<String>,
     /// The stack being built serves a read-only export: every file is opened
@@ -84,6 +87,7 @@ impl Builder<'_> {
             DeviceSpec::Ntl(n) => self.ntl(name, &field, n),
             DeviceSpec::Log(l) => self.log(name, &field, l),
             DeviceSpec::Cache(c) => self.cache(name, &field, c),
+            DeviceSpec::Tier(t) => self.tier(name, &field, t),
         }
     }
 
@@ -301,18 +305,258 @@ impl Builder<'_> {
                 .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
         }
         let disk = Arc::new(disk);
-        self.logs.push(OpenLog {
+        self.layers.push(OpenLayer::Log(OpenLog {
             name: name.to_owned(),
             disk: Arc::clone(&disk),
             marker,
             volatile_region,
             read_only: self.read_only,
-        });
+        }));
         Ok(Built {
             device: disk,
             leaves: vec![Leaf::Used(format!("the log disk device.{name}"))],
             placement: None,
         })
+    }
+
+    /// A tier: its cache device's stack (`cache`) built and judged (a
+    /// tier's superblock; else blank, by the tier's probe of its first MiB
+    /// and by every file under it, or refused with nothing written), then
+    /// its backing stack (`over`), then the tier opened, recovered or
+    /// formatted (`tier::open`), its worker running. Never read-only: even
+    /// a read writes the tier's journal (promotions, the policy's
+    /// evictions).
+    fn tier(&mut self, name: &str, field: &str, t: &TierSpec) -> Result<Built, VolumeError> {
+        if self.read_only {
+            return Err(VolumeError::new(
+                field,
+                "a tier cannot be served read-only (read_only = true or --read-only): \
+                 it writes its cache device even to serve reads (promotions, evictions, its \
+                 journal). Serve the export read-write, or export the backing device alone \
+                 once the tier is detached (mode = \"pass-through\", one start and clean stop)",
+            ));
+        }
+        // The cache device first: refused, it leaves the backing device as
+        // it was (not even grown to its `size`).
+        let cache = self.build(&t.cache)?;
+        let marker = self.data_dir.join(format!("{name}.tier-failed"));
+        let (ours, failed_before) = self.judge_cache(field, &cache, &marker)?;
+        if !ours && !metadata_fits(cache.device.len(), t) {
+            return Err(VolumeError::new(
+                format!("{field}.cache"),
+                format!(
+                    "the cache device {} ({} bytes) is too small for the tier's metadata and \
+                     two {} buckets",
+                    cache.device.describe(),
+                    cache.device.len(),
+                    t.bucket_size
+                ),
+            ));
+        }
+        let backing = self.build(&t.over)?;
+        let len = backing.device.len();
+        if !ours && (len == 0 || !len.is_multiple_of(t.block_size.get())) {
+            return Err(VolumeError::new(
+                format!("{field}.over"),
+                format!(
+                    "{} holds {len} bytes, not a whole number of {} blocks",
+                    backing.device.describe(),
+                    t.block_size
+                ),
+            ));
+        }
+        let want = tier_open::Want {
+            layout: tier::Layout {
+                block_size: t.block_size.get() as u32,
+                bucket_size: t.bucket_size.get() as u32,
+                journal_blocks: 0,
+            },
+            options: tier::Options {
+                mode: t.mode.into(),
+                policy: t.policy.0.clone(),
+                admission: t.admission.0.clone(),
+                sequential_cutoff_bytes: t.sequential_cutoff.get(),
+                writeback_percent: t.writeback_percent,
+                overprovision: t.overprovision,
+                shards: t.shards,
+                background: true,
+                ..tier::Options::default()
+            },
+            marker: Some(marker),
+        };
+        let opened = tier_open::open_or_format(cache.device, Arc::clone(&backing.device), &want)
+            .map_err(|e| {
+                if matches!(e, TierError::BackingMismatch { .. }) {
+                    // Nothing was written; a backing file grown by this open
+                    // (its spec's size changed) goes back to its length.
+                    shrink_grown(&backing.leaves);
+                }
+                tier_error(field, t, e)
+            })?;
+        self.tier_notes(field, t, &opened, failed_before);
+        let mut leaves = backing.leaves;
+        if opened.recovered().dirty > 0 {
+            // Blocks only the cache device holds: the tier is not blank even
+            // where the backing device is.
+            leaves.push(Leaf::Used(format!(
+                "the tier device.{name} ({} dirty blocks on its cache device)",
+                opened.recovered().dirty
+            )));
+        }
+        let opened = Arc::new(opened);
+        self.layers.push(OpenLayer::Tier(OpenTier {
+            name: name.to_owned(),
+            tier: Arc::clone(&opened),
+            detach_at_close: t.mode == TierMode::PassThrough,
+        }));
+        Ok(Built {
+            device: opened,
+            leaves,
+            placement: None,
+        })
+    }
+
+    /// Whether the tier may open its cache device: a tier's superblock is
+    /// the tier's to judge; anything else must be blank, both to the tier's
+    /// probe (its first MiB) and in every file under it (the whole file),
+    /// or the open is refused, naming the file, with nothing written (a file
+    /// grown by `size` is shrunk back). A failure marker that names another
+    /// cache device is removed. Returns whether the device holds a tier, and
+    /// the marker's text when it names this one (the open then formats the
+    /// cache afresh).
+    fn judge_cache(
+        &mut self,
+        field: &str,
+        cache: &Built,
+        marker: &Path,
+    ) -> Result<(bool, Option<String>), VolumeError> {
+        let cache_field = format!("{field}.cache");
+        let found = tier_open::probe(&*cache.device).map_err(|e| {
+            VolumeError::new(
+                &cache_field,
+                format!("reading {}: {e}", cache.device.describe()),
+            )
+        })?;
+        let text = std::fs::read_to_string(marker).ok();
+        if let Probe::Ours(sb) = &found {
+            let id = format!("{:016x}", sb.cache_id);
+            return Ok(match text {
+                Some(text) if text.contains(&id) => (true, Some(text.trim().to_owned())),
+                Some(_) => {
+                    self.remove_stale_marker(field, marker);
+                    (true, None)
+                }
+                None => (true, None),
+            });
+        }
+        let under = foreign_under(&cache.leaves).map_err(|e| match e {
+            log_open::OpenError::Under { what, error } => {
+                VolumeError::new(&cache_field, format!("{what}: {error}"))
+            }
+            e => VolumeError::new(&cache_field, e.to_string()),
+        })?;
+        match (under, found) {
+            (Some(foreign), _) => Err(VolumeError::new(
+                cache_field,
+                foreign_message(foreign, "tier"),
+            )),
+            (None, Probe::Foreign(found)) => Err(VolumeError::new(
+                cache_field,
+                format!(
+                    "{} is not empty and is not a Cairn tier ({found}); refusing to format over it",
+                    cache.device.describe()
+                ),
+            )),
+            (None, _) => {
+                if text.is_some() {
+                    self.remove_stale_marker(field, marker);
+                }
+                Ok((false, None))
+            }
+        }
+    }
+
+    /// Removes a failure marker naming a cache device that is no longer
+    /// there (replaced by a blank one, or formatted afresh since).
+    fn remove_stale_marker(&mut self, field: &str, marker: &Path) {
+        if std::fs::remove_file(marker).is_ok() {
+            self.notes.push(format!(
+                "{field}: removed {}, which named another cache device",
+                marker.display()
+            ));
+        }
+    }
+
+    /// Says what opening the tier did: formatted (afresh after a detach or a
+    /// failure), opened after a clean stop, or (a warning) recovered after
+    /// an unclean one; and a mode change.
+    fn tier_notes(&mut self, field: &str, t: &TierSpec, tier: &Tier, failed: Option<String>) {
+        let r = tier.recovered();
+        let described = tier.describe();
+        if r.dropped_stale {
+            match failed {
+                Some(text) => self.warnings.push(format!(
+                    "{field}: the cache device failed in an earlier run ({text}): every block it \
+                     could give back was written to the backing device then; formatted it \
+                     afresh: {described}"
+                )),
+                None => self.notes.push(format!(
+                    "{field}: the cache device had been detached (its contents are stale): \
+                     formatted afresh: {described}"
+                )),
+            }
+        } else if r.formatted {
+            self.notes.push(format!("{field}: formatted {described}"));
+        } else if r.clean {
+            self.notes.push(format!(
+                "{field}: opened after a clean stop: {} blocks warm, {} dirty: {described}",
+                r.cached, r.dirty
+            ));
+        } else {
+            self.warnings.push(format!(
+                "{field}: recovered after an unclean stop: {} journal records replayed from {} \
+                 journal blocks, {} torn records dropped; {} blocks warm, {} dirty: {described}",
+                r.records, r.journal_blocks, r.torn, r.cached, r.dirty
+            ));
+        }
+        if r.not_restored > 0 {
+            self.notes.push(format!(
+                "{field}: {} cached blocks were not taken back by the policy (dropped; dirty ones \
+                 written back first)",
+                r.not_restored
+            ));
+        }
+        let mode: tier::Mode = t.mode.into();
+        if let Some(last) = r.last_mode
+            && last != mode
+            && !r.formatted
+        {
+            let cleaned = if mode == tier::Mode::WriteBack {
+                ""
+            } else {
+                " (dirty blocks written back first)"
+            };
+            self.notes.push(format!(
+                "{field}: mode changed from {last} to {mode}{cleaned}"
+            ));
+        }
+        if mode == tier::Mode::PassThrough {
+            self.notes.push(format!(
+                "{field}: pass-through: no dirty blocks; the cache is detached at the next clean \
+                 stop, after which the backing device may be served without the tier"
+            ));
+        }
+        let g = tier.geometry();
+        let spec_bucket = t.bucket_size.get();
+        let bucket = u64::from(g.bucket_blocks) * u64::from(g.block_size);
+        if u64::from(g.block_size) != t.block_size.get() || bucket != spec_bucket {
+            self.warnings.push(format!(
+                "{field}: the cache device was formatted with block_size {} and bucket_size \
+                 {bucket}; the spec's {} and {} apply only to a blank cache device (the layout \
+                 is kept)",
+                g.block_size, t.block_size, t.bucket_size
+            ));
+        }
     }
 
     /// Says what opening the log disk did: formatted, recovered after a
@@ -484,7 +728,7 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
                     at: None,
                 }));
             }
-            Leaf::File(path, grown_from) => {
+            Leaf::File(path, _) => {
                 let what = path.display().to_string();
                 let Some(at) =
                     probe::first_nonzero(path).map_err(|error| log_open::OpenError::Under {
@@ -495,12 +739,7 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
                     continue;
                 };
                 // Leave the file as it was found.
-                if let Some(len) = grown_from {
-                    let _ = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(path)
-                        .and_then(|f| f.set_len(*len));
-                }
+                shrink_grown(std::slice::from_ref(leaf));
                 let mut sample = [0u8; 8];
                 let _ = std::fs::File::open(path)
                     .and_then(|f| std::os::unix::fs::FileExt::read_at(&f, &mut sample, at));
@@ -512,6 +751,42 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
         }
     }
     Ok(None)
+}
+
+/// Whether the metadata of a tier formatted on a blank cache device of
+/// `len` bytes (superblock, two checkpoints, journal, rounded up to a
+/// bucket) fits in it, with the layout the spec asks for. When it does not,
+/// `tier::Geometry::fit` subtracts past zero (a panic in a debug build)
+/// instead of answering `None`; this keeps the volume from calling it then.
+fn metadata_fits(len: u64, t: &TierSpec) -> bool {
+    let b = t.block_size.get();
+    let n = t.bucket_size.get() / b;
+    let blocks = len / b;
+    let buckets = (blocks / n).min(u64::from(u32::MAX) / n);
+    if buckets < 2 {
+        return false;
+    }
+    let g = tier::Geometry {
+        block_size: b as u32,
+        bucket_blocks: n as u32,
+        buckets: buckets as u32,
+        // The tier's automatic journal: a 64th of the slots, 64 to 16,384.
+        journal_blocks: (buckets * n / 64).clamp(64, 16_384) as u32,
+        backing_blocks: 1,
+    };
+    g.data_start() <= blocks
+}
+
+/// Gives every file under a stack that this open grew its length back.
+fn shrink_grown(leaves: &[Leaf]) {
+    for leaf in leaves {
+        if let Leaf::File(path, Some(len)) = leaf {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(*len));
+        }
+    }
 }
 
 /// A log disk that did not open, as the spec field at fault.
@@ -546,7 +821,7 @@ fn log_error(
                 l.segment_size
             ),
         ),
-        E::Foreign(foreign) => (".over".into(), foreign_message(foreign)),
+        E::Foreign(foreign) => (".over".into(), foreign_message(foreign, "log disk")),
         E::Under { what, error } => (".over".into(), format!("{what}: {error}")),
         E::NotFormatted => (
             String::new(),
@@ -572,14 +847,14 @@ fn log_error(
     VolumeError::new(format!("{field}{at}"), message)
 }
 
-/// Why a log disk is not formatted over data found under it.
-fn foreign_message(Foreign { what, at }: Foreign) -> String {
+/// Why a `kind` (log disk, tier) is not formatted over data found under it.
+fn foreign_message(Foreign { what, at }: Foreign, kind: &str) -> String {
     match at {
         None => {
-            format!("{what} holds data but no log disk superblock; refusing to format over it")
+            format!("{what} holds data but no {kind} superblock; refusing to format over it")
         }
         Some((at, sample)) => format!(
-            "{what} is not empty and is not a Cairn log disk (no superblock; \
+            "{what} is not empty and is not a Cairn {kind} (no superblock; \
              bytes {} at offset {at}); refusing to format over it. Point the \
              spec at a new file, or delete this one if its data is not needed.",
             probe::sample(&sample)
@@ -663,5 +938,47 @@ fn ntl_error(field: &str, path: &Path, read_only: bool, e: ntl_open::OpenError) 
                  replaying them writes, so serve it read-write once first"
             ),
         ),
+    }
+}
+
+/// A tier that did not open, as the spec field at fault.
+fn tier_error(field: &str, t: &TierSpec, e: TierError) -> VolumeError {
+    let at = |f: &str| format!("{field}.{f}");
+    match e {
+        TierError::Foreign { .. } | TierError::BackingMismatch { .. } => {
+            VolumeError::new(at("cache"), e.to_string())
+        }
+        TierError::Format { .. } => VolumeError::new(
+            at("cache"),
+            format!(
+                "{e} (the tier's metadata cannot be read: move the file away, or zero it, to \
+                 start over with an empty cache; dirty blocks on it are then lost)"
+            ),
+        ),
+        TierError::Policy(_) if t.admission.0.validate().is_err() => {
+            VolumeError::new(at("admission"), e.to_string())
+        }
+        TierError::Policy(_) => VolumeError::new(at("policy"), e.to_string()),
+        TierError::Invalid(message) => {
+            // The tier says which value in words; the spec field follows.
+            let f = if message.contains("shards") {
+                at("shards")
+            } else if message.contains("cache device") {
+                // Too small for its buckets, or for those kept free.
+                at("cache")
+            } else if message.contains("overprovision") {
+                at("overprovision")
+            } else if message.contains("backing device") {
+                at("over")
+            } else if message.contains("bucket_size") {
+                at("bucket_size")
+            } else if message.contains("block_size") {
+                at("block_size")
+            } else {
+                field.to_owned()
+            };
+            VolumeError::new(f, message)
+        }
+        e => VolumeError::new(field, format!("opening the tier: {e}")),
     }
 }

@@ -3,18 +3,20 @@
 //!
 //! ```text
 //! export ──► read cache (kind = "cache": DRAM, any policy, cost groups per part)
+//!               └─► cache tier (kind = "tier": a cache device in front of `over`)
 //!               └─► write path: log disk (kind = "log") ── NV write cache (an mmap'd region)
 //!                     └─► devices: file · memory · throttled · striped · concat · ntl
 //! ```
 //!
 //! [`Volume::open`] validates the spec (names, references, each device used
 //! once, sizes), then builds each export's stack bottom up. A layer with an
-//! on-disk format (log disk, NTL) looks for its magic: found, the layer is
-//! opened and recovered; absent on storage that is blank (new, sparse, or all
-//! zeroes), it is formatted; absent on storage that holds anything else, the
-//! open fails and nothing is written. [`Volume::close`] destages and
-//! checkpoints every log disk and flushes every export, so the next open
-//! replays nothing.
+//! on-disk format (log disk, NTL, a tier's cache device) looks for its magic:
+//! found, the layer is opened and recovered; absent on storage that is blank
+//! (new, sparse, or all zeroes), it is formatted; absent on storage that
+//! holds anything else, the open fails and nothing is written.
+//! [`Volume::close`] flushes every export, then destages and checkpoints
+//! every log disk and checkpoints every tier, so the next open replays
+//! nothing.
 
 mod build;
 mod marker;
@@ -27,14 +29,15 @@ use std::path::{Path, PathBuf};
 
 pub use orphans::{OrphanedRegion, orphaned_regions};
 pub use spec::{
-    CacheSpec, Cleaner, ConcatSpec, DeviceSpec, ExportSpec, FileSpec, LogSpec, MemorySpec, NtlSpec,
-    NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TlsModeSpec,
-    TlsSpec, VolumeSpec,
+    Admission, CacheSpec, Cleaner, ConcatSpec, DeviceSpec, ExportSpec, FileSpec, LogSpec,
+    MemorySpec, NtlSpec, NvCacheSpec, Partial, Persistence, StripedSpec, ThrottleProfile,
+    ThrottledSpec, TierMode, TierSpec, TlsModeSpec, TlsSpec, VolumeSpec,
 };
-use types::OpenLog;
+use types::{OpenLayer, OpenLog, OpenTier};
 pub use types::{OpenOptions, VolumeError};
 
 use crate::device::{Claim, Device, DirClaim, SharedDevice};
+use crate::tier::Tier;
 
 /// One assembled export.
 #[derive(Clone)]
@@ -64,7 +67,8 @@ impl std::fmt::Debug for VolumeExport {
 /// the next open).
 pub struct Volume {
     exports: Vec<VolumeExport>,
-    logs: Vec<OpenLog>,
+    /// Log disks and tiers, bottom of each stack first.
+    layers: Vec<OpenLayer>,
     data_dir: PathBuf,
     notes: Vec<String>,
     warnings: Vec<String>,
@@ -90,7 +94,7 @@ impl Volume {
             spec,
             data_dir: &data_dir,
             options,
-            logs: Vec::new(),
+            layers: Vec::new(),
             notes: Vec::new(),
             warnings: Vec::new(),
             read_only: false,
@@ -110,14 +114,14 @@ impl Volume {
             });
         }
         let build::Builder {
-            logs,
+            layers,
             notes,
             warnings,
             ..
         } = builder;
         Ok(Self {
             exports,
-            logs,
+            layers,
             data_dir,
             notes,
             warnings,
@@ -147,8 +151,43 @@ impl Volume {
         &self.warnings
     }
 
-    /// Flushes every export, then destages and checkpoints every log disk
-    /// (top of each stack first), and records that each closed cleanly.
+    /// The tiers (`kind = "tier"`), in the order they were built (bottom of
+    /// each stack first), by device name.
+    pub fn tiers(&self) -> impl Iterator<Item = (&str, &Tier)> {
+        self.layers.iter().filter_map(|layer| match layer {
+            OpenLayer::Tier(t) => Some((t.name.as_str(), &*t.tier)),
+            OpenLayer::Log(_) => None,
+        })
+    }
+
+    /// One line per tier of what it did, for the log at a stop: hits,
+    /// misses, hit ratio, dirty, cleaned, relocated, errors.
+    pub fn tier_report(&self) -> Vec<String> {
+        self.tiers()
+            .map(|(name, tier)| {
+                let m = tier.metrics();
+                let line = format!(
+                    "device.{name}: tier: {} hits, {} misses ({:.1} % hit ratio), {} dirty, \
+                     {} cleaned, {} relocated, {} errors",
+                    m.hits,
+                    m.misses,
+                    m.hit_ratio() * 100.0,
+                    m.dirty_blocks,
+                    m.cleaned_blocks,
+                    m.relocated_blocks,
+                    m.errors
+                );
+                match tier.failure() {
+                    Some(why) => format!("{line}; fell back to pass-through: {why}"),
+                    None => line,
+                }
+            })
+            .collect()
+    }
+
+    /// Flushes every export, then closes every log disk (destage,
+    /// checkpoint, clean-stop marker) and every tier (flush, checkpoint; a
+    /// `pass-through` tier is detached), the top of each stack first.
     /// Call when no client is connected any more.
     pub fn close(&self) -> Result<(), VolumeError> {
         for export in &self.exports {
@@ -156,32 +195,60 @@ impl Volume {
                 VolumeError::new(format!("export {:?}", export.name), format!("flush: {e}"))
             })?;
         }
-        for log in self.logs.iter().rev().filter(|log| !log.read_only) {
-            let field = format!("device.{}", log.name);
-            log.disk
-                .close()
-                .map_err(|e| VolumeError::new(&field, format!("closing the log disk: {e}")))?;
-            marker::write(&log.marker, log.disk.id())
-                .map_err(|e| VolumeError::new(&field, format!("{}: {e}", log.marker.display())))?;
-            if let Some(region) = &log.volatile_region {
-                // Still mapped by the disk until it is dropped; unlinking
-                // only frees the memory then. The next open finds it
-                // missing after a clean stop, and formats a new one.
-                let _ = std::fs::remove_file(orphans::owner_file(region));
-                match std::fs::remove_file(region) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(VolumeError::new(
-                            format!("{field}.nv_cache"),
-                            format!("removing the volatile region {}: {e}", region.display()),
-                        ));
-                    }
-                }
+        for layer in self.layers.iter().rev() {
+            match layer {
+                OpenLayer::Log(log) if !log.read_only => close_log(log)?,
+                OpenLayer::Log(_) => {}
+                OpenLayer::Tier(tier) => close_tier(tier)?,
             }
         }
         Ok(())
     }
+}
+
+/// Destages and checkpoints a log disk, then records that it closed
+/// cleanly (and removes a volatile NV region).
+fn close_log(log: &OpenLog) -> Result<(), VolumeError> {
+    let field = format!("device.{}", log.name);
+    log.disk
+        .close()
+        .map_err(|e| VolumeError::new(&field, format!("closing the log disk: {e}")))?;
+    marker::write(&log.marker, log.disk.id())
+        .map_err(|e| VolumeError::new(&field, format!("{}: {e}", log.marker.display())))?;
+    if let Some(region) = &log.volatile_region {
+        // Still mapped by the disk until it is dropped; unlinking
+        // only frees the memory then. The next open finds it
+        // missing after a clean stop, and formats a new one.
+        let _ = std::fs::remove_file(orphans::owner_file(region));
+        match std::fs::remove_file(region) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(VolumeError::new(
+                    format!("{field}.nv_cache"),
+                    format!("removing the volatile region {}: {e}", region.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops a tier cleanly: its worker stopped, both devices flushed, a
+/// checkpoint written (the next open is warm and replays nothing). A
+/// `pass-through` tier is detached first: every dirty block written back and
+/// the cache flagged stale, so the next open formats it afresh and the
+/// backing device may be served without it meanwhile.
+fn close_tier(t: &OpenTier) -> Result<(), VolumeError> {
+    let field = format!("device.{}", t.name);
+    if t.detach_at_close && !t.tier.failed() {
+        t.tier
+            .detach()
+            .map_err(|e| VolumeError::new(&field, format!("detaching the tier: {e}")))?;
+    }
+    t.tier
+        .close()
+        .map_err(|e| VolumeError::new(&field, format!("closing the tier: {e}")))
 }
 
 /// Makes the data directory (a read-only volume only checks that it is

@@ -2,7 +2,8 @@
 //! documented field by field in `docs/volumes.md`).
 //!
 //! A spec names devices in `[device.NAME]` tables, each of one `kind`; layers
-//! (`throttled`, `striped`, `concat`, `log`) name the devices they sit on, and
+//! (`throttled`, `striped`, `concat`, `log`, `cache`, `tier`) name the devices
+//! they sit on (a tier two: `over` and `cache`), and
 //! each `[[export]]` names the device at the top of its stack. Every device is
 //! used exactly once (by one export or one layer), so no two stacks share
 //! storage. Unknown fields are errors; sizes are [`Bytes`] (`4096`, `"64MiB"`).
@@ -132,6 +133,8 @@ pub enum DeviceSpec {
     Log(LogSpec),
     /// The DRAM read cache over another device.
     Cache(CacheSpec),
+    /// A persistent cache tier: a cache device in front of a backing device.
+    Tier(TierSpec),
 }
 
 impl DeviceSpec {
@@ -146,24 +149,36 @@ impl DeviceSpec {
             Self::Ntl(_) => "ntl",
             Self::Log(_) => "log",
             Self::Cache(_) => "cache",
+            Self::Tier(_) => "tier",
         }
     }
 
     /// Whether the device keeps data in a file, region or block device (which
     /// the volume then claims, with its data directory).
     pub fn is_persistent(&self) -> bool {
-        matches!(self, Self::File(_) | Self::Ntl(_) | Self::Log(_))
+        // A tier keeps its failure marker in the data directory.
+        matches!(
+            self,
+            Self::File(_) | Self::Ntl(_) | Self::Log(_) | Self::Tier(_)
+        )
     }
 
     /// The devices this one sits on, in order.
     pub fn children(&self) -> Vec<&str> {
+        self.references().into_iter().map(|(_, to)| to).collect()
+    }
+
+    /// The devices this one sits on, in order, each with the field that
+    /// names it (`over`, `parts`, `cache`).
+    pub fn references(&self) -> Vec<(&'static str, &str)> {
         match self {
             Self::File(_) | Self::Memory(_) | Self::Ntl(_) => Vec::new(),
-            Self::Throttled(t) => vec![t.over.as_str()],
-            Self::Log(l) => vec![l.over.as_str()],
-            Self::Cache(c) => vec![c.over.as_str()],
-            Self::Striped(s) => s.parts.iter().map(String::as_str).collect(),
-            Self::Concat(c) => c.parts.iter().map(String::as_str).collect(),
+            Self::Throttled(t) => vec![("over", t.over.as_str())],
+            Self::Log(l) => vec![("over", l.over.as_str())],
+            Self::Cache(c) => vec![("over", c.over.as_str())],
+            Self::Tier(t) => vec![("over", t.over.as_str()), ("cache", t.cache.as_str())],
+            Self::Striped(s) => s.parts.iter().map(|p| ("parts", p.as_str())).collect(),
+            Self::Concat(c) => c.parts.iter().map(|p| ("parts", p.as_str())).collect(),
         }
     }
 }
@@ -638,5 +653,157 @@ impl From<CacheWriteMode> for crate::cache::WriteMode {
             CacheWriteMode::Invalidate => Self::Invalidate,
             CacheWriteMode::Allocate => Self::Allocate,
         }
+    }
+}
+
+/// `kind = "tier"`: a persistent cache tier ([`Tier`](crate::tier::Tier)): a
+/// cache device (an SSD, or a file on one) in front of a slower backing
+/// device, as bcache or Open CAS. Its contents survive restarts and crashes.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSpec {
+    /// The backing device: what clients see, and where every block ends up.
+    pub over: String,
+    /// The cache device: a device name, usually a file on the fast medium.
+    /// Formatted when blank; a device holding anything else is refused.
+    pub cache: String,
+    /// The cache mode. Default `write-back`.
+    #[serde(default)]
+    pub mode: TierMode,
+    /// The replacement policy, as for `kind = "cache"`: a name or a table
+    /// of its parameters. Default `"s3fifo"`.
+    #[serde(default = "default_tier_policy")]
+    pub policy: CachePolicy,
+    /// Which read misses are promoted into the cache: a filter name
+    /// (`"always"`, `"nhit"`, `"frequency"`) or a table
+    /// (`{ filter = "nhit", threshold = 3 }`). Default `"always"`.
+    #[serde(default)]
+    pub admission: Admission,
+    /// A sequential stream (one request or several back to back) that reaches
+    /// this length bypasses the cache from then on; 0 = off.
+    /// Default 4MiB.
+    #[serde(default = "default_sequential_cutoff")]
+    pub sequential_cutoff: Bytes,
+    /// Bytes per cached block, a power of two from 512 to 64KiB; fixed when
+    /// the cache device is formatted. Default 4KiB.
+    #[serde(default = "default_block")]
+    pub block_size: Bytes,
+    /// Bytes per bucket (filled in order, reclaimed whole): a multiple of
+    /// `block_size`, at least two blocks, at most 1GiB; fixed when the cache
+    /// device is formatted. Default 1MiB.
+    #[serde(default = "default_bucket")]
+    pub bucket_size: Bytes,
+    /// Dirty data the background cleaner aims at, percent of the cache's
+    /// capacity, 0 to 100 (write-back). Default 10.
+    #[serde(default = "default_writeback_percent")]
+    pub writeback_percent: u32,
+    /// Share of the cache's slots kept out of the policy's capacity so that
+    /// buckets can be reclaimed cheaply, in [0, 1) (at least 3 buckets).
+    /// Default 0.1.
+    #[serde(default = "default_overprovision")]
+    pub overprovision: f64,
+    /// Policy shards (0 or a power of two); 0 chooses from the core count.
+    /// Default 0.
+    #[serde(default)]
+    pub shards: usize,
+}
+
+fn default_tier_policy() -> CachePolicy {
+    CachePolicy(crate::tier::Options::default().policy)
+}
+
+fn default_sequential_cutoff() -> Bytes {
+    Bytes(crate::tier::Options::default().sequential_cutoff_bytes)
+}
+
+fn default_bucket() -> Bytes {
+    Bytes(u64::from(crate::tier::Layout::default().bucket_size))
+}
+
+fn default_writeback_percent() -> u32 {
+    crate::tier::Options::default().writeback_percent
+}
+
+fn default_overprovision() -> f64 {
+    crate::tier::Options::default().overprovision
+}
+
+/// A tier's cache mode (serde form of [`Mode`](crate::tier::Mode)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TierMode {
+    /// Writes go to the cache device and the backing device.
+    WriteThrough,
+    /// Writes go to the cache device; a cleaner writes them back later.
+    #[default]
+    WriteBack,
+    /// Writes go to the backing device (dropping cached copies); reads are
+    /// cached.
+    WriteAround,
+    /// Nothing new is cached; dirty blocks are written back at the open and
+    /// the cache is detached at a clean stop.
+    PassThrough,
+}
+
+impl From<TierMode> for crate::tier::Mode {
+    fn from(m: TierMode) -> Self {
+        match m {
+            TierMode::WriteThrough => Self::WriteThrough,
+            TierMode::WriteBack => Self::WriteBack,
+            TierMode::WriteAround => Self::WriteAround,
+            TierMode::PassThrough => Self::PassThrough,
+        }
+    }
+}
+
+/// A tier's admission filter: written as a name (the filter with its
+/// defaults) or a table of its parameters (`filter = "name"`); written back
+/// as the name when it has its defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Admission(pub cairn_policy::AdmissionConfig);
+
+impl Serialize for Admission {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let name = self.0.name();
+        if cairn_policy::AdmissionConfig::default_for(name).as_ref() == Some(&self.0) {
+            serializer.serialize_str(name)
+        } else {
+            self.0.serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Admission {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Admission;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "an admission filter name or a table with `filter = \"name\"` and its \
+                     parameters",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Admission, E> {
+                cairn_policy::AdmissionConfig::default_for(name)
+                    .map(Admission)
+                    .ok_or_else(|| {
+                        E::custom(format!(
+                            "unknown admission filter `{name}` (known: {})",
+                            cairn_policy::AdmissionConfig::NAMES.join(", ")
+                        ))
+                    })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Admission, A::Error> {
+                cairn_policy::AdmissionConfig::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )
+                .map(Admission)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
     }
 }

@@ -1,12 +1,13 @@
 //! The volume's own types, beneath the builder and the validation that
-//! both use them: the error every step reports, the open options, and a log
-//! disk kept to be closed.
+//! both use them: the error every step reports, the open options, and the
+//! log disks and tiers kept to be closed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::device::SharedDevice;
 use crate::logdisk::LogDisk;
+use crate::tier::Tier;
 
 /// Why a volume could not be opened or closed: `field` is where in the spec
 /// (`device.log.nv_cache.size`, `export[0].device`), `message` what is wrong,
@@ -54,4 +55,20 @@ pub(super) struct OpenLog {
     pub volatile_region: Option<PathBuf>,
     /// Opened read-only: nothing is written at close.
     pub read_only: bool,
+}
+
+/// A tier in a volume, kept to be closed.
+pub(super) struct OpenTier {
+    pub name: String,
+    pub tier: Arc<Tier>,
+    /// The spec says `pass-through`: the cache is detached at a clean stop
+    /// (written back, flagged stale), so the backing device stands alone.
+    pub detach_at_close: bool,
+}
+
+/// A layer that needs a clean stop, in the order the stacks were built
+/// (bottom up): closed in reverse, so the top of each stack first.
+pub(super) enum OpenLayer {
+    Log(OpenLog),
+    Tier(OpenTier),
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use cairn_policy::Bytes;
 
 use super::spec::{
-    self, CacheSpec, DeviceSpec, LogSpec, NtlSpec, ThrottleProfile, ThrottledSpec, VolumeSpec,
+    self, CacheSpec, DeviceSpec, LogSpec, NtlSpec, ThrottleProfile, ThrottledSpec, TierSpec,
+    VolumeSpec,
 };
 use super::types::VolumeError;
 use crate::cache::{CacheConfig, CacheError, Placement, SingleDevice};
@@ -111,11 +112,7 @@ impl VolumeSpec {
             refer(format!("{field}.device"), &export.device)?;
         }
         for (name, device) in &self.devices {
-            let key = match device {
-                DeviceSpec::Striped(_) | DeviceSpec::Concat(_) => "parts",
-                _ => "over",
-            };
-            for child in device.children() {
+            for (key, child) in device.references() {
                 refer(format!("device.{name}.{key}"), child)?;
             }
         }
@@ -169,6 +166,7 @@ fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
             .validate()
             .map(|_| ())
             .map_err(|e| cache_error(name, &e)),
+        DeviceSpec::Tier(t) => check_tier(&field, t),
     }
 }
 
@@ -305,6 +303,78 @@ fn check_log_tunables(field: &dyn Fn(&str) -> String, l: &LogSpec) -> Result<(),
             field("nv_cache.size"),
             format!("{} is too small; at least 1MiB", nv.size),
         ));
+    }
+    Ok(())
+}
+
+/// A tier's layout, then how it runs. The layout is what a blank cache
+/// device is formatted with (the tier checks it again then).
+fn check_tier(field: &dyn Fn(&str) -> String, t: &TierSpec) -> Result<(), VolumeError> {
+    let b = t.block_size.get();
+    if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
+        return Err(VolumeError::new(
+            field("block_size"),
+            format!("{} is not a power of two from 512 to 64KiB", t.block_size),
+        ));
+    }
+    let bucket = t.bucket_size.get();
+    if !bucket.is_multiple_of(b) || bucket / b < 2 || bucket > 1 << 30 {
+        return Err(VolumeError::new(
+            field("bucket_size"),
+            format!(
+                "{} is not a multiple of the block size {}, at least 2 blocks and at most 1GiB",
+                t.bucket_size, t.block_size
+            ),
+        ));
+    }
+    if t.writeback_percent > 100 {
+        return Err(VolumeError::new(
+            field("writeback_percent"),
+            format!("{} is not a percentage from 0 to 100", t.writeback_percent),
+        ));
+    }
+    if !(0.0..1.0).contains(&t.overprovision) {
+        return Err(VolumeError::new(
+            field("overprovision"),
+            format!(
+                "{} is not a fraction from 0 up to (not including) 1",
+                t.overprovision
+            ),
+        ));
+    }
+    if t.shards != 0 && (!t.shards.is_power_of_two() || t.shards > crate::limits::SHARDS_MAX) {
+        return Err(VolumeError::new(
+            field("shards"),
+            format!(
+                "{} is not 0 (automatic) or a power of two up to {}",
+                t.shards,
+                crate::limits::SHARDS_MAX
+            ),
+        ));
+    }
+    check_tier_policy(field, t)
+}
+
+/// The tier's policy and admission filter build (with a nominal capacity of
+/// 1024 blocks: a value out of range fails whatever the capacity).
+fn check_tier_policy(field: &dyn Fn(&str) -> String, t: &TierSpec) -> Result<(), VolumeError> {
+    let policy = &t.policy.0;
+    if matches!(
+        policy,
+        cairn_policy::PolicyConfig::Opt(_) | cairn_policy::PolicyConfig::Dual(_)
+    ) {
+        return Err(VolumeError::new(
+            field("policy"),
+            "opt and dual need to know future requests (they are for `cairn sim`); choose \
+             another policy, such as \"s3fifo\" or \"arc\"",
+        ));
+    }
+    let capacity = cairn_policy::Capacity::Bytes(1024 * t.block_size.get());
+    if let Err(e) = policy.build(capacity) {
+        return Err(VolumeError::new(field("policy"), e.to_string()));
+    }
+    if let Err(e) = t.admission.0.validate() {
+        return Err(VolumeError::new(field("admission"), e.to_string()));
     }
     Ok(())
 }

@@ -87,7 +87,8 @@ up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
 acknowledged write).
 
 Signals: SIGINT or SIGTERM stops accepting, finishes in-flight requests,
-flushes every export, destages and checkpoints every log disk, and exits 0.
+flushes every export, destages and checkpoints every log disk, checkpoints
+every cache tier (logging its hits, misses and write-backs), and exits 0.
 SIGHUP reloads the TLS certificates (new connections use them, open ones keep
 theirs; a failed reload keeps the old ones) and, with --config, the spec's
 log_level (-q, -v and RUST_LOG win over it); other spec changes need a
@@ -239,10 +240,17 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     let closed = volume
         .close()
         .with_context(|| format!("closing the volumes of {}", loaded.origin));
+    // What each tier did this run, one line each (after the close, so the
+    // write-backs of the final flush are counted).
+    for line in volume.tier_report() {
+        tracing::info!("{line}");
+    }
     served?;
     closed?;
     if volume.exports().iter().all(|e| e.read_only) {
         tracing::info!("stopped; read-only: nothing was written");
+    } else if volume.tiers().next().is_some() {
+        tracing::info!("stopped; every export flushed, every log disk and every tier checkpointed");
     } else {
         tracing::info!("stopped; every export flushed, every log disk checkpointed");
     }
