@@ -91,6 +91,14 @@ pub(crate) fn check(
     (magic, supported): ([u8; 8], u32),
     crc_at: usize,
 ) -> Result<(), FormatError> {
+    // Shorter than magic, version and the CRC field: nothing to check.
+    if b.len() < 16 || b.len() < crc_at + 4 {
+        return Err(FormatError::Size {
+            what,
+            got: b.len(),
+            want: want.max(16).max(crc_at + 4),
+        });
+    }
     if b.len() != want {
         return Err(FormatError::Size {
             what,

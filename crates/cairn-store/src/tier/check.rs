@@ -555,7 +555,7 @@ fn info(c: &Result<format::Checkpoint, String>) -> Result<CheckpointInfo, String
         .map_err(Clone::clone)
 }
 
-/// What the two slots say about each other: an invalid one (bar slot A
+/// What the two slots say about each other: an invalid one (bar slot B
 /// after a format, which leaves it zero), numbers in the wrong slot, equal
 /// numbers, a newer checkpoint replaying from before an older one, both
 /// flags at once.
@@ -591,7 +591,7 @@ fn checkpoint_problems(
             Err(e) => {
                 let mut head = [0u8; 24];
                 dev.read_at(&mut head, g.checkpoint_start(which as u64) * b)?;
-                let after_format = which == 0 && used.number == 1 && head == [0; 24];
+                let after_format = which == 1 && used.number == 2 && head == [0; 24];
                 if !after_format {
                     let claimed = if head[..8] == format::CHECKPOINT_MAGIC {
                         let n = u64_at(&head, 16);
@@ -1025,7 +1025,7 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_replaying_from_sequence_0_is_reported_not_replayed() {
+    fn a_checkpoint_replaying_from_sequence_0_is_refused_and_the_older_one_used() {
         let dir = tempfile::tempdir().unwrap();
         let path = used(dir.path());
         let g = geometry(&path);
@@ -1036,9 +1036,8 @@ mod tests {
         seal(&mut c, 12);
         overwrite(&path, at, &c);
         let r = fsck(&path).unwrap();
-        assert_eq!((r.checkpoint.number, r.journal.blocks), (n, 0));
-        // This one, and that it replays from before the older checkpoint.
-        assert_eq!(r.problems.len(), 2, "{r}");
+        // Invariant 3 refuses it: recovery falls back to the other slot.
+        assert_eq!(r.checkpoint.number, n - 1, "{r}");
         assert!(
             r.problems
                 .iter()

@@ -472,7 +472,7 @@ impl Inner {
             journal_records,
             checkpoints,
             errors: Counters::get(&c.errors),
-            failed: self.health.load(Ordering::Acquire) != HEALTHY,
+            failed: matches!(self.health.load(Ordering::Acquire), FAILING | FAILED),
             dram_bytes: self.table.dram_bytes() + maps,
         }
     }

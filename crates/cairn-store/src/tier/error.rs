@@ -49,10 +49,37 @@ pub enum TierError {
         /// Block size.
         block_size: u32,
     },
-    /// The options or the devices make no tier.
+    /// A setting, or a device for it, makes no tier: `setting` says which
+    /// (so a caller can name its own field for it).
+    #[error("{message}")]
+    Setting {
+        /// Which setting or device.
+        setting: Setting,
+        /// What is wrong, with the values.
+        message: String,
+    },
+    /// Something else went wrong opening or checking a tier.
     #[error("{0}")]
     Invalid(String),
     /// The policy cannot be built.
     #[error("policy: {0}")]
     Policy(#[from] cairn_policy::ConfigError),
+}
+
+/// What a [`TierError::Setting`] is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// The cache device (too small for the layout).
+    Cache,
+    /// The backing device (not whole blocks).
+    Backing,
+    /// `Layout::block_size`.
+    BlockSize,
+    /// `Layout::bucket_size`.
+    BucketSize,
+    /// `Options::shards`.
+    Shards,
+    /// `Options::overprovision`.
+    Overprovision,
 }

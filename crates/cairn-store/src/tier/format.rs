@@ -19,7 +19,8 @@
 //! 2. The superblock's geometry holds: block size a power of two in
 //!    512..=65536, at least 2 blocks a bucket, at least 2 buckets, at least 4
 //!    journal blocks, the regions in order and inside the device.
-//! 3. A checkpoint names the same cache id and slot count as the superblock;
+//! 3. A checkpoint names the same cache id and slot count as the superblock,
+//!    and a replay start of at least 1;
 //!    each slot entry is empty (all zero) or valid with a backing block below
 //!    the backing device's end, reserved bits zero; no backing block is named
 //!    by two slots.
@@ -163,7 +164,7 @@ impl Geometry {
             }
             // Shrink by what the overflow costs, at least one bucket.
             let over = g.image_blocks() - device_blocks;
-            buckets -= over.div_ceil(n).max(1);
+            buckets = buckets.saturating_sub(over.div_ceil(n).max(1));
         }
         None
     }
@@ -267,6 +268,12 @@ pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
         backing_blocks: u64_at(b, 32),
     };
     geometry.validate()?;
+    if u64_at(b, 40) == 0 {
+        return Err(FormatError::Invalid {
+            what: WHAT,
+            reason: "cache id 0 (a format writes a nonzero one)".into(),
+        });
+    }
     if u64_at(b, 48) != geometry.data_start() {
         return Err(FormatError::Invalid {
             what: WHAT,
@@ -442,6 +449,11 @@ pub fn decode_checkpoint(
         )));
     }
     let mode = Mode::from_code(b[44]).ok_or_else(|| invalid(format!("mode {}", b[44])))?;
+    if u64_at(b, 24) == 0 {
+        return Err(invalid(
+            "replay starts at journal sequence 0 (sequences start at 1)".into(),
+        ));
+    }
     if b[45] & !(FLAG_CLEAN | FLAG_DETACHED) != 0 || !reserved_zero(b, std::iter::once(46..64)) {
         return Err(invalid("reserved bits are not zero".into()));
     }
@@ -629,6 +641,13 @@ pub fn decode_journal_block(
         what: WHAT,
         reason: format!("invariant 4: {reason}"),
     };
+    if b.len() < JOURNAL_HEADER {
+        return Err(FormatError::Size {
+            what: WHAT,
+            got: b.len(),
+            want: JOURNAL_HEADER,
+        });
+    }
     check(WHAT, b, b.len(), (JOURNAL_MAGIC, VERSION), 12)?;
     let h = JournalHeader {
         seq: u64_at(b, 16),

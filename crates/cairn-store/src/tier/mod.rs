@@ -83,7 +83,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-pub use error::TierError;
+pub use error::{Setting, TierError};
 pub use format::{Geometry, Mode};
 pub use metrics::Metrics;
 pub use options::{Layout, Options};
@@ -168,6 +168,8 @@ impl BackingFlush {
 const HEALTHY: u8 = 0;
 const FAILING: u8 = 1;
 const FAILED: u8 = 2;
+/// Detached on request: every request passes through, nothing failed.
+const DETACHED: u8 = 3;
 
 /// What the background worker is told.
 struct Signal {
@@ -389,7 +391,12 @@ impl Tier {
 
     /// Whether the tier fell back to pass-through after cache-device errors.
     pub fn failed(&self) -> bool {
-        !self.inner.healthy()
+        matches!(self.inner.health.load(Ordering::Acquire), FAILING | FAILED)
+    }
+
+    /// Whether the tier was detached ([`Tier::detach`]).
+    pub fn detached(&self) -> bool {
+        self.inner.health.load(Ordering::Acquire) == DETACHED
     }
 
     /// The cache-device error that made the tier fall back, if one did.
@@ -411,15 +418,20 @@ impl Tier {
     pub fn set_mode(&self, mode: Mode) -> Result<(), DeviceError> {
         let inner = &self.inner;
         if !inner.healthy() {
+            let why = if self.detached() {
+                "the tier is detached".to_owned()
+            } else {
+                format!(
+                    "the tier fell back to pass-through after cache-device errors ({})",
+                    self.failure().unwrap_or_default()
+                )
+            };
             return Err(DeviceError::Io {
                 op: crate::DeviceOp::Write,
                 offset: 0,
                 len: 0,
                 device: inner.cache.describe(),
-                source: std::io::Error::other(format!(
-                    "the tier fell back to pass-through after cache-device errors ({})",
-                    self.failure().unwrap_or_default()
-                )),
+                source: std::io::Error::other(why),
             });
         }
         let was = inner.mode();
@@ -449,8 +461,9 @@ impl Tier {
         inner
             .backing_flush
             .flush(&inner.backing, inner.backing_flush.epoch())?;
+        self.stop_worker();
         inner.journal.close(&inner.table, true)?;
-        inner.health.store(FAILED, Ordering::Release);
+        inner.health.store(DETACHED, Ordering::Release);
         inner.clear_cached();
         Ok(())
     }

@@ -8,6 +8,7 @@
 //! | a tier flagged detached / failed, or named by the failure marker | formatted afresh (its contents are stale) |
 //! | a tier for a backing device of another size | [`TierError::BackingMismatch`], nothing written |
 //! | zeroes (its first MiB)                 | formatted                                      |
+//! | a first checkpoint but no superblock (a format interrupted) | formatted again            |
 //! | anything else                          | [`TierError::Foreign`], nothing written        |
 
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use std::time::Instant;
 use cairn_policy::{Capacity, Op};
 
 use super::cutoff::Cutoff;
-use super::error::TierError;
+use super::error::{Setting, TierError};
 use super::format::{
     Checkpoint, FLAG_DETACHED, Geometry, Mode, SlotEntry, WORD_BLOCK, WORD_DIRTY, WORD_VALID,
     encode_checkpoint_into, encode_superblock,
@@ -53,6 +54,9 @@ pub struct Want {
 pub enum Probe {
     /// A tier's superblock.
     Ours(super::format::Superblock),
+    /// A format that stopped before its last step (the superblock): the
+    /// first checkpoint where it goes, no superblock. Ours: formatted again.
+    Interrupted,
     /// Zeroes (the first MiB): safe to format.
     Blank,
     /// Someone else's data: what was found.
@@ -63,6 +67,20 @@ pub enum Probe {
 pub fn probe(cache: &dyn Device) -> Result<Probe, TierError> {
     if let Some(sb) = recover::read_superblock(cache)? {
         return Ok(Probe::Ours(sb));
+    }
+    // The first checkpoint a format writes is at block 1, whatever the
+    // block size.
+    let mut head = IoBuf::zeroed(8);
+    for shift in 9..=16u32 {
+        let at = 1u64 << shift;
+        if at + 8 <= cache.len() {
+            let mut block = IoBuf::zeroed(4096.min(cache.len() - at) as usize);
+            cache.read_at(&mut block, at)?;
+            head.copy_from_slice(&block[..8]);
+            if head[..] == super::format::CHECKPOINT_MAGIC {
+                return Ok(Probe::Interrupted);
+            }
+        }
     }
     let len = cache.len().min(1 << 20) as usize;
     let mut head = IoBuf::zeroed(len);
@@ -85,7 +103,7 @@ pub fn open_or_format(
 ) -> Result<Tier, TierError> {
     let sb = match probe(&*cache)? {
         Probe::Ours(sb) => sb,
-        Probe::Blank => return format(cache, backing, want, false),
+        Probe::Blank | Probe::Interrupted => return format(cache, backing, want, false),
         Probe::Foreign(found) => {
             return Err(TierError::Foreign {
                 device: cache.describe(),
@@ -162,22 +180,29 @@ pub fn format(
     let layout = want.layout;
     let b = layout.block_size;
     if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
-        return Err(TierError::Invalid(format!(
-            "block_size {b} is not a power of two from 512 to 65536"
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::BlockSize,
+            message: format!("block_size {b} is not a power of two from 512 to 65536"),
+        });
     }
     if layout.bucket_size < 2 * b || !layout.bucket_size.is_multiple_of(b) {
-        return Err(TierError::Invalid(format!(
-            "bucket_size {} is not a multiple of the block size {b}, at least two blocks",
-            layout.bucket_size
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::BucketSize,
+            message: format!(
+                "bucket_size {} is not a multiple of the block size {b}, at least two blocks",
+                layout.bucket_size
+            ),
+        });
     }
     if !backing.len().is_multiple_of(u64::from(b)) || backing.is_empty() {
-        return Err(TierError::Invalid(format!(
-            "the backing device {} is {} bytes, not a whole number of {b}-byte blocks",
-            backing.describe(),
-            backing.len()
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::Backing,
+            message: format!(
+                "the backing device {} is {} bytes, not a whole number of {b}-byte blocks",
+                backing.describe(),
+                backing.len()
+            ),
+        });
     }
     let backing_blocks = backing.len() / u64::from(b);
     let g = Geometry::fit(
@@ -187,13 +212,14 @@ pub fn format(
         layout.journal_blocks,
         backing_blocks,
     )
-    .ok_or_else(|| {
-        TierError::Invalid(format!(
+    .ok_or_else(|| TierError::Setting {
+        setting: Setting::Cache,
+        message: format!(
             "the cache device {} ({} bytes) is too small for two {}-byte buckets and the metadata",
             cache.describe(),
             cache.len(),
             layout.bucket_size
-        ))
+        ),
     })?;
     g.validate().map_err(|error| TierError::Format {
         device: cache.describe(),
@@ -202,8 +228,16 @@ pub fn format(
     let cache_id = crate::codec::new_id();
     let mut image = recover::fresh(g, cache_id, want.options.mode);
     image.recovered.dropped_stale = stale;
+    // An old superblock goes first: a format interrupted from here on
+    // leaves no superblock, only (at most) the new first checkpoint, which
+    // `probe` recognises as an interrupted format.
+    let zero = IoBuf::zeroed(b as usize);
+    cache.write_at(&zero, 0)?;
+    cache.flush()?;
+    // The first checkpoint is number 2, in slot A (block 1, where `probe`
+    // looks); the other slot must not hold an older cache's.
     let first = Checkpoint {
-        number: 1,
+        number: image.checkpoint_number,
         replay_from: 1,
         cache_id,
         mode: want.options.mode,
@@ -212,10 +246,12 @@ pub fn format(
     };
     let mut buf = IoBuf::zeroed((g.checkpoint_blocks() * u64::from(b)) as usize);
     encode_checkpoint_into(&mut buf, &first);
-    cache.write_at(&buf, g.checkpoint_start(1) * u64::from(b))?;
-    // The other slot, and the old superblock if any, must not survive.
+    cache.write_at(&buf, g.checkpoint_start(first.number % 2) * u64::from(b))?;
     buf.fill(0);
-    cache.write_at(&buf, g.checkpoint_start(0) * u64::from(b))?;
+    cache.write_at(
+        &buf,
+        g.checkpoint_start((first.number + 1) % 2) * u64::from(b),
+    )?;
     cache.flush()?;
     let sb = encode_superblock(&image.sb);
     let mut block = IoBuf::zeroed(sb.len());
@@ -369,21 +405,24 @@ fn shard_capacity(g: &Geometry, options: &Options) -> Result<(usize, u64), TierE
     let slots = g.slots();
     let n = u64::from(g.bucket_blocks);
     if !(0.0..1.0).contains(&options.overprovision) {
-        return Err(TierError::Invalid(format!(
-            "overprovision {} is outside 0..1",
-            options.overprovision
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::Overprovision,
+            message: format!("overprovision {} is outside 0..1", options.overprovision),
+        });
     }
     let reserve =
         ((slots as f64 * options.overprovision).ceil() as u64).max(OVERPROVISION_MIN_BUCKETS * n);
     if reserve >= slots {
-        return Err(TierError::Invalid(format!(
-            "the cache device holds {} buckets of {n} blocks; at least {} more than the {} kept \
+        return Err(TierError::Setting {
+            setting: Setting::Cache,
+            message: format!(
+                "the cache device holds {} buckets of {n} blocks; at least {} more than the {} kept \
              free for reclaiming are needed",
-            g.buckets,
-            1,
-            reserve / n
-        )));
+                g.buckets,
+                1,
+                reserve / n
+            ),
+        });
     }
     let blocks = slots - reserve;
     let shards = if options.shards == 0 {
@@ -397,15 +436,19 @@ fn shard_capacity(g: &Geometry, options: &Options) -> Result<(usize, u64), TierE
         options.shards
     };
     if !shards.is_power_of_two() || shards > crate::limits::SHARDS_MAX {
-        return Err(TierError::Invalid(format!(
-            "shards {shards} is not a power of two up to {}",
-            crate::limits::SHARDS_MAX
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::Shards,
+            message: format!(
+                "shards {shards} is not a power of two up to {}",
+                crate::limits::SHARDS_MAX
+            ),
+        });
     }
     if blocks < shards as u64 {
-        return Err(TierError::Invalid(format!(
-            "{blocks} blocks of capacity cannot be split into {shards} shards"
-        )));
+        return Err(TierError::Setting {
+            setting: Setting::Shards,
+            message: format!("{blocks} blocks of capacity cannot be split into {shards} shards"),
+        });
     }
     Ok((shards, blocks / shards as u64))
 }

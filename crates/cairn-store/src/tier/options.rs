@@ -40,16 +40,17 @@ pub struct Options {
     /// `cairn sim --admission` runs them); writes are always admitted in the
     /// caching modes (the filter still counts them). Default: every miss.
     pub admission: AdmissionConfig,
-    /// A stream of sequential I/O longer than this many bytes bypasses the
-    /// cache (reads are not promoted, writes go to the backing device). 0 =
-    /// off. Default 4 MiB (bcache's `sequential_cutoff`).
+    /// A stream of sequential I/O at least this many bytes long (one request
+    /// or several in a row) bypasses the cache from the request that reaches
+    /// it (reads are not promoted, writes go to the backing device). 0 = off.
+    /// Default 4 MiB (bcache's `sequential_cutoff`).
     pub sequential_cutoff_bytes: u64,
     /// Dirty data the background cleaner aims at, percent of the cache's
     /// capacity: above it, it writes back at a rate that grows with the
     /// excess; below it, it rests (bcache's `writeback_percent`). Default 10.
     pub writeback_percent: u32,
     /// Share of the slots kept out of the policy's capacity so that buckets
-    /// can be reclaimed by moving few live blocks (at least 4 buckets).
+    /// can be reclaimed by moving few live blocks (at least 3 buckets).
     /// Default 0.10.
     pub overprovision: f64,
     /// Policy shards (a power of two); 0 = 4 per core, at least 16, fewer

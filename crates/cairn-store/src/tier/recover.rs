@@ -248,7 +248,7 @@ pub(super) fn fresh(g: Geometry, cache_id: u64, mode: Mode) -> Image {
         mode,
         flags: 0,
         next_seq: 1,
-        checkpoint_number: 1,
+        checkpoint_number: 2,
         recovered: Recovered {
             formatted: true,
             ..Recovered::default()

@@ -374,3 +374,59 @@ fn unaligned_reads_and_writes_patch_whole_blocks() {
         tier.verify().unwrap();
     }
 }
+
+#[test]
+fn a_format_interrupted_before_its_superblock_is_formatted_again() {
+    let backing: SharedDevice = Arc::new(MemoryDevice::new(256 << 10));
+    // A used tier, then detached: the next open formats afresh.
+    let faulty = Arc::new(FaultyDevice::new(64 << 10, 3));
+    let cache: SharedDevice = faulty.clone();
+    let tier = open_or_format(
+        cache.clone(),
+        backing.clone(),
+        &want(Mode::WriteBack, "lru"),
+    )
+    .unwrap();
+    tier.write_at(&pattern(1, 1), B as u64).unwrap();
+    tier.detach().unwrap();
+    drop(tier);
+    // That format fails at its last step, the superblock (its fourth
+    // write: old superblock zeroed, checkpoint, other slot, superblock).
+    faulty.fail(DeviceOp::Write, 3);
+    assert!(
+        open_or_format(
+            cache.clone(),
+            backing.clone(),
+            &want(Mode::WriteBack, "lru")
+        )
+        .is_err()
+    );
+    assert!(matches!(
+        super::open::probe(&*cache).unwrap(),
+        super::open::Probe::Interrupted
+    ));
+    let tier = open_or_format(cache, backing, &want(Mode::WriteBack, "lru")).unwrap();
+    assert!(tier.recovered().formatted, "{:?}", tier.recovered());
+    assert_eq!(
+        read_block(&tier, 1),
+        pattern(1, 1),
+        "the backing device was complete"
+    );
+}
+
+#[test]
+fn short_or_odd_structures_are_errors_not_panics() {
+    use super::format::{decode_checkpoint, decode_journal_block, decode_superblock};
+    for len in 0..64 {
+        let b = vec![0u8; len];
+        assert!(decode_journal_block(&b, 1, 8, 8, &mut Vec::new()).is_err());
+        assert!(decode_checkpoint(&b, 8, 1, 8).is_err());
+        assert!(decode_superblock(&b).is_err());
+    }
+    let mut b = vec![0u8; 40];
+    b[..8].copy_from_slice(&super::format::JOURNAL_MAGIC);
+    assert!(decode_journal_block(&b, 1, 8, 8, &mut Vec::new()).is_err());
+    // A device too small for its own metadata fits nothing.
+    assert!(super::Geometry::fit(128 << 10, 4096, 16, 0, 100).is_none());
+    assert!(super::Geometry::fit(0, 4096, 256, 0, 100).is_none());
+}

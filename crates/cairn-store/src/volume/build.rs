@@ -449,6 +449,14 @@ impl Builder<'_> {
                 None => (true, None),
             });
         }
+        if let Probe::Interrupted = found {
+            // A format of ours that stopped before its superblock: formatted
+            // again by the tier.
+            if text.is_some() {
+                self.remove_stale_marker(field, marker);
+            }
+            return Ok((false, None));
+        }
         let under = foreign_under(&cache.leaves).map_err(|e| match e {
             log_open::OpenError::Under { what, error } => {
                 VolumeError::new(&cache_field, format!("{what}: {error}"))
@@ -753,28 +761,11 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
     Ok(None)
 }
 
-/// Whether the metadata of a tier formatted on a blank cache device of
-/// `len` bytes (superblock, two checkpoints, journal, rounded up to a
-/// bucket) fits in it, with the layout the spec asks for. When it does not,
-/// `tier::Geometry::fit` subtracts past zero (a panic in a debug build)
-/// instead of answering `None`; this keeps the volume from calling it then.
+/// Whether a tier formatted on a blank cache device of `len` bytes, with the
+/// layout the spec asks for, has room for its metadata and two buckets.
 fn metadata_fits(len: u64, t: &TierSpec) -> bool {
     let b = t.block_size.get();
-    let n = t.bucket_size.get() / b;
-    let blocks = len / b;
-    let buckets = (blocks / n).min(u64::from(u32::MAX) / n);
-    if buckets < 2 {
-        return false;
-    }
-    let g = tier::Geometry {
-        block_size: b as u32,
-        bucket_blocks: n as u32,
-        buckets: buckets as u32,
-        // The tier's automatic journal: a 64th of the slots, 64 to 16,384.
-        journal_blocks: (buckets * n / 64).clamp(64, 16_384) as u32,
-        backing_blocks: 1,
-    };
-    g.data_start() <= blocks
+    tier::Geometry::fit(len, b as u32, (t.bucket_size.get() / b) as u32, 0, 1).is_some()
 }
 
 /// Gives every file under a stack that this open grew its length back.
@@ -959,23 +950,14 @@ fn tier_error(field: &str, t: &TierSpec, e: TierError) -> VolumeError {
             VolumeError::new(at("admission"), e.to_string())
         }
         TierError::Policy(_) => VolumeError::new(at("policy"), e.to_string()),
-        TierError::Invalid(message) => {
-            // The tier says which value in words; the spec field follows.
-            let f = if message.contains("shards") {
-                at("shards")
-            } else if message.contains("cache device") {
-                // Too small for its buckets, or for those kept free.
-                at("cache")
-            } else if message.contains("overprovision") {
-                at("overprovision")
-            } else if message.contains("backing device") {
-                at("over")
-            } else if message.contains("bucket_size") {
-                at("bucket_size")
-            } else if message.contains("block_size") {
-                at("block_size")
-            } else {
-                field.to_owned()
+        TierError::Setting { setting, message } => {
+            let f = match setting {
+                tier::Setting::Cache => at("cache"),
+                tier::Setting::Backing => at("over"),
+                tier::Setting::BlockSize => at("block_size"),
+                tier::Setting::BucketSize => at("bucket_size"),
+                tier::Setting::Shards => at("shards"),
+                tier::Setting::Overprovision => at("overprovision"),
             };
             VolumeError::new(f, message)
         }
