@@ -35,6 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (0..BLOCKS, 1u8..4).prop_map(|(b, n)| Op::Write(b, n)),
         1 => (0..BLOCKS, 8u8..12).prop_map(|(b, n)| Op::Write(b, n)),
         6 => (0..BLOCKS, 1u8..3).prop_map(|(b, n)| Op::Read(b, n)),
+        2 => (0..BLOCKS, 3u8..6).prop_map(|(b, n)| Op::Read(b, n)),
         2 => Just(Op::Flush),
         2 => (0u8..9).prop_map(Op::Step),
         1 => (0u8..4).prop_map(Op::Mode),

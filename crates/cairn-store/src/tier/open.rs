@@ -399,6 +399,34 @@ fn assemble(
     })
 }
 
+/// The blocks a tier formatted with `layout` on a cache device of
+/// `device_bytes` caches (its policy's capacity, before rounding to
+/// shards), or `None` when the device holds no tier.
+pub fn capacity_blocks(device_bytes: u64, layout: &Layout, overprovision: f64) -> Option<u64> {
+    let b = layout.block_size;
+    let g = Geometry::fit(
+        device_bytes,
+        b,
+        layout.bucket_size / b.max(1),
+        layout.journal_blocks,
+        1,
+    )?;
+    let reserve = ((g.slots() as f64 * overprovision).ceil() as u64)
+        .max(OVERPROVISION_MIN_BUCKETS * u64::from(g.bucket_blocks));
+    g.slots().checked_sub(reserve).filter(|&c| c > 0)
+}
+
+/// The smallest cache device (a whole number of buckets) on which a tier
+/// formatted with `layout` caches at least `blocks` blocks.
+pub fn device_bytes_for(blocks: u64, layout: &Layout, overprovision: f64) -> u64 {
+    let bucket = u64::from(layout.bucket_size.max(1));
+    let mut bytes = (blocks * u64::from(layout.block_size)).div_ceil(bucket) * bucket;
+    while capacity_blocks(bytes, layout, overprovision).is_none_or(|c| c < blocks) {
+        bytes += bucket;
+    }
+    bytes
+}
+
 /// The shard count and each shard's capacity in blocks: the slots less the
 /// over-provisioned room, split evenly.
 fn shard_capacity(g: &Geometry, options: &Options) -> Result<(usize, u64), TierError> {

@@ -12,6 +12,11 @@ use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
 use crate::device::{DeviceError, DeviceOp, IoBuf, is_aligned};
 
+/// Cached blocks a backing read may span between two misses rather than
+/// split in two (64 KiB of 4 KiB blocks: a disk or network device costs more
+/// per operation than that takes to transfer).
+const BRIDGE_BLOCKS: usize = 16;
+
 /// What one block of a chunk will be read from.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Plan {
@@ -64,10 +69,12 @@ impl Inner {
         }; CHUNK_BLOCKS];
         let caching = !bypass && self.mode() != Mode::PassThrough;
         let planned = self.plan(first, &mut plan[..n], caching, evicted);
-        let hits = self.read_hits(first, buf, &plan[..n], planned.is_ok());
-        let read = planned
-            .and(hits)
-            .and_then(|()| self.read_misses(first, buf, &plan[..n]));
+        // Misses first, in spans that may cover cached blocks between them;
+        // then the cached blocks, over whatever the spans put there (a dirty
+        // one's backing copy is stale).
+        let misses = planned.and_then(|()| self.read_misses(first, buf, &plan[..n]));
+        let hits = self.read_hits(first, buf, &plan[..n], misses.is_ok());
+        let read = misses.and(hits);
         if let Err(e) = read {
             self.abandon(first, &plan[..n], 0);
             return Err(e);
@@ -271,26 +278,34 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads each run of neighbouring misses from the backing device.
+    /// Reads the misses from the backing device: each span of misses whose
+    /// neighbours are at most [`BRIDGE_BLOCKS`] cached blocks apart in one
+    /// read (a slow device pays per operation more than per block; the
+    /// cached blocks in the span are read from the cache after).
     fn read_misses(&self, first: u64, buf: &mut [u8], plan: &[Plan]) -> Result<(), Fault> {
         let block = self.block as usize;
+        let miss = |i: usize| matches!(plan[i], Plan::Miss { .. });
         let mut i = 0;
         while i < plan.len() {
-            if matches!(plan[i], Plan::Hit { .. }) {
+            if !miss(i) {
                 i += 1;
                 continue;
             }
-            let mut end = i + 1;
-            while end < plan.len() && matches!(plan[end], Plan::Miss { .. }) {
-                end += 1;
+            let mut last = i;
+            let mut at = i + 1;
+            while at < plan.len() && at - last <= BRIDGE_BLOCKS + 1 {
+                if miss(at) {
+                    last = at;
+                }
+                at += 1;
             }
             self.backing
                 .read_at(
-                    &mut buf[i * block..end * block],
+                    &mut buf[i * block..(last + 1) * block],
                     (first + i as u64) * self.block,
                 )
                 .map_err(Fault::Backing)?;
-            i = end;
+            i = last + 1;
         }
         Ok(())
     }

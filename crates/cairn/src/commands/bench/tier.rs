@@ -54,9 +54,10 @@ a 4 KiB write would read 64 KiB first) cache-high-threshold=100
 cache-low-threshold=95 (reclaim at the full size, down to 95 %, so it keeps
 about the whole budget), its cache file in --dir (TMPDIR). Its own lock
 serializes every block operation, so it needs no noparallel filter. Cairn's
-column is the volume spec's tier: cache = a file of --cache-size in --dir,
-write-back, s3fifo, 4 KiB blocks. Until kind = \"tier\" is in cairn-store the
-column is the throttled device alone and the output says so.
+column is a volume with a tier (kind = \"tier\", docs/volumes.md): its cache
+device a file in --dir sized to cache --cache-size of data (a tenth more, for
+the room the tier keeps free to reclaim buckets, and its metadata),
+write-back, s3fifo, 4 KiB blocks in 1 MiB buckets, sequential cutoff 4 MiB.
 
 Each row runs for --seconds on one server, then on the other; --rounds N
 repeats every row N times and reports medians.
@@ -98,12 +99,10 @@ pub struct TierBenchArgs {
     warmup: u32,
 }
 
-// TIER: `kind = "tier"` is not in cairn-store yet. When it is, set this to
-// true: the result rows then measure TIER_DEVICES over the same throttled
-// device instead of the throttled device alone.
-const TIER_READY: bool = false;
-
-/// TIER: the tier of the result rows; `{ssd}` and `{cache}` are filled in.
+/// The tier of the result rows; `{ssd}` and `{cache}` are filled in (the
+/// cache device's size is what caches `--cache-size` of data, as nbdkit's
+/// cache-max-size does: the tier keeps a tenth of its slots free for
+/// reclaiming, and its metadata).
 const TIER_DEVICES: &str = r#"
 [device.tier]
 kind = "tier"
@@ -269,8 +268,12 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
     // The caches.
     let peer = nbdkit_args(&nbdkit_backing, Some(cache));
     let ssd = tmp.path().join("ssd.img");
-    // TIER: the throttled device alone until the tier is in cairn-store.
-    let tier = TIER_READY.then_some((ssd.as_path(), cache));
+    let device = cairn_store::tier::open::device_bytes_for(
+        cache / 4096,
+        &cairn_store::tier::Layout::default(),
+        0.1,
+    );
+    let tier = Some((ssd.as_path(), device));
     let spec = cairn_spec(&tmp.path().join("cairn-tier"), &cairn_backing, tier);
     outln!()?;
     outln!(
@@ -278,17 +281,13 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
         nbdkit_cache_dir.display(),
         peer.join(" ")
     )?;
-    if TIER_READY {
-        outln!(
-            "cairn: the tier: {} of cache at {}, write-back, s3fifo",
-            size_text(cache),
-            ssd.display()
-        )?;
-    } else {
-        outln!(
-            "cairn: NO TIER YET (kind = \"tier\" is not in cairn-store): the throttled device alone"
-        )?;
-    }
+    outln!(
+        "cairn: the tier: {} of cache (a {} cache device at {}: a tenth of it kept free for \
+         reclaiming, and the metadata), write-back, s3fifo, sequential cutoff 4 MiB",
+        size_text(cache),
+        size_text(device),
+        ssd.display()
+    )?;
     let samples = {
         let (volume, servers, uris) =
             start_pair(&peer, Some(&nbdkit_cache_dir), &spec, tmp.path(), "tier")?;
