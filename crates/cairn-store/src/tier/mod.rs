@@ -36,15 +36,20 @@
 //!    dead is durable (a bucket is reopened after a journal flush).
 //! 3. Before the backing device is written for a block that the durable
 //!    journal may still say is cached *clean*, the record superseding that
-//!    copy is made durable; otherwise a crash could bring back a stale copy.
-//!    Dirty copies need nothing: recovery writes them back, which a crash
-//!    may do anyway.
+//!    copy is made durable (the block is a *hazard* until it is); otherwise
+//!    a crash could bring back a stale copy. Dirty copies need nothing:
+//!    recovery writes them back, which a crash may do anyway.
 //! 4. A block read from the backing device while a write to it there is not
 //!    yet flushed is recorded *dirty* when promoted (it turns clean after the
 //!    backing flush), so a crash never leaves a clean copy of data the
 //!    backing device lost.
 //! 5. A dirty block becomes clean only after its write-back was flushed on
-//!    the backing device; it is dropped (evicted) only then.
+//!    the backing device; it is dropped (evicted, or superseded by a write
+//!    that went to the backing device) only then. So a FLUSH flushes the
+//!    backing device, then settles (appends those records), then makes the
+//!    journal durable.
+//! 6. A checkpoint is written between two flushes of the cache device: what
+//!    it names is durable before it can be.
 //!
 //! # Modes
 //!
@@ -55,6 +60,13 @@
 //! writes are cached). Leaving write-back cleans first. A cache-device error
 //! makes the tier write back what it can and fall back to pass-through.
 //!
+//! # Parity with the simulator
+//!
+//! The policy sees what `cairn sim --unit block:SIZE` feeds it: one access
+//! per block, in request order, a miss admitted at its lookup (the map holds
+//! a *loading* entry until the data is installed), capacity counted in
+//! blocks. Reclaiming moves blocks and never asks the policy.
+//!
 //! Limits: 2^31 − 1 slots; 256 blocks a request chunk; one tier per cache
 //! device (claimed by the volume).
 
@@ -62,6 +74,7 @@ pub mod check;
 mod clean;
 mod cutoff;
 mod device;
+mod entry;
 mod error;
 pub mod format;
 mod journal;
