@@ -1,103 +1,22 @@
-//! `cairn bench tier`: Cairn's cache tier against nbdkit's cache filter, each
-//! in front of an emulated slow device, through fio's nbd engine; first the two
-//! slow devices alone (the calibration), then the two caches.
+//! `cairn bench tier --part fio`: Cairn's cache tier against nbdkit's cache
+//! filter, each in front of an emulated slow device, through fio's nbd engine;
+//! first the two slow devices alone (the calibration), then the two caches.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use cairn_store::Volume;
 use cairn_store::volume::OpenOptions;
 
-use super::nbd::{Running, fio_has_nbd, fio_job, median, serve_in_process, wait_for};
+use super::TierBenchArgs;
+use super::{room, size_text};
+use crate::commands::bench::nbd::{
+    Running, fio_has_nbd, fio_job, median, serve_in_process, wait_for,
+};
 use crate::output::outln;
-
-pub const TIER_LONG_ABOUT: &str = "\
-Measure Cairn's cache tier against nbdkit's cache filter, each in front of the
-same emulated slow device, through fio's nbd engine (ioengine=nbd), and print
-two tables. Needs fio with the nbd engine and nbdkit with its file plugin and
-cache, rate, delay and noparallel filters (test.sh installs them).
-
-The slow device. Cairn: a throttled device (docs/volumes.md) over a file,
-latency_us = 1080, bandwidth_mb_s = 200: each operation sleeps its whole cost,
-one operation at a time, like a disk head. nbdkit: the file plugin under its
-delay filter (rdelay=1ms wdelay=1ms), its rate filter (rate=1200000000 bits/s,
-burstiness=0.01) and, for the calibration, its noparallel filter
-(serialize=all-requests). The two models differ: nbdkit's delays run in
-parallel, one per worker thread, so without noparallel 8 requests in flight
-take the time of one (7.6x Cairn's random reads at iodepth 8), and its rate
-filter is a token bucket that refills during the delay, so latency and transfer
-overlap (a 1 MiB read costs max(1 ms, 1 MiB / rate), where Cairn's throttle
-adds them); hence the different nominal numbers, measured to agree. The
-backing files are on /dev/shm when it has room (else in --dir), so that the
-emulation alone sets the device's speed.
-
-The calibration table runs the three rows against the two slow devices alone
-and says whether they agree within 10 % (the larger over the smaller at most
-1.10). The result table runs them against the caches, after a warm-up:
-
-  rand read 4k zipf   4 KiB random reads, fio random_distribution=zipf:1.1:0
-                      over 4x --cache-size, IOPS (warm-up: the same reads
-                      with another seed, --warmup times the cache's blocks,
-                      before each round)
-  rand write 4k fsync 4 KiB uniform random writes over the same range, an
-                      fsync (NBD FLUSH) after every 32, IOPS
-  seq read 1M         1 MiB sequential reads from the start of the range, MiB/s
-
-with the median fio completion latency (p50) and the 99th percentile (p99) in
-microseconds, nbdkit's over Cairn's. The peer is nbdkit's cache filter over the
-same delay and rate filters: cache=writeback cache-on-read=true
-cache-max-size=--cache-size cache-min-block-size=4096 (its default is 64 KiB:
-a 4 KiB write would read 64 KiB first) cache-high-threshold=100
-cache-low-threshold=95 (reclaim at the full size, down to 95 %, so it keeps
-about the whole budget), its cache file in --dir (TMPDIR). Its own lock
-serializes every block operation, so it needs no noparallel filter. Cairn's
-column is a volume with a tier (kind = \"tier\", docs/volumes.md): its cache
-device a file in --dir sized to cache --cache-size of data (a tenth more, for
-the room the tier keeps free to reclaim buckets, and its metadata),
-write-back, s3fifo, 4 KiB blocks in 1 MiB buckets, sequential cutoff 4 MiB.
-
-Each row runs for --seconds on one server, then on the other; --rounds N
-repeats every row N times and reports medians.
-
-Examples:
-  cairn bench tier                  # 256 MiB caches over 1 GiB: about 8 minutes
-  cairn bench tier --cache-size 64MiB --seconds 5 --rounds 3
-  cairn bench tier --cache-size 16MiB --seconds 2 --warmup 4 --dir /var/tmp";
-
-/// `cairn bench tier` flags.
-#[derive(clap::Args, Debug)]
-pub struct TierBenchArgs {
-    /// Seconds per row and server.
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    seconds: u32,
-
-    /// Rounds over every row and server; each cell is the median of its rounds.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    rounds: u32,
-
-    /// Cache size of each side (Cairn's cache device, nbdkit's
-    /// cache-max-size), a multiple of 1 MiB; the rows run over 4 times this.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
-    cache_size: String,
-
-    /// Where the cache files live (a temporary directory is made inside and
-    /// removed at the end): put it on the disk the caches should use.
-    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
-    dir: PathBuf,
-
-    /// fio iodepth of every row and of the warm-up.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
-    iodepth: u32,
-
-    /// Warm-up before each round: zipf reads of this many times the cache's
-    /// 4 KiB blocks (stopping after 20 x --seconds, at least 30 s); 0 = none.
-    /// nbdkit's cache needs about 16 to reach its steady state.
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    warmup: u32,
-}
 
 /// The tier of the result rows; `{ssd}` and `{cache}` are filled in (the
 /// cache device's size is what caches `--cache-size` of data, as nbdkit's
@@ -122,8 +41,8 @@ size = {cache}
 "#;
 
 /// Cairn's slow device (calibrated against nbdkit's, below).
-const LATENCY_US: u32 = 1080;
-const BANDWIDTH_MB_S: u32 = 200;
+pub(super) const LATENCY_US: u32 = 1080;
+pub(super) const BANDWIDTH_MB_S: u32 = 200;
 /// nbdkit's slow device. Its delay filter takes whole milliseconds.
 const DELAY: &str = "1ms";
 /// Bits per second (150 MB/s).
@@ -195,12 +114,7 @@ struct Sample {
 /// The servers of each table, in this order: their URIs are `[String; 2]`.
 const SERVERS: [&str; 2] = ["nbdkit", "cairn"];
 
-pub fn run(args: &TierBenchArgs) -> Result<()> {
-    let cache = cairn_sim::parse_bytes(&args.cache_size)
-        .with_context(|| format!("--cache-size {:?}", args.cache_size))?;
-    if cache == 0 || !cache.is_multiple_of(1 << 20) {
-        bail!("--cache-size must be a positive multiple of 1MiB");
-    }
+pub(super) fn run(args: &TierBenchArgs, cache: u64) -> Result<()> {
     let region = cache * 4;
     if !fio_has_nbd() {
         bail!("fio with the nbd engine is needed (apt-get install fio)");
@@ -268,11 +182,7 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
     // The caches.
     let peer = nbdkit_args(&nbdkit_backing, Some(cache));
     let ssd = tmp.path().join("ssd.img");
-    let device = cairn_store::tier::open::device_bytes_for(
-        cache / 4096,
-        &cairn_store::tier::Layout::default(),
-        0.1,
-    );
+    let device = super::cache_device_bytes(cache);
     let tier = Some((ssd.as_path(), device));
     let spec = cairn_spec(&tmp.path().join("cairn-tier"), &cairn_backing, tier);
     outln!()?;
@@ -301,20 +211,6 @@ pub fn run(args: &TierBenchArgs) -> Result<()> {
         r >= 1.5
     })?;
     Ok(())
-}
-
-/// Bytes free for us under `dir`.
-fn room(dir: &Path) -> u64 {
-    rustix::fs::statvfs(dir).map_or(0, |s| s.f_bavail.saturating_mul(s.f_frsize))
-}
-
-/// "1 GiB", "64 MiB".
-fn size_text(bytes: u64) -> String {
-    if bytes.is_multiple_of(1 << 30) {
-        format!("{} GiB", bytes >> 30)
-    } else {
-        format!("{} MiB", bytes >> 20)
-    }
 }
 
 /// Creates `path` with `len` bytes of pseudo-random data (not sparse: a hole
