@@ -1,7 +1,10 @@
-//! `cairn bench tier` at a tiny scale: the calibration table (nbdkit's slow
-//! device against Cairn's, uncached) is printed with a row per fio job whose
-//! figures parse and whose ratio and verdict agree with them; the result table
-//! follows. Skipped, saying why, where nbdkit or fio's nbd engine is missing.
+//! `cairn bench tier` at a tiny scale. `--part fio`: the calibration table
+//! (nbdkit's slow device against Cairn's, uncached) is printed with a row per
+//! fio job whose figures parse and whose ratio and verdict agree with them;
+//! the result table follows (skipped, saying why, where nbdkit or fio's nbd
+//! engine is missing). `--part warm,scan,dram`: the tier is warm after a
+//! clean stop and after kill -9, a scan leaves the hot set with the cutoff
+//! on, and a cached block's DRAM is counted.
 
 #![allow(clippy::unwrap_used)]
 
@@ -56,7 +59,8 @@ fn bench_tier_prints_a_calibration_row_per_job_then_the_results() {
     }
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["bench", "tier", "--cache-size", "4MiB", "--seconds", "1"])
+        .args(["bench", "tier", "--part", "fio", "--cache-size", "4MiB"])
+        .args(["--seconds", "1"])
         .args(["--warmup", "1", "--dir"])
         .arg(dir.path())
         .output()
@@ -86,5 +90,69 @@ fn bench_tier_prints_a_calibration_row_per_job_then_the_results() {
         assert!(peer > 0.0 && cairn > 0.0, "{name}: {peer} {cairn}");
     }
     // The temporary directory inside --dir is removed.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The cells after `name` on the last line of `out` that starts with it.
+fn row<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let line = out
+        .lines()
+        .rfind(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no row {name:?} in\n{out}"));
+    line[name.len()..].split_whitespace().collect()
+}
+
+#[test]
+fn bench_tier_warm_scan_and_dram_judge_their_bars() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["bench", "tier", "--part", "warm,scan,dram"])
+        .args([
+            "--cache-size",
+            "8MiB",
+            "--replay",
+            "8",
+            "--dram-size",
+            "16MiB",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{out}\n{err}");
+    // Warm after both restarts: the first tenth hits as the steady state did.
+    for case in ["clean stop", "kill -9"] {
+        let cells = row(&out, case);
+        let steady: f64 = cells[1].parse().unwrap();
+        let after: f64 = cells[2].parse().unwrap();
+        let ratio: f64 = cells[3].parse().unwrap();
+        assert!(steady > 0.5, "{case}: steady state {steady}\n{out}");
+        assert!((ratio - after / steady).abs() < 0.01, "{case}: {ratio}");
+        assert!(ratio >= 0.95 && cells[4] == "yes", "{case}: {ratio}\n{out}");
+    }
+    assert!(
+        out.contains("warm restart: 2 of 2 restarts >= 0.95"),
+        "{out}"
+    );
+    assert!(out.contains("recovered after an unclean stop"), "{out}");
+    // The cutoff keeps the scan out; without it, the scan is promoted.
+    let on = row(&out, "s3fifo    4MiB");
+    let ratio: f64 = on[2].parse().unwrap();
+    assert!(ratio >= 0.90 && on[3] == "yes", "{on:?}\n{out}");
+    let off = row(&out, "s3fifo     off");
+    assert_eq!(
+        off[4], "32MiB",
+        "the scan is promoted without the cutoff:\n{out}"
+    );
+    // DRAM: every block cached, a positive cost within reason.
+    for policy in ["s3fifo", "lru"] {
+        let cells = row(&out, &format!("{policy}  "));
+        let (cached, capacity) = cells[0].split_once('/').unwrap();
+        assert_eq!(cached, capacity, "{policy}: not full\n{out}");
+        let own: f64 = cells[5].parse().unwrap();
+        assert!(own > 12.0 && own < 200.0, "{policy}: {own} B/block\n{out}");
+    }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -146,6 +146,10 @@ impl Inner {
             let durable_seq = self.journal.durable();
             sh.hazards.retain(|_, seq| *seq > durable_seq);
             sh.pending.retain(|_, e| !self.backing_flush.is_durable(*e));
+            // A burst (a fill evicting a block per read) leaves these
+            // tables large; give the memory back once it has passed.
+            shrink(&mut sh.hazards);
+            shrink(&mut sh.pending);
             if sh.written.is_empty() && sh.dropping.is_empty() {
                 continue;
             }
@@ -449,7 +453,10 @@ impl Inner {
         let mut maps = 0u64;
         for shard in &self.shards {
             let sh = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
-            maps += (sh.map.capacity() * 13) as u64;
+            maps += (sh.map.allocation_size()
+                + sh.hazards.allocation_size()
+                + sh.pending.allocation_size()
+                + (sh.written.capacity() + sh.dropping.capacity()) * 24) as u64;
         }
         Metrics {
             hits: Counters::get(&c.hits),
@@ -558,5 +565,12 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+}
+
+/// Gives back most of a table's memory when it is mostly empty.
+fn shrink<V>(table: &mut hashbrown::HashMap<u64, V>) {
+    if table.capacity() > 4 * table.len() + 1024 {
+        table.shrink_to(2 * table.len());
     }
 }

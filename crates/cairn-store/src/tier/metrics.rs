@@ -49,7 +49,8 @@ pub struct Metrics {
     pub errors: u64,
     /// The tier fell back to pass-through after cache-device errors.
     pub failed: bool,
-    /// DRAM the tier's metadata takes, bytes (slot table, maps, policies).
+    /// DRAM the tier's own metadata takes, bytes: the slot table and the
+    /// shards' maps (not the policy's, which `cairn-policy` keeps).
     pub dram_bytes: u64,
 }
 

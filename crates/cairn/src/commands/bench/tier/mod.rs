@@ -118,9 +118,13 @@ dram. For each policy, a child process (--part dram-child) opens a tier on a
 cache device file of --dram-size, fills it completely with 1 MiB reads of 2x
 its capacity (sequential cutoff 0; the second half of the read fills
 s3fifo's ghost queue) and reports its resident set (VmRSS) before the tier
-existed and once it is full. Reported: bytes of RSS per cached 4 KiB block,
+existed and once it is full, 1.5 s later (the worker has made the journal
+durable, which ends the fill's bookkeeping). The child runs with glibc's
+MALLOC_MMAP_THRESHOLD_=65536 and MALLOC_TRIM_THRESHOLD_=0, so that memory
+freed as tables double is not counted. Reported: bytes of RSS per cached 4 KiB block,
 as a share of the block (Open CAS needs about 53 bytes, 1.3 %), and the
-tier's own estimate (Metrics::dram_bytes).
+tier's own count of its metadata (Metrics::dram_bytes: the slot table and
+the block maps; the rest is the policy's).
 
 Examples:
   cairn bench tier                     # every part at full size: about 15 minutes
