@@ -113,7 +113,7 @@ use slots::{Buckets, Shortage, SlotTable};
 /// it; larger requests go in chunks).
 pub const CHUNK_BLOCKS: usize = 256;
 /// Striped locks serialising writes (and write-backs) of one block.
-const STRIPES: usize = 1024;
+const STRIPES: usize = 4096;
 /// Fewest buckets kept out of the policy's capacity.
 const OVERPROVISION_MIN_BUCKETS: u64 = 3;
 
@@ -371,7 +371,7 @@ impl Inner {
 }
 
 fn stripe_of(block: u64) -> usize {
-    (block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % STRIPES
+    (block.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STRIPES.trailing_zeros())) as usize
 }
 
 /// Stripe locks held, released when dropped.
