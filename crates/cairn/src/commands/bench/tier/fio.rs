@@ -165,7 +165,7 @@ pub(super) fn run(args: &TierBenchArgs, cache: u64) -> Result<()> {
     )?;
     let samples = {
         let (volume, servers, uris) = start_pair(&uncached, None, &spec, tmp.path(), "uncached")?;
-        let samples = measure(&uris, args, region, cache, false)?;
+        let samples = measure(&uris, args, region, cache, false, None)?;
         drop(servers);
         volume.close().context("closing the volume")?;
         samples
@@ -201,7 +201,14 @@ pub(super) fn run(args: &TierBenchArgs, cache: u64) -> Result<()> {
     let samples = {
         let (volume, servers, uris) =
             start_pair(&peer, Some(&nbdkit_cache_dir), &spec, tmp.path(), "tier")?;
-        let samples = measure(&uris, args, region, cache, true)?;
+        let samples = measure(
+            &uris,
+            args,
+            region,
+            cache,
+            true,
+            super::the_tier(&volume).ok(),
+        )?;
         drop(servers);
         volume.close().context("closing the volume")?;
         samples
@@ -334,13 +341,16 @@ fn start_pair(
 }
 
 /// Every row on both servers, `--rounds` times, a warm-up before each round
-/// when `warm`; returns samples[server][row], one per round.
+/// when `warm`; returns samples[server][row], one per round. With `tier`
+/// (Cairn's), each of Cairn's rows also says the tier's read hit ratio and
+/// the misses a second it sent to the slow device.
 fn measure(
     uris: &[String; 2],
     args: &TierBenchArgs,
     region: u64,
     cache: u64,
     warm: bool,
+    tier: Option<&cairn_store::tier::Tier>,
 ) -> Result<Vec<Vec<Vec<Sample>>>> {
     let mut samples = vec![vec![Vec::new(); ROWS.len()]; 2];
     for round in 1..=args.rounds {
@@ -365,9 +375,23 @@ fn measure(
             for (server, uri) in uris.iter().enumerate() {
                 let mut fio_args = row.args(round, args.iodepth, region);
                 fio_args.extend(["--time_based".into(), format!("--runtime={}", args.seconds)]);
+                let from = tier.map(cairn_store::tier::Tier::metrics);
+                let started = std::time::Instant::now();
                 let sample = sample(*row, &fio_job(uri, &fio_args)?);
+                let seconds = started.elapsed().as_secs_f64();
+                let counters = match (tier, from) {
+                    (Some(tier), Some(from)) if server == 1 => {
+                        let to = tier.metrics();
+                        format!(
+                            "; the tier: read hit ratio {:.4}, {:.0} read misses a second",
+                            super::hit_ratio(&from, &to),
+                            (to.misses - from.misses) as f64 / seconds
+                        )
+                    }
+                    _ => String::new(),
+                };
                 eprintln!(
-                    "round {round}: {}: {} {:.1} {} (p50 {:.0} µs, p99 {:.0} µs)",
+                    "round {round}: {}: {} {:.1} {} (p50 {:.0} µs, p99 {:.0} µs){counters}",
                     SERVERS[server],
                     row.name(),
                     sample.value,
