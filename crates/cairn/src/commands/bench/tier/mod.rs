@@ -127,7 +127,7 @@ tier's own count of its metadata (Metrics::dram_bytes: the slot table and
 the block maps; the rest is the policy's).
 
 Examples:
-  cairn bench tier                     # every part at full size: about 15 minutes
+  cairn bench tier                     # every part at full size: about 8 minutes
   cairn bench tier --part warm,scan,dram
   cairn bench tier --part warm --cache-size 64MiB --replay 4
   cairn bench tier --part clean --cache-size 64MiB --clean-seconds 10
