@@ -12,8 +12,9 @@ use anyhow::{Context, Result};
 use cairn_store::tier::Metrics;
 use cairn_store::{Device, Volume};
 
+use super::args::TierBenchArgs;
+use super::common::{cache_device_bytes, open, scratch, size_text, the_tier, toml_path};
 use super::fio::{BANDWIDTH_MB_S, LATENCY_US};
-use super::{TierBenchArgs, cache_device_bytes, open, scratch, size_text, the_tier, toml_path};
 use crate::commands::bench::nbd::{fio_job, serve_in_process, wait_for};
 use crate::output::outln;
 

@@ -12,7 +12,8 @@ use cairn_store::Device;
 use cairn_store::tier::Options;
 use cairn_store::tier::open::{Want, open_or_format};
 
-use super::{TierBenchArgs, cache_device_bytes, file, scratch, size_text};
+use super::args::TierBenchArgs;
+use super::common::{cache_device_bytes, file, scratch, size_text};
 use crate::output::outln;
 
 const POLICIES: [&str; 2] = ["s3fifo", "lru"];
@@ -70,7 +71,7 @@ pub(super) fn run(args: &TierBenchArgs, size: u64) -> Result<()> {
     .into();
     let mut rows = Vec::new();
     for policy in POLICIES {
-        let output = Command::new(super::this_binary()?)
+        let output = Command::new(super::common::this_binary()?)
             .args(["--quiet", "bench", "tier", "--part", "dram-child"])
             // glibc keeps freed heap memory resident and, after a large free,
             // serves later large allocations from the heap too: the tier's

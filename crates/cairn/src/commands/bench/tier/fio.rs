@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use cairn_store::Volume;
 use cairn_store::volume::OpenOptions;
 
-use super::TierBenchArgs;
-use super::{room, size_text};
+use super::args::TierBenchArgs;
+use super::common::{room, size_text};
 use crate::commands::bench::nbd::{
     Running, fio_has_nbd, fio_job, median, serve_in_process, wait_for,
 };
@@ -182,7 +182,7 @@ pub(super) fn run(args: &TierBenchArgs, cache: u64) -> Result<()> {
     // The caches.
     let peer = nbdkit_args(&nbdkit_backing, Some(cache));
     let ssd = tmp.path().join("ssd.img");
-    let device = super::cache_device_bytes(cache);
+    let device = super::common::cache_device_bytes(cache);
     let tier = Some((ssd.as_path(), device));
     let spec = cairn_spec(&tmp.path().join("cairn-tier"), &cairn_backing, tier);
     outln!()?;
@@ -207,7 +207,7 @@ pub(super) fn run(args: &TierBenchArgs, cache: u64) -> Result<()> {
             region,
             cache,
             true,
-            super::the_tier(&volume).ok(),
+            super::common::the_tier(&volume).ok(),
         )?;
         drop(servers);
         volume.close().context("closing the volume")?;
@@ -384,7 +384,7 @@ fn measure(
                         let to = tier.metrics();
                         format!(
                             "; the tier: read hit ratio {:.4}, {:.0} read misses a second",
-                            super::hit_ratio(&from, &to),
+                            super::common::hit_ratio(&from, &to),
                             (to.misses - from.misses) as f64 / seconds
                         )
                     }

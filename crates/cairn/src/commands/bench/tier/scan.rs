@@ -12,7 +12,8 @@ use cairn_store::tier::open::{Want, open_or_format};
 use cairn_store::tier::{Metrics, Options, Tier};
 use cairn_trace::generate::{Layout, Pace, ZipfConfig};
 
-use super::{TierBenchArgs, cache_device_bytes, file, hit_ratio, scratch, size_text};
+use super::args::TierBenchArgs;
+use super::common::{cache_device_bytes, file, hit_ratio, scratch, size_text};
 use crate::output::outln;
 
 const ALPHA: f64 = 1.0;

@@ -15,9 +15,8 @@ use cairn_store::{Device, Volume};
 use cairn_trace::Op;
 use cairn_trace::generate::{Layout, Pace, Zipf, ZipfConfig};
 
-use super::{
-    TierBenchArgs, cache_device_bytes, hit_ratio, open, scratch, size_text, the_tier, toml_path,
-};
+use super::args::TierBenchArgs;
+use super::common::{cache_device_bytes, hit_ratio, open, scratch, size_text, the_tier, toml_path};
 use crate::output::outln;
 
 /// The trace's skew, share of writes and seed.
@@ -271,7 +270,7 @@ impl Drop for Killed {
 /// and sends it SIGKILL once it says it replayed. What it measured, and how
 /// it ended.
 fn replay_and_kill(args: &TierBenchArgs, spec_path: &Path) -> Result<(First, String)> {
-    let child = Command::new(super::this_binary()?)
+    let child = Command::new(super::common::this_binary()?)
         .args(["--quiet", "bench", "tier", "--part", "warm-child"])
         .args(["--cache-size", &args.cache_size])
         .args(["--replay", &args.replay.to_string()])
