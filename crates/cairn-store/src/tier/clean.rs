@@ -52,6 +52,11 @@ impl Inner {
     /// held throughout.
     fn write_back_run(&self, list: &mut Vec<(u64, u32)>) -> Result<usize, Fault> {
         let stripes = self.lock_stripes(list.iter().map(|&(b, _)| b));
+        // Each kept slot is pinned (its bucket is not reused) and its CRC
+        // noted under the shard lock: a reclaim may move the block and
+        // forget the slot before it is read, and the pinned data is then
+        // still the block's, but the table no longer has its CRC.
+        let mut crcs = Vec::with_capacity(list.len());
         list.retain(|&(b, slot)| {
             let sh = self.shard(b);
             let current = sh.map.get(&b).is_some_and(|&v| v & !EVICTING == slot);
@@ -59,12 +64,13 @@ impl Inner {
             let keep = current && Self::needs_writeback(word) && word_block(word) == b;
             if keep {
                 self.buckets.pin(slot);
+                crcs.push(self.table.crc(slot));
             }
             keep
         });
         let block = self.block as usize;
         let mut data = IoBuf::zeroed(list.len() * block);
-        let read = self.read_slots(list, &mut data);
+        let read = self.read_slots(list, &crcs, &mut data);
         let written = read.and_then(|()| self.write_runs(list, &data));
         for &(_, slot) in list.iter() {
             self.buckets.unpin(slot);
@@ -89,8 +95,8 @@ impl Inner {
     }
 
     /// Reads the slots of `list` into `data`, neighbouring slots in one
-    /// read, and checks every CRC.
-    fn read_slots(&self, list: &[(u64, u32)], data: &mut [u8]) -> Result<(), Fault> {
+    /// read, and checks each against its CRC in `crcs`.
+    fn read_slots(&self, list: &[(u64, u32)], crcs: &[u32], data: &mut [u8]) -> Result<(), Fault> {
         let block = self.block as usize;
         let mut i = 0;
         while i < list.len() {
@@ -101,8 +107,8 @@ impl Inner {
             self.cache_read(&mut data[i * block..end * block], list[i].1)?;
             i = end;
         }
-        for (i, &(b, slot)) in list.iter().enumerate() {
-            if crc32c(&data[i * block..(i + 1) * block]) != self.table.crc(slot) {
+        for (i, (&(b, slot), &crc)) in list.iter().zip(crcs).enumerate() {
+            if crc32c(&data[i * block..(i + 1) * block]) != crc {
                 Counters::add(&self.counters.errors, 1);
                 return Err(Fault::Cache(DeviceError::Corrupt {
                     op: DeviceOp::Read,
@@ -142,20 +148,28 @@ impl Inner {
         if evicted.is_empty() {
             return Ok(());
         }
-        // Where each one is now (a reclaim may have moved it); one the
-        // policy took back is the cleaner's.
-        let mut list: Vec<(u64, u32)> = evicted
-            .iter()
-            .filter_map(|&(b, _)| {
-                let v = *self.shard(b).map.get(&b)?;
-                (v != LOADING && v & EVICTING != 0).then_some((b, v & !EVICTING))
-            })
-            .collect();
-        self.write_back(&mut list)?;
-        self.backing_flush
-            .flush(&self.backing, self.backing_flush.epoch())
-            .map_err(Fault::Backing)?;
-        self.settle_written()
+        // A few rounds: a reclaim may move one between the look at the map
+        // and the write-back, which then skips it (it moved); the next
+        // round finds it where it went. One the policy took back is the
+        // cleaner's; one still evicting after the rounds is too.
+        for _ in 0..4 {
+            let mut list: Vec<(u64, u32)> = evicted
+                .iter()
+                .filter_map(|&(b, _)| {
+                    let v = *self.shard(b).map.get(&b)?;
+                    (v != LOADING && v & EVICTING != 0).then_some((b, v & !EVICTING))
+                })
+                .collect();
+            if list.is_empty() {
+                break;
+            }
+            self.write_back(&mut list)?;
+            self.backing_flush
+                .flush(&self.backing, self.backing_flush.epoch())
+                .map_err(Fault::Backing)?;
+            self.settle_written()?;
+        }
+        Ok(())
     }
 
     /// After a backing flush: blocks written back up to a durable epoch turn

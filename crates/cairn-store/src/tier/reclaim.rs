@@ -78,18 +78,23 @@ impl Inner {
         let n = self.buckets.bucket_blocks();
         let block = self.block as usize;
         let first = victim * n;
+        // The table first, then the data: a slot valid now holds its data
+        // already (data is written before it is installed) and keeps it
+        // (the bucket is not reopened while it is being reclaimed); a slot
+        // installed after this look is left for another reclaim.
+        let words: Vec<(u64, u32)> = (first..first + n)
+            .map(|slot| (self.table.word(slot), self.table.crc(slot)))
+            .collect();
         let mut data = IoBuf::zeroed(n as usize * block);
         self.cache_read(&mut data, first)?;
         let mut live = Vec::new();
         let mut moving = IoBuf::zeroed(n as usize * block);
-        for k in 0..n {
+        for (k, &(word, crc)) in (0..n).zip(&words) {
             let slot = first + k;
-            let word = self.table.word(slot);
             if word & WORD_VALID == 0 {
                 continue;
             }
             let bytes = &data[k as usize * block..(k as usize + 1) * block];
-            let crc = self.table.crc(slot);
             if crc32c(bytes) != crc {
                 self.corrupt_in_reclaim(word_block(word), slot, word)?;
                 continue;

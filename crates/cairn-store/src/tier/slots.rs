@@ -326,10 +326,12 @@ impl Buckets {
         );
         if before == 1 {
             let mut a = self.lock();
-            if matches!(
-                a.state[bucket],
-                BucketState::Sealed | BucketState::Reclaiming
-            ) && self.live[bucket].load(Ordering::Acquire) == 0
+            // A bucket being reclaimed is freed by its reclaimer
+            // ([`Buckets::unreclaim`]): reopened under it, a slot it read
+            // could be written again, even for the same block, before it
+            // moves that block (an old copy moved over the new).
+            if a.state[bucket] == BucketState::Sealed
+                && self.live[bucket].load(Ordering::Acquire) == 0
             {
                 a.state[bucket] = BucketState::Free;
                 let need = self.released[bucket].load(Ordering::Acquire);
@@ -373,11 +375,19 @@ impl Buckets {
         Some(bucket)
     }
 
-    /// A reclaim that stopped before its bucket emptied: sealed again.
+    /// A reclaim is over: its bucket is free if nothing in it is live,
+    /// else sealed again (to be picked another time).
     pub(super) fn unreclaim(&self, bucket: u32) {
         let mut a = self.lock();
-        if a.state[bucket as usize] == BucketState::Reclaiming {
-            a.state[bucket as usize] = BucketState::Sealed;
+        let b = bucket as usize;
+        if a.state[b] == BucketState::Reclaiming {
+            if self.live[b].load(Ordering::Acquire) == 0 {
+                a.state[b] = BucketState::Free;
+                let need = self.released[b].load(Ordering::Acquire);
+                a.free.push_back((bucket, need));
+            } else {
+                a.state[b] = BucketState::Sealed;
+            }
         }
     }
 
@@ -494,6 +504,19 @@ mod tests {
         b.release(0, 0);
         b.release(2, 0);
         b.release(3, 0);
-        assert_eq!(b.free_count(), 1, "a reclaiming bucket frees when emptied");
+        assert_eq!(
+            b.free_count(),
+            0,
+            "a bucket being reclaimed is not freed under its reclaimer"
+        );
+        b.unreclaim(0);
+        assert_eq!(b.free_count(), 1, "its reclaimer frees it, emptied");
+        b.unreclaim(1);
+        assert_eq!(
+            b.free_count(),
+            1,
+            "a bucket with live slots is sealed again"
+        );
+        assert_eq!(b.pick_victim(&[]), Some(1));
     }
 }
