@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::format::{WORD_DIRTY, WORD_VALID};
 use super::metrics::{Counters, Metrics};
-use super::shard::{EVICTING, LOADING, slot_of};
+use super::shard::{EVICTING, Evicted, LOADING, slot_of};
 use super::slots::{WORD_WRITTEN, word_block};
 use super::{CHUNK_BLOCKS, FAILED, FAILING, Fault, HEALTHY, Inner};
 use crate::codec::crc32c;
@@ -140,6 +140,40 @@ impl Inner {
             i = end;
         }
         Ok(())
+    }
+
+    /// Runs `each` over the chunks of a request of `blocks` blocks from
+    /// `first` on (the block, the chunk's byte range in the request's
+    /// buffer, the victims it evicts). Dirty victims hold their slots until
+    /// written back: a chunk's go before the next chunk needs room, and
+    /// they are written back even when a chunk failed.
+    pub(super) fn in_chunks(
+        &self,
+        first: u64,
+        blocks: usize,
+        mut each: impl FnMut(u64, std::ops::Range<usize>, &mut Vec<Evicted>) -> Result<(), Fault>,
+    ) -> Result<(), Fault> {
+        let block = self.block as usize;
+        let mut evicted = Vec::new();
+        let mut result = Ok(());
+        for start in (0..blocks).step_by(CHUNK_BLOCKS) {
+            let end = (start + CHUNK_BLOCKS).min(blocks);
+            result = each(
+                first + start as u64,
+                start * block..end * block,
+                &mut evicted,
+            );
+            if result.is_err() {
+                break;
+            }
+            result = self.write_back_evicted(&evicted);
+            evicted.clear();
+            if result.is_err() {
+                break;
+            }
+        }
+        let written = self.write_back_evicted(&evicted);
+        result.and(written)
     }
 
     /// The policy's dirty victims: written back, the backing device flushed,

@@ -34,25 +34,9 @@ impl Inner {
         let block = self.block as usize;
         let n = buf.len() / block;
         let bypass = self.cutoff.bypass(first, first + n as u64);
-        let mut evicted = Vec::new();
-        let mut result = Ok(());
-        for (index, chunk) in buf.chunks_mut(CHUNK_BLOCKS * block).enumerate() {
-            let at = first + (index * CHUNK_BLOCKS) as u64;
-            result = self.read_chunk(at, chunk, bypass, &mut evicted);
-            if result.is_err() {
-                break;
-            }
-            // Dirty victims hold their slots until written back: a chunk's
-            // go before the next chunk needs room.
-            result = self.write_back_evicted(&evicted);
-            evicted.clear();
-            if result.is_err() {
-                break;
-            }
-        }
-        // Evicted dirty blocks are written back even if the read failed.
-        let written = self.write_back_evicted(&evicted);
-        result.and(written)
+        self.in_chunks(first, n, |at, range, evicted| {
+            self.read_chunk(at, &mut buf[range], bypass, evicted)
+        })
     }
 
     fn read_chunk(

@@ -17,27 +17,11 @@ impl Inner {
         let block = self.block as usize;
         let n = data.len() / block;
         let bypass = self.cutoff.bypass(first, first + n as u64);
-        let mut evicted = Vec::new();
-        let mut result = Ok(());
-        for (index, chunk) in data.chunks(CHUNK_BLOCKS * block).enumerate() {
-            let at = first + (index * CHUNK_BLOCKS) as u64;
-            let count = (chunk.len() / block) as u64;
-            let stripes = self.lock_stripes(at..at + count);
-            result = self.write_chunk(at, chunk, bypass, &mut evicted);
-            drop(stripes);
-            if result.is_err() {
-                break;
-            }
-            // Dirty victims hold their slots until written back: a chunk's
-            // go before the next chunk needs room.
-            result = self.write_back_evicted(&evicted);
-            evicted.clear();
-            if result.is_err() {
-                break;
-            }
-        }
-        let written = self.write_back_evicted(&evicted);
-        result.and(written)
+        self.in_chunks(first, n, |at, range, evicted| {
+            let count = (range.len() / block) as u64;
+            let _stripes = self.lock_stripes(at..at + count);
+            self.write_chunk(at, &data[range], bypass, evicted)
+        })
     }
 
     /// Writes part of one block: read it, patch it, write it whole.
