@@ -62,6 +62,28 @@ pub enum FormatError {
     },
 }
 
+/// Whether `size` is a block size a superblock may name: a power of two
+/// from 512 bytes to 64 KiB.
+pub(crate) const fn valid_block_size(size: u32) -> bool {
+    size.is_power_of_two() && 512 <= size && size <= 65_536
+}
+
+/// The end of an fsck report, the same for every image kind: "clean: no
+/// problem found", or the count and one indented line per problem.
+pub(crate) fn fmt_problems(
+    f: &mut std::fmt::Formatter<'_>,
+    problems: &[String],
+) -> std::fmt::Result {
+    if problems.is_empty() {
+        return f.write_str("clean: no problem found");
+    }
+    writeln!(f, "{} problems:", problems.len())?;
+    for p in problems {
+        writeln!(f, "  {p}")?;
+    }
+    Ok(())
+}
+
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     let mut x = [0u8; 4];
     x.copy_from_slice(&b[at..at + 4]);

@@ -139,15 +139,7 @@ impl fmt::Display for Report {
             m.device_flushes,
             m.recoveries
         )?;
-        if self.problems.is_empty() {
-            write!(f, "clean: no problem found")
-        } else {
-            writeln!(f, "{} problems:", self.problems.len())?;
-            for p in &self.problems {
-                writeln!(f, "  {p}")?;
-            }
-            Ok(())
-        }
+        crate::codec::fmt_problems(f, &self.problems)
     }
 }
 

@@ -51,7 +51,9 @@ const MAP_ENTRY: usize = 24;
 /// Bytes per usage entry: live blocks (4), reserved (4), last write sequence (8).
 const USAGE_ENTRY: usize = 16;
 
-use crate::codec::{CHECKED, check, put_u32, put_u64, reserved_zero, seal, u32_at, u64_at};
+use crate::codec::{
+    CHECKED, check, put_u32, put_u64, reserved_zero, seal, u32_at, u64_at, valid_block_size,
+};
 pub use crate::codec::{FormatError, crc32c};
 
 /// The image's geometry, fixed at format time.
@@ -102,7 +104,7 @@ impl Geometry {
             what: "geometry",
             reason,
         };
-        if !self.block_size.is_power_of_two() || !(512..=65_536).contains(&self.block_size) {
+        if !valid_block_size(self.block_size) {
             return Err(invalid(format!(
                 "block_size {} is not a power of two from 512 to 65536",
                 self.block_size
@@ -179,11 +181,7 @@ pub fn superblock_block_size(first: &[u8]) -> u32 {
         return 512;
     }
     let size = u32_at(first, 12);
-    if size.is_power_of_two() && (512..=65_536).contains(&size) {
-        size
-    } else {
-        512
-    }
+    if valid_block_size(size) { size } else { 512 }
 }
 
 /// Decodes a superblock; `b` is the image's first block (its size is read
@@ -199,7 +197,7 @@ pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
     }
     let block_size = u32_at(b, 12);
     let size = usize::try_from(block_size).unwrap_or(usize::MAX);
-    if !block_size.is_power_of_two() || !(512..=65_536).contains(&block_size) || b.len() < size {
+    if !valid_block_size(block_size) || b.len() < size {
         // Judge the magic first, so a foreign image says so.
         let mut found = [0u8; 8];
         found.copy_from_slice(&b[..8]);

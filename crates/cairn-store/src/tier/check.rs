@@ -243,15 +243,7 @@ impl fmt::Display for Report {
         }
         self.fmt_journal(f)?;
         self.fmt_table(f)?;
-        if self.problems.is_empty() {
-            write!(f, "clean: no problem found")
-        } else {
-            writeln!(f, "{} problems:", self.problems.len())?;
-            for p in &self.problems {
-                writeln!(f, "  {p}")?;
-            }
-            Ok(())
-        }
+        crate::codec::fmt_problems(f, &self.problems)
     }
 }
 

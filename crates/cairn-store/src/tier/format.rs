@@ -34,6 +34,7 @@
 
 use crate::codec::{
     CHECKED, FormatError, check, put_u32, put_u64, reserved_zero, seal, u32_at, u64_at,
+    valid_block_size,
 };
 
 /// Format version written by this code.
@@ -176,7 +177,7 @@ impl Geometry {
             what: "tier geometry (invariant 2)",
             reason,
         };
-        if !self.block_size.is_power_of_two() || !(512..=65_536).contains(&self.block_size) {
+        if !valid_block_size(self.block_size) {
             return Err(invalid(format!(
                 "block_size {} is not a power of two from 512 to 65536",
                 self.block_size
@@ -254,7 +255,7 @@ pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
         });
     }
     let block_size = u32_at(b, 12);
-    let size = if block_size.is_power_of_two() && (512..=65_536).contains(&block_size) {
+    let size = if valid_block_size(block_size) {
         block_size as usize
     } else {
         b.len()

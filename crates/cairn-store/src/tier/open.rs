@@ -179,7 +179,7 @@ pub fn format(
 ) -> Result<Tier, TierError> {
     let layout = want.layout;
     let b = layout.block_size;
-    if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
+    if !crate::codec::valid_block_size(b) {
         return Err(TierError::Setting {
             setting: Setting::BlockSize,
             message: format!("block_size {b} is not a power of two from 512 to 65536"),

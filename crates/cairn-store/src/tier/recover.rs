@@ -72,7 +72,7 @@ pub(super) fn read_superblock(cache: &dyn Device) -> Result<Option<Superblock>, 
     if first[..8] != super::format::SUPERBLOCK_MAGIC {
         return Ok(None);
     }
-    let bs = u32::from_le_bytes([first[12], first[13], first[14], first[15]]) as usize;
+    let bs = crate::codec::u32_at(&first, 12) as usize;
     if bs > first.len() && bs <= 65_536 && (bs as u64) <= cache.len() {
         first = IoBuf::zeroed(bs);
         cache.read_at(&mut first, 0)?;

@@ -26,7 +26,8 @@ impl Inner {
 
     /// Writes part of one block: read it, patch it, write it whole.
     pub(super) fn write_partial(&self, b: u64, within: usize, bytes: &[u8]) -> Result<(), Fault> {
-        let mut whole = vec![0u8; self.block as usize];
+        // Aligned: the cache device's read and write need no bounce buffer.
+        let mut whole = crate::device::IoBuf::zeroed(self.block as usize);
         let mut evicted = Vec::new();
         let stripes = self.lock_stripes(std::iter::once(b));
         let mut result = self.read_one(b, &mut whole);

@@ -236,7 +236,7 @@ fn check_ntl(field: &dyn Fn(&str) -> String, n: &NtlSpec) -> Result<(), VolumeEr
 /// A log disk's geometry, then its tunables.
 fn check_log(field: &dyn Fn(&str) -> String, l: &LogSpec) -> Result<(), VolumeError> {
     let b = l.block_size.get();
-    if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
+    if !u32::try_from(b).is_ok_and(crate::codec::valid_block_size) {
         return Err(VolumeError::new(
             field("block_size"),
             format!("{b} is not a power of two from 512 to 64KiB"),
@@ -311,7 +311,7 @@ fn check_log_tunables(field: &dyn Fn(&str) -> String, l: &LogSpec) -> Result<(),
 /// device is formatted with (the tier checks it again then).
 fn check_tier(field: &dyn Fn(&str) -> String, t: &TierSpec) -> Result<(), VolumeError> {
     let b = t.block_size.get();
-    if !b.is_power_of_two() || !(512..=65_536).contains(&b) {
+    if !u32::try_from(b).is_ok_and(crate::codec::valid_block_size) {
         return Err(VolumeError::new(
             field("block_size"),
             format!("{} is not a power of two from 512 to 64KiB", t.block_size),
