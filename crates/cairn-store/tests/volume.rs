@@ -4,23 +4,15 @@
 //! that name the field.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
+
+use common::volume::{open, parse, parse_error};
 
 use cairn_policy::PolicyConfig;
 use cairn_store::Device;
 use cairn_store::volume::{DeviceSpec, OpenOptions, Volume, VolumeSpec};
-
-fn parse(text: &str) -> VolumeSpec {
-    toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-fn parse_error(text: &str) -> String {
-    toml::from_str::<VolumeSpec>(text).unwrap_err().to_string()
-}
-
-fn open(spec: &VolumeSpec, base: &Path) -> Result<Volume, String> {
-    Volume::open(spec, base, &OpenOptions::default()).map_err(|e| e.to_string())
-}
 
 /// A log disk over a file, NV cache in the data directory (not /dev/shm, so
 /// tests never share one).

@@ -8,24 +8,14 @@
 //! over a log disk, over a throttled device, over a file).
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
+
+use common::volume::{open, parse, parse_error};
 
 use cairn_store::Device;
 use cairn_store::tier::open::{Probe, probe};
 use cairn_store::volume::{DeviceSpec, OpenOptions, TierMode, Volume, VolumeSpec};
 use cairn_store::{FileDevice, device::FileOptions};
-
-fn parse(text: &str) -> VolumeSpec {
-    toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
-}
-
-fn parse_error(text: &str) -> String {
-    toml::from_str::<VolumeSpec>(text).unwrap_err().to_string()
-}
-
-fn open(spec: &VolumeSpec, base: &Path) -> Result<Volume, String> {
-    Volume::open(spec, base, &OpenOptions::default()).map_err(|e| e.to_string())
-}
 
 /// A tier over a 16 MiB file, its cache an 8 MiB file (64 KiB buckets),
 /// with `extra` lines in its table.

@@ -4,6 +4,7 @@
 
 pub mod logdisk;
 pub mod tier;
+pub mod volume;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};

@@ -110,7 +110,7 @@ pub(super) fn run(args: &TierBenchArgs, size: u64) -> Result<()> {
     }
     crate::output::table(&mut crate::output::stdout(), &header, &rows)?;
     outln!(
-        "dram: Open CAS needs about {OCF_BYTES:.0} bytes a 4 KiB block ({:.2} %)",
+        "dram: Open CAS needs about {OCF_BYTES:.0} bytes a 4 KiB block ({:.2} %; open-cas-linux #410, quoted, not run here)",
         OCF_BYTES / 4096.0 * 100.0
     )?;
     Ok(())
