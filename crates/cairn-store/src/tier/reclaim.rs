@@ -87,20 +87,20 @@ impl Inner {
             .collect();
         let mut data = IoBuf::zeroed(n as usize * block);
         self.cache_read(&mut data, first)?;
+        // The live blocks are gathered at the front of `data` (each moves
+        // down or stays: the k-th live block comes from slot k or later).
         let mut live = Vec::new();
-        let mut moving = IoBuf::zeroed(n as usize * block);
         for (k, &(word, crc)) in (0..n).zip(&words) {
             let slot = first + k;
             if word & WORD_VALID == 0 {
                 continue;
             }
-            let bytes = &data[k as usize * block..(k as usize + 1) * block];
-            if crc32c(bytes) != crc {
+            let from = k as usize * block;
+            if crc32c(&data[from..from + block]) != crc {
                 self.corrupt_in_reclaim(word_block(word), slot, word)?;
                 continue;
             }
-            let at = live.len() * block;
-            moving[at..at + block].copy_from_slice(bytes);
+            data.copy_within(from..from + block, live.len() * block);
             live.push(Live {
                 block: word_block(word),
                 slot,
@@ -112,7 +112,7 @@ impl Inner {
         while i < live.len() {
             let (to, count) = self.allocate((live.len() - i) as u32, true)?;
             let count = count as usize;
-            self.cache_write(&moving[i * block..(i + count) * block], to)?;
+            self.cache_write(&data[i * block..(i + count) * block], to)?;
             for (k, l) in live[i..i + count].iter().enumerate() {
                 self.relocate(l, to + k as u32)?;
             }
