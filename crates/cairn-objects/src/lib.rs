@@ -12,6 +12,8 @@
 //! - [`Retrying`]: wraps any store and retries what the store said is
 //!   retryable, with capped exponential backoff and full jitter, up to a
 //!   deadline, logging the outage and its end.
+//! - [`Lease`]: one writer per volume, by conditional create, with a
+//!   generation that fences a writer that lost it.
 //! - [`Metered`]: wraps any store and counts requests and bytes (the object
 //!   tier's write amplification and requests per GiB).
 //!
@@ -21,6 +23,7 @@
 
 mod error;
 mod faulty;
+pub mod lease;
 mod mem;
 mod metered;
 mod retry;
@@ -28,6 +31,7 @@ mod s3;
 
 pub use error::{ObjectError, Op};
 pub use faulty::{Fault, FaultyStore};
+pub use lease::{Lease, LeaseError, LeaseRecord, LeaseState};
 pub use mem::MemStore;
 pub use metered::{Metered, StoreCounts};
 pub use retry::{RetryPolicy, Retrying};
