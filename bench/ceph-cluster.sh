@@ -26,12 +26,13 @@
 # with --no-install-recommends by test.sh; this script installs nothing) and curl.
 #
 # What it sets and why (measured on Debian 12, Ceph 16.2.15, 2 vCPUs): the mon's
-# paxos propose interval 0.05 s (the default 1 s makes each map change, so the
-# start, ~3x slower); `ms mon client mode = crc` for radosgw (it asks for
-# "secure", which auth "none" cannot give: it loops on error -13); beast's
-# tcp_nodelay (else a keep-alive ranged GET waits ~40 ms for the delayed ACK);
-# the first bucket and object create RGW's pools (~2 s each), so the start does
-# one of each. Daemons run in the foreground (-f) under setsid, so `$!` is the
+# paxos propose interval 0.05 s (with the default 1 s every map change waits,
+# and the start takes 22 s instead of 2-3 s); `ms mon client mode = crc` for
+# radosgw (it asks for "secure", which auth "none" cannot give: it loops on
+# error -13); beast's tcp_nodelay (else a keep-alive ranged GET waits ~40 ms for
+# the delayed ACK); no lifecycle thread (it makes radosgw's TERM take 10 s). The
+# first bucket and the first object create RGW's pools (0.2 s each here, 2-3 s
+# with the default paxos interval), so the start does one of each. Daemons run in the foreground (-f) under setsid, so `$!` is the
 # daemon's own PID; a stopped daemon may stay a zombie (state Z) a while where
 # PID 1 reaps late: it counts as dead.
 set -euo pipefail
