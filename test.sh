@@ -6,6 +6,10 @@
 # the fuzz smoke. It needs a nightly toolchain and cargo-fuzz, which it installs
 # when missing (a skip is printed if that is impossible; the stable
 # readers_never_panic property tests run regardless).
+# The tests run beside a single-node Ceph (bench/ceph-cluster.sh: mon, memstore
+# OSD, radosgw with S3) started once, in a temporary directory, and stopped at
+# exit; CAIRN_TEST_S3_ENDPOINT already set means a cluster of yours (with the
+# other CAIRN_TEST_S3_* / CAIRN_TEST_CEPH_* variables): none is started.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,10 +29,29 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 # ext4 through nbdfuse + loop mount (crates/cairn/tests/serve_ext4.rs).
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v mkfs.ext4 >/dev/null || [ -x /usr/sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
+if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_apt[*]}" >&2
-  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  apt_updated=1
+fi
+# Ceph for the S3 and RADOS tests (no recommends: 66 MB, no mgr). Without it
+# those tests skip, saying why.
+ceph=0
+if [ -z "${CAIRN_TEST_S3_ENDPOINT:-}" ]; then
+  ceph=1
+  for b in ceph-mon ceph-osd radosgw ceph; do command -v $b >/dev/null || ceph=0; done
+  if [ $ceph = 0 ]; then
+    echo "test.sh: installing ceph-mon ceph-osd radosgw ceph-common" >&2
+    if { [ $apt_updated = 1 ] || $SUDO apt-get update -qq; } &&
+      $SUDO apt-get install -y -qq --no-install-recommends \
+        ceph-mon ceph-osd radosgw ceph-common >/dev/null; then
+      ceph=1
+    else
+      echo "== ceph: skipped (apt-get cannot install it); the S3 and RADOS tests will skip" >&2
+    fi
+  fi
 fi
 if ! command -v cargo >/dev/null; then
   echo "test.sh: cargo not found; install Rust with rustup (the toolchain is pinned in rust-toolchain.toml)" >&2
@@ -51,10 +74,34 @@ if [ $quick = 0 ]; then
     --allow cairn-policy::config --allow cairn-policy::dual
 fi
 
+# One cluster for the whole run; its daemons run in sessions of their own, so
+# only this trap stops them (after a failure or ^C too). Logs are kept when a
+# step failed.
+ceph_dir=
+stop_ceph() {
+  [ -n "$ceph_dir" ] || return 0
+  bench/ceph-cluster.sh stop "$ceph_dir" || true
+  if [ "$1" = 0 ]; then rm -rf "$ceph_dir"; else echo "test.sh: Ceph's logs are in $ceph_dir/log" >&2; fi
+  ceph_dir=
+}
+if [ -n "${CAIRN_TEST_S3_ENDPOINT:-}" ]; then
+  echo "== ceph: the cluster at $CAIRN_TEST_S3_ENDPOINT (CAIRN_TEST_S3_ENDPOINT is set)" >&2
+elif [ $ceph = 1 ]; then
+  echo "== ceph: a single-node cluster for the S3 and RADOS tests (bench/ceph-cluster.sh)" >&2
+  ceph_dir=$(mktemp -d)
+  trap 'stop_ceph $?' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  bench/ceph-cluster.sh start "$ceph_dir"
+  # shellcheck disable=SC1091 # written by the start above
+  . "$ceph_dir/env"
+fi
+
 echo "== cargo test (cairn-store's strict_assert! checked in release: feature strict-assertions)" >&2
 cargo test --workspace --locked --release --features cairn-store/strict-assertions
 echo "== cargo test: block cache under shuttle's randomized scheduler" >&2
 cargo test --locked --release -p cairn-store --features shuttle --test cache_shuttle
+stop_ceph 0
 
 fuzz_smoke() {
   local seconds=${CAIRN_FUZZ_SECONDS:-5}
