@@ -153,6 +153,37 @@ pub fn this_holder() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
+/// Whether `holder` names a process of this host that no longer runs (a
+/// server killed or crashed here): its lease can be taken without waiting
+/// for its requests, which died with it. A PID reused by another process
+/// reads as alive (the safe side).
+pub fn holder_is_dead_here(holder: &str) -> bool {
+    let mine = this_holder();
+    let Some((host, _)) = mine.rsplit_once(" pid ") else {
+        return false;
+    };
+    let Some((their_host, pid)) = holder.rsplit_once(" pid ") else {
+        return false;
+    };
+    their_host == host
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|pid| pid != std::process::id() && !running(pid))
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie (an exited
+/// process its parent has not reaped yet).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
 /// Why a lease was not taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {

@@ -28,6 +28,7 @@ mod mem;
 mod metered;
 mod retry;
 mod s3;
+pub mod testing;
 
 pub use error::{ObjectError, Op};
 pub use faulty::{Fault, FaultyStore};

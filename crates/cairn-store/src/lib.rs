@@ -30,6 +30,7 @@ pub mod device;
 pub mod limits;
 pub mod logdisk;
 pub mod ntl;
+pub mod objdisk;
 pub mod tier;
 pub mod volume;
 

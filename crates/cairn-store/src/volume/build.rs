@@ -88,7 +88,95 @@ impl Builder<'_> {
             DeviceSpec::Log(l) => self.log(name, &field, l),
             DeviceSpec::Cache(c) => self.cache(name, &field, c),
             DeviceSpec::Tier(t) => self.tier(name, &field, t),
+            DeviceSpec::Objects(o) => self.objects(name, &field, o),
         }
+    }
+
+    /// An object volume: the S3 client (keys from the environment), retries
+    /// for `retry_for` seconds, the disk opened (lease, recovery, fence,
+    /// checkpoint) or created.
+    fn objects(
+        &mut self,
+        name: &str,
+        field: &str,
+        o: &super::spec::ObjectsSpec,
+    ) -> Result<Built, VolumeError> {
+        use crate::objdisk::{ObjectDisk, ObjectDiskOptions};
+        use cairn_objects::{RetryPolicy, Retrying, S3Config, S3Store};
+        if self.read_only {
+            return Err(VolumeError::new(
+                field,
+                "an object volume cannot be served read-only yet (it would take the writer's lease)",
+            ));
+        }
+        let key = |var: &str, what: &str| {
+            std::env::var(var).map_err(|_| {
+                VolumeError::new(
+                    field,
+                    format!("the {what} is read from ${var}, which is not set"),
+                )
+            })
+        };
+        let config = S3Config {
+            endpoint: o.endpoint.clone(),
+            bucket: o.bucket.clone(),
+            region: o.region.clone(),
+            access_key: key(&o.access_key_env, "access key")?,
+            secret_key: key(&o.secret_key_env, "secret key")?,
+            timeout: std::time::Duration::from_secs(o.request_timeout),
+        };
+        let s3 = S3Store::new(&config)
+            .map_err(|e| VolumeError::new(format!("{field}.endpoint"), e.to_string()))?;
+        let store = Arc::new(Retrying::new(
+            s3,
+            RetryPolicy {
+                deadline: Some(std::time::Duration::from_secs(o.retry_for)),
+                ..RetryPolicy::default()
+            },
+        ));
+        let options = ObjectDiskOptions {
+            prefix: o
+                .prefix
+                .clone()
+                .unwrap_or_else(|| format!("volumes/{name}/")),
+            size: o.size.map_or(0, Bytes::get),
+            block_size: o.block_size.get() as u32,
+            object_size: o.object_size.get() as u32,
+            uploaders: o.uploaders,
+            checkpoint_every: o.checkpoint_every,
+            force_takeover: o.force_takeover,
+            takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
+            ..ObjectDiskOptions::default()
+        };
+        let disk = Arc::new(
+            ObjectDisk::open(store, &options)
+                .map_err(|e| VolumeError::new(field, e.to_string()))?,
+        );
+        let r = disk.report();
+        let line = format!(
+            "{field}: object volume {}: generation {}, through segment {} ({} rolled forward, {} objects deleted), {} blocks mapped",
+            disk.describe(),
+            r.generation,
+            r.sequence,
+            r.rolled,
+            r.deleted,
+            r.mapped
+        );
+        if r.rolled > 0 {
+            self.warnings
+                .push(format!("{line}; the last writer did not stop cleanly"));
+        } else {
+            self.notes.push(line);
+        }
+        self.layers.push(OpenLayer::Objects {
+            name: name.to_owned(),
+            disk: Arc::clone(&disk),
+        });
+        Ok(Built {
+            device: disk,
+            leaves: vec![Leaf::Used(format!("the object volume device.{name}"))],
+            placement: None,
+        })
     }
 
     fn throttled(&mut self, t: &ThrottledSpec) -> Result<Built, VolumeError> {

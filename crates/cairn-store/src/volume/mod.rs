@@ -156,7 +156,7 @@ impl Volume {
     pub fn tiers(&self) -> impl Iterator<Item = (&str, &Tier)> {
         self.layers.iter().filter_map(|layer| match layer {
             OpenLayer::Tier(t) => Some((t.name.as_str(), &*t.tier)),
-            OpenLayer::Log(_) => None,
+            OpenLayer::Log(_) | OpenLayer::Objects { .. } => None,
         })
     }
 
@@ -200,6 +200,12 @@ impl Volume {
                 OpenLayer::Log(log) if !log.read_only => close_log(log)?,
                 OpenLayer::Log(_) => {}
                 OpenLayer::Tier(tier) => close_tier(tier)?,
+                OpenLayer::Objects { name, disk } => disk.close().map_err(|e| {
+                    VolumeError::new(
+                        format!("device.{name}"),
+                        format!("closing the object volume: {e}"),
+                    )
+                })?,
             }
         }
         Ok(())

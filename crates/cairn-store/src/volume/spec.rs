@@ -135,6 +135,8 @@ pub enum DeviceSpec {
     Cache(CacheSpec),
     /// A persistent cache tier: a cache device in front of a backing device.
     Tier(TierSpec),
+    /// A log-structured volume whose segments are objects in an S3 store.
+    Objects(ObjectsSpec),
 }
 
 impl DeviceSpec {
@@ -150,6 +152,7 @@ impl DeviceSpec {
             Self::Log(_) => "log",
             Self::Cache(_) => "cache",
             Self::Tier(_) => "tier",
+            Self::Objects(_) => "objects",
         }
     }
 
@@ -172,7 +175,7 @@ impl DeviceSpec {
     /// names it (`over`, `parts`, `cache`).
     pub fn references(&self) -> Vec<(&'static str, &str)> {
         match self {
-            Self::File(_) | Self::Memory(_) | Self::Ntl(_) => Vec::new(),
+            Self::File(_) | Self::Memory(_) | Self::Ntl(_) | Self::Objects(_) => Vec::new(),
             Self::Throttled(t) => vec![("over", t.over.as_str())],
             Self::Log(l) => vec![("over", l.over.as_str())],
             Self::Cache(c) => vec![("over", c.over.as_str())],
@@ -654,6 +657,99 @@ impl From<CacheWriteMode> for crate::cache::WriteMode {
             CacheWriteMode::Allocate => Self::Allocate,
         }
     }
+}
+
+/// `kind = "objects"`: a log-structured volume in an S3-compatible object
+/// store ([`ObjectDisk`](crate::objdisk::ObjectDisk)): segments and
+/// checkpoints are immutable objects under `prefix` in `bucket`, one writer
+/// at a time by lease. The keys come from the environment variables named
+/// by `access_key_env` and `secret_key_env`, never from the spec.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectsSpec {
+    /// The store's URL: `http://127.0.0.1:7480` (Ceph RGW), `https://…`.
+    pub endpoint: String,
+    /// The bucket; it must exist.
+    pub bucket: String,
+    /// Key prefix of the volume's objects, ending in `/`. Default
+    /// `volumes/<device name>/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// The SigV4 region. Default `us-east-1`.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// The volume's size, to create it when the prefix holds none; without
+    /// it the volume must exist. An existing volume of another size is
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Bytes>,
+    /// Data bytes of a full segment object, to create the volume. Default
+    /// 8MiB.
+    #[serde(default = "default_object_size")]
+    pub object_size: Bytes,
+    /// Block size, to create the volume. Default 4KiB.
+    #[serde(default = "default_block")]
+    pub block_size: Bytes,
+    /// Parallel uploads. Default 4.
+    #[serde(default = "default_uploaders")]
+    pub uploaders: usize,
+    /// Segments between checkpoints. Default 64.
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: u64,
+    /// Environment variable holding the access key. Default
+    /// `AWS_ACCESS_KEY_ID`.
+    #[serde(default = "default_access_key_env")]
+    pub access_key_env: String,
+    /// Environment variable holding the secret key. Default
+    /// `AWS_SECRET_ACCESS_KEY`.
+    #[serde(default = "default_secret_key_env")]
+    pub secret_key_env: String,
+    /// Seconds one request may take. Default 30.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: u64,
+    /// Seconds a failing request is retried (backoff with jitter) before
+    /// the write or read fails. Default 120.
+    #[serde(default = "default_retry_for")]
+    pub retry_for: u64,
+    /// Take the volume over from a server that holds its lease (crashed, or
+    /// gone for good). That server's writes after the takeover are void.
+    /// Default false.
+    #[serde(default)]
+    pub force_takeover: bool,
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+fn default_object_size() -> Bytes {
+    Bytes(u64::from(
+        crate::objdisk::ObjectDiskOptions::default().object_size,
+    ))
+}
+
+fn default_uploaders() -> usize {
+    crate::objdisk::ObjectDiskOptions::default().uploaders
+}
+
+fn default_checkpoint_every() -> u64 {
+    crate::objdisk::ObjectDiskOptions::default().checkpoint_every
+}
+
+fn default_access_key_env() -> String {
+    "AWS_ACCESS_KEY_ID".into()
+}
+
+fn default_secret_key_env() -> String {
+    "AWS_SECRET_ACCESS_KEY".into()
+}
+
+fn default_request_timeout() -> u64 {
+    30
+}
+
+fn default_retry_for() -> u64 {
+    120
 }
 
 /// `kind = "tier"`: a persistent cache tier ([`Tier`](crate::tier::Tier)): a

@@ -71,4 +71,9 @@ pub(super) struct OpenTier {
 pub(super) enum OpenLayer {
     Log(OpenLog),
     Tier(OpenTier),
+    /// An object volume: closed to release its lease and checkpoint.
+    Objects {
+        name: String,
+        disk: Arc<crate::objdisk::ObjectDisk>,
+    },
 }

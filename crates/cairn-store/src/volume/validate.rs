@@ -167,7 +167,73 @@ fn check_device(name: &str, device: &DeviceSpec) -> Result<(), VolumeError> {
             .map(|_| ())
             .map_err(|e| cache_error(name, &e)),
         DeviceSpec::Tier(t) => check_tier(&field, t),
+        DeviceSpec::Objects(o) => check_objects(&field, o),
     }
+}
+
+/// An object volume's geometry and where it lives (the store itself is
+/// asked only at open).
+fn check_objects(
+    field: &dyn Fn(&str) -> String,
+    o: &super::spec::ObjectsSpec,
+) -> Result<(), VolumeError> {
+    if !(o.endpoint.starts_with("http://") || o.endpoint.starts_with("https://")) {
+        return Err(VolumeError::new(
+            field("endpoint"),
+            format!("{:?} is not an http:// or https:// URL", o.endpoint),
+        ));
+    }
+    if o.bucket.is_empty() {
+        return Err(VolumeError::new(field("bucket"), "is empty"));
+    }
+    if o.prefix
+        .as_ref()
+        .is_some_and(|p| p.is_empty() || !p.ends_with('/') || p.starts_with('/'))
+    {
+        return Err(VolumeError::new(
+            field("prefix"),
+            "must end in / and not start with one (volumes/vm1/)",
+        ));
+    }
+    let b = o.block_size.get();
+    if !u32::try_from(b).is_ok_and(crate::codec::valid_block_size) {
+        return Err(VolumeError::new(
+            field("block_size"),
+            format!("{} is not a power of two from 512 to 64KiB", o.block_size),
+        ));
+    }
+    let obj = o.object_size.get();
+    if !obj.is_multiple_of(b) || obj < b || obj > 1 << 30 {
+        return Err(VolumeError::new(
+            field("object_size"),
+            format!(
+                "{} is not a multiple of the block size {} up to 1GiB",
+                o.object_size, o.block_size
+            ),
+        ));
+    }
+    if let Some(size) = o.size {
+        positive(&field("size"), size)?;
+        if !size.get().is_multiple_of(b) {
+            return Err(VolumeError::new(
+                field("size"),
+                format!(
+                    "{size} is not a multiple of the block size {}",
+                    o.block_size
+                ),
+            ));
+        }
+    }
+    if o.uploaders == 0 || o.uploaders > 256 {
+        return Err(VolumeError::new(field("uploaders"), "must be 1 to 256"));
+    }
+    if o.request_timeout == 0 {
+        return Err(VolumeError::new(
+            field("request_timeout"),
+            "must be at least 1 second",
+        ));
+    }
+    Ok(())
 }
 
 fn positive(field: &str, b: Bytes) -> Result<(), VolumeError> {

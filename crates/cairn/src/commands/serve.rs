@@ -45,7 +45,7 @@ everything read-only with shared locks and writes nothing at all.
 --print-default-config prints that spec; edit it and pass it back with --config.
 
 --config FILE reads a volume spec (TOML, docs/volumes.md): devices (file,
-memory, throttled, striped, concat, ntl, log, cache) stacked into one or more
+memory, throttled, striped, concat, ntl, log, cache, tier, objects) stacked into one or more
 exports.
 Relative paths in it are under its data_dir, itself relative to the spec file.
 A layer with an on-disk format (log disk, NTL image) is formatted only on blank

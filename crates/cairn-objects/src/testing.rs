@@ -1,0 +1,26 @@
+//! The test cluster's store, for the tests of every crate: `test.sh` starts
+//! a single-node Ceph (`bench/ceph-cluster.sh`) and exports where its S3
+//! endpoint is.
+
+use std::time::Duration;
+
+use crate::S3Config;
+
+/// The test store from the environment, or `None` (after saying why).
+pub fn s3_config(test: &str) -> Option<S3Config> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let Some(endpoint) = var("CAIRN_TEST_S3_ENDPOINT") else {
+        eprintln!(
+            "{test}: skipped: CAIRN_TEST_S3_ENDPOINT is not set (./test.sh starts a Ceph RGW and sets it)"
+        );
+        return None;
+    };
+    Some(S3Config {
+        endpoint,
+        bucket: var("CAIRN_TEST_S3_BUCKET").unwrap_or_else(|| "cairn-test".into()),
+        region: var("CAIRN_TEST_S3_REGION").unwrap_or_else(|| "us-east-1".into()),
+        access_key: var("CAIRN_TEST_S3_ACCESS_KEY").unwrap_or_default(),
+        secret_key: var("CAIRN_TEST_S3_SECRET_KEY").unwrap_or_default(),
+        timeout: Duration::from_secs(30),
+    })
+}

@@ -1,0 +1,762 @@
+//! The object disk: a log-structured block device whose segments and
+//! checkpoints are immutable objects in an object store (S3, Ceph RGW), the
+//! LSVD design (Hajkazemi et al., EuroSys '22) on papers/003's log.
+//!
+//! # Why a sibling of the log disk, not a backend of it
+//!
+//! The log disk (`logdisk/`) lives in a fixed device: a fixed number of
+//! segment slots reused after cleaning, a flat block address table and a
+//! reverse map sized by the device, checkpoints in two slots. None of that
+//! fits a bucket: objects are never rewritten, only created and deleted; the
+//! store has no size to divide into slots; a thin volume of 1 TiB would need
+//! gigabytes of flat tables. So the object disk keeps the log's ideas
+//! (sequence-numbered segments with a summary, checkpoints plus
+//! roll-forward, a cleaner by utilisation) with its own map (only mapped
+//! blocks), objects named by sequence and generation, and fences.
+//!
+//! # How it works
+//!
+//! **Writes** go into the open segment in DRAM (a block written twice while
+//! it is open is overwritten in place); an all-zero block is a trim, never
+//! uploaded. A full segment (`object_size` of data) is sealed — header
+//! (summary: each data block's address and CRC32C, the trims) plus data, one
+//! object — and queued to the uploader threads, which PUT in parallel.
+//! **Flush** seals the open segment and waits until every sealed segment up
+//! to it is in the store, then checks the lease is still ours: a FLUSH is
+//! acknowledged only when its data is in the object store
+//! (`flush = "remote"`; a local write log in front, for `flush = "local"`,
+//! is the next step of issue 24). **Reads** find a block's segment in the
+//! map: the open segment and sealed ones not yet uploaded are served from
+//! DRAM, the rest by ranged GETs (a run of neighbouring entries of one
+//! segment is one GET), each block checked against its CRC32C.
+//!
+//! **Checkpoints** (the whole map and the segments it points into, one
+//! object) are written after a flush every `checkpoint_every` segments and
+//! at a clean close; then every segment no block points into, at or before
+//! it, is deleted, and the checkpoints before it. **Recovery**, the fences
+//! and the validity rule: [`recover`](mod@recover).
+//!
+//! **Fencing**: one writer per volume, by [`Lease`]; every object carries the
+//! writer's generation, and a writer that finds a later lease fails its
+//! flushes and writes nothing more.
+//!
+//! Not yet (issue 24): the local write log (`flush = "local"`), rewriting
+//! the live blocks of mostly-dead segments, read caching of whole segments,
+//! read-only opens of a volume in use, an extent map for large thin volumes.
+
+mod error;
+mod format;
+mod recover;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cairn_objects::{Lease, LeaseError, ObjectError, ObjectStore};
+
+use crate::codec::crc32c;
+use crate::device::{Device, DeviceError, DeviceOp, check_range};
+pub use error::ObjectDiskError;
+pub use format::VolumeRecord as ObjectVolume;
+use format::{Fence, Keys, VolumeRecord};
+use state::{Sealed, State};
+
+/// How to open (or create) an object disk.
+#[derive(Clone, Debug)]
+pub struct ObjectDiskOptions {
+    /// Key prefix of the volume's objects, ending in `/` (`volumes/vm1/`).
+    pub prefix: String,
+    /// Bytes, to create the volume (0: open an existing one only).
+    pub size: u64,
+    /// Block size, to create it.
+    pub block_size: u32,
+    /// Data bytes of a full segment object, to create it.
+    pub object_size: u32,
+    /// Parallel uploads.
+    pub uploaders: usize,
+    /// Segments between checkpoints.
+    pub checkpoint_every: u64,
+    /// Who we are, in the lease.
+    pub holder: String,
+    /// Take the volume from a holder that did not release it.
+    pub force_takeover: bool,
+    /// After a forced takeover, how long to wait before reading the
+    /// volume: longer than a fenced writer's request can take, so nothing
+    /// it deletes or writes after our lease lands after our listing.
+    pub takeover_grace: Duration,
+}
+
+impl Default for ObjectDiskOptions {
+    fn default() -> Self {
+        Self {
+            prefix: String::new(),
+            size: 0,
+            block_size: 4096,
+            object_size: 8 << 20,
+            uploaders: 4,
+            checkpoint_every: 64,
+            holder: cairn_objects::lease::this_holder(),
+            force_takeover: false,
+            takeover_grace: Duration::from_mins(1),
+        }
+    }
+}
+
+/// What an open found, for the log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Our generation.
+    pub generation: u64,
+    /// The last segment recovered.
+    pub sequence: u64,
+    /// Segments applied after the checkpoint.
+    pub rolled: u64,
+    /// Objects deleted as void or dead.
+    pub deleted: usize,
+    /// Blocks mapped.
+    pub mapped: usize,
+}
+
+struct Shared {
+    store: Arc<dyn ObjectStore>,
+    keys: Keys,
+    volume: VolumeRecord,
+    generation: u64,
+    checkpoint_every: u64,
+    state: Mutex<State>,
+    /// Signalled when an upload finishes or fails.
+    progress: Condvar,
+    lease: Mutex<Option<Lease>>,
+    closed: AtomicBool,
+}
+
+/// A block device over an object store (module docs).
+pub struct ObjectDisk {
+    shared: Arc<Shared>,
+    queue: Mutex<Option<mpsc::Sender<Arc<Sealed>>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    report: OpenReport,
+}
+
+impl std::fmt::Debug for ObjectDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectDisk")
+            .field("store", &self.shared.store.describe())
+            .field("prefix", &self.shared.keys.prefix)
+            .field("generation", &self.shared.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn fail(&self, why: String) {
+        let mut st = self.state();
+        if st.failed.is_none() {
+            tracing::error!(volume = %self.keys.prefix, "object disk stops taking writes: {why}");
+            st.failed = Some(why);
+        }
+        drop(st);
+        self.progress.notify_all();
+    }
+
+    fn upload(&self, sealed: &Sealed) {
+        match self.store.put(&sealed.key, &sealed.bytes) {
+            Ok(()) => {
+                self.state().uploaded(sealed.sequence);
+                self.progress.notify_all();
+            }
+            Err(e) => self.fail(format!("uploading {}: {e}", sealed.key)),
+        }
+    }
+}
+
+/// Takes the volume's lease: by force when the options say so, or without
+/// asking when its holder was a process of this host that is gone; after a
+/// forced takeover of a live holder, waits out its requests.
+fn take_lease(
+    store: &dyn ObjectStore,
+    keys: &Keys,
+    options: &ObjectDiskOptions,
+) -> Result<Lease, ObjectDiskError> {
+    let acquire = |force| Lease::acquire(store, &keys.prefix, &options.holder, force);
+    let (lease, grace) = match acquire(options.force_takeover) {
+        Err(LeaseError::Held {
+            holder, generation, ..
+        }) if cairn_objects::lease::holder_is_dead_here(&holder) => {
+            tracing::warn!(
+                volume = %keys.prefix,
+                "the holder of generation {generation} ({holder}) is no longer running on \
+                 this host: taking the volume over"
+            );
+            // Its requests died with it: nothing to wait for.
+            (acquire(true)?, false)
+        }
+        other => (other?, true),
+    };
+    if grace && lease.previous().is_some_and(|(_, released)| !released) {
+        tracing::warn!(
+            volume = %keys.prefix,
+            "took generation {} by force; waiting {:?} for the fenced writer's requests to end",
+            lease.generation(),
+            options.takeover_grace
+        );
+        std::thread::sleep(options.takeover_grace);
+    }
+    Ok(lease)
+}
+
+/// The uploader threads, taking sealed segments from one queue.
+fn start_uploaders(
+    shared: &Arc<Shared>,
+    uploaders: usize,
+) -> (mpsc::Sender<Arc<Sealed>>, Vec<JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<Arc<Sealed>>();
+    let rx = Arc::new(Mutex::new(rx));
+    let workers = (0..uploaders.max(1))
+        .map(|i| {
+            let shared = Arc::clone(shared);
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("cairn-upload-{i}"))
+                .spawn(move || {
+                    loop {
+                        let next = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(sealed) = next else { break };
+                        shared.upload(&sealed);
+                    }
+                })
+                .expect("spawn an uploader thread")
+        })
+        .collect();
+    (tx, workers)
+}
+
+fn device_error(
+    op: DeviceOp,
+    offset: u64,
+    len: u64,
+    device: &str,
+    detail: impl std::fmt::Display,
+) -> DeviceError {
+    DeviceError::Io {
+        op,
+        offset,
+        len,
+        device: device.to_owned(),
+        source: std::io::Error::other(detail.to_string()),
+    }
+}
+
+impl ObjectDisk {
+    /// Opens the volume under `options.prefix` in `store` (creating it when
+    /// there is none and `options.size` is not 0): takes the lease, recovers,
+    /// writes the new generation's fence and a checkpoint, deletes void and
+    /// dead objects, starts the uploaders.
+    pub fn open(
+        store: Arc<dyn ObjectStore>,
+        options: &ObjectDiskOptions,
+    ) -> Result<Self, ObjectDiskError> {
+        let keys = Keys {
+            prefix: options.prefix.clone(),
+        };
+        let asked = (options.size > 0).then(|| VolumeRecord {
+            size: options.size,
+            block_size: options.block_size,
+            object_size: options.object_size,
+            volume_id: crate::codec::new_id(),
+        });
+        if let Some(a) = &asked {
+            // Check what we would create before creating it.
+            VolumeRecord::decode(&a.encode())
+                .map_err(|e| ObjectDiskError::format(&keys.volume(), e))?;
+        }
+        let volume = recover::volume(store.as_ref(), &keys, asked)?;
+        if let Some(a) = asked.filter(|a| {
+            (a.size, a.block_size, a.object_size)
+                != (volume.size, volume.block_size, volume.object_size)
+        }) {
+            let show = |v: &VolumeRecord| {
+                format!(
+                    "{} bytes, {}-byte blocks, {}-byte objects",
+                    v.size, v.block_size, v.object_size
+                )
+            };
+            return Err(ObjectDiskError::Mismatch {
+                key: keys.volume(),
+                found: show(&volume),
+                asked: show(&a),
+            });
+        }
+        let lease = take_lease(store.as_ref(), &keys, options)?;
+        let blocks_per_segment = (volume.object_size / volume.block_size) as usize;
+        let recovered =
+            recover::recover(store.as_ref(), &keys, &volume, &lease, blocks_per_segment)?;
+        let mut state = recovered.state;
+        let last = state.durable;
+        store.create(
+            &keys.fence(lease.generation()),
+            &Fence {
+                generation: lease.generation(),
+                upto: last,
+                volume_id: volume.volume_id,
+            }
+            .encode(),
+        )?;
+        // A checkpoint at the start: the roll-forward is not needed again,
+        // and every dead segment before it can go.
+        let checkpoint = state.checkpoint().expect("nothing is open at recovery");
+        store.put(
+            &keys.checkpoint(last, lease.generation()),
+            &checkpoint.encode(),
+        )?;
+        state.checkpointed = last;
+        let mut garbage = recovered.garbage;
+        garbage.extend(
+            state
+                .take_dead(last)
+                .into_iter()
+                .map(|(seq, generation)| keys.segment(seq, generation)),
+        );
+        for key in &garbage {
+            store.delete(key)?;
+        }
+        let report = OpenReport {
+            generation: lease.generation(),
+            sequence: last,
+            rolled: recovered.rolled,
+            deleted: garbage.len(),
+            mapped: state.map.len(),
+        };
+        let shared = Arc::new(Shared {
+            store,
+            keys,
+            volume,
+            generation: lease.generation(),
+            checkpoint_every: options.checkpoint_every.max(1),
+            state: Mutex::new(state),
+            progress: Condvar::new(),
+            lease: Mutex::new(Some(lease)),
+            closed: AtomicBool::new(false),
+        });
+        let (tx, workers) = start_uploaders(&shared, options.uploaders);
+        Ok(Self {
+            shared,
+            queue: Mutex::new(Some(tx)),
+            workers: Mutex::new(workers),
+            report,
+        })
+    }
+
+    /// What the open found.
+    pub fn report(&self) -> OpenReport {
+        self.report
+    }
+
+    /// The volume's record.
+    pub fn volume(&self) -> ObjectVolume {
+        self.shared.volume
+    }
+
+    fn send(&self, sealed: Option<Arc<Sealed>>) {
+        if let Some(s) = sealed {
+            let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(tx) = queue.as_ref() {
+                // The receivers live as long as the queue's sender.
+                let _ = tx.send(s);
+            }
+        }
+    }
+
+    fn key_fn(&self) -> impl Fn(u64) -> String + '_ {
+        move |seq| self.shared.keys.segment(seq, self.shared.generation)
+    }
+
+    fn refuse(&self, st: &State, op: DeviceOp, offset: u64, len: u64) -> Result<(), DeviceError> {
+        match &st.failed {
+            Some(why) => Err(device_error(op, offset, len, &self.describe(), why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes whole blocks from `first`.
+    fn write_blocks(&self, first: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let bs = self.shared.volume.block_size as usize;
+        let crcs: Vec<Option<u32>> = data
+            .chunks_exact(bs)
+            .map(|b| (!b.iter().all(|&x| x == 0)).then(|| crc32c(b)))
+            .collect();
+        let mut st = self.shared.state();
+        self.refuse(&st, DeviceOp::Write, first * bs as u64, data.len() as u64)?;
+        for (i, (block, crc)) in data.chunks_exact(bs).zip(crcs).enumerate() {
+            let b = first + i as u64;
+            match crc {
+                None => st.trim(b, 1),
+                Some(crc) => {
+                    if st.open_full() {
+                        let sealed = st.seal(self.key_fn());
+                        self.send(sealed);
+                    }
+                    st.write_block(b, block, crc);
+                }
+            }
+        }
+        if st.open_full() {
+            let sealed = st.seal(self.key_fn());
+            self.send(sealed);
+        }
+        Ok(())
+    }
+
+    /// Reads whole blocks from `first` into `buf`.
+    fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        let bs = self.shared.volume.block_size as usize;
+        let offset = first * bs as u64;
+        // A segment may be deleted between the lookup and the GET (all its
+        // blocks overwritten, a checkpoint, its delete): look up again.
+        for attempt in 0.. {
+            // (buffer index, key, byte offset in the object, crc) of every
+            // block to fetch.
+            let mut remote: Vec<(usize, String, u64, u32)> = Vec::new();
+            {
+                let st = self.shared.state();
+                for (i, out) in buf.chunks_exact_mut(bs).enumerate() {
+                    let Some(loc) = st.map.get(&(first + i as u64)).copied() else {
+                        out.fill(0);
+                        continue;
+                    };
+                    let at = loc.index as usize * bs;
+                    if loc.sequence == st.open.sequence {
+                        out.copy_from_slice(&st.open.data[at..at + bs]);
+                    } else if let Some(s) = st.inflight.get(&loc.sequence) {
+                        out.copy_from_slice(&s.bytes[s.header_len + at..s.header_len + at + bs]);
+                    } else {
+                        let seg = st.segments[&loc.sequence];
+                        remote.push((
+                            i,
+                            self.shared.keys.segment(loc.sequence, seg.generation),
+                            u64::from(seg.header_len) + at as u64,
+                            loc.crc,
+                        ));
+                    }
+                }
+            }
+            match self.fetch(buf, bs, &remote) {
+                Ok(()) => return Ok(()),
+                Err(ObjectError::NotFound { .. }) if attempt < 3 => {}
+                Err(e) => {
+                    return Err(device_error(
+                        DeviceOp::Read,
+                        offset,
+                        buf.len() as u64,
+                        &self.describe(),
+                        e,
+                    ));
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// GETs the blocks `remote` names into `buf`, a run of neighbouring
+    /// entries of one segment at a time, checking each block's CRC32C.
+    fn fetch(
+        &self,
+        buf: &mut [u8],
+        bs: usize,
+        remote: &[(usize, String, u64, u32)],
+    ) -> Result<(), ObjectError> {
+        let mut i = 0;
+        while i < remote.len() {
+            let (start, key, at, _) = &remote[i];
+            let mut j = i + 1;
+            while j < remote.len()
+                && remote[j].0 == start + (j - i)
+                && remote[j].1 == *key
+                && remote[j].2 == at + ((j - i) * bs) as u64
+            {
+                j += 1;
+            }
+            let out = &mut buf[start * bs..(start + (j - i)) * bs];
+            let n = self.shared.store.read_at(key, *at, out)?;
+            if n != out.len() {
+                return Err(ObjectError::failed(
+                    cairn_objects::Op::Get,
+                    key,
+                    format!("{n} bytes at {at}, expected {}", out.len()),
+                    false,
+                ));
+            }
+            for (k, block) in out.chunks_exact(bs).enumerate() {
+                let want = remote[i + k].3;
+                let got = crc32c(block);
+                if got != want {
+                    return Err(ObjectError::failed(
+                        cairn_objects::Op::Get,
+                        key,
+                        format!(
+                            "block at byte {} has CRC32C {got:#010x}, the map says {want:#010x}",
+                            at + (k * bs) as u64
+                        ),
+                        false,
+                    ));
+                }
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Seals the open segment, waits for every sealed one to reach the
+    /// store, checks the lease; then writes a checkpoint when one is due.
+    fn flush_all(&self) -> Result<(), DeviceError> {
+        let mut st = self.shared.state();
+        self.refuse(&st, DeviceOp::Flush, 0, 0)?;
+        let sealed = st.seal(self.key_fn());
+        let target = st.sealed;
+        drop(st);
+        self.send(sealed);
+        let mut st = self.shared.state();
+        while st.durable < target && st.failed.is_none() {
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        self.refuse(&st, DeviceOp::Flush, 0, 0)?;
+        drop(st);
+        self.check_lease(DeviceOp::Flush)?;
+        self.maybe_checkpoint(false)
+            .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))
+    }
+
+    /// Fails the disk if a later generation took the volume.
+    fn check_lease(&self, op: DeviceOp) -> Result<(), DeviceError> {
+        let held = {
+            let lease = self
+                .shared
+                .lease
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match lease.as_ref() {
+                Some(l) => l.still_held(self.shared.store.as_ref()),
+                None => Ok(false),
+            }
+        };
+        match held {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                let why = format!(
+                    "generation {} lost the volume: another server took it over",
+                    self.shared.generation
+                );
+                self.shared.fail(why.clone());
+                Err(device_error(op, 0, 0, &self.describe(), why))
+            }
+            Err(e) => Err(device_error(op, 0, 0, &self.describe(), e)),
+        }
+    }
+
+    /// Writes a checkpoint if `checkpoint_every` segments passed since the
+    /// last (or `force`) and the state is one (nothing open, nothing in
+    /// flight); then deletes the segments it left dead and the older
+    /// checkpoints.
+    fn maybe_checkpoint(&self, force: bool) -> Result<(), ObjectError> {
+        // The segments dead in the checkpoint are taken with it, under one
+        // lock: a segment that dies after the snapshot is still named by
+        // the checkpoint and must stay until the next one.
+        let (checkpoint, old, dead) = {
+            let mut st = self.shared.state();
+            let due = st.durable >= st.checkpointed + self.shared.checkpoint_every
+                || (force && st.durable > st.checkpointed);
+            if !due {
+                return Ok(());
+            }
+            let Some(c) = st.checkpoint() else {
+                return Ok(());
+            };
+            strict_assert!(st.verify().is_ok(), "{:?}", st.verify());
+            let dead = st.take_dead(c.sequence);
+            (c, st.checkpointed, dead)
+        };
+        let seq = checkpoint.sequence;
+        let keys = &self.shared.keys;
+        if let Err(e) = self.shared.store.put(
+            &keys.checkpoint(seq, self.shared.generation),
+            &checkpoint.encode(),
+        ) {
+            // Not deleted: the next checkpoint takes them again.
+            let mut st = self.shared.state();
+            for &(s, g) in &dead {
+                st.segments.insert(
+                    s,
+                    state::SegInfo {
+                        generation: g,
+                        header_len: 0,
+                        blocks: 0,
+                        live: 0,
+                    },
+                );
+            }
+            return Err(e);
+        }
+        self.shared.state().checkpointed = seq;
+        // Delete only while the volume is ours: a fenced writer's deletes
+        // could take objects the new writer's view needs.
+        if self.check_lease(DeviceOp::Flush).is_err() {
+            return Ok(());
+        }
+        for (s, g) in dead {
+            self.shared.store.delete(&keys.segment(s, g))?;
+        }
+        if old > 0 || seq > 0 {
+            for (s, g) in recover::list(self.shared.store.as_ref(), keys)
+                .map_err(|e| {
+                    ObjectError::failed(
+                        cairn_objects::Op::List,
+                        &keys.checkpoints(),
+                        e.to_string(),
+                        true,
+                    )
+                })?
+                .checkpoints
+            {
+                if s <= seq && (s, g) != (seq, self.shared.generation) {
+                    self.shared.store.delete(&keys.checkpoint(s, g))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A clean stop: flush, checkpoint, release the lease, stop the
+    /// uploaders. The next open needs no roll-forward and no force.
+    pub fn close(&self) -> Result<(), DeviceError> {
+        if self.shared.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let flushed = self.flush_all();
+        let checkpointed = flushed.and_then(|()| {
+            self.maybe_checkpoint(true)
+                .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))
+        });
+        self.stop_workers();
+        checkpointed?;
+        if let Some(lease) = self
+            .shared
+            .lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            lease
+                .release(self.shared.store.as_ref())
+                .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))?;
+        }
+        Ok(())
+    }
+
+    fn stop_workers(&self) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        for w in self
+            .workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            let _ = w.join();
+        }
+    }
+
+    /// Checks the state's invariants (`objdisk/state.rs`), for tests.
+    pub fn verify(&self) -> Result<(), String> {
+        self.shared.state().verify()
+    }
+}
+
+impl Drop for ObjectDisk {
+    /// Without [`close`](ObjectDisk::close): stops the uploaders (what they
+    /// hold is uploaded first), releases nothing — as a crash would, except
+    /// for the uploads.
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}
+
+impl Device for ObjectDisk {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
+        let bs = u64::from(self.shared.volume.block_size);
+        let first = offset / bs;
+        let end = (offset + buf.len() as u64).div_ceil(bs);
+        if offset.is_multiple_of(bs) && (buf.len() as u64).is_multiple_of(bs) {
+            return self.read_blocks(first, buf);
+        }
+        let mut whole = vec![0u8; ((end - first) * bs) as usize];
+        self.read_blocks(first, &mut whole)?;
+        let skip = (offset - first * bs) as usize;
+        buf.copy_from_slice(&whole[skip..skip + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
+        let bs = u64::from(self.shared.volume.block_size);
+        if offset.is_multiple_of(bs) && (buf.len() as u64).is_multiple_of(bs) {
+            return self.write_blocks(offset / bs, buf);
+        }
+        // A partial block: read the blocks around it, patch, write whole.
+        let first = offset / bs;
+        let end = (offset + buf.len() as u64).div_ceil(bs);
+        let mut whole = vec![0u8; ((end - first) * bs) as usize];
+        self.read_blocks(first, &mut whole)?;
+        let skip = (offset - first * bs) as usize;
+        whole[skip..skip + buf.len()].copy_from_slice(buf);
+        self.write_blocks(first, &whole)
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.flush_all()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Discard, offset, len, self.len())?;
+        let bs = u64::from(self.shared.volume.block_size);
+        let blocks = crate::device::whole_blocks(offset, len, bs);
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.shared.state();
+        self.refuse(&st, DeviceOp::Discard, offset, len)?;
+        st.trim(blocks.start, blocks.end - blocks.start);
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.shared.volume.size
+    }
+
+    fn alignment(&self) -> u64 {
+        u64::from(self.shared.volume.block_size)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "objects {} {}",
+            self.shared.store.describe(),
+            self.shared.keys.prefix
+        )
+    }
+}

@@ -1,0 +1,371 @@
+//! The object disk's state in DRAM: the block map, the open segment, the
+//! segments sealed and not yet uploaded, and what every segment holds.
+//!
+//! # Invariants
+//!
+//! [`State::verify`] checks them in this order; its messages carry these
+//! numbers. They hold whenever the state's lock is released.
+//!
+//! 1. Every mapped block points at an entry of a known segment that names
+//!    it: the open segment's entry, or a sealed or uploaded segment's.
+//! 2. `segments[s].live` is the number of mapped blocks in segment `s`.
+//! 3. The open segment's `at` indexes exactly its non-void entries.
+//! 4. `durable <= sealed`, and every sequence in `uploaded` is above
+//!    `durable + 1` (the first gap is not uploaded yet).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::format::{Checkpoint, MapEntry, SegmentEntry, SegmentHeader, VOID, header_len};
+
+/// Where a block's current data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub sequence: u64,
+    pub index: u32,
+    pub crc: u32,
+}
+
+/// What a segment holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegInfo {
+    pub generation: u64,
+    /// Bytes before its data (0 while open).
+    pub header_len: u32,
+    /// Data blocks (void ones included).
+    pub blocks: u32,
+    /// Mapped blocks pointing into it.
+    pub live: u32,
+}
+
+/// A sealed segment on its way to the store: its whole object.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    pub sequence: u64,
+    pub key: String,
+    pub header_len: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// The segment being filled.
+#[derive(Debug)]
+pub(crate) struct Open {
+    pub sequence: u64,
+    pub data: Vec<u8>,
+    pub entries: Vec<(u64, u32)>,
+    pub trims: Vec<(u64, u64)>,
+    /// Block → its entry.
+    pub at: hashbrown::HashMap<u64, u32>,
+}
+
+impl Open {
+    fn new(sequence: u64) -> Self {
+        Self {
+            sequence,
+            data: Vec::new(),
+            entries: Vec::new(),
+            trims: Vec::new(),
+            at: hashbrown::HashMap::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.trims.is_empty()
+    }
+}
+
+/// Everything behind the object disk's lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub block_size: usize,
+    pub blocks_per_segment: usize,
+    pub generation: u64,
+    pub volume_id: u64,
+    pub map: hashbrown::HashMap<u64, Loc>,
+    pub open: Open,
+    /// Sealed, not uploaded: served from here.
+    pub inflight: hashbrown::HashMap<u64, Arc<Sealed>>,
+    /// Every segment with an object in the store (or on its way), and the
+    /// open one.
+    pub segments: BTreeMap<u64, SegInfo>,
+    /// The last sealed sequence.
+    pub sealed: u64,
+    /// Every segment up to here is in the store.
+    pub durable: u64,
+    /// Uploaded above the first gap.
+    pub uploaded: BTreeSet<u64>,
+    /// The sequence of the newest checkpoint in the store.
+    pub checkpointed: u64,
+    /// Why the disk stopped taking writes (a failed upload, a lost lease).
+    pub failed: Option<String>,
+}
+
+impl State {
+    /// A state whose last segment (sealed and durable) is `last`.
+    pub fn new(
+        block_size: usize,
+        blocks_per_segment: usize,
+        generation: u64,
+        volume_id: u64,
+        last: u64,
+    ) -> Self {
+        let mut segments = BTreeMap::new();
+        segments.insert(
+            last + 1,
+            SegInfo {
+                generation,
+                header_len: 0,
+                blocks: 0,
+                live: 0,
+            },
+        );
+        Self {
+            block_size,
+            blocks_per_segment,
+            generation,
+            volume_id,
+            map: hashbrown::HashMap::new(),
+            open: Open::new(last + 1),
+            inflight: hashbrown::HashMap::new(),
+            segments,
+            sealed: last,
+            durable: last,
+            uploaded: BTreeSet::new(),
+            checkpointed: 0,
+            failed: None,
+        }
+    }
+
+    fn unlive(&mut self, sequence: u64) {
+        if let Some(s) = self.segments.get_mut(&sequence) {
+            s.live -= 1;
+        }
+    }
+
+    /// Maps `block` to `loc` (recovery and writes), keeping live counts.
+    pub fn place(&mut self, block: u64, loc: Loc) {
+        if let Some(old) = self.map.insert(block, loc) {
+            self.unlive(old.sequence);
+        }
+        if let Some(s) = self.segments.get_mut(&loc.sequence) {
+            s.live += 1;
+        }
+    }
+
+    /// Unmaps `block` (a trim, a zero write), keeping live counts.
+    pub fn unmap(&mut self, block: u64) {
+        if let Some(old) = self.map.remove(&block) {
+            self.unlive(old.sequence);
+        }
+    }
+
+    /// Whether the open segment has no room for another block.
+    pub fn open_full(&self) -> bool {
+        self.open.entries.len() >= self.blocks_per_segment
+    }
+
+    /// Writes one block into the open segment (the caller sealed it if it
+    /// was full).
+    pub fn write_block(&mut self, block: u64, data: &[u8], crc: u32) {
+        let seq = self.open.sequence;
+        if let Some(&i) = self.open.at.get(&block) {
+            let at = i as usize * self.block_size;
+            self.open.data[at..at + self.block_size].copy_from_slice(data);
+            self.open.entries[i as usize].1 = crc;
+            if let Some(loc) = self.map.get_mut(&block) {
+                loc.crc = crc;
+            }
+            return;
+        }
+        let index = self.open.entries.len() as u32;
+        self.open.entries.push((block, crc));
+        self.open.data.extend_from_slice(data);
+        self.open.at.insert(block, index);
+        if let Some(s) = self.segments.get_mut(&seq) {
+            s.blocks += 1;
+        }
+        self.place(
+            block,
+            Loc {
+                sequence: seq,
+                index,
+                crc,
+            },
+        );
+    }
+
+    /// Trims `first .. first + blocks`: unmapped, voided in the open
+    /// segment, and recorded there for replay.
+    pub fn trim(&mut self, first: u64, blocks: u64) {
+        for b in first..first + blocks {
+            if let Some(i) = self.open.at.remove(&b) {
+                self.open.entries[i as usize].0 = VOID;
+            }
+            self.unmap(b);
+        }
+        match self.open.trims.last_mut() {
+            Some((f, n)) if *f + *n == first => *n += blocks,
+            _ => self.open.trims.push((first, blocks)),
+        }
+    }
+
+    /// Seals the open segment into an object (if it holds anything) and
+    /// opens the next; returns the sealed one for upload.
+    pub fn seal(&mut self, key: impl FnOnce(u64) -> String) -> Option<Arc<Sealed>> {
+        if self.open.is_empty() {
+            return None;
+        }
+        let next = self.open.sequence + 1;
+        let open = std::mem::replace(&mut self.open, Open::new(next));
+        let header = SegmentHeader {
+            generation: self.generation,
+            sequence: open.sequence,
+            volume_id: self.volume_id,
+            block_size: self.block_size as u32,
+            entries: open.entries,
+            trims: open.trims,
+        };
+        let mut bytes = header.encode();
+        let header_len = bytes.len();
+        debug_assert_eq!(header_len, header_len_of(&header));
+        bytes.extend_from_slice(&open.data);
+        if let Some(s) = self.segments.get_mut(&open.sequence) {
+            s.header_len = header_len as u32;
+        }
+        self.segments.insert(
+            next,
+            SegInfo {
+                generation: self.generation,
+                header_len: 0,
+                blocks: 0,
+                live: 0,
+            },
+        );
+        let sealed = Arc::new(Sealed {
+            sequence: open.sequence,
+            key: key(open.sequence),
+            header_len,
+            bytes,
+        });
+        self.inflight.insert(open.sequence, Arc::clone(&sealed));
+        self.sealed = open.sequence;
+        Some(sealed)
+    }
+
+    /// Records an upload done; advances `durable` over the uploaded prefix.
+    pub fn uploaded(&mut self, sequence: u64) {
+        self.inflight.remove(&sequence);
+        self.uploaded.insert(sequence);
+        while self.uploaded.remove(&(self.durable + 1)) {
+            self.durable += 1;
+        }
+    }
+
+    /// The checkpoint of the state now, if it is one: nothing open and
+    /// everything sealed in the store.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        if !self.open.is_empty() || self.durable != self.sealed {
+            return None;
+        }
+        let mut entries: Vec<MapEntry> = self
+            .map
+            .iter()
+            .map(|(&block, l)| MapEntry {
+                block,
+                sequence: l.sequence,
+                index: l.index,
+                crc: l.crc,
+            })
+            .collect();
+        entries.sort_unstable_by_key(|e| e.block);
+        let segments = self
+            .segments
+            .iter()
+            .filter(|&(&seq, s)| seq <= self.durable && s.live > 0)
+            .map(|(&sequence, s)| SegmentEntry {
+                sequence,
+                generation: s.generation,
+                header_len: s.header_len,
+                blocks: s.blocks,
+            })
+            .collect();
+        Some(Checkpoint {
+            generation: self.generation,
+            sequence: self.durable,
+            volume_id: self.volume_id,
+            block_size: self.block_size as u32,
+            entries,
+            segments,
+        })
+    }
+
+    /// Segments in the store no block points into, at or below `upto`
+    /// (a durable checkpoint's sequence): forgotten here, returned to be
+    /// deleted.
+    pub fn take_dead(&mut self, upto: u64) -> Vec<(u64, u64)> {
+        let dead: Vec<(u64, u64)> = self
+            .segments
+            .range(..=upto)
+            .filter(|&(seq, s)| s.live == 0 && !self.inflight.contains_key(seq))
+            .map(|(&seq, s)| (seq, s.generation))
+            .collect();
+        for (seq, _) in &dead {
+            self.segments.remove(seq);
+        }
+        dead
+    }
+
+    /// Checks the invariants (module docs), in order.
+    pub fn verify(&self) -> Result<(), String> {
+        let mut live: BTreeMap<u64, u32> = BTreeMap::new();
+        for (&block, loc) in &self.map {
+            let named = if loc.sequence == self.open.sequence {
+                self.open.entries.get(loc.index as usize).map(|e| e.0)
+            } else if !self.segments.contains_key(&loc.sequence) {
+                return Err(format!(
+                    "invariant 1: block {block} points into segment {}, which is not known",
+                    loc.sequence
+                ));
+            } else {
+                Some(block)
+            };
+            if named != Some(block) {
+                return Err(format!(
+                    "invariant 1: block {block} points at entry {} of the open segment, which names {named:?}",
+                    loc.index
+                ));
+            }
+            *live.entry(loc.sequence).or_default() += 1;
+        }
+        for (&seq, s) in &self.segments {
+            let want = live.get(&seq).copied().unwrap_or(0);
+            if s.live != want {
+                return Err(format!(
+                    "invariant 2: segment {seq} counts {} live blocks, the map {want}",
+                    s.live
+                ));
+            }
+        }
+        let indexed = self.open.entries.iter().filter(|e| e.0 != VOID).count();
+        if indexed != self.open.at.len()
+            || self
+                .open
+                .at
+                .iter()
+                .any(|(&b, &i)| self.open.entries.get(i as usize).map(|e| e.0) != Some(b))
+        {
+            return Err("invariant 3: the open segment's index disagrees with its entries".into());
+        }
+        if self.durable > self.sealed || self.uploaded.iter().any(|&s| s <= self.durable + 1) {
+            return Err(format!(
+                "invariant 4: durable {}, sealed {}, uploaded beyond {:?}",
+                self.durable, self.sealed, self.uploaded
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn header_len_of(h: &SegmentHeader) -> usize {
+    header_len(h.block_size, h.entries.len(), h.trims.len())
+}
