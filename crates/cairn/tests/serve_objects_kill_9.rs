@@ -1,0 +1,178 @@
+//! `cairn serve --config examples/volumes/objects.toml` (at test sizes, on
+//! the Ceph RGW `test.sh` starts) through a real client: qemu-io writes and
+//! flushes; a second server is refused naming the holder; the first is
+//! killed with SIGKILL, and the restart takes the volume over by itself
+//! (the holder's PID is gone), rolls forward and reads every flushed write
+//! back; after a SIGTERM the next start is clean. Skipped without qemu-io or
+//! without `CAIRN_TEST_S3_ENDPOINT`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use cairn_objects::{ObjectStore, S3Store};
+use common::{cairn, connect, terminate, tool};
+
+/// The example on the test cluster, 256 MiB, 1 MiB segments, a prefix of
+/// its own.
+fn spec(config: &cairn_objects::S3Config, prefix: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/volumes/objects.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let small = text
+        .replace("http://127.0.0.1:7480", &config.endpoint)
+        .replace(
+            "bucket = \"cairn\"",
+            &format!("bucket = \"{}\"", config.bucket),
+        )
+        .replace(
+            "prefix = \"volumes/vm1/\"",
+            &format!("prefix = \"{prefix}\""),
+        )
+        .replace("size = \"16GiB\"", "size = \"256MiB\"")
+        .replace("object_size = \"8MiB\"", "object_size = \"1MiB\"");
+    for wanted in [
+        &config.endpoint,
+        prefix,
+        "size = \"256MiB\"",
+        "object_size = \"1MiB\"",
+    ] {
+        assert!(small.contains(wanted), "the example changed shape:\n{text}");
+    }
+    small
+}
+
+/// A server, killed if the test fails before it stops it.
+struct Server(Option<Child>);
+
+impl Server {
+    fn take(&mut self) -> Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn command(dir: &Path, socket: &Path, log: &Path, config: &cairn_objects::S3Config) -> Command {
+    let mut c = cairn();
+    c.args(["serve", "--config"])
+        .arg(dir.join("objects.toml"))
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .env("AWS_ACCESS_KEY_ID", &config.access_key)
+        .env("AWS_SECRET_ACCESS_KEY", &config.secret_key)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    c
+}
+
+fn start(dir: &Path, socket: &Path, log: &Path, config: &cairn_objects::S3Config) -> Server {
+    let server = Server(Some(command(dir, socket, log, config).spawn().unwrap()));
+    drop(connect(socket));
+    server
+}
+
+#[test]
+fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
+    let Some(qemu_io) = tool("qemu-io") else {
+        eprintln!("skipped: qemu-io is not installed (./test.sh installs qemu-utils)");
+        return;
+    };
+    let Some(config) = cairn_objects::testing::s3_config("serve_objects_kill_9") else {
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("serve-test/{}-{nanos}/", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.toml"), spec(&config, &prefix)).unwrap();
+    let socket = dir.path().join("cairn.sock");
+    let log = dir.path().join("stderr.txt");
+    let uri = format!("nbd+unix:///vm1?socket={}", socket.display());
+    let io = |commands: &[String]| {
+        let mut command = Command::new(&qemu_io);
+        command.args(["-f", "raw"]);
+        for c in commands {
+            command.args(["-c", c]);
+        }
+        let output = command.arg(&uri).output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && !text.contains("failed") && !text.contains("Pattern"),
+            "qemu-io {commands:?}:\n{text}"
+        );
+    };
+    let places: Vec<(u64, u8)> = (0..40u64)
+        .map(|i| ((i * 37 % 200) << 20 | (i % 7) << 16, 0x10 + i as u8))
+        .collect();
+    let mut writes: Vec<String> = places
+        .iter()
+        .map(|(at, p)| format!("write -P {p:#x} {at} 64k"))
+        .collect();
+    writes.push("flush".into());
+    let reads: Vec<String> = places
+        .iter()
+        .map(|(at, p)| format!("read -P {p:#x} {at} 64k"))
+        .collect();
+
+    let mut server = start(dir.path(), &socket, &log, &config);
+    io(&writes);
+
+    // A second server on the same volume is refused, naming the holder.
+    let other_log = dir.path().join("other.txt");
+    let status = command(
+        dir.path(),
+        &dir.path().join("other.sock"),
+        &other_log,
+        &config,
+    )
+    .status()
+    .unwrap();
+    let other = std::fs::read_to_string(&other_log).unwrap();
+    let pid = server.0.as_ref().unwrap().id();
+    assert!(
+        !status.success() && other.contains("held by ") && other.contains(&format!("pid {pid}")),
+        "{other}"
+    );
+
+    let mut child = server.take();
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    std::fs::remove_file(&socket).ok();
+
+    let mut server = start(dir.path(), &socket, &log, &config);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("is no longer running on this host: taking the volume over")
+            && logged.contains("rolled forward")
+            && logged.contains("the last writer did not stop cleanly"),
+        "the restart after kill -9 did not take over and recover:\n{logged}"
+    );
+    io(&reads);
+    terminate(server.take());
+
+    let mut server = start(dir.path(), &socket, &log, &config);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("(0 rolled forward") && !logged.contains("WARN"),
+        "{logged}"
+    );
+    io(&reads);
+    terminate(server.take());
+
+    let store = S3Store::new(&config).unwrap();
+    for o in store.list(&prefix).unwrap() {
+        store.delete(&o.key).unwrap();
+    }
+}
