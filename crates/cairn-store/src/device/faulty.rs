@@ -246,6 +246,7 @@ impl FaultyDevice {
         if writes == 0 {
             crash(&mut state, mode);
             state.crashed = true;
+            state.crash_after = None;
         } else {
             state.crash_after = Some(writes);
         }
@@ -257,6 +258,8 @@ impl FaultyDevice {
         let mut state = self.lock();
         crash(&mut state, mode);
         state.crashed = false;
+        // A crash now supersedes one still to come.
+        state.crash_after = None;
     }
 
     /// Comes back up after a triggered crash of this device; it then holds

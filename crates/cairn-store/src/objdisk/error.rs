@@ -32,6 +32,9 @@ pub enum ObjectDiskError {
         /// The volume record's key.
         key: String,
     },
+    /// The local write log failed or does not belong to the volume.
+    #[error("the local write log: {0}")]
+    Log(crate::device::DeviceError),
     /// The volume exists with another geometry than asked for.
     #[error("{key}: the volume is {found}; asked for {asked}")]
     Mismatch {

@@ -29,7 +29,7 @@ pub(crate) const CHECKPOINT_FIXED: usize = 56;
 /// Bytes of one checkpoint entry: block, segment, index, CRC32C.
 pub(crate) const MAP_ENTRY_BYTES: usize = 24;
 /// Bytes of a fence record.
-pub(crate) const FENCE_BYTES: usize = 48;
+pub(crate) const FENCE_BYTES: usize = 64;
 
 /// What a volume is: written once, by the first opener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,11 +306,18 @@ impl Checkpoint {
 
 /// What a generation found when it began: the last segment of the
 /// generations before it that it accepted. Their later segments are void.
+/// A generation that begins by writing again what a local write log of
+/// generation `replay_of` holds says so, and from which segment on
+/// (`replay_base`): a later start that finds the same log unfinished
+/// replays it from there again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fence {
     pub generation: u64,
     pub upto: u64,
     pub volume_id: u64,
+    /// 0: none.
+    pub replay_of: u64,
+    pub replay_base: u64,
 }
 
 impl Fence {
@@ -321,6 +328,8 @@ impl Fence {
         put_u64(&mut b, 16, self.generation);
         put_u64(&mut b, 24, self.upto);
         put_u64(&mut b, 32, self.volume_id);
+        put_u64(&mut b, 40, self.replay_of);
+        put_u64(&mut b, 48, self.replay_base);
         codec::seal(&mut b, 12);
         b
     }
@@ -331,6 +340,8 @@ impl Fence {
             generation: u64_at(b, 16),
             upto: u64_at(b, 24),
             volume_id: u64_at(b, 32),
+            replay_of: u64_at(b, 40),
+            replay_base: u64_at(b, 48),
         })
     }
 }
@@ -422,6 +433,8 @@ mod tests {
             generation: 4,
             upto: 99,
             volume_id: 42,
+            replay_of: 3,
+            replay_base: 97,
         };
         assert_eq!(VolumeRecord::decode(&vol.encode()), Ok(vol));
         assert_eq!(SegmentHeader::decode(&seg.encode()), Ok(seg.clone()));

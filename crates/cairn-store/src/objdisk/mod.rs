@@ -46,6 +46,8 @@
 
 mod error;
 mod format;
+mod journal;
+mod local;
 mod recover;
 mod state;
 #[cfg(test)]
@@ -120,6 +122,8 @@ pub struct OpenReport {
     pub deleted: usize,
     /// Blocks mapped.
     pub mapped: usize,
+    /// Records of the local write log written again (beyond the store).
+    pub replayed: usize,
 }
 
 struct Shared {
@@ -133,6 +137,8 @@ struct Shared {
     progress: Condvar,
     lease: Mutex<Option<Lease>>,
     closed: AtomicBool,
+    /// The local write log (`flush = "local"`), if there is one.
+    journal: Option<Mutex<journal::Journal>>,
 }
 
 /// A block device over an object store (module docs).
@@ -179,6 +185,45 @@ impl Shared {
     }
 }
 
+/// The volume under the prefix: read, or created from the options when
+/// there is none and they give a size; refused when it exists with another
+/// geometry than they give.
+fn volume_for(
+    store: &dyn ObjectStore,
+    keys: &Keys,
+    options: &ObjectDiskOptions,
+) -> Result<VolumeRecord, ObjectDiskError> {
+    let asked = (options.size > 0).then(|| VolumeRecord {
+        size: options.size,
+        block_size: options.block_size,
+        object_size: options.object_size,
+        volume_id: crate::codec::new_id(),
+    });
+    if let Some(a) = &asked {
+        // Check what we would create before creating it.
+        VolumeRecord::decode(&a.encode())
+            .map_err(|e| ObjectDiskError::format(&keys.volume(), e))?;
+    }
+    let volume = recover::volume(store, keys, asked)?;
+    if let Some(a) = asked.filter(|a| {
+        (a.size, a.block_size, a.object_size)
+            != (volume.size, volume.block_size, volume.object_size)
+    }) {
+        let show = |v: &VolumeRecord| {
+            format!(
+                "{} bytes, {}-byte blocks, {}-byte objects",
+                v.size, v.block_size, v.object_size
+            )
+        };
+        return Err(ObjectDiskError::Mismatch {
+            key: keys.volume(),
+            found: show(&volume),
+            asked: show(&a),
+        });
+    }
+    Ok(volume)
+}
+
 /// Takes the volume's lease: by force when the options say so, or without
 /// asking when its holder was a process of this host that is gone; after a
 /// forced takeover of a live holder, waits out its requests.
@@ -212,6 +257,43 @@ fn take_lease(
         std::thread::sleep(options.takeover_grace);
     }
     Ok(lease)
+}
+
+/// The local write log on `log`, if any: the log, what it holds, and from
+/// which segment on its records are to be written again (`None`: nothing
+/// to replay, or the log is stale — `recover::replay_base`).
+fn open_log(
+    log: Option<Arc<dyn Device>>,
+    volume: &VolumeRecord,
+    keys: &Keys,
+    generation: u64,
+    fences: &[Fence],
+    last: u64,
+) -> Result<(Option<journal::Journal>, journal::Replay, Option<u64>), ObjectDiskError> {
+    Ok(match log {
+        None => (None, journal::Replay::default(), None),
+        Some(device) => {
+            let (j, r) =
+                journal::Journal::open(device, volume.block_size, volume.volume_id, generation)
+                    .map_err(ObjectDiskError::Log)?;
+            let base = if r.records.is_empty() {
+                None
+            } else {
+                let base = recover::replay_base(fences, r.generation, last);
+                if base.is_none() {
+                    tracing::warn!(
+                        volume = %keys.prefix,
+                        "the local write log holds {} records of generation {}, but another \
+                         server wrote the volume since: they are dropped",
+                        r.records.len(),
+                        r.generation
+                    );
+                }
+                base
+            };
+            (Some(j), r, base)
+        }
+    })
 }
 
 /// The uploader threads, taking sealed segments from one queue.
@@ -265,49 +347,45 @@ impl ObjectDisk {
         store: Arc<dyn ObjectStore>,
         options: &ObjectDiskOptions,
     ) -> Result<Self, ObjectDiskError> {
+        Self::open_with_log(store, options, None)
+    }
+
+    /// [`open`](ObjectDisk::open) with a local write log on `log` (a file
+    /// on local storage): a FLUSH is durable once in it (`flush =
+    /// "local"`). What it holds beyond the store is written again at the
+    /// open; a log left by another volume is refused.
+    pub fn open_with_log(
+        store: Arc<dyn ObjectStore>,
+        options: &ObjectDiskOptions,
+        log: Option<Arc<dyn Device>>,
+    ) -> Result<Self, ObjectDiskError> {
         let keys = Keys {
             prefix: options.prefix.clone(),
         };
-        let asked = (options.size > 0).then(|| VolumeRecord {
-            size: options.size,
-            block_size: options.block_size,
-            object_size: options.object_size,
-            volume_id: crate::codec::new_id(),
-        });
-        if let Some(a) = &asked {
-            // Check what we would create before creating it.
-            VolumeRecord::decode(&a.encode())
-                .map_err(|e| ObjectDiskError::format(&keys.volume(), e))?;
-        }
-        let volume = recover::volume(store.as_ref(), &keys, asked)?;
-        if let Some(a) = asked.filter(|a| {
-            (a.size, a.block_size, a.object_size)
-                != (volume.size, volume.block_size, volume.object_size)
-        }) {
-            let show = |v: &VolumeRecord| {
-                format!(
-                    "{} bytes, {}-byte blocks, {}-byte objects",
-                    v.size, v.block_size, v.object_size
-                )
-            };
-            return Err(ObjectDiskError::Mismatch {
-                key: keys.volume(),
-                found: show(&volume),
-                asked: show(&a),
-            });
-        }
+        let volume = volume_for(store.as_ref(), &keys, options)?;
         let lease = take_lease(store.as_ref(), &keys, options)?;
         let blocks_per_segment = (volume.object_size / volume.block_size) as usize;
         let recovered =
             recover::recover(store.as_ref(), &keys, &volume, &lease, blocks_per_segment)?;
         let mut state = recovered.state;
         let last = state.durable;
+        let (journal, replay, base) = open_log(
+            log,
+            &volume,
+            &keys,
+            lease.generation(),
+            &recovered.fences,
+            last,
+        )?;
+        state.journaled = journal.is_some();
         store.create(
             &keys.fence(lease.generation()),
             &Fence {
                 generation: lease.generation(),
                 upto: last,
                 volume_id: volume.volume_id,
+                replay_of: if base.is_some() { replay.generation } else { 0 },
+                replay_base: base.unwrap_or(0),
             }
             .encode(),
         )?;
@@ -335,6 +413,7 @@ impl ObjectDisk {
             rolled: recovered.rolled,
             deleted: garbage.len(),
             mapped: state.map.len(),
+            replayed: 0,
         };
         let shared = Arc::new(Shared {
             store,
@@ -346,14 +425,26 @@ impl ObjectDisk {
             progress: Condvar::new(),
             lease: Mutex::new(Some(lease)),
             closed: AtomicBool::new(false),
+            journal: journal.map(Mutex::new),
         });
         let (tx, workers) = start_uploaders(&shared, options.uploaders);
-        Ok(Self {
+        let mut disk = Self {
             shared,
             queue: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
             report,
-        })
+        };
+        if disk.shared.journal.is_some() {
+            let records = if base.is_some() {
+                replay.records
+            } else {
+                Vec::new()
+            };
+            disk.report.replayed = disk
+                .replay(records, base.unwrap_or(last))
+                .map_err(ObjectDiskError::Log)?;
+        }
+        Ok(disk)
     }
 
     /// What the open found.
@@ -412,6 +503,9 @@ impl ObjectDisk {
         if st.open_full() {
             let sealed = st.seal(self.key_fn());
             self.send(sealed);
+        }
+        if st.pending.len() > 1 << 16 {
+            st.prune_pending();
         }
         Ok(())
     }
@@ -515,9 +609,19 @@ impl ObjectDisk {
         Ok(())
     }
 
+    /// A FLUSH: into the local write log when there is one, else into the
+    /// store.
+    fn flush_all(&self) -> Result<(), DeviceError> {
+        if self.shared.journal.is_some() {
+            self.flush_local()
+        } else {
+            self.flush_remote()
+        }
+    }
+
     /// Seals the open segment, waits for every sealed one to reach the
     /// store, checks the lease; then writes a checkpoint when one is due.
-    fn flush_all(&self) -> Result<(), DeviceError> {
+    fn flush_remote(&self) -> Result<(), DeviceError> {
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Flush, 0, 0)?;
         let sealed = st.seal(self.key_fn());
@@ -644,13 +748,18 @@ impl ObjectDisk {
         if self.shared.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let flushed = self.flush_all();
+        let flushed = self.flush_remote();
         let checkpointed = flushed.and_then(|()| {
             self.maybe_checkpoint(true)
                 .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))
         });
         self.stop_workers();
         checkpointed?;
+        // Everything is in the store: the local write log holds nothing
+        // the next open needs.
+        if let Some(j) = &self.shared.journal {
+            j.lock().unwrap_or_else(PoisonError::into_inner).reset()?;
+        }
         if let Some(lease) = self
             .shared
             .lease

@@ -94,6 +94,8 @@ pub(crate) fn read_header(
 /// generation's fence and checkpoint are in the store.
 pub(crate) struct Recovered {
     pub state: State,
+    /// Every fence in the store.
+    pub fences: Vec<Fence>,
     pub garbage: Vec<String>,
     /// Segments applied by the roll-forward.
     pub rolled: u64,
@@ -204,6 +206,7 @@ pub(crate) fn recover(
     fresh.segments.insert(open, open_info);
     let garbage = garbage(keys, &found, &fresh);
     Ok(Recovered {
+        fences: found.fences.clone(),
         state: fresh,
         garbage,
         rolled,
@@ -283,6 +286,24 @@ fn load_checkpoint(
         );
     }
     Ok(state)
+}
+
+/// Whether a local write log of generation `log` with records still
+/// belongs on the volume, and from which segment on its records are to be
+/// written again: `Some(base)` when every generation after `log` began by
+/// replaying that same log (none finished, or it would have emptied it), so
+/// none took a client's write; `None` when another server wrote the volume
+/// since (the log is stale). `last`: where this open's recovery ends.
+pub(crate) fn replay_base(fences: &[Fence], log: u64, last: u64) -> Option<u64> {
+    let mut later: Vec<&Fence> = fences.iter().filter(|f| f.generation > log).collect();
+    later.sort_by_key(|f| f.generation);
+    match later.first() {
+        None => Some(last),
+        Some(first) => later
+            .iter()
+            .all(|f| f.replay_of == log)
+            .then_some(first.replay_base),
+    }
 }
 
 /// Reads the volume record, or writes it when there is none and `create`

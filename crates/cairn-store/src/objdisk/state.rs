@@ -74,6 +74,16 @@ impl Open {
     }
 }
 
+/// A change since the last batch of the local write log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// A block written (its data and segment: wherever the map says at the
+    /// next flush).
+    Write(u64),
+    /// A trim, recorded in segment `.2`.
+    Trim(u64, u64, u64),
+}
+
 /// Everything behind the object disk's lock.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -98,6 +108,9 @@ pub(crate) struct State {
     pub checkpointed: u64,
     /// Why the disk stopped taking writes (a failed upload, a lost lease).
     pub failed: Option<String>,
+    /// With a local write log: what changed since its last batch.
+    pub pending: Vec<Pending>,
+    pub journaled: bool,
 }
 
 impl State {
@@ -133,6 +146,8 @@ impl State {
             uploaded: BTreeSet::new(),
             checkpointed: 0,
             failed: None,
+            pending: Vec::new(),
+            journaled: false,
         }
     }
 
@@ -167,6 +182,9 @@ impl State {
     /// Writes one block into the open segment (the caller sealed it if it
     /// was full).
     pub fn write_block(&mut self, block: u64, data: &[u8], crc: u32) {
+        if self.journaled {
+            self.pending.push(Pending::Write(block));
+        }
         let seq = self.open.sequence;
         if let Some(&i) = self.open.at.get(&block) {
             let at = i as usize * self.block_size;
@@ -197,6 +215,10 @@ impl State {
     /// Trims `first .. first + blocks`: unmapped, voided in the open
     /// segment, and recorded there for replay.
     pub fn trim(&mut self, first: u64, blocks: u64) {
+        if self.journaled {
+            self.pending
+                .push(Pending::Trim(first, blocks, self.open.sequence));
+        }
         for b in first..first + blocks {
             if let Some(i) = self.open.at.remove(&b) {
                 self.open.entries[i as usize].0 = VOID;
@@ -253,11 +275,15 @@ impl State {
     }
 
     /// Records an upload done; advances `durable` over the uploaded prefix.
+    /// A segment stays in `inflight` until it is durable, not only
+    /// uploaded: beyond a gap it is not yet part of the volume in the store
+    /// (a crash now would void it), so the local write log still needs its
+    /// blocks, and reads still find them here.
     pub fn uploaded(&mut self, sequence: u64) {
-        self.inflight.remove(&sequence);
         self.uploaded.insert(sequence);
         while self.uploaded.remove(&(self.durable + 1)) {
             self.durable += 1;
+            self.inflight.remove(&self.durable);
         }
     }
 
@@ -313,6 +339,18 @@ impl State {
             self.segments.remove(seq);
         }
         dead
+    }
+
+    /// Drops the pending changes the store already holds (their segment is
+    /// durable), so a client that never flushes does not grow the list
+    /// without bound.
+    pub fn prune_pending(&mut self) {
+        let durable = self.durable;
+        let map = &self.map;
+        self.pending.retain(|p| match *p {
+            Pending::Write(b) => map.get(&b).is_some_and(|l| l.sequence > durable),
+            Pending::Trim(_, _, seq) => seq > durable,
+        });
     }
 
     /// Checks the invariants (module docs), in order.
