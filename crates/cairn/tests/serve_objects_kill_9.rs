@@ -1,10 +1,12 @@
 //! `cairn serve --config examples/volumes/objects.toml` (at test sizes, on
 //! the Ceph RGW `test.sh` starts) through a real client: qemu-io writes and
-//! flushes; a second server is refused naming the holder; the first is
-//! killed with SIGKILL, and the restart takes the volume over by itself
-//! (the holder's PID is gone), rolls forward and reads every flushed write
-//! back; after a SIGTERM the next start is clean. Skipped without qemu-io or
-//! without `CAIRN_TEST_S3_ENDPOINT`.
+//! flushes (into the local write log: the open segment is not in the store);
+//! a second server, with a data directory of its own, is refused naming the
+//! holder; the first is killed with SIGKILL, and the restart takes the
+//! volume over by itself (the holder's PID is gone), writes the log's
+//! records again and reads every flushed write back; after a SIGTERM the
+//! next start is clean. Skipped without qemu-io or without
+//! `CAIRN_TEST_S3_ENDPOINT`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -129,16 +131,15 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     let mut server = start(dir.path(), &socket, &log, &config);
     io(&writes);
 
-    // A second server on the same volume is refused, naming the holder.
+    // A second server on the same volume (another machine: a data
+    // directory of its own) is refused by the lease, naming the holder.
+    let machine = dir.path().join("other");
+    std::fs::create_dir(&machine).unwrap();
+    std::fs::write(machine.join("objects.toml"), spec(&config, &prefix)).unwrap();
     let other_log = dir.path().join("other.txt");
-    let status = command(
-        dir.path(),
-        &dir.path().join("other.sock"),
-        &other_log,
-        &config,
-    )
-    .status()
-    .unwrap();
+    let status = command(&machine, &machine.join("other.sock"), &other_log, &config)
+        .status()
+        .unwrap();
     let other = std::fs::read_to_string(&other_log).unwrap();
     let pid = server.0.as_ref().unwrap().id();
     assert!(
@@ -155,7 +156,8 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(
         logged.contains("is no longer running on this host: taking the volume over")
-            && logged.contains("rolled forward")
+            && logged.contains("local log records written again")
+            && !logged.contains(" 0 local log records written again")
             && logged.contains("the last writer did not stop cleanly"),
         "the restart after kill -9 did not take over and recover:\n{logged}"
     );
@@ -165,7 +167,10 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     let mut server = start(dir.path(), &socket, &log, &config);
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(
-        logged.contains("(0 rolled forward") && !logged.contains("WARN"),
+        logged.contains("(0 rolled forward")
+            && logged.contains(" 0 local log records written again")
+            && logged.contains("a FLUSH is durable in the local write log")
+            && !logged.contains("WARN"),
         "{logged}"
     );
     io(&reads);

@@ -148,21 +148,41 @@ impl Builder<'_> {
             takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
             ..ObjectDiskOptions::default()
         };
+        let log = match o.flush {
+            super::spec::ObjectsFlush::Remote => None,
+            super::spec::ObjectsFlush::Local => {
+                let path = o
+                    .local_log
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(format!("{name}.wlog")));
+                let spec = FileSpec {
+                    path,
+                    size: Some(o.local_log_size),
+                    direct: false,
+                };
+                Some(self.file(&format!("{field}.local_log"), &spec)?.device)
+            }
+        };
         let disk = Arc::new(
-            ObjectDisk::open(store, &options)
+            ObjectDisk::open_with_log(store, &options, log)
                 .map_err(|e| VolumeError::new(field, e.to_string()))?,
         );
         let r = disk.report();
+        let durable = match o.flush {
+            super::spec::ObjectsFlush::Local => "a FLUSH is durable in the local write log",
+            super::spec::ObjectsFlush::Remote => "a FLUSH is durable in the store",
+        };
         let line = format!(
-            "{field}: object volume {}: generation {}, through segment {} ({} rolled forward, {} objects deleted), {} blocks mapped",
+            "{field}: object volume {}: generation {}, through segment {} ({} rolled forward, {} objects deleted, {} local log records written again), {} blocks mapped; {durable}",
             disk.describe(),
             r.generation,
             r.sequence,
             r.rolled,
             r.deleted,
+            r.replayed,
             r.mapped
         );
-        if r.rolled > 0 {
+        if r.rolled > 0 || r.replayed > 0 {
             self.warnings
                 .push(format!("{line}; the last writer did not stop cleanly"));
         } else {

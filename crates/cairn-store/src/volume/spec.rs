@@ -163,7 +163,7 @@ impl DeviceSpec {
         matches!(
             self,
             Self::File(_) | Self::Ntl(_) | Self::Log(_) | Self::Tier(_)
-        )
+        ) || matches!(self, Self::Objects(o) if o.flush == ObjectsFlush::Local)
     }
 
     /// The devices this one sits on, in order.
@@ -716,6 +716,34 @@ pub struct ObjectsSpec {
     /// Default false.
     #[serde(default)]
     pub force_takeover: bool,
+    /// Where a FLUSH is durable: `"local"` (in the local write log, a file
+    /// under `data_dir`; the segments follow to the store) or `"remote"`
+    /// (in the store). Default `"local"`.
+    #[serde(default)]
+    pub flush: ObjectsFlush,
+    /// The local write log (`flush = "local"`), relative to `data_dir`.
+    /// Default `<device name>.wlog`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_log: Option<PathBuf>,
+    /// The local write log's size (created sparse). Writes wait when it is
+    /// full of blocks not yet in the store. Default 1GiB.
+    #[serde(default = "default_local_log_size")]
+    pub local_log_size: Bytes,
+}
+
+/// Where an object volume's FLUSH is durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectsFlush {
+    /// In the local write log.
+    #[default]
+    Local,
+    /// In the object store.
+    Remote,
+}
+
+fn default_local_log_size() -> Bytes {
+    Bytes(1 << 30)
 }
 
 fn default_region() -> String {
