@@ -37,7 +37,9 @@
 # PID 1 reaps late: it counts as dead.
 set -euo pipefail
 
-memstore_bytes=$((1024 * 1024 * 1024)) # the OSD's capacity, in RAM (it fills up to 95 % of it)
+# The OSD's capacity, in RAM (it fills up to 95 % of it); CAIRN_CEPH_MEMSTORE_MIB
+# sets it (benchmarks write more than the tests).
+memstore_bytes=$(( ${CAIRN_CEPH_MEMSTORE_MIB:-1024} * 1024 * 1024 ))
 start_timeout=60                       # seconds each daemon gets to come up
 bucket=cairn-test
 pool=cairn

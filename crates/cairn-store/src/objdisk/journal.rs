@@ -67,6 +67,7 @@ impl Record {
 #[derive(Clone, Copy, Debug)]
 struct Live {
     offset: u64,
+    len: u64,
     number: u64,
     /// The newest segment it names: it is needed until that is durable.
     max_segment: u64,
@@ -96,6 +97,10 @@ pub(crate) struct Journal {
     head: u64,
     next_number: u64,
     live: VecDeque<Live>,
+    /// Released batches still between the durable superblock's tail and
+    /// the live ones: a walk passes them, so they are not written over
+    /// until the superblock moves past them.
+    behind: VecDeque<Live>,
     /// The tail the durable superblock names.
     durable_tail: (u64, u64),
 }
@@ -187,6 +192,7 @@ impl Journal {
             head: bs,
             next_number,
             live: VecDeque::new(),
+            behind: VecDeque::new(),
             durable_tail: (bs, 1),
         };
         Ok((journal, replay))
@@ -198,6 +204,7 @@ impl Journal {
     pub(crate) fn reset(&mut self) -> Result<(), DeviceError> {
         self.head = self.bs;
         self.live.clear();
+        self.behind.clear();
         self.next_number += 1;
         self.write_super((self.bs, self.next_number))
     }
@@ -214,14 +221,21 @@ impl Journal {
         self.device.write_at(&sb, 0)?;
         self.device.flush()?;
         self.durable_tail = tail;
+        self.behind.clear();
         Ok(())
     }
 
     /// Forgets the batches whose segments are all durable (`durable`: the
     /// store holds every segment up to it).
     pub(crate) fn release(&mut self, durable: u64) {
-        while self.live.front().is_some_and(|b| b.max_segment <= durable) {
+        while let Some(b) = self
+            .live
+            .front()
+            .filter(|b| b.max_segment <= durable)
+            .copied()
+        {
             self.live.pop_front();
+            self.behind.push_back(b);
         }
     }
 
@@ -270,6 +284,16 @@ impl Journal {
         }
     }
 
+    /// Whether bytes `at .. at + len` overlap a batch a walk from the
+    /// durable superblock's tail passes: a released one still behind it, or
+    /// a live one.
+    fn cuts_chain(&self, at: u64, len: u64) -> bool {
+        self.behind
+            .iter()
+            .chain(&self.live)
+            .any(|b| at < b.offset + b.len && b.offset < at + len)
+    }
+
     /// Appends one batch and makes it durable. `None` when the ring has no
     /// room until more segments are durable (release, then try again).
     pub(crate) fn append(
@@ -282,13 +306,17 @@ impl Journal {
         let Some(at) = self.place(len) else {
             return Ok(None);
         };
-        // The superblock must name a tail at or before every live batch
-        // before we write over space it could still lead a walk through.
-        let tail = self
-            .live
-            .front()
-            .map_or((at, self.next_number), |b| (b.offset, b.number));
-        if tail != self.durable_tail {
+        // A walk from the durable superblock's tail passes every batch from
+        // there to the head (released ones too: their records are in the
+        // store, and replay skips them). Only a batch written over that
+        // chain would cut the walk short: then the superblock first names
+        // the oldest live batch. Batches written at the head leave it alone
+        // (one superblock write a lap of the ring, not one a flush).
+        if self.cuts_chain(at, len) {
+            let tail = self
+                .live
+                .front()
+                .map_or((at, self.next_number), |b| (b.offset, b.number));
             self.write_super(tail)?;
         }
         let header_len = (len as usize) - data.len();
@@ -332,6 +360,7 @@ impl Journal {
         self.device.flush()?;
         self.live.push_back(Live {
             offset: at,
+            len,
             number: self.next_number,
             max_segment,
         });
