@@ -24,6 +24,7 @@ fn options(prefix: &str, holder: &str, force: bool) -> ObjectDiskOptions {
         checkpoint_every: 8,
         holder: holder.into(),
         force_takeover: force,
+        read_cache: 4 << 20,
         takeover_grace: Duration::ZERO,
     }
 }

@@ -44,6 +44,7 @@
 //! the live blocks of mostly-dead segments, read caching of whole segments,
 //! read-only opens of a volume in use, an extent map for large thin volumes.
 
+mod chunks;
 mod error;
 mod format;
 mod journal;
@@ -87,6 +88,8 @@ pub struct ObjectDiskOptions {
     pub holder: String,
     /// Take the volume from a holder that did not release it.
     pub force_takeover: bool,
+    /// Bytes of segment objects kept in DRAM for reads (1 MiB chunks).
+    pub read_cache: u64,
     /// After a forced takeover, how long to wait before reading the
     /// volume: longer than a fenced writer's request can take, so nothing
     /// it deletes or writes after our lease lands after our listing.
@@ -104,6 +107,7 @@ impl Default for ObjectDiskOptions {
             checkpoint_every: 64,
             holder: cairn_objects::lease::this_holder(),
             force_takeover: false,
+            read_cache: 256 << 20,
             takeover_grace: Duration::from_mins(1),
         }
     }
@@ -139,6 +143,8 @@ struct Shared {
     closed: AtomicBool,
     /// The local write log (`flush = "local"`), if there is one.
     journal: Option<Mutex<journal::Journal>>,
+    /// Chunks of segment objects read lately.
+    chunks: chunks::Chunks,
 }
 
 /// A block device over an object store (module docs).
@@ -426,6 +432,7 @@ impl ObjectDisk {
             lease: Mutex::new(Some(lease)),
             closed: AtomicBool::new(false),
             journal: journal.map(Mutex::new),
+            chunks: chunks::Chunks::new(options.read_cache),
         });
         let (tx, workers) = start_uploaders(&shared, options.uploaders);
         let mut disk = Self {
@@ -519,7 +526,7 @@ impl ObjectDisk {
         for attempt in 0.. {
             // (buffer index, key, byte offset in the object, crc) of every
             // block to fetch.
-            let mut remote: Vec<(usize, String, u64, u32)> = Vec::new();
+            let mut remote: Vec<chunks::Want> = Vec::new();
             {
                 let st = self.shared.state();
                 for (i, out) in buf.chunks_exact_mut(bs).enumerate() {
@@ -534,16 +541,21 @@ impl ObjectDisk {
                         out.copy_from_slice(&s.bytes[s.header_len + at..s.header_len + at + bs]);
                     } else {
                         let seg = st.segments[&loc.sequence];
-                        remote.push((
-                            i,
-                            self.shared.keys.segment(loc.sequence, seg.generation),
-                            u64::from(seg.header_len) + at as u64,
-                            loc.crc,
-                        ));
+                        remote.push(chunks::Want {
+                            index: i,
+                            segment: loc.sequence,
+                            key: self.shared.keys.segment(loc.sequence, seg.generation),
+                            at: u64::from(seg.header_len) + at as u64,
+                            crc: loc.crc,
+                        });
                     }
                 }
             }
-            match self.fetch(buf, bs, &remote) {
+            match self
+                .shared
+                .chunks
+                .read(self.shared.store.as_ref(), buf, bs, &remote)
+            {
                 Ok(()) => return Ok(()),
                 Err(ObjectError::NotFound { .. }) if attempt < 3 => {}
                 Err(e) => {
@@ -558,55 +570,6 @@ impl ObjectDisk {
             }
         }
         unreachable!("the loop returns")
-    }
-
-    /// GETs the blocks `remote` names into `buf`, a run of neighbouring
-    /// entries of one segment at a time, checking each block's CRC32C.
-    fn fetch(
-        &self,
-        buf: &mut [u8],
-        bs: usize,
-        remote: &[(usize, String, u64, u32)],
-    ) -> Result<(), ObjectError> {
-        let mut i = 0;
-        while i < remote.len() {
-            let (start, key, at, _) = &remote[i];
-            let mut j = i + 1;
-            while j < remote.len()
-                && remote[j].0 == start + (j - i)
-                && remote[j].1 == *key
-                && remote[j].2 == at + ((j - i) * bs) as u64
-            {
-                j += 1;
-            }
-            let out = &mut buf[start * bs..(start + (j - i)) * bs];
-            let n = self.shared.store.read_at(key, *at, out)?;
-            if n != out.len() {
-                return Err(ObjectError::failed(
-                    cairn_objects::Op::Get,
-                    key,
-                    format!("{n} bytes at {at}, expected {}", out.len()),
-                    false,
-                ));
-            }
-            for (k, block) in out.chunks_exact(bs).enumerate() {
-                let want = remote[i + k].3;
-                let got = crc32c(block);
-                if got != want {
-                    return Err(ObjectError::failed(
-                        cairn_objects::Op::Get,
-                        key,
-                        format!(
-                            "block at byte {} has CRC32C {got:#010x}, the map says {want:#010x}",
-                            at + (k * bs) as u64
-                        ),
-                        false,
-                    ));
-                }
-            }
-            i = j;
-        }
-        Ok(())
     }
 
     /// A FLUSH: into the local write log when there is one, else into the

@@ -27,6 +27,8 @@ fn options(holder: &str, force: bool) -> ObjectDiskOptions {
         checkpoint_every: 3,
         holder: holder.into(),
         force_takeover: force,
+        // Two chunks (a whole 32 KiB segment object each): reads evict.
+        read_cache: 64 << 10,
         takeover_grace: Duration::ZERO,
     }
 }

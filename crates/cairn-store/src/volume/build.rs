@@ -145,6 +145,7 @@ impl Builder<'_> {
             uploaders: o.uploaders,
             checkpoint_every: o.checkpoint_every,
             force_takeover: o.force_takeover,
+            read_cache: o.read_cache.get(),
             takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
             ..ObjectDiskOptions::default()
         };

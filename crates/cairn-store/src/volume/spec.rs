@@ -729,6 +729,14 @@ pub struct ObjectsSpec {
     /// full of blocks not yet in the store. Default 1GiB.
     #[serde(default = "default_local_log_size")]
     pub local_log_size: Bytes,
+    /// DRAM for 1 MiB chunks of segment objects read lately (a read that
+    /// misses fetches its whole chunk). Default 256MiB; 0 = none.
+    #[serde(default = "default_read_cache")]
+    pub read_cache: Bytes,
+}
+
+fn default_read_cache() -> Bytes {
+    Bytes(crate::objdisk::ObjectDiskOptions::default().read_cache)
 }
 
 /// Where an object volume's FLUSH is durable.

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Cairn's object volume (kind = "objects": segments in RGW over S3, a local
+# write log, a DRAM cache) against librbd on the same single-node Ceph,
+# through fio: qemu-nbd over librbd (rbd_cache writeback; fio's nbd engine)
+# and fio's own rbd engine. Every row runs the peers and Cairn in turn and
+# prints the ratios. (The first step of issue 24's `cairn bench objects`.)
+#
+# Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS]
+#   CEPH_DIR: a cluster from bench/ceph-cluster.sh, with room for the runs:
+#     CAIRN_CEPH_MEMSTORE_MIB=6144 bench/ceph-cluster.sh start /tmp/ceph-bench
+#   SECONDS: per row (default 8).
+# Needs fio (nbd and rbd engines), qemu-nbd with the rbd driver
+# (qemu-block-extra), rbd, and a release build (cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ceph_dir=${1:?usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS]}
+seconds=${2:-8}
+# shellcheck disable=SC1091
+. "$ceph_dir/env"
+cairn=$PWD/target/release/cairn
+[ -x "$cairn" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+for tool in fio qemu-nbd rbd python3; do
+  command -v $tool >/dev/null || { echo "missing $tool" >&2; exit 1; }
+done
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.2; done; done
+  rbd -c "$CAIRN_TEST_CEPH_CONF" rm "$CAIRN_TEST_CEPH_POOL/bench-nbd" >/dev/null 2>&1 || true
+  rbd -c "$CAIRN_TEST_CEPH_CONF" rm "$CAIRN_TEST_CEPH_POOL/bench-fio" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+size=256M
+rbd -c "$CAIRN_TEST_CEPH_CONF" create "$CAIRN_TEST_CEPH_POOL/bench-nbd" --size 256
+rbd -c "$CAIRN_TEST_CEPH_CONF" create "$CAIRN_TEST_CEPH_POOL/bench-fio" --size 256
+
+start_qemu_nbd() {
+  rm -f "$work/qemu.sock"
+  qemu-nbd --cache=writeback -f raw -k "$work/qemu.sock" --persistent \
+    "rbd:$CAIRN_TEST_CEPH_POOL/bench-nbd:conf=$CAIRN_TEST_CEPH_CONF" >"$work/qemu.log" 2>&1 &
+  qemu_pid=$!
+  pids+=("$qemu_pid")
+  while [ ! -S "$work/qemu.sock" ]; do sleep 0.1; done
+}
+
+# Cairn: the example spec, 256 MiB, a 256 MiB DRAM cache, in the test bucket.
+prefix="bench/objects-vs-librbd-$$-$(date +%s)/"
+sed -e "s|http://127.0.0.1:7480|$CAIRN_TEST_S3_ENDPOINT|" \
+    -e "s|bucket = \"cairn\"|bucket = \"$CAIRN_TEST_S3_BUCKET\"|" \
+    -e "s|data_dir = \"cairn-objects\"|data_dir = \"$work/data\"|" \
+    -e "s|prefix = \"volumes/vm1/\"|prefix = \"$prefix\"|" \
+    -e "s|size = \"16GiB\"|size = \"256MiB\"|" \
+    -e "s|size = \"64MiB\"|size = \"256MiB\"|" \
+    examples/volumes/objects.toml >"$work/objects.toml"
+export AWS_ACCESS_KEY_ID=$CAIRN_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_TEST_S3_SECRET_KEY
+start_cairn() {
+  rm -f "$work/cairn.sock"
+  "$cairn" serve --config "$work/objects.toml" --listen "unix:$work/cairn.sock" >/dev/null 2>>"$work/cairn.log" &
+  cairn_pid=$!
+  pids+=("$cairn_pid")
+  while [ ! -S "$work/cairn.sock" ]; do sleep 0.1; done
+}
+stop() { # PID: SIGTERM, wait until it is gone
+  kill "$1"
+  while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
+}
+
+# One fio run: prints "IOPS MiB/s" of the side that moved.
+run() { # ENGINE-ARGS... -- JOB-ARGS...
+  local engine=() job=()
+  while [ "$1" != -- ]; do engine+=("$1"); shift; done
+  shift
+  job=("$@")
+  CEPH_CONF=$CAIRN_TEST_CEPH_CONF fio --name=bench "${engine[@]}" "${job[@]}" --iodepth=8 \
+    --size=$size --time_based --runtime="$seconds" --output-format=json 2>/dev/null |
+    sed -n '/^{/,$p' | python3 -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]
+side = j["write"] if j["write"]["io_bytes"] > j["read"]["io_bytes"] else j["read"]
+print("%.0f %.1f" % (side["iops"], side["bw_bytes"] / 2**20))'
+}
+
+start_qemu_nbd
+start_cairn
+nbd_peer=(--ioengine=nbd "--uri=nbd+unix:///?socket=$work/qemu.sock")
+rbd_peer=(--ioengine=rbd --clientname=admin "--pool=$CAIRN_TEST_CEPH_POOL" --rbdname=bench-fio)
+ours=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/cairn.sock")
+
+printf '%-22s %6s %12s %12s %12s %10s %10s\n' row unit qemu-nbd+rbd fio-rbd cairn "/qemu-nbd" "/fio-rbd"
+row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...
+  local name=$1 unit=$2 field=1
+  shift 2
+  [ "$unit" = MiB/s ] && field=2
+  local a b c
+  a=$(run "${nbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
+  b=$(run "${rbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
+  c=$(run "${ours[@]}" -- "$@" | cut -d' ' -f$field)
+  printf '%-22s %6s %12s %12s %12s %9.2fx %9.2fx\n' "$name" "$unit" "$a" "$b" "$c" \
+    "$(python3 -c "print($c / max($a, 1e-9))")" "$(python3 -c "print($c / max($b, 1e-9))")"
+}
+row "seq write 1M" MiB/s --rw=write --bs=1M
+row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
+row "seq read 1M" MiB/s --rw=read --bs=1M
+row "rand read 4k warm" IOPS --rw=randread --bs=4k
+# Cold: both servers restarted (Cairn's DRAM cache and librbd's cache
+# empty; Cairn's segments are all in the store after its clean stop).
+stop "$cairn_pid"; stop "$qemu_pid"
+start_qemu_nbd
+start_cairn
+row "rand read 4k cold" IOPS --rw=randread --bs=4k
+stop "$cairn_pid"
+grep -h "object volume" "$work/cairn.log" | tail -1 | cut -c1-200
