@@ -25,6 +25,7 @@ fn options(prefix: &str, holder: &str, force: bool) -> ObjectDiskOptions {
         holder: holder.into(),
         force_takeover: force,
         read_cache: 4 << 20,
+        heartbeat: Duration::from_secs(30),
         takeover_grace: Duration::ZERO,
     }
 }

@@ -175,6 +175,13 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     );
     io(&reads);
     terminate(server.take());
+    // The stop reports what the volume asked of the store.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("device.objects: object volume: ")
+            && logged.contains("(write amplification "),
+        "{logged}"
+    );
 
     let store = S3Store::new(&config).unwrap();
     for o in store.list(&prefix).unwrap() {

@@ -54,13 +54,13 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cairn_objects::{Lease, LeaseError, ObjectError, ObjectStore};
+use cairn_objects::{Lease, LeaseError, Metered, ObjectError, ObjectStore, StoreCounts};
 
 use crate::codec::crc32c;
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
@@ -90,6 +90,10 @@ pub struct ObjectDiskOptions {
     pub force_takeover: bool,
     /// Bytes of segment objects kept in DRAM for reads (1 MiB chunks).
     pub read_cache: u64,
+    /// How often a running writer records that it is alive (shown to a
+    /// refused opener) and checks that no other server took the volume; a
+    /// writer that finds it was fenced stops taking writes.
+    pub heartbeat: Duration,
     /// After a forced takeover, how long to wait before reading the
     /// volume: longer than a fenced writer's request can take, so nothing
     /// it deletes or writes after our lease lands after our listing.
@@ -108,6 +112,7 @@ impl Default for ObjectDiskOptions {
             holder: cairn_objects::lease::this_holder(),
             force_takeover: false,
             read_cache: 256 << 20,
+            heartbeat: Duration::from_secs(30),
             takeover_grace: Duration::from_mins(1),
         }
     }
@@ -132,6 +137,10 @@ pub struct OpenReport {
 
 struct Shared {
     store: Arc<dyn ObjectStore>,
+    /// The same store, counting its requests.
+    metered: Arc<Metered<Arc<dyn ObjectStore>>>,
+    /// Bytes clients wrote (zero blocks included).
+    written: AtomicU64,
     keys: Keys,
     volume: VolumeRecord,
     generation: u64,
@@ -145,6 +154,9 @@ struct Shared {
     journal: Option<Mutex<journal::Journal>>,
     /// Chunks of segment objects read lately.
     chunks: chunks::Chunks,
+    /// Set to stop the heartbeat thread.
+    beat_stop: Mutex<bool>,
+    beat: Condvar,
 }
 
 /// A block device over an object store (module docs).
@@ -302,6 +314,50 @@ fn open_log(
     })
 }
 
+/// The heartbeat thread: every `every`, the lease still ours or the disk
+/// failed.
+fn start_heartbeat(shared: &Arc<Shared>, every: Duration) -> JoinHandle<()> {
+    let shared = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("cairn-lease".into())
+        .spawn(move || {
+            loop {
+                {
+                    let stop = shared
+                        .beat_stop
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let (stop, _) = shared
+                        .beat
+                        .wait_timeout_while(stop, every, |stop| !*stop)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if *stop {
+                        break;
+                    }
+                }
+                let lease = shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(l) = lease.as_ref() else { break };
+                match l.still_held(shared.store.as_ref()) {
+                    Ok(true) => {
+                        if let Err(e) = l.heartbeat(shared.store.as_ref()) {
+                            tracing::warn!(volume = %shared.keys.prefix, "lease heartbeat: {e}");
+                        }
+                    }
+                    Ok(false) => {
+                        drop(lease);
+                        shared.fail(format!(
+                            "generation {} lost the volume: another server took it over",
+                            shared.generation
+                        ));
+                        break;
+                    }
+                    Err(e) => tracing::warn!(volume = %shared.keys.prefix, "lease check: {e}"),
+                }
+            }
+        })
+        .expect("spawn the lease thread")
+}
+
 /// The uploader threads, taking sealed segments from one queue.
 fn start_uploaders(
     shared: &Arc<Shared>,
@@ -421,8 +477,11 @@ impl ObjectDisk {
             mapped: state.map.len(),
             replayed: 0,
         };
+        let metered = Arc::new(Metered::new(store));
         let shared = Arc::new(Shared {
-            store,
+            store: Arc::clone(&metered) as Arc<dyn ObjectStore>,
+            metered,
+            written: AtomicU64::new(0),
             keys,
             volume,
             generation: lease.generation(),
@@ -433,8 +492,11 @@ impl ObjectDisk {
             closed: AtomicBool::new(false),
             journal: journal.map(Mutex::new),
             chunks: chunks::Chunks::new(options.read_cache),
+            beat_stop: Mutex::new(false),
+            beat: Condvar::new(),
         });
-        let (tx, workers) = start_uploaders(&shared, options.uploaders);
+        let (tx, mut workers) = start_uploaders(&shared, options.uploaders);
+        workers.push(start_heartbeat(&shared, options.heartbeat));
         let mut disk = Self {
             shared,
             queue: Mutex::new(Some(tx)),
@@ -457,6 +519,16 @@ impl ObjectDisk {
     /// What the open found.
     pub fn report(&self) -> OpenReport {
         self.report
+    }
+
+    /// Requests and bytes that reached the store since the open (the open's
+    /// own included), and the bytes clients wrote: their ratio of PUT bytes
+    /// is the backend write amplification.
+    pub fn counts(&self) -> (StoreCounts, u64) {
+        (
+            self.shared.metered.counts(),
+            self.shared.written.load(Ordering::Relaxed),
+        )
     }
 
     /// The volume's record.
@@ -487,6 +559,9 @@ impl ObjectDisk {
 
     /// Writes whole blocks from `first`.
     fn write_blocks(&self, first: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.shared
+            .written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         let bs = self.shared.volume.block_size as usize;
         let crcs: Vec<Option<u32>> = data
             .chunks_exact(bs)
@@ -738,6 +813,12 @@ impl ObjectDisk {
     }
 
     fn stop_workers(&self) {
+        *self
+            .shared
+            .beat_stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
+        self.shared.beat.notify_all();
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -29,6 +29,7 @@ fn options(holder: &str, force: bool) -> ObjectDiskOptions {
         force_takeover: force,
         // Two chunks (a whole 32 KiB segment object each): reads evict.
         read_cache: 64 << 10,
+        heartbeat: Duration::from_secs(30),
         takeover_grace: Duration::ZERO,
     }
 }
@@ -640,4 +641,35 @@ fn a_flush_logs_blocks_uploaded_beyond_a_gap() {
     for b in 0..16u64 {
         assert_eq!(img[b as usize], (b + 1) << 16, "block {b}, flushed, lost");
     }
+}
+
+/// With a local write log a FLUSH asks the store nothing: the heartbeat is
+/// what tells a fenced writer, which then takes no more writes.
+#[test]
+fn the_heartbeat_stops_a_fenced_writer() {
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let mut o = options("server-a", false);
+    o.heartbeat = Duration::from_millis(10);
+    let a = ObjectDisk::open_with_log(store.clone(), &o, Some(log)).expect("create");
+    a.write_at(&block(1 << 16), 0).expect("write");
+    a.flush().expect("flush");
+    let _b = ObjectDisk::open(store.clone(), &options("server-b", true)).expect("takeover");
+    let start = std::time::Instant::now();
+    loop {
+        match a.write_at(&block(2 << 16), 0) {
+            Err(e) => {
+                assert!(e.to_string().contains("another server took it over"), "{e}");
+                break;
+            }
+            Ok(()) => assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the fenced writer still takes writes"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Its heartbeat was seen: a refused opener is told when.
+    let err = ObjectDisk::open(store, &options("server-c", false)).expect_err("held by b");
+    assert!(err.to_string().contains("held by server-b"), "{err}");
 }

@@ -160,6 +160,32 @@ impl Volume {
         })
     }
 
+    /// One line per object volume of what it asked of the store, for the
+    /// log at a stop: PUTs and their bytes against the bytes clients wrote
+    /// (the backend write amplification), GETs, DELETEs.
+    pub fn object_report(&self) -> Vec<String> {
+        self.layers
+            .iter()
+            .filter_map(|layer| match layer {
+                OpenLayer::Objects { name, disk } => Some((name, disk)),
+                _ => None,
+            })
+            .map(|(name, disk)| {
+                let (c, written) = disk.counts();
+                let amplification = if written > 0 {
+                    format!("{:.2}", c.put_bytes as f64 / written as f64)
+                } else {
+                    "-".into()
+                };
+                format!(
+                    "device.{name}: object volume: {} PUTs of {} bytes for {written} bytes written \
+                     (write amplification {amplification}), {} GETs of {} bytes, {} DELETEs",
+                    c.puts, c.put_bytes, c.gets, c.get_bytes, c.deletes
+                )
+            })
+            .collect()
+    }
+
     /// One line per tier of what it did, for the log at a stop: hits,
     /// misses, hit ratio, dirty, cleaned, relocated, errors.
     pub fn tier_report(&self) -> Vec<String> {

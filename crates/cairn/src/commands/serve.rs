@@ -242,7 +242,11 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         .with_context(|| format!("closing the volumes of {}", loaded.origin));
     // What each tier did this run, one line each (after the close, so the
     // write-backs of the final flush are counted).
-    for line in volume.tier_report() {
+    for line in volume
+        .tier_report()
+        .into_iter()
+        .chain(volume.object_report())
+    {
         tracing::info!("{line}");
     }
     served?;
