@@ -21,28 +21,30 @@
 //! uploaded. A full segment (`object_size` of data) is sealed — header
 //! (summary: each data block's address and CRC32C, the trims) plus data, one
 //! object — and queued to the uploader threads, which PUT in parallel.
-//! **Flush** seals the open segment and waits until every sealed segment up
-//! to it is in the store, then checks the lease is still ours: a FLUSH is
-//! acknowledged only when its data is in the object store
-//! (`flush = "remote"`; a local write log in front, for `flush = "local"`,
-//! is the next step of issue 24). **Reads** find a block's segment in the
-//! map: the open segment and sealed ones not yet uploaded are served from
-//! DRAM, the rest by ranged GETs (a run of neighbouring entries of one
-//! segment is one GET), each block checked against its CRC32C.
+//! A sealed segment stays in DRAM until it is durable (it and every one
+//! before it in the store). **Flush**: with a local write log
+//! (`journal.rs`, `flush = "local"`, `local.rs`) what
+//! changed since the last flush is appended there and made durable, and the
+//! segments follow when full; without one (`flush = "remote"`) the open
+//! segment is sealed and the flush waits until every sealed segment up to
+//! it is in the store, then checks the lease is still ours. **Reads** find
+//! a block's segment in the map: the open segment and sealed ones not yet
+//! durable are served from DRAM, the rest from the store through the chunk
+//! cache (`chunks.rs`), each block checked against its CRC32C.
 //!
 //! **Checkpoints** (the whole map and the segments it points into, one
 //! object) are written after a flush every `checkpoint_every` segments and
 //! at a clean close; then every segment no block points into, at or before
 //! it, is deleted, and the checkpoints before it. **Recovery**, the fences
-//! and the validity rule: [`recover`](mod@recover).
+//! and the validity rule: `recover.rs`.
 //!
 //! **Fencing**: one writer per volume, by [`Lease`]; every object carries the
-//! writer's generation, and a writer that finds a later lease fails its
-//! flushes and writes nothing more.
+//! writer's generation, and a writer that finds a later lease (at a remote
+//! flush, a checkpoint, or its heartbeat) fails and writes nothing more.
 //!
-//! Not yet (issue 24): the local write log (`flush = "local"`), rewriting
-//! the live blocks of mostly-dead segments, read caching of whole segments,
-//! read-only opens of a volume in use, an extent map for large thin volumes.
+//! Not yet (issue 24): rewriting the live blocks of mostly-dead segments,
+//! read-ahead of whole segments, read-only opens of a volume in use, an
+//! extent map for large thin volumes, a RADOS backend.
 
 mod chunks;
 mod error;
