@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::S3Config;
+use crate::{ObjectStore, S3Config};
 
 /// The test store from the environment, or `None` (after saying why).
 pub fn s3_config(test: &str) -> Option<S3Config> {
@@ -23,4 +23,20 @@ pub fn s3_config(test: &str) -> Option<S3Config> {
         secret_key: var("CAIRN_TEST_S3_SECRET_KEY").unwrap_or_default(),
         timeout: Duration::from_secs(30),
     })
+}
+
+/// A key prefix no other run uses: `{area}/{pid}-{nanoseconds}/`.
+pub fn unique_prefix(area: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{area}/{}-{nanos}/", std::process::id())
+}
+
+/// Deletes every object under `prefix` (a test's cleanup).
+pub fn remove_all(store: &dyn ObjectStore, prefix: &str) -> Result<(), crate::ObjectError> {
+    for o in store.list(prefix)? {
+        store.delete(&o.key)?;
+    }
+    Ok(())
 }

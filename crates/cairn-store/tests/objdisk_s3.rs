@@ -37,11 +37,7 @@ fn a_volume_on_rgw_survives_a_clean_stop_and_a_vanished_writer() {
     };
     let s3 = S3Store::new(&config).expect("client");
     let store: Arc<dyn ObjectStore> = Arc::new(Retrying::new(s3, RetryPolicy::default()));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos();
-    let prefix = format!("objdisk-test/{}-{nanos}/", std::process::id());
+    let prefix = cairn_objects::testing::unique_prefix("objdisk-test");
 
     // 16 MiB of random 64 KiB writes over a 64 MiB volume, a flush every 32.
     let mut rng = ChaCha8Rng::seed_from_u64(11);
@@ -104,7 +100,5 @@ fn a_volume_on_rgw_survives_a_clean_stop_and_a_vanished_writer() {
         segs <= 64,
         "{segs} segment objects for 64 MiB of 1 MiB segments"
     );
-    for o in store.list(&prefix).expect("list") {
-        store.delete(&o.key).expect("cleanup");
-    }
+    cairn_objects::testing::remove_all(store.as_ref(), &prefix).expect("cleanup");
 }

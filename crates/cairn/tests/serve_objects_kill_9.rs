@@ -12,10 +12,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use cairn_objects::{ObjectStore, S3Store};
-use common::{cairn, connect, terminate, tool};
+use cairn_objects::S3Store;
+use common::{Server, cairn, connect, terminate, tool};
 
 /// The example on the test cluster, 256 MiB, 1 MiB segments, a prefix of
 /// its own.
@@ -43,24 +43,6 @@ fn spec(config: &cairn_objects::S3Config, prefix: &str) -> String {
         assert!(small.contains(wanted), "the example changed shape:\n{text}");
     }
     small
-}
-
-/// A server, killed if the test fails before it stops it.
-struct Server(Option<Child>);
-
-impl Server {
-    fn take(&mut self) -> Child {
-        self.0.take().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn command(dir: &Path, socket: &Path, log: &Path, config: &cairn_objects::S3Config) -> Command {
@@ -91,11 +73,7 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     let Some(config) = cairn_objects::testing::s3_config("serve_objects_kill_9") else {
         return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let prefix = format!("serve-test/{}-{nanos}/", std::process::id());
+    let prefix = cairn_objects::testing::unique_prefix("serve-test");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("objects.toml"), spec(&config, &prefix)).unwrap();
     let socket = dir.path().join("cairn.sock");
@@ -184,7 +162,5 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     );
 
     let store = S3Store::new(&config).unwrap();
-    for o in store.list(&prefix).unwrap() {
-        store.delete(&o.key).unwrap();
-    }
+    cairn_objects::testing::remove_all(&store, &prefix).unwrap();
 }

@@ -10,9 +10,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use common::{cairn, connect, terminate, tool};
+use common::{Server, cairn, connect, terminate, tool};
 
 /// The example at test sizes: a 32 MiB cache device over a 256 MiB HDD.
 fn spec() -> String {
@@ -34,24 +34,6 @@ fn spec() -> String {
         assert!(small.contains(wanted), "the example changed shape:\n{text}");
     }
     small
-}
-
-/// A server, killed if the test fails before it stops it.
-struct Server(Option<Child>);
-
-impl Server {
-    fn take(&mut self) -> Child {
-        self.0.take().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// A server on the spec in `dir`, logging (at the default level: the

@@ -6,15 +6,9 @@ pub use cairn_objects::testing::s3_config;
 
 /// A prefix no other run uses.
 pub fn unique_prefix(test: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos();
-    format!("contract/{test}-{}-{nanos}/", std::process::id())
+    cairn_objects::testing::unique_prefix(&format!("contract/{test}"))
 }
 
 pub fn remove_all(store: &dyn ObjectStore, prefix: &str) {
-    for o in store.list(prefix).expect("list for cleanup") {
-        store.delete(&o.key).expect("delete for cleanup");
-    }
+    cairn_objects::testing::remove_all(store, prefix).expect("cleanup");
 }

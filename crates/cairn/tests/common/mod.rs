@@ -18,6 +18,25 @@ use cairn_nbd::proto::{
 mod certificates;
 pub use certificates::certificates;
 
+/// A server child, killed (and reaped) if the test fails before it stops it.
+pub struct Server(pub Option<Child>);
+
+impl Server {
+    /// The child, for the test to stop or kill itself.
+    pub fn take(&mut self) -> Child {
+        self.0.take().expect("the server was taken already")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 pub fn cairn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cairn"))
 }
