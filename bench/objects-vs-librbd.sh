@@ -107,12 +107,20 @@ row "seq write 1M" MiB/s --rw=write --bs=1M
 row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
 row "seq read 1M" MiB/s --rw=read --bs=1M
 row "rand read 4k warm" IOPS --rw=randread --bs=4k
-# Cold: both servers restarted (Cairn's DRAM cache and librbd's cache
-# empty; Cairn's segments are all in the store after its clean stop).
+# Restarted: both servers stopped and started again (DRAM caches empty;
+# Cairn's local segment cache kept, as after any restart).
 stop "$cairn_pid"; stop "$qemu_pid"
 start_qemu_nbd
 start_cairn
+row "rand read 4k restarted" IOPS --rw=randread --bs=4k
+# Cold: Cairn's local segment cache removed too (a new host, or a lost
+# disk): every read goes to the store, as librbd's do.
+stop "$cairn_pid"; stop "$qemu_pid"
+rm -f "$work/data/objects.segcache"
+start_qemu_nbd
+start_cairn
 row "rand read 4k cold" IOPS --rw=randread --bs=4k
+row "seq read 1M cold" MiB/s --rw=read --bs=1M
 stop "$cairn_pid"
 # The first stop's report: what the writes cost the store.
 grep -h "write amplification" "$work/cairn.log" | head -1 | sed 's/^.*device/device/' 

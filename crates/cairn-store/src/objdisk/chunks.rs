@@ -40,6 +40,7 @@ struct Inner {
 pub(crate) struct Want {
     pub index: usize,
     pub segment: u64,
+    pub generation: u64,
     pub key: String,
     pub at: u64,
     pub crc: u32,

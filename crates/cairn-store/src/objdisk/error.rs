@@ -35,6 +35,9 @@ pub enum ObjectDiskError {
     /// The local write log failed or does not belong to the volume.
     #[error("the local write log: {0}")]
     Log(crate::device::DeviceError),
+    /// The local segment cache failed or does not belong to the volume.
+    #[error("the local segment cache: {0}")]
+    Cache(super::SegCacheError),
     /// The volume exists with another geometry than asked for.
     #[error("{key}: the volume is {found}; asked for {asked}")]
     Mismatch {

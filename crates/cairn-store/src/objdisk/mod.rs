@@ -52,6 +52,7 @@ mod format;
 mod journal;
 mod local;
 mod recover;
+mod segcache;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -69,6 +70,7 @@ use crate::device::{Device, DeviceError, DeviceOp, check_range};
 pub use error::ObjectDiskError;
 pub use format::VolumeRecord as ObjectVolume;
 use format::{Fence, Keys, VolumeRecord};
+pub use segcache::{SegCacheCounts, SegCacheError};
 use state::{Sealed, State};
 
 /// How to open (or create) an object disk.
@@ -156,6 +158,8 @@ struct Shared {
     journal: Option<Mutex<journal::Journal>>,
     /// Chunks of segment objects read lately.
     chunks: chunks::Chunks,
+    /// Whole segment objects on a local device, if there is one.
+    segcache: Option<segcache::SegCache>,
     /// Set to stop the heartbeat thread.
     beat_stop: Mutex<bool>,
     beat: Condvar,
@@ -194,9 +198,23 @@ impl Shared {
         self.progress.notify_all();
     }
 
+    /// Installs a whole segment object in the local segment cache, if
+    /// there is one; its victim is the slot of the segment with the fewest
+    /// live blocks.
+    fn install(&self, sequence: u64, generation: u64, object: &[u8]) {
+        if let Some(cache) = &self.segcache {
+            cache.install(sequence, generation, object, |seq| {
+                self.state().segments.get(&seq).map(|s| s.live)
+            });
+        }
+    }
+
     fn upload(&self, sealed: &Sealed) {
         match self.store.put(&sealed.key, &sealed.bytes) {
             Ok(()) => {
+                // Into the local cache before the segment leaves memory,
+                // so its blocks are never read from the store.
+                self.install(sealed.sequence, self.generation, &sealed.bytes);
                 self.state().uploaded(sealed.sequence);
                 self.progress.notify_all();
             }
@@ -316,6 +334,64 @@ fn open_log(
     })
 }
 
+/// The local segment cache on `cache`, if any, keeping the slots of the
+/// segments `state` has.
+fn open_segcache(
+    cache: Option<Arc<dyn Device>>,
+    volume: &VolumeRecord,
+    state: &State,
+) -> Result<Option<segcache::SegCache>, ObjectDiskError> {
+    let Some(device) = cache else {
+        return Ok(None);
+    };
+    let blocks = (volume.object_size / volume.block_size) as usize;
+    // The header's entries, and room for a few thousand trims.
+    let max_object = u64::from(volume.object_size)
+        + (format::SEGMENT_FIXED + format::ENTRY_BYTES * blocks) as u64
+        + (64 << 10);
+    segcache::SegCache::open(device, volume.volume_id, max_object, |seq, g| {
+        state.segments.get(&seq).is_some_and(|s| s.generation == g)
+    })
+    .map(Some)
+    .map_err(ObjectDiskError::Cache)
+}
+
+/// Reads from the local segment cache what it holds of `wants` into `buf`
+/// (blocks of `bs` bytes); returns the rest, for the store.
+fn local_reads(
+    cache: &segcache::SegCache,
+    buf: &mut [u8],
+    bs: usize,
+    mut wants: Vec<chunks::Want>,
+) -> Vec<chunks::Want> {
+    wants.sort_unstable_by_key(|w| (w.segment, w.at));
+    let mut outs: Vec<Option<&mut [u8]>> = buf.chunks_exact_mut(bs).map(Some).collect();
+    let mut rest = Vec::new();
+    let mut wants = wants.into_iter().peekable();
+    let mut group: Vec<chunks::Want> = Vec::new();
+    while let Some(w) = wants.next() {
+        let segment = w.segment;
+        group.push(w);
+        if wants.peek().is_some_and(|n| n.segment == segment) {
+            continue;
+        }
+        let blocks: Vec<segcache::Block> = group
+            .iter()
+            .map(|w| segcache::Block {
+                at: w.at,
+                crc: w.crc,
+            })
+            .collect();
+        let mut out: Vec<&mut [u8]> = group.iter().filter_map(|w| outs[w.index].take()).collect();
+        let generation = group[0].generation;
+        if out.len() != group.len() || !cache.read(segment, generation, &blocks, &mut out) {
+            rest.append(&mut group);
+        }
+        group.clear();
+    }
+    rest
+}
+
 /// The heartbeat thread: every `every`, the lease still ours or the disk
 /// failed.
 fn start_heartbeat(shared: &Arc<Shared>, every: Duration) -> JoinHandle<()> {
@@ -423,6 +499,20 @@ impl ObjectDisk {
         options: &ObjectDiskOptions,
         log: Option<Arc<dyn Device>>,
     ) -> Result<Self, ObjectDiskError> {
+        Self::open_local(store, options, log, None)
+    }
+
+    /// [`open_with_log`](ObjectDisk::open_with_log) with a local segment
+    /// cache on `cache` (a file on local storage): whole segment objects,
+    /// installed as they are uploaded, read instead of the store. Formatted
+    /// when blank; its slots survive restarts; another volume's cache, or a
+    /// device holding anything else, is refused.
+    pub fn open_local(
+        store: Arc<dyn ObjectStore>,
+        options: &ObjectDiskOptions,
+        log: Option<Arc<dyn Device>>,
+        cache: Option<Arc<dyn Device>>,
+    ) -> Result<Self, ObjectDiskError> {
         let keys = Keys {
             prefix: options.prefix.clone(),
         };
@@ -479,6 +569,7 @@ impl ObjectDisk {
             mapped: state.map.len(),
             replayed: 0,
         };
+        let segcache = open_segcache(cache, &volume, &state)?;
         let metered = Arc::new(Metered::new(store));
         let shared = Arc::new(Shared {
             store: Arc::clone(&metered) as Arc<dyn ObjectStore>,
@@ -494,6 +585,7 @@ impl ObjectDisk {
             closed: AtomicBool::new(false),
             journal: journal.map(Mutex::new),
             chunks: chunks::Chunks::new(options.read_cache),
+            segcache,
             beat_stop: Mutex::new(false),
             beat: Condvar::new(),
         });
@@ -531,6 +623,14 @@ impl ObjectDisk {
             self.shared.metered.counts(),
             self.shared.written.load(Ordering::Relaxed),
         )
+    }
+
+    /// What the local segment cache did since the open, if there is one.
+    pub fn segcache_counts(&self) -> Option<SegCacheCounts> {
+        self.shared
+            .segcache
+            .as_ref()
+            .map(segcache::SegCache::counts)
     }
 
     /// The volume's record.
@@ -621,12 +721,16 @@ impl ObjectDisk {
                         remote.push(chunks::Want {
                             index: i,
                             segment: loc.sequence,
+                            generation: seg.generation,
                             key: self.shared.keys.segment(loc.sequence, seg.generation),
                             at: u64::from(seg.header_len) + at as u64,
                             crc: loc.crc,
                         });
                     }
                 }
+            }
+            if let Some(cache) = &self.shared.segcache {
+                remote = local_reads(cache, buf, bs, remote);
             }
             match self
                 .shared

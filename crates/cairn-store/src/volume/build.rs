@@ -95,6 +95,22 @@ impl Builder<'_> {
     /// An object volume: the S3 client (keys from the environment), retries
     /// for `retry_for` seconds, the disk opened (lease, recovery, fence,
     /// checkpoint) or created.
+    /// A file of an object volume's under `data_dir`: `path`, or `default`.
+    fn local_file(
+        &mut self,
+        field: &str,
+        path: Option<&PathBuf>,
+        default: String,
+        size: Bytes,
+    ) -> Result<Arc<dyn Device>, VolumeError> {
+        let spec = FileSpec {
+            path: path.cloned().unwrap_or_else(|| PathBuf::from(default)),
+            size: Some(size),
+            direct: false,
+        };
+        Ok(self.file(field, &spec)?.device)
+    }
+
     fn objects(
         &mut self,
         name: &str,
@@ -151,21 +167,24 @@ impl Builder<'_> {
         };
         let log = match o.flush {
             super::spec::ObjectsFlush::Remote => None,
-            super::spec::ObjectsFlush::Local => {
-                let path = o
-                    .local_log
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(format!("{name}.wlog")));
-                let spec = FileSpec {
-                    path,
-                    size: Some(o.local_log_size),
-                    direct: false,
-                };
-                Some(self.file(&format!("{field}.local_log"), &spec)?.device)
-            }
+            super::spec::ObjectsFlush::Local => Some(self.local_file(
+                &format!("{field}.local_log"),
+                o.local_log.as_ref(),
+                format!("{name}.wlog"),
+                o.local_log_size,
+            )?),
+        };
+        let cache = match o.local_cache_size.get() {
+            0 => None,
+            _ => Some(self.local_file(
+                &format!("{field}.local_cache"),
+                o.local_cache.as_ref(),
+                format!("{name}.segcache"),
+                o.local_cache_size,
+            )?),
         };
         let disk = Arc::new(
-            ObjectDisk::open_with_log(store, &options, log)
+            ObjectDisk::open_local(store, &options, log, cache)
                 .map_err(|e| VolumeError::new(field, e.to_string()))?,
         );
         let r = disk.report();

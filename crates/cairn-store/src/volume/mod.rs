@@ -177,9 +177,16 @@ impl Volume {
                 } else {
                     "-".into()
                 };
+                let local = disk.segcache_counts().map_or(String::new(), |l| {
+                    format!(
+                        "; local segment cache: {} blocks read from it, {} from the store, \
+                         {} segments installed, {} of {} slots full",
+                        l.hits, l.misses, l.installs, l.held, l.slots
+                    )
+                });
                 format!(
                     "device.{name}: object volume: {} PUTs of {} bytes for {written} bytes written \
-                     (write amplification {amplification}), {} GETs of {} bytes, {} DELETEs",
+                     (write amplification {amplification}), {} GETs of {} bytes, {} DELETEs{local}",
                     c.puts, c.put_bytes, c.gets, c.get_bytes, c.deletes
                 )
             })

@@ -733,6 +733,19 @@ pub struct ObjectsSpec {
     /// misses fetches its whole chunk). Default 256MiB; 0 = none.
     #[serde(default = "default_read_cache")]
     pub read_cache: Bytes,
+    /// The local segment cache, relative to `data_dir`: whole segment
+    /// objects, installed as they are uploaded, read instead of the store;
+    /// kept across restarts. Default `<device name>.segcache`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_cache: Option<PathBuf>,
+    /// The local segment cache's size (created sparse); 0 = none. Default
+    /// 2GiB.
+    #[serde(default = "default_local_cache_size")]
+    pub local_cache_size: Bytes,
+}
+
+fn default_local_cache_size() -> Bytes {
+    Bytes(2 << 30)
 }
 
 fn default_read_cache() -> Bytes {
