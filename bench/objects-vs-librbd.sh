@@ -122,5 +122,5 @@ start_cairn
 row "rand read 4k cold" IOPS --rw=randread --bs=4k
 row "seq read 1M cold" MiB/s --rw=read --bs=1M
 stop "$cairn_pid"
-# The first stop's report: what the writes cost the store.
-grep -h "write amplification" "$work/cairn.log" | head -1 | sed 's/^.*device/device/' 
+# Each stop's report: what the writes cost the store, where reads came from.
+grep -h "write amplification" "$work/cairn.log" | sed 's/^.*device/device/' 

@@ -41,6 +41,9 @@ pub(crate) struct Want {
     pub index: usize,
     pub segment: u64,
     pub generation: u64,
+    /// Whether half its segment's blocks or more are live: worth fetching
+    /// whole into the local segment cache.
+    pub dense: bool,
     pub key: String,
     pub at: u64,
     pub crc: u32,
@@ -81,7 +84,8 @@ impl Chunks {
 
     /// Fills `buf` (blocks of `bs` bytes) with the blocks `wants` names,
     /// checking each block's CRC32C: from cached chunks; else a chunk that
-    /// holds at least [`DENSE`] of them is fetched whole (and cached), and
+    /// holds at least [`DENSE`] of them, or of a segment half live or
+    /// more, is fetched whole (and cached), and
     /// the others are read run by run (neighbouring entries of one segment,
     /// one ranged GET each): a read of blocks scattered over many segments
     /// by random writes must not fetch a whole chunk per block. The GETs of
@@ -116,7 +120,9 @@ impl Chunks {
         let mut missing: Vec<(Id, Vec<usize>)> = missing.into_iter().collect();
         missing.sort_unstable_by_key(|(id, _)| *id);
         for (id, ks) in missing {
-            if ks.len() as u64 * bs as u64 >= DENSE {
+            // Its segment is half live or more: the chunk's other blocks
+            // are likely read soon too.
+            if ks.len() as u64 * bs as u64 >= DENSE || wants[ks[0]].dense {
                 gets.push(Get::Chunk(id, &wants[ks[0]].key));
                 continue;
             }

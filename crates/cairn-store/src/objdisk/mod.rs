@@ -704,8 +704,15 @@ impl ObjectDisk {
             // (buffer index, key, byte offset in the object, crc) of every
             // block to fetch.
             let mut remote: Vec<chunks::Want> = Vec::new();
+            let fits;
             {
                 let st = self.shared.state();
+                // The volume's live data fits in the local segment cache:
+                // misses fetch whole dense segments into it, so reads
+                // converge on the local copy.
+                fits = self.shared.segcache.as_ref().is_some_and(|c| {
+                    (st.map.len() as u64).saturating_mul(bs as u64) <= c.capacity()
+                });
                 for (i, out) in buf.chunks_exact_mut(bs).enumerate() {
                     let Some(loc) = st.map.get(&(first + i as u64)).copied() else {
                         out.fill(0);
@@ -722,6 +729,7 @@ impl ObjectDisk {
                             index: i,
                             segment: loc.sequence,
                             generation: seg.generation,
+                            dense: u64::from(seg.live) * 2 >= u64::from(seg.blocks),
                             key: self.shared.keys.segment(loc.sequence, seg.generation),
                             at: u64::from(seg.header_len) + at as u64,
                             crc: loc.crc,
@@ -731,6 +739,10 @@ impl ObjectDisk {
             }
             if let Some(cache) = &self.shared.segcache {
                 remote = local_reads(cache, buf, bs, remote);
+                if fits && remote.iter().any(|w| w.dense) {
+                    self.fetch_whole(cache, &remote);
+                    remote = local_reads(cache, buf, bs, remote);
+                }
             }
             match self
                 .shared
@@ -751,6 +763,39 @@ impl ObjectDisk {
             }
         }
         unreachable!("the loop returns")
+    }
+
+    /// Fetches the dense segments of `wants` whole into the local segment
+    /// cache, in parallel (a failed GET is left to the read's own).
+    fn fetch_whole(&self, cache: &segcache::SegCache, wants: &[chunks::Want]) {
+        let mut segments: Vec<(u64, u64, &str)> = wants
+            .iter()
+            .filter(|w| w.dense)
+            .map(|w| (w.segment, w.generation, w.key.as_str()))
+            .collect();
+        segments.sort_unstable();
+        segments.dedup_by_key(|s| s.0);
+        let fetch = |(sequence, generation, key): (u64, u64, &str)| {
+            cache.fetch(
+                self.shared.store.as_ref(),
+                key,
+                sequence,
+                generation,
+                |seq| self.shared.state().segments.get(&seq).map(|s| s.live),
+            );
+        };
+        if segments.len() == 1 {
+            fetch(segments[0]);
+            return;
+        }
+        let threads = segments.len().min(8);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let mine: Vec<_> = segments.iter().copied().skip(t).step_by(threads).collect();
+                let fetch = &fetch;
+                scope.spawn(move || mine.into_iter().for_each(fetch));
+            }
+        });
     }
 
     /// A FLUSH: into the local write log when there is one, else into the

@@ -18,7 +18,9 @@
 //! open keeps those whose segment the recovered volume still has.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+
+use cairn_objects::ObjectStore;
 
 use crate::codec::{self, FormatError, put_u32, put_u64, u64_at};
 use crate::device::{Device, DeviceError, IoBuf};
@@ -130,8 +132,10 @@ pub struct SegCacheCounts {
     pub hits: u64,
     /// Blocks that needed the store.
     pub misses: u64,
-    /// Objects installed.
+    /// Objects installed (uploaded, or fetched whole).
     pub installs: u64,
+    /// Objects fetched whole on a read that missed.
+    pub fetches: u64,
     /// Slots holding an object now.
     pub held: u64,
     /// Slots.
@@ -152,6 +156,11 @@ pub(crate) struct SegCache {
     installs: AtomicU64,
     /// Set after the first failed install or read, to log it once.
     warned: AtomicBool,
+    /// Segments being fetched whole, so concurrent misses GET each once.
+    fetching: Mutex<hashbrown::HashSet<u64>>,
+    fetched: Condvar,
+    /// Objects fetched whole on a miss.
+    fetches: AtomicU64,
 }
 
 impl std::fmt::Debug for SegCache {
@@ -256,6 +265,9 @@ impl SegCache {
             misses: AtomicU64::new(0),
             installs: AtomicU64::new(0),
             warned: AtomicBool::new(false),
+            fetching: Mutex::new(hashbrown::HashSet::new()),
+            fetched: Condvar::new(),
+            fetches: AtomicU64::new(0),
         })
     }
 
@@ -278,9 +290,54 @@ impl SegCache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             installs: self.installs.load(Ordering::Relaxed),
+            fetches: self.fetches.load(Ordering::Relaxed),
             held: index.by_segment.len() as u64,
             slots: self.slots.len() as u64,
         }
+    }
+
+    /// Bytes of objects the slots hold.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.slots.len() as u64 * (self.slot_bytes - HEAD)
+    }
+
+    /// Fetches segment `sequence` of `generation` whole (`key`) and
+    /// installs it, unless the cache holds it; when another read is
+    /// fetching it, waits for that one instead. A failed GET is dropped:
+    /// the read then fetches what it needs itself.
+    pub(crate) fn fetch(
+        &self,
+        store: &dyn ObjectStore,
+        key: &str,
+        sequence: u64,
+        generation: u64,
+        live: impl Fn(u64) -> Option<u32>,
+    ) {
+        {
+            let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+            if fetching.contains(&sequence) {
+                while fetching.contains(&sequence) {
+                    fetching = self
+                        .fetched
+                        .wait(fetching)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                return;
+            }
+            if self.index().by_segment.contains_key(&sequence) {
+                return;
+            }
+            fetching.insert(sequence);
+        }
+        if let Ok(object) = store.get(key) {
+            self.fetches.fetch_add(1, Ordering::Relaxed);
+            self.install(sequence, generation, &object, live);
+        }
+        self.fetching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&sequence);
+        self.fetched.notify_all();
     }
 
     /// Whether the cache holds segment `sequence`.

@@ -180,8 +180,8 @@ impl Volume {
                 let local = disk.segcache_counts().map_or(String::new(), |l| {
                     format!(
                         "; local segment cache: {} blocks read from it, {} from the store, \
-                         {} segments installed, {} of {} slots full",
-                        l.hits, l.misses, l.installs, l.held, l.slots
+                         {} segments installed ({} fetched whole on a miss), {} of {} slots full",
+                        l.hits, l.misses, l.installs, l.fetches, l.held, l.slots
                     )
                 });
                 format!(
