@@ -730,6 +730,27 @@ fn the_local_segment_cache_serves_reads_across_restarts() {
     disk.close().expect("close");
     drop(disk);
 
+    // A blank cache (a new host): the first reads fetch the dense
+    // segments whole into it, and the next are all local.
+    let blank: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(8 << 20));
+    let disk = ObjectDisk::open_local(store.clone(), &options("e", false), None, Some(blank))
+        .expect("reopen");
+    let start = gets(&disk);
+    assert_eq!(image(&disk), last, "cold");
+    let c = disk.segcache_counts().expect("a cache");
+    assert!(c.fetches > 0, "{c:?}");
+    let cold = gets(&disk) - start;
+    assert_eq!(image(&disk), last, "warmed");
+    let warm = gets(&disk) - start - cold;
+    let c2 = disk.segcache_counts().expect("a cache");
+    // The dense segments are local now; only sparse ones' blocks are
+    // fetched again (the test's DRAM chunk cache holds two chunks).
+    assert_eq!(c2.fetches, c.fetches, "each segment fetched whole once");
+    assert!(c2.hits > c.hits, "{c2:?}");
+    assert!(warm + c.fetches <= cold, "cold {cold} GETs, warm {warm}");
+    disk.close().expect("close");
+    drop(disk);
+
     let other = ObjectDiskOptions {
         prefix: "other/".into(),
         ..options("d", false)
