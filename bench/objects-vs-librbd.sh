@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Cairn's object volume (kind = "objects": segments in RGW over S3, a local
-# write log, a DRAM cache) against librbd on the same single-node Ceph,
+# Cairn's object volume (kind = "objects": segments in an object store, a
+# local write log, a DRAM cache) against librbd on the same single-node Ceph,
 # through fio: qemu-nbd over librbd (rbd_cache writeback; fio's nbd engine)
-# and fio's own rbd engine. Every row runs the peers and Cairn in turn and
-# prints the ratios. (The first step of issue 24's `cairn bench objects`.)
+# and fio's own rbd engine. Cairn runs twice: over RGW (S3, the "cairn"
+# column) and over RADOS through librados (backend = "rados", the
+# "cairn-rados" column). Every row runs the peers and both Cairns in turn
+# and prints the ratios. (The first step of issue 24's `cairn bench objects`.)
 #
 # Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS]
 #   CEPH_DIR: a cluster from bench/ceph-cluster.sh, with room for the runs:
@@ -25,12 +27,20 @@ for tool in fio qemu-nbd rbd python3; do
 done
 
 work=$(mktemp -d)
+prefix="bench/objects-vs-librbd-$$-$(date +%s)/"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.2; done; done
   rbd -c "$CAIRN_TEST_CEPH_CONF" rm "$CAIRN_TEST_CEPH_POOL/bench-nbd" >/dev/null 2>&1 || true
   rbd -c "$CAIRN_TEST_CEPH_CONF" rm "$CAIRN_TEST_CEPH_POOL/bench-fio" >/dev/null 2>&1 || true
+  # Cairn's RADOS volume: its objects in the pool.
+  if command -v rados >/dev/null; then
+    rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" ls 2>/dev/null |
+      grep -F "$prefix" | while read -r o; do
+        rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" rm "$o" || true
+      done || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -48,8 +58,8 @@ start_qemu_nbd() {
   while [ ! -S "$work/qemu.sock" ]; do sleep 0.1; done
 }
 
-# Cairn: the example spec, 256 MiB, a 256 MiB DRAM cache, in the test bucket.
-prefix="bench/objects-vs-librbd-$$-$(date +%s)/"
+# Cairn: the example specs, 256 MiB, a 256 MiB DRAM cache, in the test
+# bucket (objects.toml) and in the test pool (objects-rados.toml).
 sed -e "s|http://127.0.0.1:7480|$CAIRN_TEST_S3_ENDPOINT|" \
     -e "s|bucket = \"cairn\"|bucket = \"$CAIRN_TEST_S3_BUCKET\"|" \
     -e "s|data_dir = \"cairn-objects\"|data_dir = \"$work/data\"|" \
@@ -57,6 +67,13 @@ sed -e "s|http://127.0.0.1:7480|$CAIRN_TEST_S3_ENDPOINT|" \
     -e "s|size = \"16GiB\"|size = \"256MiB\"|" \
     -e "s|size = \"64MiB\"|size = \"256MiB\"|" \
     examples/volumes/objects.toml >"$work/objects.toml"
+sed -e "s|ceph_conf = \"/etc/ceph/ceph.conf\"|ceph_conf = \"$CAIRN_TEST_CEPH_CONF\"|" \
+    -e "s|pool = \"cairn\"|pool = \"$CAIRN_TEST_CEPH_POOL\"|" \
+    -e "s|data_dir = \"cairn-objects-rados\"|data_dir = \"$work/data-rados\"|" \
+    -e "s|prefix = \"volumes/vm1/\"|prefix = \"$prefix\"|" \
+    -e "s|size = \"16GiB\"|size = \"256MiB\"|" \
+    -e "s|size = \"64MiB\"|size = \"256MiB\"|" \
+    examples/volumes/objects-rados.toml >"$work/objects-rados.toml"
 export AWS_ACCESS_KEY_ID=$CAIRN_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_TEST_S3_SECRET_KEY
 start_cairn() {
   rm -f "$work/cairn.sock"
@@ -64,6 +81,16 @@ start_cairn() {
   cairn_pid=$!
   pids+=("$cairn_pid")
   while [ ! -S "$work/cairn.sock" ]; do sleep 0.1; done
+}
+start_cairn_rados() {
+  rm -f "$work/rados.sock"
+  "$cairn" serve --config "$work/objects-rados.toml" --listen "unix:$work/rados.sock" >/dev/null 2>>"$work/rados.log" &
+  rados_pid=$!
+  pids+=("$rados_pid")
+  while [ ! -S "$work/rados.sock" ]; do
+    kill -0 "$rados_pid" 2>/dev/null || { echo "cairn over RADOS did not start:" >&2; cat "$work/rados.log" >&2; exit 1; }
+    sleep 0.1
+  done
 }
 stop() { # PID: SIGTERM, wait until it is gone
   kill "$1"
@@ -87,40 +114,49 @@ print("%.0f %.1f" % (side["iops"], side["bw_bytes"] / 2**20))'
 
 start_qemu_nbd
 start_cairn
+start_cairn_rados
 nbd_peer=(--ioengine=nbd "--uri=nbd+unix:///?socket=$work/qemu.sock")
 rbd_peer=(--ioengine=rbd --clientname=admin "--pool=$CAIRN_TEST_CEPH_POOL" --rbdname=bench-fio)
 ours=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/cairn.sock")
+ours_rados=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/rados.sock")
 
-printf '%-22s %6s %12s %12s %12s %10s %10s\n' row unit qemu-nbd+rbd fio-rbd cairn "/qemu-nbd" "/fio-rbd"
+# Ratios: each Cairn against each librbd peer (c: over RGW, r: over RADOS).
+printf '%-22s %6s %12s %8s %8s %11s %9s %9s %9s %9s\n' row unit qemu-nbd+rbd fio-rbd cairn cairn-rados \
+  c/qemu c/fio-rbd r/qemu r/fio-rbd
+ratio() { python3 -c "print('%.2fx' % ($1 / max($2, 1e-9)))"; }
 row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...
   local name=$1 unit=$2 field=1
   shift 2
   [ "$unit" = MiB/s ] && field=2
-  local a b c
+  local a b c r
   a=$(run "${nbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
   b=$(run "${rbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
   c=$(run "${ours[@]}" -- "$@" | cut -d' ' -f$field)
-  printf '%-22s %6s %12s %12s %12s %9.2fx %9.2fx\n' "$name" "$unit" "$a" "$b" "$c" \
-    "$(python3 -c "print($c / max($a, 1e-9))")" "$(python3 -c "print($c / max($b, 1e-9))")"
+  r=$(run "${ours_rados[@]}" -- "$@" | cut -d' ' -f$field)
+  printf '%-22s %6s %12s %8s %8s %11s %9s %9s %9s %9s\n' "$name" "$unit" "$a" "$b" "$c" "$r" \
+    "$(ratio "$c" "$a")" "$(ratio "$c" "$b")" "$(ratio "$r" "$a")" "$(ratio "$r" "$b")"
 }
 row "seq write 1M" MiB/s --rw=write --bs=1M
 row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
 row "seq read 1M" MiB/s --rw=read --bs=1M
 row "rand read 4k warm" IOPS --rw=randread --bs=4k
-# Restarted: both servers stopped and started again (DRAM caches empty;
-# Cairn's local segment cache kept, as after any restart).
-stop "$cairn_pid"; stop "$qemu_pid"
+# Restarted: every server stopped and started again (DRAM caches empty;
+# Cairn's local segment caches kept, as after any restart).
+stop "$cairn_pid"; stop "$rados_pid"; stop "$qemu_pid"
 start_qemu_nbd
 start_cairn
+start_cairn_rados
 row "rand read 4k restarted" IOPS --rw=randread --bs=4k
-# Cold: Cairn's local segment cache removed too (a new host, or a lost
+# Cold: Cairn's local segment caches removed too (a new host, or a lost
 # disk): every read goes to the store, as librbd's do.
-stop "$cairn_pid"; stop "$qemu_pid"
-rm -f "$work/data/objects.segcache"
+stop "$cairn_pid"; stop "$rados_pid"; stop "$qemu_pid"
+rm -f "$work/data/objects.segcache" "$work/data-rados/objects.segcache"
 start_qemu_nbd
 start_cairn
+start_cairn_rados
 row "rand read 4k cold" IOPS --rw=randread --bs=4k
 row "seq read 1M cold" MiB/s --rw=read --bs=1M
-stop "$cairn_pid"
-# Each stop's report: what the writes cost the store, where reads came from.
-grep -h "write amplification" "$work/cairn.log" | sed 's/^.*device/device/' 
+stop "$cairn_pid"; stop "$rados_pid"
+# Each stop's report: what the writes cost the stores, where reads came from.
+grep -h "write amplification" "$work/cairn.log" | sed 's/^.*device/cairn (RGW):   device/'
+grep -h "write amplification" "$work/rados.log" | sed 's/^.*device/cairn (RADOS): device/'

@@ -19,6 +19,9 @@ pub enum Op {
     Delete,
     /// [`ObjectStore::list`](crate::ObjectStore::list).
     List,
+    /// Reaching the store before any request (a RADOS client's connection
+    /// to its cluster and pool).
+    Connect,
 }
 
 impl Op {
@@ -37,6 +40,7 @@ impl fmt::Display for Op {
             Self::Head => "HEAD",
             Self::Delete => "DELETE",
             Self::List => "LIST",
+            Self::Connect => "CONNECT",
         })
     }
 }

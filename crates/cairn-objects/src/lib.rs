@@ -5,6 +5,8 @@
 //!
 //! - [`S3Store`]: any S3-compatible store (Ceph RGW, MinIO, SeaweedFS, AWS):
 //!   path-style URLs, SigV4, a custom endpoint, connections kept alive.
+//! - [`RadosStore`]: a Ceph pool through librados's C API, loaded at run
+//!   time (no build or run dependency on Ceph until one is made).
 //! - [`MemStore`]: in memory, for tests and simulations.
 //! - [`FaultyStore`]: wraps any store and fails the N-th mutation, loses its
 //!   reply after it took effect, or crashes there (every later mutation is
@@ -26,6 +28,7 @@ mod faulty;
 pub mod lease;
 mod mem;
 mod metered;
+pub mod rados;
 mod retry;
 mod s3;
 pub mod testing;
@@ -35,6 +38,7 @@ pub use faulty::{Fault, FaultyStore};
 pub use lease::{Lease, LeaseError, LeaseRecord, LeaseState};
 pub use mem::MemStore;
 pub use metered::{Metered, StoreCounts};
+pub use rados::{RadosConfig, RadosStore};
 pub use retry::{RetryPolicy, Retrying};
 pub use s3::{S3Config, S3Store};
 

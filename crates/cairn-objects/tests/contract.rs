@@ -1,16 +1,21 @@
 //! The `ObjectStore` contract, checked on the in-memory store and on a real
-//! S3 store (Ceph RGW, which `test.sh` starts: `bench/ceph-cluster.sh`).
+//! Ceph (which `test.sh` starts: `bench/ceph-cluster.sh`) through S3 (RGW)
+//! and through librados.
 //!
 //! The S3 tests read the store from `CAIRN_TEST_S3_ENDPOINT`,
 //! `CAIRN_TEST_S3_BUCKET`, `CAIRN_TEST_S3_REGION`, `CAIRN_TEST_S3_ACCESS_KEY`
-//! and `CAIRN_TEST_S3_SECRET_KEY`, and say they skipped without them.
+//! and `CAIRN_TEST_S3_SECRET_KEY`; the RADOS tests from
+//! `CAIRN_TEST_CEPH_CONF` and `CAIRN_TEST_CEPH_POOL`. Each says it skipped
+//! without them.
 
 use std::time::Duration;
 
 mod common;
 
-use cairn_objects::{MemStore, ObjectError, ObjectStore, S3Config, S3Store};
-use common::{remove_all, s3_config, unique_prefix};
+use cairn_objects::{
+    MemStore, ObjectError, ObjectStore, RadosConfig, RadosStore, S3Config, S3Store,
+};
+use common::{rados_config, remove_all, s3_config, unique_prefix};
 
 /// Every promise of the trait, under `p`.
 fn contract(store: &dyn ObjectStore, p: &str) {
@@ -134,18 +139,12 @@ fn s3_store_keeps_the_contract() {
     assert!(store.list(&p).expect("list").is_empty());
 }
 
-/// A listing longer than one page (S3 pages at 1,000 keys).
-#[test]
-fn s3_listing_pages_past_a_thousand_keys() {
-    let Some(config) = s3_config("s3_listing_pages_past_a_thousand_keys") else {
-        return;
-    };
-    let store = S3Store::new(&config).expect("client");
-    let p = unique_prefix("paging");
+/// A listing of 1,050 keys (S3 pages at 1,000; RADOS lists the pool in
+/// pages and asks each object's size), put and deleted from 8 threads.
+fn many_keys(store: &dyn ObjectStore, p: &str) {
     let keys: Vec<String> = (0..1_050).map(|i| format!("{p}{i:05}")).collect();
     std::thread::scope(|s| {
         for chunk in keys.chunks(132) {
-            let store = &store;
             s.spawn(move || {
                 for k in chunk {
                     store.put(k, k.as_bytes()).expect("put");
@@ -153,7 +152,7 @@ fn s3_listing_pages_past_a_thousand_keys() {
             });
         }
     });
-    let listed = store.list(&p).expect("list");
+    let listed = store.list(p).expect("list");
     assert_eq!(listed.len(), 1_050);
     assert!(
         listed
@@ -163,27 +162,31 @@ fn s3_listing_pages_past_a_thousand_keys() {
     );
     std::thread::scope(|s| {
         for chunk in keys.chunks(132) {
-            let store = &store;
             s.spawn(move || chunk.iter().for_each(|k| store.delete(k).expect("delete")));
         }
     });
-    assert!(store.list(&p).expect("list").is_empty());
+    assert!(store.list(p).expect("list").is_empty());
 }
 
-/// Of many racing creates of one key, exactly one wins.
 #[test]
-fn s3_create_races_have_one_winner() {
-    let Some(config) = s3_config("s3_create_races_have_one_winner") else {
+fn s3_listing_pages_past_a_thousand_keys() {
+    let Some(config) = s3_config("s3_listing_pages_past_a_thousand_keys") else {
         return;
     };
     let store = S3Store::new(&config).expect("client");
-    let p = unique_prefix("race");
+    many_keys(&store, &unique_prefix("paging"));
+}
+
+/// Of 8 racing creates of one key, exactly one wins, in each of 5 rounds.
+/// `retryable_losers`: a loser may also be told to retry (S3's 409), not
+/// only that the key is taken.
+fn create_race(store: &dyn ObjectStore, p: &str, retryable_losers: bool) {
     for round in 0..5 {
         let key = format!("{p}lease-{round}");
         let results: Vec<Result<(), ObjectError>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
                 .map(|i| {
-                    let (store, key) = (&store, &key);
+                    let key = &key;
                     s.spawn(move || store.create(key, format!("writer {i}").as_bytes()))
                 })
                 .collect();
@@ -199,12 +202,10 @@ fn s3_create_races_have_one_winner() {
             .map(|(i, _)| i)
             .collect();
         for r in &results {
-            // A racing create may also be told to retry (409); never
-            // anything else.
             assert!(
                 r.is_ok()
                     || matches!(r, Err(ObjectError::Exists { .. }))
-                    || r.as_ref().is_err_and(ObjectError::is_retryable),
+                    || (retryable_losers && r.as_ref().is_err_and(ObjectError::is_retryable)),
                 "{r:?}"
             );
         }
@@ -214,7 +215,143 @@ fn s3_create_races_have_one_winner() {
             format!("writer {}", won[0]).as_bytes()
         );
     }
+}
+
+#[test]
+fn s3_create_races_have_one_winner() {
+    let Some(config) = s3_config("s3_create_races_have_one_winner") else {
+        return;
+    };
+    let store = S3Store::new(&config).expect("client");
+    let p = unique_prefix("race");
+    // RGW may answer a racing conditional create with 409.
+    create_race(&store, &p, true);
     remove_all(&store, &p);
+}
+
+#[test]
+fn rados_store_keeps_the_contract() {
+    let Some(config) = rados_config("rados_store_keeps_the_contract") else {
+        return;
+    };
+    let store = RadosStore::new(&config).expect("client");
+    let p = unique_prefix("contract");
+    contract(&store, &p);
+    remove_all(&store, &p);
+    assert!(store.list(&p).expect("list").is_empty());
+}
+
+/// The same keys in two namespaces of one pool are two objects, and each
+/// namespace lists only its own.
+#[test]
+fn rados_namespaces_keep_apart() {
+    let Some(config) = rados_config("rados_namespaces_keep_apart") else {
+        return;
+    };
+    let p = unique_prefix("namespaces");
+    let ns = format!("cairn-test-{}", std::process::id());
+    let plain = RadosStore::new(&config).expect("client");
+    let spaced = RadosStore::new(&RadosConfig {
+        namespace: Some(ns.clone()),
+        ..config
+    })
+    .expect("client in a namespace");
+    assert!(spaced.describe().contains(&ns), "{}", spaced.describe());
+    plain.put(&format!("{p}k"), b"plain").expect("put");
+    assert_eq!(spaced.head(&format!("{p}k")).expect("head"), None);
+    spaced.create(&format!("{p}k"), b"spaced").expect("create");
+    assert_eq!(plain.get(&format!("{p}k")).expect("get"), b"plain");
+    assert_eq!(spaced.get(&format!("{p}k")).expect("get"), b"spaced");
+    assert_eq!(spaced.list(&p).expect("list").len(), 1);
+    remove_all(&plain, &p);
+    remove_all(&spaced, &p);
+    assert!(spaced.list(&p).expect("list").is_empty());
+}
+
+#[test]
+fn rados_listing_of_many_keys() {
+    let Some(config) = rados_config("rados_listing_of_many_keys") else {
+        return;
+    };
+    let store = RadosStore::new(&config).expect("client");
+    many_keys(&store, &unique_prefix("many"));
+}
+
+/// An exclusive create is one atomic OSD op: no loser is told to retry.
+#[test]
+fn rados_create_races_have_one_winner() {
+    let Some(config) = rados_config("rados_create_races_have_one_winner") else {
+        return;
+    };
+    let store = RadosStore::new(&config).expect("client");
+    let p = unique_prefix("race");
+    create_race(&store, &p, false);
+    remove_all(&store, &p);
+}
+
+/// A pool that does not exist: refused at once, by name, not retried.
+#[test]
+fn rados_missing_pool_is_a_clear_permanent_error() {
+    let Some(mut config) = rados_config("rados_missing_pool_is_a_clear_permanent_error") else {
+        return;
+    };
+    config.pool = "cairn-no-such-pool".into();
+    let err = RadosStore::new(&config).expect_err("no such pool");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("no pool cairn-no-such-pool"),
+        "{err}"
+    );
+}
+
+/// No monitor answers: retryable, after the op timeout (not forever).
+#[test]
+fn a_cluster_that_is_not_there_is_retryable() {
+    if cairn_objects::rados::available().is_err() {
+        eprintln!("a_cluster_that_is_not_there_is_retryable: skipped: librados is not installed");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let dir = std::env::temp_dir().join(format!("cairn-no-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let conf = dir.join("ceph.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[global]\nmon host = 127.0.0.1:{port}\nauth client required = none\n\
+             log file = /dev/null\nadmin socket =\n"
+        ),
+    )
+    .expect("conf");
+    let start = std::time::Instant::now();
+    let err = RadosStore::new(&RadosConfig {
+        op_timeout: Duration::from_secs(2),
+        ..RadosConfig::new(&conf, "p")
+    })
+    .expect_err("nothing listens");
+    let took = start.elapsed();
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+    eprintln!("a_cluster_that_is_not_there_is_retryable: {err} (after {took:?})");
+    assert!(err.is_retryable(), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}: {err}");
+}
+
+/// A configuration file that is not there is named.
+#[test]
+fn a_missing_ceph_conf_is_named() {
+    if cairn_objects::rados::available().is_err() {
+        eprintln!("a_missing_ceph_conf_is_named: skipped: librados is not installed");
+        return;
+    }
+    let err = RadosStore::new(&RadosConfig::new("/nonexistent/ceph.conf", "p"))
+        .expect_err("no such file");
+    eprintln!("a_missing_ceph_conf_is_named: {err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("/nonexistent/ceph.conf"), "{err}");
 }
 
 /// Wrong credentials: a clear error naming the store's code, not retried.

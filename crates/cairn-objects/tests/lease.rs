@@ -1,6 +1,7 @@
 //! One writer per volume: the lease refuses a second opener (naming the
 //! holder), passes on after a release, fences on a forced takeover, and of
-//! racing openers exactly one wins — on memory and on a real S3 store.
+//! racing openers exactly one wins — on memory, on a real S3 store and on a
+//! real RADOS pool.
 
 mod common;
 
@@ -8,9 +9,10 @@ use std::time::Duration;
 
 use cairn_objects::lease::{self, LeaseRecord};
 use cairn_objects::{
-    Fault, FaultyStore, Lease, LeaseError, MemStore, ObjectStore, RetryPolicy, Retrying, S3Store,
+    Fault, FaultyStore, Lease, LeaseError, MemStore, ObjectStore, RadosStore, RetryPolicy,
+    Retrying, S3Store,
 };
-use common::{remove_all, s3_config, unique_prefix};
+use common::{rados_config, remove_all, s3_config, unique_prefix};
 
 /// The whole life of a volume's leases, under `p`.
 fn lifecycle(store: &dyn ObjectStore, p: &str) {
@@ -71,6 +73,17 @@ fn leases_on_s3() {
     remove_all(&store, &p);
 }
 
+#[test]
+fn leases_on_rados() {
+    let Some(config) = rados_config("leases_on_rados") else {
+        return;
+    };
+    let store = RadosStore::new(&config).expect("client");
+    let p = unique_prefix("lease");
+    lifecycle(&store, &p);
+    remove_all(&store, &p);
+}
+
 /// Eight servers open one volume at once: one wins, seven are refused
 /// naming it.
 fn race(store: &dyn ObjectStore, p: &str) {
@@ -108,6 +121,17 @@ fn racing_openers_on_s3() {
         S3Store::new(&config).expect("client"),
         RetryPolicy::default(),
     );
+    let p = unique_prefix("lease-race");
+    race(&store, &p);
+    remove_all(&store, &p);
+}
+
+#[test]
+fn racing_openers_on_rados() {
+    let Some(config) = rados_config("racing_openers_on_rados") else {
+        return;
+    };
+    let store = RadosStore::new(&config).expect("client");
     let p = unique_prefix("lease-race");
     race(&store, &p);
     remove_all(&store, &p);

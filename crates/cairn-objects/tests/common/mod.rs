@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use cairn_objects::ObjectStore;
-pub use cairn_objects::testing::s3_config;
+pub use cairn_objects::testing::{rados_config, s3_config};
 
 /// A prefix no other run uses.
 pub fn unique_prefix(test: &str) -> String {

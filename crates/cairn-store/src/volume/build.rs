@@ -6,14 +6,15 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cairn_policy::Bytes;
 
 use super::marker;
 use super::orphans::owner_file;
 use super::spec::{
-    CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, StripedSpec,
-    ThrottledSpec, TierMode, TierSpec, VolumeSpec,
+    CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, ObjectsSpec,
+    StripedSpec, ThrottledSpec, TierMode, TierSpec, VolumeSpec,
 };
 use super::types::{OpenLayer, OpenLog, OpenOptions, OpenTier, VolumeError};
 use super::validate::{cache_config, cache_error, throttle_of};
@@ -92,9 +93,6 @@ impl Builder<'_> {
         }
     }
 
-    /// An object volume: the S3 client (keys from the environment), retries
-    /// for `retry_for` seconds, the disk opened (lease, recovery, fence,
-    /// checkpoint) or created.
     /// A file of an object volume's under `data_dir`: `path`, or `default`.
     fn local_file(
         &mut self,
@@ -111,6 +109,9 @@ impl Builder<'_> {
         Ok(self.file(field, &spec)?.device)
     }
 
+    /// An object volume: the store's client (S3: keys from the environment;
+    /// RADOS: connected to the cluster), retries for `retry_for` seconds,
+    /// the disk opened (lease, recovery, fence, checkpoint) or created.
     fn objects(
         &mut self,
         name: &str,
@@ -118,38 +119,24 @@ impl Builder<'_> {
         o: &super::spec::ObjectsSpec,
     ) -> Result<Built, VolumeError> {
         use crate::objdisk::{ObjectDisk, ObjectDiskOptions};
-        use cairn_objects::{RetryPolicy, Retrying, S3Config, S3Store};
+        use cairn_objects::{ObjectStore, RetryPolicy, Retrying};
         if self.read_only {
             return Err(VolumeError::new(
                 field,
                 "an object volume cannot be served read-only yet (it would take the writer's lease)",
             ));
         }
-        let key = |var: &str, what: &str| {
-            std::env::var(var).map_err(|_| {
-                VolumeError::new(
-                    field,
-                    format!("the {what} is read from ${var}, which is not set"),
-                )
-            })
+        let policy = RetryPolicy {
+            deadline: Some(std::time::Duration::from_secs(o.retry_for)),
+            ..RetryPolicy::default()
         };
-        let config = S3Config {
-            endpoint: o.endpoint.clone(),
-            bucket: o.bucket.clone(),
-            region: o.region.clone(),
-            access_key: key(&o.access_key_env, "access key")?,
-            secret_key: key(&o.secret_key_env, "secret key")?,
-            timeout: std::time::Duration::from_secs(o.request_timeout),
+        let store: Arc<dyn ObjectStore> = match o.backend {
+            super::spec::ObjectsBackend::S3 => Arc::new(Retrying::new(s3_store(field, o)?, policy)),
+            super::spec::ObjectsBackend::Rados => Arc::new(Retrying::new(
+                rados_store(field, o, self.data_dir, &policy)?,
+                policy,
+            )),
         };
-        let s3 = S3Store::new(&config)
-            .map_err(|e| VolumeError::new(format!("{field}.endpoint"), e.to_string()))?;
-        let store = Arc::new(Retrying::new(
-            s3,
-            RetryPolicy {
-                deadline: Some(std::time::Duration::from_secs(o.retry_for)),
-                ..RetryPolicy::default()
-            },
-        ));
         let options = ObjectDiskOptions {
             prefix: o
                 .prefix
@@ -832,6 +819,65 @@ impl Builder<'_> {
 }
 
 /// The log disk's options from its spec.
+/// An object volume's S3 client, its keys from the environment. Sends
+/// nothing: a wrong endpoint or key shows at the first request.
+fn s3_store(field: &str, o: &ObjectsSpec) -> Result<cairn_objects::S3Store, VolumeError> {
+    let key = |var: &str, what: &str| {
+        std::env::var(var).map_err(|_| {
+            VolumeError::new(
+                field,
+                format!("the {what} is read from ${var}, which is not set"),
+            )
+        })
+    };
+    let config = cairn_objects::S3Config {
+        endpoint: o.endpoint.clone().unwrap_or_default(),
+        bucket: o.bucket.clone().unwrap_or_default(),
+        region: o.region().to_owned(),
+        access_key: key(o.access_key_env(), "access key")?,
+        secret_key: key(o.secret_key_env(), "secret key")?,
+        timeout: Duration::from_secs(o.request_timeout),
+    };
+    cairn_objects::S3Store::new(&config)
+        .map_err(|e| VolumeError::new(format!("{field}.endpoint"), e.to_string()))
+}
+
+/// An object volume's RADOS client, connected to its cluster and pool
+/// (`ceph_conf` relative to the data directory). A cluster that does not
+/// answer (a retryable failure after `request_timeout`) is tried again,
+/// with doubling pauses, until `retry_for` has passed, as a failing request
+/// would be.
+fn rados_store(
+    field: &str,
+    o: &ObjectsSpec,
+    data_dir: &Path,
+    policy: &cairn_objects::RetryPolicy,
+) -> Result<cairn_objects::RadosStore, VolumeError> {
+    let config = cairn_objects::RadosConfig {
+        conf: data_dir.join(o.ceph_conf()),
+        pool: o.pool.clone().unwrap_or_default(),
+        client: o.client().to_owned(),
+        namespace: o.namespace.clone(),
+        op_timeout: Duration::from_secs(o.request_timeout),
+    };
+    let start = Instant::now();
+    let mut pause = policy.first_delay;
+    loop {
+        match cairn_objects::RadosStore::new(&config) {
+            Ok(store) => return Ok(store),
+            Err(e)
+                if e.is_retryable()
+                    && policy.deadline.is_none_or(|d| start.elapsed() + pause < d) =>
+            {
+                tracing::warn!("{field}: {e}; trying again in {pause:?}");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(policy.max_delay);
+            }
+            Err(e) => return Err(VolumeError::new(field, e.to_string())),
+        }
+    }
+}
+
 fn log_options(l: &LogSpec) -> logdisk::Options {
     logdisk::Options {
         cleaner: l.cleaner.into(),

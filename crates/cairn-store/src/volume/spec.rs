@@ -12,7 +12,7 @@
 //! the binary's job (this crate does not depend on a TOML parser).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cairn_policy::Bytes;
 use serde::{Deserialize, Serialize};
@@ -135,7 +135,8 @@ pub enum DeviceSpec {
     Cache(CacheSpec),
     /// A persistent cache tier: a cache device in front of a backing device.
     Tier(TierSpec),
-    /// A log-structured volume whose segments are objects in an S3 store.
+    /// A log-structured volume whose segments are objects in an object
+    /// store (S3 or a Ceph pool).
     Objects(ObjectsSpec),
 }
 
@@ -659,25 +660,49 @@ impl From<CacheWriteMode> for crate::cache::WriteMode {
     }
 }
 
-/// `kind = "objects"`: a log-structured volume in an S3-compatible object
-/// store ([`ObjectDisk`](crate::objdisk::ObjectDisk)): segments and
-/// checkpoints are immutable objects under `prefix` in `bucket`, one writer
-/// at a time by lease. The keys come from the environment variables named
-/// by `access_key_env` and `secret_key_env`, never from the spec.
+/// `kind = "objects"`: a log-structured volume in an object store
+/// ([`ObjectDisk`](crate::objdisk::ObjectDisk)): segments and checkpoints
+/// are immutable objects under `prefix`, one writer at a time by lease. The
+/// store is an S3-compatible one (`backend = "s3"`, the default: `endpoint`,
+/// `bucket`, keys from the environment variables named by `access_key_env`
+/// and `secret_key_env`, never from the spec) or a Ceph pool through
+/// librados (`backend = "rados"`: `ceph_conf`, `pool`, `client`,
+/// `namespace`). A field of the other backend is an error.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectsSpec {
-    /// The store's URL: `http://127.0.0.1:7480` (Ceph RGW), `https://…`.
-    pub endpoint: String,
-    /// The bucket; it must exist.
-    pub bucket: String,
+    /// The store: `"s3"` or `"rados"`. Default `"s3"`.
+    #[serde(default)]
+    pub backend: ObjectsBackend,
+    /// (s3, required) The store's URL: `http://127.0.0.1:7480` (Ceph RGW),
+    /// `https://…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// (s3, required) The bucket; it must exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
     /// Key prefix of the volume's objects, ending in `/`. Default
     /// `volumes/<device name>/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
-    /// The SigV4 region. Default `us-east-1`.
-    #[serde(default = "default_region")]
-    pub region: String,
+    /// (s3) The SigV4 region. Default `us-east-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// (rados) The Ceph configuration (monitors, and the keyring where
+    /// cephx is on); relative to `data_dir`. Default `/etc/ceph/ceph.conf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_conf: Option<PathBuf>,
+    /// (rados, required) The pool; it must exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// (rados) The Ceph client id (`admin` is `client.admin`). Default
+    /// `admin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// (rados) A namespace of the pool for the objects. Default: the pool's
+    /// default namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// The volume's size, to create it when the prefix holds none; without
     /// it the volume must exist. An existing volume of another size is
     /// refused.
@@ -696,15 +721,16 @@ pub struct ObjectsSpec {
     /// Segments between checkpoints. Default 64.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
-    /// Environment variable holding the access key. Default
+    /// (s3) Environment variable holding the access key. Default
     /// `AWS_ACCESS_KEY_ID`.
-    #[serde(default = "default_access_key_env")]
-    pub access_key_env: String,
-    /// Environment variable holding the secret key. Default
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_env: Option<String>,
+    /// (s3) Environment variable holding the secret key. Default
     /// `AWS_SECRET_ACCESS_KEY`.
-    #[serde(default = "default_secret_key_env")]
-    pub secret_key_env: String,
-    /// Seconds one request may take. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_env: Option<String>,
+    /// Seconds one request may take (rados: also connecting to the
+    /// cluster). Default 30.
     #[serde(default = "default_request_timeout")]
     pub request_timeout: u64,
     /// Seconds a failing request is retried (backoff with jitter) before
@@ -752,6 +778,80 @@ fn default_read_cache() -> Bytes {
     Bytes(crate::objdisk::ObjectDiskOptions::default().read_cache)
 }
 
+impl ObjectsSpec {
+    /// The fields that belong to `backend` alone, each with whether it is
+    /// set.
+    pub fn backend_fields(&self, backend: ObjectsBackend) -> Vec<(&'static str, bool)> {
+        match backend {
+            ObjectsBackend::S3 => vec![
+                ("endpoint", self.endpoint.is_some()),
+                ("bucket", self.bucket.is_some()),
+                ("region", self.region.is_some()),
+                ("access_key_env", self.access_key_env.is_some()),
+                ("secret_key_env", self.secret_key_env.is_some()),
+            ],
+            ObjectsBackend::Rados => vec![
+                ("ceph_conf", self.ceph_conf.is_some()),
+                ("pool", self.pool.is_some()),
+                ("client", self.client.is_some()),
+                ("namespace", self.namespace.is_some()),
+            ],
+        }
+    }
+
+    /// `region`, or its default.
+    pub fn region(&self) -> &str {
+        self.region.as_deref().unwrap_or("us-east-1")
+    }
+
+    /// `access_key_env`, or its default.
+    pub fn access_key_env(&self) -> &str {
+        self.access_key_env
+            .as_deref()
+            .unwrap_or("AWS_ACCESS_KEY_ID")
+    }
+
+    /// `secret_key_env`, or its default.
+    pub fn secret_key_env(&self) -> &str {
+        self.secret_key_env
+            .as_deref()
+            .unwrap_or("AWS_SECRET_ACCESS_KEY")
+    }
+
+    /// `ceph_conf`, or its default.
+    pub fn ceph_conf(&self) -> &Path {
+        self.ceph_conf
+            .as_deref()
+            .unwrap_or(Path::new("/etc/ceph/ceph.conf"))
+    }
+
+    /// `client`, or its default.
+    pub fn client(&self) -> &str {
+        self.client.as_deref().unwrap_or("admin")
+    }
+}
+
+/// Which object store an object volume lives in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectsBackend {
+    /// An S3-compatible store over HTTP(S) (Ceph RGW, MinIO, AWS).
+    #[default]
+    S3,
+    /// A Ceph pool through librados (`librados.so.2`, loaded when used).
+    Rados,
+}
+
+impl ObjectsBackend {
+    /// The name written in `backend = "..."`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::S3 => "s3",
+            Self::Rados => "rados",
+        }
+    }
+}
+
 /// Where an object volume's FLUSH is durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -767,10 +867,6 @@ fn default_local_log_size() -> Bytes {
     Bytes(1 << 30)
 }
 
-fn default_region() -> String {
-    "us-east-1".into()
-}
-
 fn default_object_size() -> Bytes {
     Bytes(u64::from(
         crate::objdisk::ObjectDiskOptions::default().object_size,
@@ -783,14 +879,6 @@ fn default_uploaders() -> usize {
 
 fn default_checkpoint_every() -> u64 {
     crate::objdisk::ObjectDiskOptions::default().checkpoint_every
-}
-
-fn default_access_key_env() -> String {
-    "AWS_ACCESS_KEY_ID".into()
-}
-
-fn default_secret_key_env() -> String {
-    "AWS_SECRET_ACCESS_KEY".into()
 }
 
 fn default_request_timeout() -> u64 {

@@ -177,15 +177,7 @@ fn check_objects(
     field: &dyn Fn(&str) -> String,
     o: &super::spec::ObjectsSpec,
 ) -> Result<(), VolumeError> {
-    if !(o.endpoint.starts_with("http://") || o.endpoint.starts_with("https://")) {
-        return Err(VolumeError::new(
-            field("endpoint"),
-            format!("{:?} is not an http:// or https:// URL", o.endpoint),
-        ));
-    }
-    if o.bucket.is_empty() {
-        return Err(VolumeError::new(field("bucket"), "is empty"));
-    }
+    check_objects_backend(field, o)?;
     if o.prefix
         .as_ref()
         .is_some_and(|p| p.is_empty() || !p.ends_with('/') || p.starts_with('/'))
@@ -233,6 +225,90 @@ fn check_objects(
             "must be at least 1 second",
         ));
     }
+    Ok(())
+}
+
+/// An object volume's store: the fields of its backend, none of the
+/// other's, and names librados can take (C strings).
+fn check_objects_backend(
+    field: &dyn Fn(&str) -> String,
+    o: &super::spec::ObjectsSpec,
+) -> Result<(), VolumeError> {
+    use super::spec::ObjectsBackend;
+    let backend = o.backend;
+    let other = match backend {
+        ObjectsBackend::S3 => ObjectsBackend::Rados,
+        ObjectsBackend::Rados => ObjectsBackend::S3,
+    };
+    if let Some((name, _)) = o.backend_fields(other).into_iter().find(|&(_, set)| set) {
+        return Err(VolumeError::new(
+            field(name),
+            format!(
+                "belongs to backend = \"{}\", and this device's backend is \"{}\"{}",
+                other.name(),
+                backend.name(),
+                if backend == ObjectsBackend::S3 {
+                    " (the default; set backend = \"rados\" for a Ceph pool)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    let required = |name: &str, value: Option<&String>| match value {
+        None => Err(VolumeError::new(
+            field(name),
+            format!("is required with backend = \"{}\"", backend.name()),
+        )),
+        Some(v) if v.is_empty() => Err(VolumeError::new(field(name), "is empty")),
+        Some(_) => Ok(()),
+    };
+    // librados takes C strings.
+    let no_nul = |name: &str, value: Option<&str>| {
+        if value.is_some_and(|v| v.contains('\0')) {
+            Err(VolumeError::new(field(name), "holds a NUL byte"))
+        } else {
+            Ok(())
+        }
+    };
+    match backend {
+        ObjectsBackend::S3 => {
+            required("endpoint", o.endpoint.as_ref())?;
+            let endpoint = o.endpoint.as_deref().unwrap_or_default();
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(VolumeError::new(
+                    field("endpoint"),
+                    format!("{endpoint:?} is not an http:// or https:// URL"),
+                ));
+            }
+            required("bucket", o.bucket.as_ref())?;
+        }
+        ObjectsBackend::Rados => {
+            required("pool", o.pool.as_ref())?;
+            no_nul("pool", o.pool.as_deref())?;
+            if o.client.as_ref().is_some_and(String::is_empty) {
+                return Err(VolumeError::new(
+                    field("client"),
+                    "is empty (omit it for admin)",
+                ));
+            }
+            no_nul("client", o.client.as_deref())?;
+            if o.namespace.as_ref().is_some_and(String::is_empty) {
+                return Err(VolumeError::new(
+                    field("namespace"),
+                    "is empty (omit it for the pool's default namespace)",
+                ));
+            }
+            no_nul("namespace", o.namespace.as_deref())?;
+            if let Some(conf) = &o.ceph_conf {
+                if conf.as_os_str().is_empty() {
+                    return Err(VolumeError::new(field("ceph_conf"), "is empty"));
+                }
+                no_nul("ceph_conf", conf.to_str())?;
+            }
+        }
+    }
+    no_nul("prefix", o.prefix.as_deref())?;
     Ok(())
 }
 

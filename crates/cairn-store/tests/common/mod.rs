@@ -1,8 +1,10 @@
 //! Devices the cache tests observe the cache through, and (in [`logdisk`])
-//! the log disk tests' shared helpers.
+//! the log disk tests' shared helpers (in [`objdisk`]: the object disk's
+//! scenario on a real store).
 #![allow(dead_code)]
 
 pub mod logdisk;
+pub mod objdisk;
 pub mod tier;
 pub mod volume;
 
