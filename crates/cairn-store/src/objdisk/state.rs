@@ -111,6 +111,8 @@ pub(crate) struct State {
     /// With a local write log: what changed since its last batch.
     pub pending: Vec<Pending>,
     pub journaled: bool,
+    /// The store's outage, if one is on (`outage.rs`).
+    pub outage: super::outage::Outage,
 }
 
 impl State {
@@ -148,6 +150,7 @@ impl State {
             failed: None,
             pending: Vec::new(),
             journaled: false,
+            outage: super::outage::Outage::default(),
         }
     }
 
