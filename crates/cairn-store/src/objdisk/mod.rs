@@ -700,9 +700,6 @@ impl ObjectDisk {
             let sealed = st.seal(self.key_fn());
             self.send(sealed);
         }
-        if st.pending.len() > 1 << 16 {
-            st.prune_pending();
-        }
         Ok(())
     }
 

@@ -1061,3 +1061,32 @@ fn a_full_local_log_during_an_outage_makes_flushes_wait() {
         ObjectDisk::open_with_log(store, &outage_options("b", None), Some(log)).expect("reopen");
     assert_eq!(image(&disk)[0], last << 16);
 }
+
+/// With a local write log and a client that never flushes, writing the
+/// same blocks again and again keeps the changes pending for the next
+/// flush bounded (one per block), and that flush logs the last data.
+#[test]
+fn pending_changes_stay_bounded_without_flushes() {
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let disk = open_local(store.clone(), log.clone(), "a", false).expect("create");
+    let mut most = 0;
+    for i in 0..200_000u64 {
+        // Three blocks of the open segment, and a trim of a fourth.
+        disk.write_at(&block((i + 1) << 16), (i % 3) * BS as u64)
+            .expect("write");
+        if i % 100 == 0 {
+            disk.discard(3 * BS as u64, BS as u64).expect("trim");
+        }
+        most = most.max(disk.shared.state().pending.len());
+    }
+    assert!(most <= (1 << 16) + 1, "{most} changes pending");
+    disk.flush().expect("flush");
+    drop(disk);
+    let disk = open_local(store, log, "b", true).expect("reopen");
+    // Block i % 3 last got tag i + 1, for i = 199_997 ..= 199_999.
+    assert_eq!(
+        &image(&disk)[..3],
+        &[199_999 << 16, 200_000 << 16, 199_998 << 16]
+    );
+}
