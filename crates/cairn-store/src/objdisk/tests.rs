@@ -1090,3 +1090,29 @@ fn pending_changes_stay_bounded_without_flushes() {
         &[199_999 << 16, 200_000 << 16, 199_998 << 16]
     );
 }
+
+/// A clean stop while the store is down gives up on it after the stall
+/// timeout, but first puts what clients wrote since their last flush in
+/// the local write log: the next open writes it again.
+#[test]
+fn a_stop_during_an_outage_keeps_unflushed_writes_in_the_local_log() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let disk = ObjectDisk::open_with_log(
+        store.clone(),
+        &outage_options("a", Some(Duration::from_millis(200))),
+        Some(log.clone()),
+    )
+    .expect("create");
+    store.set_down(true);
+    disk.write_at(&block(5 << 16), 5 * BS as u64)
+        .expect("write");
+    let err = disk.close().expect_err("the store is down");
+    assert!(err.to_string().contains("object store outage"), "{err}");
+    drop(disk);
+    store.set_down(false);
+    let disk =
+        ObjectDisk::open_with_log(store, &outage_options("b", None), Some(log)).expect("reopen");
+    assert_eq!(disk.report().replayed, 1);
+    assert_eq!(image(&disk)[5], 5 << 16);
+}
