@@ -50,8 +50,9 @@ use super::{ObjectDisk, Shared, device_error};
 use crate::device::{Device, DeviceError, DeviceOp};
 
 /// Writers waiting this long with no segment becoming durable are reported
-/// (shorter waits are ordinary back-pressure).
-const REPORT_AFTER: Duration = Duration::from_secs(2);
+/// (shorter waits are ordinary back-pressure, or the moment after an outage
+/// when the uploaders' pauses end one by one: `Retrying` sleeps up to 5 s).
+const REPORT_AFTER: Duration = Duration::from_secs(10);
 
 /// Waiters look at the clock at least this often.
 const WAKE: Duration = Duration::from_secs(1);
