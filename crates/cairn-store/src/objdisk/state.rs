@@ -109,7 +109,8 @@ pub(crate) struct State {
     pub uploaded: BTreeSet<u64>,
     /// The sequence of the newest checkpoint in the store.
     pub checkpointed: u64,
-    /// Why the disk stopped taking writes (a failed upload, a lost lease).
+    /// Why the disk stopped taking writes (an upload the store refused for
+    /// good, a lost lease).
     pub failed: Option<String>,
     /// With a local write log: what changed since its last batch.
     pub pending: Vec<Pending>,
