@@ -301,8 +301,11 @@ impl ObjectDisk {
         let now = Instant::now();
         let stalled = *st.outage.stalled.get_or_insert(now);
         let mut nap = WAKE;
-        if let Some(limit) = self.shared.stall_timeout {
-            let deadline = (w.start.min(stalled) + limit).max(w.start + limit.min(LATE_WAIT));
+        // (A limit too far to add to a clock is no limit.)
+        if let Some(limit) = self.shared.stall_timeout
+            && let Some(first) = w.start.min(stalled).checked_add(limit)
+        {
+            let deadline = first.max(w.start + limit.min(LATE_WAIT));
             if now >= deadline {
                 let why = self.stall_error(&mut st, limit, reason);
                 return Err(device_error(w.op, w.offset, w.len, &self.describe(), why));
