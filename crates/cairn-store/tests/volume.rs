@@ -411,6 +411,65 @@ fn spec_mistakes_name_the_field() {
     assert_eq!(parse(&text), table, "{text}");
 }
 
+/// An object volume's outage options: the upload queue's default follows
+/// the local write log; a queue below one object, or one the log cannot
+/// hold twice over with the open segment, is refused naming the field.
+#[test]
+fn object_volume_upload_queue_is_checked_against_the_local_log() {
+    let spec = |fields: &str| {
+        format!(
+            r#"
+            [[export]]
+            name = "x"
+            device = "o"
+            [device.o]
+            kind = "objects"
+            endpoint = "http://127.0.0.1:7480"
+            bucket = "b"
+            {fields}
+            "#
+        )
+    };
+    let objects = |fields: &str| {
+        let s = parse(&spec(fields));
+        match &s.devices["o"] {
+            DeviceSpec::Objects(o) => (o.clone(), s.validate()),
+            _ => panic!("not objects"),
+        }
+    };
+    let (o, ok) = objects("");
+    ok.unwrap();
+    assert_eq!((o.upload_queue_bytes(), o.stall_timeout), (256 << 20, 120));
+    // A 64 MiB log holds (64 MiB - 4 KiB) / 2 - 8 MiB: two 8 MiB objects.
+    let (o, ok) = objects("local_log_size = \"64MiB\"");
+    ok.unwrap();
+    assert_eq!(o.upload_queue_bytes(), 16 << 20);
+    let (o, ok) = objects("flush = \"remote\"\nupload_queue = \"1GiB\"\nstall_timeout = 0");
+    ok.unwrap();
+    assert_eq!((o.upload_queue_bytes(), o.stall_timeout), (1 << 30, 0));
+    for (fields, field, says) in [
+        (
+            "upload_queue = \"4MiB\"",
+            "device.o.upload_queue",
+            "less than one segment",
+        ),
+        (
+            "upload_queue = \"512MiB\"",
+            "device.o.upload_queue",
+            "must hold twice",
+        ),
+        (
+            "local_log_size = \"16MiB\"",
+            "device.o.local_log_size",
+            "at least 32772KiB",
+        ),
+    ] {
+        let error = objects(fields).1.unwrap_err();
+        assert_eq!(error.field, field, "{error}\n{fields}");
+        assert!(error.message.contains(says), "{error}");
+    }
+}
+
 /// A log disk with its NV cache under a read cache, as the default stack.
 fn cached_log_spec() -> VolumeSpec {
     let mut text = toml::to_string(&log_spec(true)).unwrap();

@@ -84,6 +84,7 @@ impl ObjectDisk {
     /// Makes every write before the call durable in the local write log.
     pub(super) fn flush_local(&self) -> Result<(), DeviceError> {
         let fail = |e: String| super::device_error(DeviceOp::Flush, 0, 0, &self.describe(), e);
+        let w = super::outage::Wait::new(DeviceOp::Flush, 0, 0);
         let mut journal = self.journal().expect("flush_local runs with a journal");
         let (records, data) = {
             let mut st = self.shared.state();
@@ -108,22 +109,13 @@ impl ObjectDisk {
                     break;
                 }
                 // The ring is full of batches whose segments are not in the
-                // store yet: send the open one, wait for an upload.
+                // store yet: send the open one (when the upload queue has
+                // room), wait for an upload, up to the stall timeout.
                 let mut st = self.shared.state();
-                let sealed = st.seal(self.key_fn());
                 let before = st.durable;
-                drop(st);
-                self.send(sealed);
-                let mut st = self.shared.state();
-                while st.durable == before && st.durable < st.sealed && st.failed.is_none() {
-                    st = self
-                        .shared
-                        .progress
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                if let Some(why) = &st.failed {
-                    return Err(fail(why.clone()));
+                st = self.seal_when_room(st, &w, |s| !s.open.is_empty() && s.durable == before)?;
+                while st.durable == before && st.durable < st.sealed {
+                    st = self.wait(st, &w, "the local write log is full")?;
                 }
                 if st.durable == before && st.durable >= st.sealed {
                     return Err(fail(format!(
@@ -136,8 +128,14 @@ impl ObjectDisk {
             r = end;
             d += blocks;
         }
-        self.maybe_checkpoint(false)
-            .map_err(|e| fail(e.to_string()))
+        // The flush is durable: a checkpoint the store does not take now
+        // is written after a later one. None is tried while uploads fail
+        // (it would hold this flush for `retry_for`).
+        let failing = self.shared.state().outage.failing();
+        if !failing && let Err(e) = self.maybe_checkpoint(false) {
+            self.shared.upload_failed(&mut self.shared.state(), &e);
+        }
+        Ok(())
     }
 
     /// Writes again what the log held beyond the store (`records`, those

@@ -42,6 +42,14 @@
 //! writer's generation, and a writer that finds a later lease (at a remote
 //! flush, a checkpoint, or its heartbeat) fails and writes nothing more.
 //!
+//! **Outages** of the store (`outage.rs`): sealed segments wait in DRAM up
+//! to `upload_queue` bytes, then writers wait (back-pressure) up to
+//! `stall_timeout` and fail with an error naming the outage; uploads are
+//! retried until the store answers rather than failing the disk (with a
+//! local write log every flushed write is safe meanwhile; without one a
+//! flush waits for the store); reads of what DRAM holds go on, a read that
+//! needs the store fails after its retries without failing the disk.
+//!
 //! Not yet (issue 24): rewriting the live blocks of mostly-dead segments,
 //! read-ahead of whole segments, read-only opens of a volume in use, an
 //! extent map for large thin volumes, a RADOS backend.
@@ -51,6 +59,7 @@ mod error;
 mod format;
 mod journal;
 mod local;
+mod outage;
 mod recover;
 mod segcache;
 mod state;
@@ -86,6 +95,14 @@ pub struct ObjectDiskOptions {
     pub object_size: u32,
     /// Parallel uploads.
     pub uploaders: usize,
+    /// Bytes of sealed segments kept in DRAM until they are in the store:
+    /// past it, a writer that fills the open segment waits for uploads
+    /// (`outage.rs`). One segment is always let through.
+    pub upload_queue: u64,
+    /// How long a writer or flush waits for the store (room in the upload
+    /// queue or the local write log, its segments uploaded) before it
+    /// fails; `None`: without limit.
+    pub stall_timeout: Option<Duration>,
     /// Segments between checkpoints.
     pub checkpoint_every: u64,
     /// Who we are, in the lease.
@@ -112,6 +129,8 @@ impl Default for ObjectDiskOptions {
             block_size: 4096,
             object_size: 8 << 20,
             uploaders: 4,
+            upload_queue: 256 << 20,
+            stall_timeout: Some(Duration::from_mins(2)),
             checkpoint_every: 64,
             holder: cairn_objects::lease::this_holder(),
             force_takeover: false,
@@ -149,6 +168,10 @@ struct Shared {
     volume: VolumeRecord,
     generation: u64,
     checkpoint_every: u64,
+    /// [`ObjectDiskOptions::upload_queue`].
+    upload_queue: u64,
+    /// [`ObjectDiskOptions::stall_timeout`].
+    stall_timeout: Option<Duration>,
     state: Mutex<State>,
     /// Signalled when an upload finishes or fails.
     progress: Condvar,
@@ -160,7 +183,7 @@ struct Shared {
     chunks: chunks::Chunks,
     /// Whole segment objects on a local device, if there is one.
     segcache: Option<segcache::SegCache>,
-    /// Set to stop the heartbeat thread.
+    /// Set to stop the heartbeat thread and the uploaders' pauses.
     beat_stop: Mutex<bool>,
     beat: Condvar,
 }
@@ -206,19 +229,6 @@ impl Shared {
             cache.install(sequence, generation, object, |seq| {
                 self.state().segments.get(&seq).map(|s| s.live)
             });
-        }
-    }
-
-    fn upload(&self, sealed: &Sealed) {
-        match self.store.put(&sealed.key, &sealed.bytes) {
-            Ok(()) => {
-                // Into the local cache before the segment leaves memory,
-                // so its blocks are never read from the store.
-                self.install(sealed.sequence, self.generation, &sealed.bytes);
-                self.state().uploaded(sealed.sequence);
-                self.progress.notify_all();
-            }
-            Err(e) => self.fail(format!("uploading {}: {e}", sealed.key)),
         }
     }
 }
@@ -579,6 +589,8 @@ impl ObjectDisk {
             volume,
             generation: lease.generation(),
             checkpoint_every: options.checkpoint_every.max(1),
+            upload_queue: options.upload_queue,
+            stall_timeout: options.stall_timeout,
             state: Mutex::new(state),
             progress: Condvar::new(),
             lease: Mutex::new(Some(lease)),
@@ -669,6 +681,7 @@ impl ObjectDisk {
             .chunks_exact(bs)
             .map(|b| (!b.iter().all(|&x| x == 0)).then(|| crc32c(b)))
             .collect();
+        let w = outage::Wait::new(DeviceOp::Write, first * bs as u64, data.len() as u64);
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Write, first * bs as u64, data.len() as u64)?;
         for (i, (block, crc)) in data.chunks_exact(bs).zip(crcs).enumerate() {
@@ -676,20 +689,16 @@ impl ObjectDisk {
             match crc {
                 None => st.trim(b, 1),
                 Some(crc) => {
-                    if st.open_full() {
-                        let sealed = st.seal(self.key_fn());
-                        self.send(sealed);
-                    }
+                    // A full open segment is sealed when the upload queue
+                    // has room for it; until then the writer waits.
+                    st = self.seal_when_room(st, &w, State::open_full)?;
                     st.write_block(b, block, crc);
                 }
             }
         }
-        if st.open_full() {
+        if st.open_full() && self.room(&st) {
             let sealed = st.seal(self.key_fn());
             self.send(sealed);
-        }
-        if st.pending.len() > 1 << 16 {
-            st.prune_pending();
         }
         Ok(())
     }
@@ -811,21 +820,14 @@ impl ObjectDisk {
     /// Seals the open segment, waits for every sealed one to reach the
     /// store, checks the lease; then writes a checkpoint when one is due.
     fn flush_remote(&self) -> Result<(), DeviceError> {
+        let w = outage::Wait::new(DeviceOp::Flush, 0, 0);
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Flush, 0, 0)?;
-        let sealed = st.seal(self.key_fn());
+        st = self.seal_when_room(st, &w, |s| !s.open.is_empty())?;
         let target = st.sealed;
-        drop(st);
-        self.send(sealed);
-        let mut st = self.shared.state();
-        while st.durable < target && st.failed.is_none() {
-            st = self
-                .shared
-                .progress
-                .wait(st)
-                .unwrap_or_else(PoisonError::into_inner);
+        while st.durable < target {
+            st = self.wait(st, &w, "a flush waits for its segments")?;
         }
-        self.refuse(&st, DeviceOp::Flush, 0, 0)?;
         drop(st);
         self.check_lease(DeviceOp::Flush)?;
         self.maybe_checkpoint(false)
@@ -937,7 +939,15 @@ impl ObjectDisk {
         if self.shared.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let flushed = self.flush_remote();
+        // With a local write log, what clients wrote since their last
+        // flush goes there first: a stop while the store is out keeps it
+        // (the next open writes it again).
+        let logged = if self.shared.journal.is_some() {
+            self.flush_local()
+        } else {
+            Ok(())
+        };
+        let flushed = logged.and_then(|()| self.flush_remote());
         let checkpointed = flushed.and_then(|()| {
             self.maybe_checkpoint(true)
                 .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))

@@ -18,6 +18,9 @@ use std::sync::Arc;
 
 use super::format::{Checkpoint, MapEntry, SegmentEntry, SegmentHeader, VOID, header_len};
 
+/// Pending changes past which the list is pruned first.
+const PENDING_PRUNE: usize = 1 << 16;
+
 /// Where a block's current data is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
@@ -106,11 +109,17 @@ pub(crate) struct State {
     pub uploaded: BTreeSet<u64>,
     /// The sequence of the newest checkpoint in the store.
     pub checkpointed: u64,
-    /// Why the disk stopped taking writes (a failed upload, a lost lease).
+    /// Why the disk stopped taking writes (an upload the store refused for
+    /// good, a lost lease).
     pub failed: Option<String>,
     /// With a local write log: what changed since its last batch.
     pub pending: Vec<Pending>,
+    /// `pending` is pruned when it grows past this (twice what the last
+    /// pruning kept, at least [`PENDING_PRUNE`]).
+    pub pending_limit: usize,
     pub journaled: bool,
+    /// The store's outage, if one is on (`outage.rs`).
+    pub outage: super::outage::Outage,
 }
 
 impl State {
@@ -147,7 +156,9 @@ impl State {
             checkpointed: 0,
             failed: None,
             pending: Vec::new(),
+            pending_limit: PENDING_PRUNE,
             journaled: false,
+            outage: super::outage::Outage::default(),
         }
     }
 
@@ -183,7 +194,7 @@ impl State {
     /// was full).
     pub fn write_block(&mut self, block: u64, data: &[u8], crc: u32) {
         if self.journaled {
-            self.pending.push(Pending::Write(block));
+            self.push_pending(Pending::Write(block));
         }
         let seq = self.open.sequence;
         if let Some(&i) = self.open.at.get(&block) {
@@ -216,8 +227,7 @@ impl State {
     /// segment, and recorded there for replay.
     pub fn trim(&mut self, first: u64, blocks: u64) {
         if self.journaled {
-            self.pending
-                .push(Pending::Trim(first, blocks, self.open.sequence));
+            self.push_pending(Pending::Trim(first, blocks, self.open.sequence));
         }
         for b in first..first + blocks {
             if let Some(i) = self.open.at.remove(&b) {
@@ -341,16 +351,38 @@ impl State {
         dead
     }
 
+    fn push_pending(&mut self, p: Pending) {
+        self.pending.push(p);
+        if self.pending.len() > self.pending_limit {
+            self.prune_pending();
+            self.pending_limit = (2 * self.pending.len()).max(PENDING_PRUNE);
+        }
+    }
+
     /// Drops the pending changes the store already holds (their segment is
-    /// durable), so a client that never flushes does not grow the list
-    /// without bound.
+    /// durable) and those a later one repeats (a block written again, the
+    /// same trim again: the next flush logs only the last), so a client
+    /// that never flushes does not grow the list without bound: it holds
+    /// at most one write per block not yet durable, and the trims.
     pub fn prune_pending(&mut self) {
         let durable = self.durable;
         let map = &self.map;
-        self.pending.retain(|p| match *p {
-            Pending::Write(b) => map.get(&b).is_some_and(|l| l.sequence > durable),
-            Pending::Trim(_, _, seq) => seq > durable,
-        });
+        let mut writes = hashbrown::HashSet::new();
+        let mut trims = hashbrown::HashSet::new();
+        let mut kept: Vec<Pending> = Vec::with_capacity(self.pending.len() / 2);
+        for p in self.pending.drain(..).rev() {
+            let keep = match p {
+                Pending::Write(b) => {
+                    map.get(&b).is_some_and(|l| l.sequence > durable) && writes.insert(b)
+                }
+                Pending::Trim(first, n, seq) => seq > durable && trims.insert((first, n, seq)),
+            };
+            if keep {
+                kept.push(p);
+            }
+        }
+        kept.reverse();
+        self.pending = kept;
     }
 
     /// Checks the invariants (module docs), in order.

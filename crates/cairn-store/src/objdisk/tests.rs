@@ -24,6 +24,9 @@ fn options(holder: &str, force: bool) -> ObjectDiskOptions {
         // Eight blocks a segment: many segments, many seals.
         object_size: 8 * BS as u32,
         uploaders: 3,
+        // Room for many segments: the outage tests set their own.
+        upload_queue: 1 << 20,
+        stall_timeout: Some(Duration::from_secs(30)),
         checkpoint_every: 3,
         holder: holder.into(),
         force_takeover: force,
@@ -758,4 +761,358 @@ fn the_local_segment_cache_serves_reads_across_restarts() {
     let e = ObjectDisk::open_local(store.clone(), &other, None, Some(cache.clone()))
         .expect_err("another volume's cache");
     assert!(e.to_string().contains("not of this one"), "{e}");
+}
+
+/// Options for the outage tests: segments of eight blocks (36 KiB sealed,
+/// with their header), an upload queue of two of them, a short stall
+/// timeout.
+fn outage_options(holder: &str, stall: Option<Duration>) -> ObjectDiskOptions {
+    ObjectDiskOptions {
+        upload_queue: 80 << 10,
+        stall_timeout: stall,
+        uploaders: 2,
+        ..options(holder, true)
+    }
+}
+
+/// Waits up to 10 s for `done`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits for an upload to complete after the store is back (the uploaders
+/// pause up to two seconds between attempts).
+fn store_back(disk: &ObjectDisk) {
+    wait_until("no upload completed", || {
+        !disk.shared.state().outage.failing()
+    });
+}
+
+fn everything_durable(disk: &ObjectDisk) -> bool {
+    let st = disk.shared.state();
+    st.durable == st.sealed
+}
+
+/// Bytes of sealed segments in DRAM, not yet in the store.
+fn queued(disk: &ObjectDisk) -> u64 {
+    let st = disk.shared.state();
+    st.inflight.values().map(|s| s.bytes.len() as u64).sum()
+}
+
+/// The store goes down: writes and flushes go on (into DRAM and the local
+/// write log) until the upload queue is full; then a writer waits, and
+/// fails after `stall_timeout` with an error naming the outage — and the
+/// next one at once — without failing the disk. Reads of what DRAM holds
+/// go on; a read that needs the store fails, the disk keeps serving. When
+/// the store is back, every write is read back, and after a clean stop and
+/// an open from the store alone too.
+#[test]
+fn an_outage_fills_the_upload_queue_then_writers_wait_and_time_out() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let stall = Duration::from_millis(500);
+    let disk =
+        ObjectDisk::open_with_log(store.clone(), &outage_options("a", Some(stall)), Some(log))
+            .expect("create");
+    let mut model = vec![0u64; BLOCKS as usize];
+    // One segment (blocks 0..8) in the store before the outage.
+    for b in 0..8u64 {
+        model[b as usize] = (b + 1) << 16;
+        disk.write_at(&block(model[b as usize]), b * BS as u64)
+            .expect("write");
+    }
+    wait_until("the first segment is never durable", || {
+        everything_durable(&disk)
+    });
+
+    store.set_down(true);
+    let mut accepted = 0;
+    let err = loop {
+        let b = 8 + accepted;
+        let tag = (b + 100) << 16;
+        let start = std::time::Instant::now();
+        match disk.write_at(&block(tag), b * BS as u64) {
+            Ok(()) => {
+                model[b as usize] = tag;
+                accepted += 1;
+                if accepted % 4 == 0 {
+                    disk.flush().expect("a flush goes to the local write log");
+                }
+            }
+            Err(e) => {
+                assert!(
+                    start.elapsed() >= stall,
+                    "the write failed after {:?}, before the stall timeout",
+                    start.elapsed()
+                );
+                break e;
+            }
+        }
+        assert!(
+            b < BLOCKS - 1,
+            "writes never waited: the queue is not bounded"
+        );
+    };
+    // Two sealed segments fit the queue, and the open one: 24 blocks.
+    assert_eq!(accepted, 24, "blocks written before the queue was full");
+    assert!(queued(&disk) <= 80 << 10, "{} bytes queued", queued(&disk));
+    let text = err.to_string();
+    assert!(
+        text.contains("object store outage") && text.contains("stall_timeout"),
+        "{text}"
+    );
+    // The next writer that must wait does not wait as long (at most
+    // `LATE_WAIT`, or the stall timeout if shorter — not more); a flush
+    // still goes to the local write log.
+    let start = std::time::Instant::now();
+    assert!(disk.write_at(&block(9 << 16), 40 * BS as u64).is_err());
+    assert!(
+        start.elapsed() < 2 * stall,
+        "failed after {:?}",
+        start.elapsed()
+    );
+    disk.flush().expect("a flush while the queue is full");
+    assert!(disk.shared.state().failed.is_none(), "the disk failed");
+    // Reads of blocks in DRAM are served; one that needs the store fails
+    // with the store's error, and the disk goes on serving.
+    let mut buf = vec![0u8; BS];
+    disk.read_at(&mut buf, 20 * BS as u64)
+        .expect("a block in DRAM");
+    assert_eq!(tag_of(&buf), model[20]);
+    let err = disk
+        .read_at(&mut buf, 0)
+        .expect_err("a block only the store has");
+    assert!(err.to_string().contains("503"), "{err}");
+    disk.read_at(&mut buf, 31 * BS as u64)
+        .expect("a block in DRAM, after a failed read");
+
+    store.set_down(false);
+    // The uploaders try again (after a pause of up to two seconds): the
+    // writes go on, and every one is there.
+    store_back(&disk);
+    for b in 32..48u64 {
+        model[b as usize] = (b + 200) << 16;
+        disk.write_at(&block(model[b as usize]), b * BS as u64)
+            .expect("a write after the store is back");
+    }
+    disk.flush().expect("flush");
+    assert_eq!(image(&disk), model);
+    wait_until("the queue never drained", || everything_durable(&disk));
+    disk.verify().expect("invariants");
+    disk.close().expect("close");
+    drop(disk);
+    let disk = ObjectDisk::open(store, &options("b", false)).expect("reopen");
+    assert_eq!(image(&disk), model, "after a clean stop, from the store");
+}
+
+/// A crash (the process dies: no close, the uploads never land) during an
+/// outage keeps every write a flush acknowledged: the local write log
+/// holds them, and the next open writes them again.
+#[test]
+fn a_crash_during_an_outage_loses_no_flushed_write() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let disk = ObjectDisk::open_with_log(
+        store.clone(),
+        &outage_options("a", Some(Duration::from_millis(200))),
+        Some(log.clone()),
+    )
+    .expect("create");
+    // Every block in the store before the outage.
+    let mut flushed: Vec<u64> = (0..BLOCKS).map(|b| (b + 1) << 16).collect();
+    for (b, &tag) in flushed.iter().enumerate() {
+        disk.write_at(&block(tag), b as u64 * BS as u64)
+            .expect("write");
+    }
+    disk.flush().expect("flush");
+    wait_until("the volume never reached the store", || {
+        everything_durable(&disk)
+    });
+
+    // While the store is down: writes, a flush every third, until a write
+    // waits longer than the stall timeout. `since[b]`: what block b was
+    // given after the last flush that returned.
+    store.set_down(true);
+    let mut model = flushed.clone();
+    let mut since: Vec<Vec<u64>> = vec![Vec::new(); BLOCKS as usize];
+    let mut writes = 0u64;
+    loop {
+        let b = (writes * 7 % BLOCKS) as usize;
+        let tag = (writes + 1000) << 16;
+        if disk.write_at(&block(tag), b as u64 * BS as u64).is_err() {
+            break;
+        }
+        model[b] = tag;
+        since[b].push(tag);
+        writes += 1;
+        if writes.is_multiple_of(3) {
+            disk.flush().expect("a flush goes to the local write log");
+            flushed.clone_from(&model);
+            since.iter_mut().for_each(Vec::clear);
+        }
+        assert!(writes < 1000, "writes never waited");
+    }
+    // Two segments of the queue and the open one (which may have been
+    // full of older writes already).
+    assert!(writes >= 16, "{writes} writes before the queue was full");
+    drop(disk);
+
+    store.set_down(false);
+    let disk =
+        ObjectDisk::open_with_log(store, &outage_options("b", None), Some(log)).expect("reopen");
+    assert!(disk.report().replayed > 0);
+    for (b, &v) in image(&disk).iter().enumerate() {
+        assert!(
+            v == flushed[b] || since[b].contains(&v),
+            "block {b} reads {v:#x}; flushed {:#x}, written since {:?}",
+            flushed[b],
+            since[b]
+        );
+    }
+    disk.verify().expect("invariants");
+}
+
+/// Without a local write log a FLUSH waits for the store: during an
+/// outage, up to the stall timeout, then it fails (the disk does not); with
+/// no timeout it waits until the store is back, and succeeds.
+#[test]
+fn a_remote_flush_waits_for_the_store() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let stall = Duration::from_millis(300);
+    let disk = ObjectDisk::open(store.clone(), &outage_options("a", Some(stall))).expect("create");
+    disk.write_at(&block(1 << 16), 0).expect("write");
+    store.set_down(true);
+    let start = std::time::Instant::now();
+    let err = disk.flush().expect_err("the store is down");
+    assert!(start.elapsed() >= stall);
+    assert!(err.to_string().contains("object store outage"), "{err}");
+    store.set_down(false);
+    store_back(&disk);
+    disk.flush().expect("the store is back");
+    disk.close().expect("close");
+    drop(disk);
+
+    let disk = ObjectDisk::open(store.clone(), &outage_options("b", None)).expect("reopen");
+    assert_eq!(image(&disk)[0], 1 << 16);
+    disk.write_at(&block(2 << 16), BS as u64).expect("write");
+    store.set_down(true);
+    let up = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            store.set_down(false);
+        })
+    };
+    let start = std::time::Instant::now();
+    disk.flush().expect("waits until the store is back");
+    assert!(start.elapsed() >= Duration::from_millis(500));
+    up.join().expect("join");
+    disk.close().expect("close");
+}
+
+/// The local write log's ring full of batches whose segment cannot reach
+/// the store (one block written again and again, a flush after each): the
+/// flush waits up to the stall timeout and fails; the disk does not, and
+/// when the store is back the flushes go on.
+#[test]
+fn a_full_local_log_during_an_outage_makes_flushes_wait() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    // Superblock + 31 blocks of ring: 15 flushes of one block fill it.
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(32 * BS as u64));
+    let stall = Duration::from_millis(300);
+    let disk = ObjectDisk::open_with_log(
+        store.clone(),
+        &outage_options("a", Some(stall)),
+        Some(log.clone()),
+    )
+    .expect("create");
+    store.set_down(true);
+    let mut flushes = 0u64;
+    let err = loop {
+        disk.write_at(&block((flushes + 1) << 16), 0)
+            .expect("one block: the queue has room");
+        let start = std::time::Instant::now();
+        match disk.flush() {
+            Ok(()) => flushes += 1,
+            Err(e) => {
+                assert!(start.elapsed() >= stall);
+                break e;
+            }
+        }
+        assert!(flushes < 100, "the ring never filled");
+    };
+    assert!(
+        err.to_string().contains("the local write log is full"),
+        "{err}"
+    );
+    assert!(disk.shared.state().failed.is_none(), "the disk failed");
+    store.set_down(false);
+    store_back(&disk);
+    disk.flush().expect("the store is back");
+    let last = flushes + 2;
+    disk.write_at(&block(last << 16), 0).expect("write");
+    disk.flush().expect("flush");
+    drop(disk);
+    let disk =
+        ObjectDisk::open_with_log(store, &outage_options("b", None), Some(log)).expect("reopen");
+    assert_eq!(image(&disk)[0], last << 16);
+}
+
+/// With a local write log and a client that never flushes, writing the
+/// same blocks again and again keeps the changes pending for the next
+/// flush bounded (one per block), and that flush logs the last data.
+#[test]
+fn pending_changes_stay_bounded_without_flushes() {
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let disk = open_local(store.clone(), log.clone(), "a", false).expect("create");
+    let mut most = 0;
+    for i in 0..200_000u64 {
+        // Three blocks of the open segment, and a trim of a fourth.
+        disk.write_at(&block((i + 1) << 16), (i % 3) * BS as u64)
+            .expect("write");
+        if i % 100 == 0 {
+            disk.discard(3 * BS as u64, BS as u64).expect("trim");
+        }
+        most = most.max(disk.shared.state().pending.len());
+    }
+    assert!(most <= (1 << 16) + 1, "{most} changes pending");
+    disk.flush().expect("flush");
+    drop(disk);
+    let disk = open_local(store, log, "b", true).expect("reopen");
+    // Block i % 3 last got tag i + 1, for i = 199_997 ..= 199_999.
+    assert_eq!(
+        &image(&disk)[..3],
+        &[199_999 << 16, 200_000 << 16, 199_998 << 16]
+    );
+}
+
+/// A clean stop while the store is down gives up on it after the stall
+/// timeout, but first puts what clients wrote since their last flush in
+/// the local write log: the next open writes it again.
+#[test]
+fn a_stop_during_an_outage_keeps_unflushed_writes_in_the_local_log() {
+    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(256 * BS as u64));
+    let disk = ObjectDisk::open_with_log(
+        store.clone(),
+        &outage_options("a", Some(Duration::from_millis(200))),
+        Some(log.clone()),
+    )
+    .expect("create");
+    store.set_down(true);
+    disk.write_at(&block(5 << 16), 5 * BS as u64)
+        .expect("write");
+    let err = disk.close().expect_err("the store is down");
+    assert!(err.to_string().contains("object store outage"), "{err}");
+    drop(disk);
+    store.set_down(false);
+    let disk =
+        ObjectDisk::open_with_log(store, &outage_options("b", None), Some(log)).expect("reopen");
+    assert_eq!(disk.report().replayed, 1);
+    assert_eq!(image(&disk)[5], 5 << 16);
 }

@@ -118,7 +118,7 @@ impl Builder<'_> {
         field: &str,
         o: &super::spec::ObjectsSpec,
     ) -> Result<Built, VolumeError> {
-        use crate::objdisk::{ObjectDisk, ObjectDiskOptions};
+        use crate::objdisk::ObjectDisk;
         use cairn_objects::{ObjectStore, RetryPolicy, Retrying};
         if self.read_only {
             return Err(VolumeError::new(
@@ -137,21 +137,7 @@ impl Builder<'_> {
                 policy,
             )),
         };
-        let options = ObjectDiskOptions {
-            prefix: o
-                .prefix
-                .clone()
-                .unwrap_or_else(|| format!("volumes/{name}/")),
-            size: o.size.map_or(0, Bytes::get),
-            block_size: o.block_size.get() as u32,
-            object_size: o.object_size.get() as u32,
-            uploaders: o.uploaders,
-            checkpoint_every: o.checkpoint_every,
-            force_takeover: o.force_takeover,
-            read_cache: o.read_cache.get(),
-            takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
-            ..ObjectDiskOptions::default()
-        };
+        let options = object_disk_options(name, o);
         let log = match o.flush {
             super::spec::ObjectsFlush::Remote => None,
             super::spec::ObjectsFlush::Local => Some(self.local_file(
@@ -1136,5 +1122,30 @@ fn tier_error(field: &str, t: &TierSpec, e: TierError) -> VolumeError {
             VolumeError::new(f, message)
         }
         e => VolumeError::new(field, format!("opening the tier: {e}")),
+    }
+}
+
+/// The object disk's options from an object volume's spec.
+fn object_disk_options(
+    name: &str,
+    o: &super::spec::ObjectsSpec,
+) -> crate::objdisk::ObjectDiskOptions {
+    crate::objdisk::ObjectDiskOptions {
+        prefix: o
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("volumes/{name}/")),
+        size: o.size.map_or(0, Bytes::get),
+        block_size: o.block_size.get() as u32,
+        object_size: o.object_size.get() as u32,
+        uploaders: o.uploaders,
+        upload_queue: o.upload_queue_bytes(),
+        stall_timeout: (o.stall_timeout > 0)
+            .then(|| std::time::Duration::from_secs(o.stall_timeout)),
+        checkpoint_every: o.checkpoint_every,
+        force_takeover: o.force_takeover,
+        read_cache: o.read_cache.get(),
+        takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
+        ..crate::objdisk::ObjectDiskOptions::default()
     }
 }

@@ -137,7 +137,7 @@ pub enum DeviceSpec {
     Tier(TierSpec),
     /// A log-structured volume whose segments are objects in an object
     /// store (S3 or a Ceph pool).
-    Objects(ObjectsSpec),
+    Objects(Box<ObjectsSpec>),
 }
 
 impl DeviceSpec {
@@ -718,6 +718,14 @@ pub struct ObjectsSpec {
     /// Parallel uploads. Default 4.
     #[serde(default = "default_uploaders")]
     pub uploaders: usize,
+    /// Bytes of sealed segment objects kept in DRAM until the store has
+    /// them: past it, writers wait for uploads (back-pressure, up to
+    /// `stall_timeout`). At least `object_size`; with `flush = "local"` the
+    /// local write log must hold twice it and `object_size` (see
+    /// [`ObjectsSpec::upload_queue_bytes`]). Default 256MiB, or what a
+    /// smaller local write log allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_queue: Option<Bytes>,
     /// Segments between checkpoints. Default 64.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u64,
@@ -734,9 +742,16 @@ pub struct ObjectsSpec {
     #[serde(default = "default_request_timeout")]
     pub request_timeout: u64,
     /// Seconds a failing request is retried (backoff with jitter) before
-    /// the write or read fails. Default 120.
+    /// it fails: a read then fails; an upload is tried again (after a
+    /// pause) until the store answers, while writers wait. Default 120.
     #[serde(default = "default_retry_for")]
     pub retry_for: u64,
+    /// Seconds a write or FLUSH waits for the store (room in the upload
+    /// queue or the local write log, or its segments uploaded) before it
+    /// fails (EIO); while the store takes nothing, later ones give up
+    /// sooner. 0 = wait without limit. Default 120.
+    #[serde(default = "default_stall_timeout")]
+    pub stall_timeout: u64,
     /// Take the volume over from a server that holds its lease (crashed, or
     /// gone for good). That server's writes after the takeover are void.
     /// Default false.
@@ -772,6 +787,38 @@ pub struct ObjectsSpec {
 
 fn default_local_cache_size() -> Bytes {
     Bytes(2 << 30)
+}
+
+impl ObjectsSpec {
+    /// The upload queue's bound in bytes: `upload_queue`, or 256 MiB; with
+    /// `flush = "local"`, by default no more than the local write log holds
+    /// with room to spare (`local_log_size` less a block, halved, less
+    /// `object_size`, in whole objects: a flush of one block takes two
+    /// blocks of the log, and the open segment is not in the queue), and
+    /// never less than one object.
+    pub fn upload_queue_bytes(&self) -> u64 {
+        if let Some(q) = self.upload_queue {
+            return q.get();
+        }
+        let default = crate::objdisk::ObjectDiskOptions::default().upload_queue;
+        let object = self.object_size.get().max(1);
+        match self.flush {
+            ObjectsFlush::Remote => default,
+            ObjectsFlush::Local => {
+                let most = (self
+                    .local_log_size
+                    .get()
+                    .saturating_sub(self.block_size.get())
+                    / 2)
+                .saturating_sub(object);
+                default.min(most / object * object).max(object)
+            }
+        }
+    }
+}
+
+fn default_stall_timeout() -> u64 {
+    120
 }
 
 fn default_read_cache() -> Bytes {

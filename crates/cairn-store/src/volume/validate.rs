@@ -225,6 +225,54 @@ fn check_objects(
             "must be at least 1 second",
         ));
     }
+    check_upload_queue(field, o)
+}
+
+/// The upload queue holds one object at least, and the local write log has
+/// room for everything not yet in the store: the queue and the open
+/// segment, twice over (a flush of one block takes a header block and the
+/// block), and its superblock.
+fn check_upload_queue(
+    field: &dyn Fn(&str) -> String,
+    o: &super::spec::ObjectsSpec,
+) -> Result<(), VolumeError> {
+    let object = o.object_size.get();
+    let queue = o.upload_queue_bytes();
+    if queue < object {
+        return Err(VolumeError::new(
+            field("upload_queue"),
+            format!(
+                "{} is less than one segment object (object_size {})",
+                Bytes(queue),
+                o.object_size
+            ),
+        ));
+    }
+    if o.flush == super::spec::ObjectsFlush::Local {
+        let need = queue
+            .saturating_add(object)
+            .saturating_mul(2)
+            .saturating_add(o.block_size.get());
+        if o.local_log_size.get() < need {
+            let (name, what) = if o.upload_queue.is_some() {
+                ("upload_queue", format!("{}", Bytes(queue)))
+            } else {
+                ("local_log_size", format!("{}", o.local_log_size))
+            };
+            return Err(VolumeError::new(
+                field(name),
+                format!(
+                    "{what}: the local write log ({}) must hold twice the upload queue ({}) \
+                     and a segment object ({}), and a block: at least {}; make the log larger \
+                     or the queue smaller",
+                    o.local_log_size,
+                    Bytes(queue),
+                    o.object_size,
+                    Bytes(need)
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

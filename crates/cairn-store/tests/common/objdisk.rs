@@ -27,6 +27,7 @@ fn options(prefix: &str, holder: &str, force: bool) -> ObjectDiskOptions {
         read_cache: 4 << 20,
         heartbeat: Duration::from_secs(30),
         takeover_grace: Duration::ZERO,
+        ..ObjectDiskOptions::default()
     }
 }
 
