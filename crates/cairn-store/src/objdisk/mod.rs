@@ -55,6 +55,7 @@
 //! extent map for large thin volumes, a RADOS backend.
 
 mod chunks;
+mod clean;
 mod error;
 mod format;
 mod journal;
@@ -119,6 +120,10 @@ pub struct ObjectDiskOptions {
     /// volume: longer than a fenced writer's request can take, so nothing
     /// it deletes or writes after our lease lands after our listing.
     pub takeover_grace: Duration,
+    /// The cleaner moves the live blocks of segments with at most this
+    /// share of their blocks live (0: no cleaner; only wholly dead
+    /// segments are deleted).
+    pub clean_below: f64,
 }
 
 impl Default for ObjectDiskOptions {
@@ -137,6 +142,7 @@ impl Default for ObjectDiskOptions {
             read_cache: 256 << 20,
             heartbeat: Duration::from_secs(30),
             takeover_grace: Duration::from_mins(1),
+            clean_below: 0.6,
         }
     }
 }
@@ -183,6 +189,11 @@ struct Shared {
     chunks: chunks::Chunks,
     /// Whole segment objects on a local device, if there is one.
     segcache: Option<segcache::SegCache>,
+    /// Blocks the cleaner moved.
+    cleaned: AtomicU64,
+    /// Set to stop the cleaner (at a stop, before the last flush; the
+    /// heartbeat and the uploaders' retries go on until `beat_stop`).
+    clean_stop: AtomicBool,
     /// Set to stop the heartbeat thread and the uploaders' pauses.
     beat_stop: Mutex<bool>,
     beat: Condvar,
@@ -193,7 +204,11 @@ pub struct ObjectDisk {
     shared: Arc<Shared>,
     queue: Mutex<Option<mpsc::Sender<Arc<Sealed>>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// The cleaner thread, stopped first (it holds a sender of the queue).
+    cleaner: Mutex<Option<JoinHandle<()>>>,
     report: OpenReport,
+    /// A background thread's handle: dropping it stops nothing.
+    background: bool,
 }
 
 impl std::fmt::Debug for ObjectDisk {
@@ -598,6 +613,8 @@ impl ObjectDisk {
             journal: journal.map(Mutex::new),
             chunks: chunks::Chunks::new(options.read_cache),
             segcache,
+            cleaned: AtomicU64::new(0),
+            clean_stop: AtomicBool::new(false),
             beat_stop: Mutex::new(false),
             beat: Condvar::new(),
         });
@@ -607,7 +624,9 @@ impl ObjectDisk {
             shared,
             queue: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
+            cleaner: Mutex::new(None),
             report,
+            background: false,
         };
         if disk.shared.journal.is_some() {
             let records = if base.is_some() {
@@ -619,6 +638,7 @@ impl ObjectDisk {
                 .replay(records, base.unwrap_or(last))
                 .map_err(ObjectDiskError::Log)?;
         }
+        disk.start_cleaner(options.clean_below);
         Ok(disk)
     }
 
@@ -939,6 +959,9 @@ impl ObjectDisk {
         if self.shared.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // No block moves once the stop began: the last checkpoint needs
+        // nothing open.
+        self.stop_cleaner();
         // With a local write log, what clients wrote since their last
         // flush goes there first: a stop while the store is out keeps it
         // (the next open writes it again).
@@ -974,6 +997,7 @@ impl ObjectDisk {
     }
 
     fn stop_workers(&self) {
+        self.stop_cleaner();
         *self
             .shared
             .beat_stop
@@ -994,6 +1018,60 @@ impl ObjectDisk {
         }
     }
 
+    /// Stops the cleaner; waits for its pass to end.
+    fn stop_cleaner(&self) {
+        self.shared.clean_stop.store(true, Ordering::SeqCst);
+        // Under the lock the cleaner waits on, so the wake is not lost.
+        drop(
+            self.shared
+                .beat_stop
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        self.shared.beat.notify_all();
+        let cleaner = self
+            .cleaner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(c) = cleaner {
+            let _ = c.join();
+        }
+    }
+
+    /// A sender of the upload queue, for a background thread's handle.
+    fn sender(&self) -> Option<mpsc::Sender<Arc<Sealed>>> {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A handle on the disk for a background thread: the same state, a
+    /// sender of the queue, no workers of its own.
+    fn background(shared: Arc<Shared>, queue: Option<mpsc::Sender<Arc<Sealed>>>) -> Self {
+        Self {
+            shared,
+            queue: Mutex::new(queue),
+            workers: Mutex::new(Vec::new()),
+            cleaner: Mutex::new(None),
+            report: OpenReport {
+                generation: 0,
+                sequence: 0,
+                rolled: 0,
+                deleted: 0,
+                mapped: 0,
+                replayed: 0,
+            },
+            background: true,
+        }
+    }
+
+    /// Blocks the cleaner moved since the open.
+    pub fn cleaned_blocks(&self) -> u64 {
+        self.shared.cleaned.load(Ordering::Relaxed)
+    }
+
     /// Checks the state's invariants (`objdisk/state.rs`), for tests.
     pub fn verify(&self) -> Result<(), String> {
         self.shared.state().verify()
@@ -1005,7 +1083,9 @@ impl Drop for ObjectDisk {
     /// hold is uploaded first), releases nothing — as a crash would, except
     /// for the uploads.
     fn drop(&mut self) {
-        self.stop_workers();
+        if !self.background {
+            self.stop_workers();
+        }
     }
 }
 

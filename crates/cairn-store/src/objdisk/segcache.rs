@@ -340,6 +340,25 @@ impl SegCache {
         self.fetched.notify_all();
     }
 
+    /// The whole object of segment `sequence` of `generation`, if the
+    /// cache holds it (its blocks are checked by the caller).
+    pub(crate) fn object(&self, sequence: u64, generation: u64) -> Option<Vec<u8>> {
+        let slot = self.index().by_segment.get(&sequence).copied()?;
+        let guard = self.slots[slot as usize]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let held = (*guard).filter(|h| h.sequence == sequence && h.generation == generation)?;
+        let mut buf = vec![0u8; held.len as usize];
+        let at = HEAD + u64::from(slot) * self.slot_bytes + HEAD;
+        match self.device.read_at(&mut buf, at) {
+            Ok(()) => Some(buf),
+            Err(e) => {
+                self.warn_once("reading", &e);
+                None
+            }
+        }
+    }
+
     /// Whether the cache holds segment `sequence`.
     #[cfg(test)]
     pub(crate) fn holds(&self, sequence: u64) -> bool {

@@ -1146,6 +1146,7 @@ fn object_disk_options(
         force_takeover: o.force_takeover,
         read_cache: o.read_cache.get(),
         takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
+        clean_below: o.clean_below,
         ..crate::objdisk::ObjectDiskOptions::default()
     }
 }

@@ -187,8 +187,14 @@ impl Volume {
                 });
                 format!(
                     "device.{name}: object volume: {} PUTs of {} bytes for {written} bytes written \
-                     (write amplification {amplification}), {} GETs of {} bytes, {} DELETEs{local}",
-                    c.puts, c.put_bytes, c.gets, c.get_bytes, c.deletes
+                     (write amplification {amplification}), {} GETs of {} bytes, {} DELETEs, \
+                     {} blocks moved by the cleaner{local}",
+                    c.puts,
+                    c.put_bytes,
+                    c.gets,
+                    c.get_bytes,
+                    c.deletes,
+                    disk.cleaned_blocks()
                 )
             })
             .collect()

@@ -783,6 +783,16 @@ pub struct ObjectsSpec {
     /// 2GiB.
     #[serde(default = "default_local_cache_size")]
     pub local_cache_size: Bytes,
+    /// The cleaner moves the live blocks of segments with at most this
+    /// share of their blocks live, so they die whole and are deleted; in
+    /// [0, 1), 0 = no cleaner (only wholly dead segments are deleted).
+    /// Default 0.6 (LSVD's).
+    #[serde(default = "default_clean_below")]
+    pub clean_below: f64,
+}
+
+fn default_clean_below() -> f64 {
+    crate::objdisk::ObjectDiskOptions::default().clean_below
 }
 
 fn default_local_cache_size() -> Bytes {

@@ -178,6 +178,15 @@ fn check_objects(
     o: &super::spec::ObjectsSpec,
 ) -> Result<(), VolumeError> {
     check_objects_backend(field, o)?;
+    if !(0.0..1.0).contains(&o.clean_below) {
+        return Err(VolumeError::new(
+            field("clean_below"),
+            format!(
+                "{} is not a share in [0, 1) (0.6: clean segments at most 60 % live; 0: no cleaner)",
+                o.clean_below
+            ),
+        ));
+    }
     if o.prefix
         .as_ref()
         .is_some_and(|p| p.is_empty() || !p.ends_with('/') || p.starts_with('/'))
