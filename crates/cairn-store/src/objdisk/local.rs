@@ -84,7 +84,7 @@ impl ObjectDisk {
     /// Makes every write before the call durable in the local write log.
     pub(super) fn flush_local(&self) -> Result<(), DeviceError> {
         let fail = |e: String| super::device_error(DeviceOp::Flush, 0, 0, &self.describe(), e);
-        let w = super::outage::Wait::new(DeviceOp::Flush, 0, 0);
+        let w = super::Wait::new(DeviceOp::Flush, 0, 0);
         let mut journal = self.journal().expect("flush_local runs with a journal");
         let (records, data) = {
             let mut st = self.shared.state();

@@ -83,6 +83,26 @@ use format::{Fence, Keys, VolumeRecord};
 pub use segcache::{SegCacheCounts, SegCacheError};
 use state::{Sealed, State};
 
+/// A request that may wait for the store (`outage.rs`): what it is, and
+/// since when.
+pub(super) struct Wait {
+    op: DeviceOp,
+    offset: u64,
+    len: u64,
+    start: std::time::Instant,
+}
+
+impl Wait {
+    pub(super) fn new(op: DeviceOp, offset: u64, len: u64) -> Self {
+        Self {
+            op,
+            offset,
+            len,
+            start: std::time::Instant::now(),
+        }
+    }
+}
+
 /// How to open (or create) an object disk.
 #[derive(Clone, Debug)]
 pub struct ObjectDiskOptions {
@@ -701,7 +721,7 @@ impl ObjectDisk {
             .chunks_exact(bs)
             .map(|b| (!b.iter().all(|&x| x == 0)).then(|| crc32c(b)))
             .collect();
-        let w = outage::Wait::new(DeviceOp::Write, first * bs as u64, data.len() as u64);
+        let w = Wait::new(DeviceOp::Write, first * bs as u64, data.len() as u64);
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Write, first * bs as u64, data.len() as u64)?;
         for (i, (block, crc)) in data.chunks_exact(bs).zip(crcs).enumerate() {
@@ -840,7 +860,7 @@ impl ObjectDisk {
     /// Seals the open segment, waits for every sealed one to reach the
     /// store, checks the lease; then writes a checkpoint when one is due.
     fn flush_remote(&self) -> Result<(), DeviceError> {
-        let w = outage::Wait::new(DeviceOp::Flush, 0, 0);
+        let w = Wait::new(DeviceOp::Flush, 0, 0);
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Flush, 0, 0)?;
         st = self.seal_when_room(st, &w, |s| !s.open.is_empty())?;

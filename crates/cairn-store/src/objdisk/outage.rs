@@ -46,8 +46,8 @@ use cairn_objects::ObjectError;
 
 use super::format::header_len;
 use super::state::{Sealed, State};
-use super::{ObjectDisk, Shared, device_error};
-use crate::device::{Device, DeviceError, DeviceOp};
+use super::{ObjectDisk, Shared, Wait, device_error};
+use crate::device::{Device, DeviceError};
 
 /// Writers waiting this long with no segment becoming durable are reported
 /// (shorter waits are ordinary back-pressure, or the moment after an outage
@@ -70,30 +70,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// back.
 const LATE_WAIT: Duration = Duration::from_secs(3);
 
-/// The outage being lived through, if any (in the state, under its lock).
-#[derive(Debug, Default)]
-pub(crate) struct Outage {
-    /// Since when uploads fail (this outage's first failed one), and the
-    /// last error.
-    failing: Option<(Instant, String)>,
-    /// Since when a writer or flush waits with no segment becoming durable.
-    stalled: Option<Instant>,
-    /// The waiting was reported.
-    stall_reported: bool,
-    /// Waiters gave up (reported).
-    timed_out: bool,
-    /// When the reported outage began, for the line at its end.
-    reported: Option<Instant>,
-}
-
-impl Outage {
-    /// Whether uploads fail now (an upload or a checkpoint failed and none
-    /// completed since).
-    pub(crate) fn failing(&self) -> bool {
-        self.failing.is_some()
-    }
-}
-
 /// Bytes of sealed segments in DRAM, not yet durable.
 fn queued(st: &State) -> u64 {
     st.inflight.values().map(|s| s.bytes.len() as u64).sum()
@@ -115,25 +91,6 @@ fn mib(bytes: u64) -> String {
 /// Whether `e` says the store may take the request later.
 fn transient(e: &ObjectError) -> bool {
     e.is_retryable() || matches!(e, ObjectError::GaveUp { .. })
-}
-
-/// A request that may wait for the store: what it is, and since when.
-pub(super) struct Wait {
-    op: DeviceOp,
-    offset: u64,
-    len: u64,
-    start: Instant,
-}
-
-impl Wait {
-    pub(super) fn new(op: DeviceOp, offset: u64, len: u64) -> Self {
-        Self {
-            op,
-            offset,
-            len,
-            start: Instant::now(),
-        }
-    }
 }
 
 impl Shared {

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::format::{Checkpoint, MapEntry, SegmentEntry, SegmentHeader, VOID, header_len};
 
@@ -119,7 +120,7 @@ pub(crate) struct State {
     pub pending_limit: usize,
     pub journaled: bool,
     /// The store's outage, if one is on (`outage.rs`).
-    pub outage: super::outage::Outage,
+    pub outage: Outage,
 }
 
 impl State {
@@ -158,7 +159,7 @@ impl State {
             pending: Vec::new(),
             pending_limit: PENDING_PRUNE,
             journaled: false,
-            outage: super::outage::Outage::default(),
+            outage: Outage::default(),
         }
     }
 
@@ -438,4 +439,29 @@ impl State {
 
 fn header_len_of(h: &SegmentHeader) -> usize {
     header_len(h.block_size, h.entries.len(), h.trims.len())
+}
+
+/// The outage being lived through, if any (under the state's lock; what
+/// it does: `outage.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// Since when uploads fail (this outage's first failed one), and the
+    /// last error.
+    pub(crate) failing: Option<(Instant, String)>,
+    /// Since when a writer or flush waits with no segment becoming durable.
+    pub(crate) stalled: Option<Instant>,
+    /// The waiting was reported.
+    pub(crate) stall_reported: bool,
+    /// Waiters gave up (reported).
+    pub(crate) timed_out: bool,
+    /// When the reported outage began, for the line at its end.
+    pub(crate) reported: Option<Instant>,
+}
+
+impl Outage {
+    /// Whether uploads fail now (an upload or a checkpoint failed and none
+    /// completed since).
+    pub(crate) fn failing(&self) -> bool {
+        self.failing.is_some()
+    }
 }
