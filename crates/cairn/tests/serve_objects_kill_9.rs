@@ -20,29 +20,7 @@ use common::{Server, cairn, connect, terminate, tool};
 /// The example on the test cluster, 256 MiB, 1 MiB segments, a prefix of
 /// its own.
 fn spec(config: &cairn_objects::S3Config, prefix: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/volumes/objects.toml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let small = text
-        .replace("http://127.0.0.1:7480", &config.endpoint)
-        .replace(
-            "bucket = \"cairn\"",
-            &format!("bucket = \"{}\"", config.bucket),
-        )
-        .replace(
-            "prefix = \"volumes/vm1/\"",
-            &format!("prefix = \"{prefix}\""),
-        )
-        .replace("size = \"16GiB\"", "size = \"256MiB\"")
-        .replace("object_size = \"8MiB\"", "object_size = \"1MiB\"");
-    for wanted in [
-        &config.endpoint,
-        prefix,
-        "size = \"256MiB\"",
-        "object_size = \"1MiB\"",
-    ] {
-        assert!(small.contains(wanted), "the example changed shape:\n{text}");
-    }
-    small
+    common::objects_example(config, prefix, &[])
 }
 
 fn command(dir: &Path, socket: &Path, log: &Path, config: &cairn_objects::S3Config) -> Command {

@@ -107,33 +107,14 @@ impl Drop for Rgw {
 /// queue of 8 MiB (the writers soon wait), a stall timeout of 90 s (above
 /// the outage).
 fn spec(config: &cairn_objects::S3Config, prefix: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/volumes/objects.toml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let small = text
-        .replace("http://127.0.0.1:7480", &config.endpoint)
-        .replace(
-            "bucket = \"cairn\"",
-            &format!("bucket = \"{}\"", config.bucket),
-        )
-        .replace(
-            "prefix = \"volumes/vm1/\"",
-            &format!("prefix = \"{prefix}\""),
-        )
-        .replace("size = \"16GiB\"", "size = \"256MiB\"")
-        .replace("object_size = \"8MiB\"", "object_size = \"1MiB\"")
-        .replace("upload_queue = \"256MiB\"", "upload_queue = \"8MiB\"")
-        .replace("stall_timeout = 120", "stall_timeout = 90");
-    for wanted in [
-        &config.endpoint,
+    common::objects_example(
+        config,
         prefix,
-        "size = \"256MiB\"",
-        "object_size = \"1MiB\"",
-        "upload_queue = \"8MiB\"",
-        "stall_timeout = 90",
-    ] {
-        assert!(small.contains(wanted), "the example changed shape:\n{text}");
-    }
-    small
+        &[
+            ("upload_queue = \"256MiB\"", "upload_queue = \"8MiB\""),
+            ("stall_timeout = 120", "stall_timeout = 90"),
+        ],
+    )
 }
 
 fn serve(dir: &Path, config: &cairn_objects::S3Config) -> Server {

@@ -256,3 +256,34 @@ pub fn damage(path: &Path, offset: u64, bytes: &[u8]) {
     file.write_all_at(bytes, offset).unwrap();
     file.sync_all().unwrap();
 }
+
+/// `examples/volumes/objects.toml` pointed at the test cluster (`config`)
+/// under `prefix`, 256 MiB with 1 MiB segments, then `edits` (each a line's
+/// text and its replacement); panics if the example no longer has a line an
+/// edit expects.
+pub fn objects_example(
+    config: &cairn_objects::S3Config,
+    prefix: &str,
+    edits: &[(&str, &str)],
+) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/volumes/objects.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let bucket = format!("bucket = \"{}\"", config.bucket);
+    let prefix = format!("prefix = \"{prefix}\"");
+    let base = [
+        ("http://127.0.0.1:7480", config.endpoint.as_str()),
+        ("bucket = \"cairn\"", bucket.as_str()),
+        ("prefix = \"volumes/vm1/\"", prefix.as_str()),
+        ("size = \"16GiB\"", "size = \"256MiB\""),
+        ("object_size = \"8MiB\"", "object_size = \"1MiB\""),
+    ];
+    let mut spec = text.clone();
+    for (from, to) in base.iter().chain(edits) {
+        assert!(
+            spec.contains(from),
+            "the example changed shape (no {from}):\n{text}"
+        );
+        spec = spec.replace(from, to);
+    }
+    spec
+}
