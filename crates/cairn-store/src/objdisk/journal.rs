@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::codec::{self, crc32c, put_u32, put_u64, u32_at, u64_at};
-use crate::device::{Device, DeviceError};
+use crate::device::{Device, DeviceError, IoBuf};
 
 const VERSION: u32 = 1;
 const SUPER_MAGIC: [u8; 8] = *b"CAIRNOBJ";
@@ -103,6 +103,9 @@ pub(crate) struct Journal {
     behind: VecDeque<Live>,
     /// The tail the durable superblock names.
     durable_tail: (u64, u64),
+    /// The last batch's buffer, reused (page-aligned: with 4 KiB blocks a
+    /// batch can be written with `O_DIRECT` as it is).
+    scratch: IoBuf,
 }
 
 impl std::fmt::Debug for Journal {
@@ -194,6 +197,7 @@ impl Journal {
             live: VecDeque::new(),
             behind: VecDeque::new(),
             durable_tail: (bs, 1),
+            scratch: IoBuf::default(),
         };
         Ok((journal, replay))
     }
@@ -320,7 +324,11 @@ impl Journal {
             self.write_super(tail)?;
         }
         let header_len = (len as usize) - data.len();
-        let mut buf = vec![0u8; len as usize];
+        let mut buf = std::mem::take(&mut self.scratch);
+        if buf.len() < len as usize {
+            buf = IoBuf::zeroed((len as usize).next_multiple_of(1 << 20));
+        }
+        buf[..header_len].fill(0);
         buf[..8].copy_from_slice(&BATCH_MAGIC);
         put_u32(&mut buf, 8, VERSION);
         put_u64(&mut buf, 16, self.volume_id);
@@ -355,8 +363,10 @@ impl Journal {
             e += ENTRY;
         }
         codec::seal(&mut buf[..header_len], 12);
-        buf[header_len..].copy_from_slice(data);
-        self.device.write_at(&buf, at)?;
+        buf[header_len..len as usize].copy_from_slice(data);
+        let written = self.device.write_at(&buf[..len as usize], at);
+        self.scratch = buf;
+        written?;
         self.device.flush()?;
         self.live.push_back(Live {
             offset: at,

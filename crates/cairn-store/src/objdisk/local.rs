@@ -48,7 +48,7 @@ impl ObjectDisk {
                     }
                     let at = loc.index as usize * bs;
                     if loc.sequence == st.open.sequence {
-                        data.extend_from_slice(&st.open.data[at..at + bs]);
+                        data.extend_from_slice(&st.open.data.data()[at..at + bs]);
                     } else {
                         let s = &st.inflight[&loc.sequence];
                         data.extend_from_slice(&s.bytes[s.header_len + at..s.header_len + at + bs]);

@@ -62,6 +62,7 @@ mod journal;
 mod local;
 mod outage;
 mod recover;
+mod segbuf;
 mod segcache;
 mod state;
 #[cfg(test)]
@@ -769,7 +770,7 @@ impl ObjectDisk {
                     };
                     let at = loc.index as usize * bs;
                     if loc.sequence == st.open.sequence {
-                        out.copy_from_slice(&st.open.data[at..at + bs]);
+                        out.copy_from_slice(&st.open.data.data()[at..at + bs]);
                     } else if let Some(s) = st.inflight.get(&loc.sequence) {
                         out.copy_from_slice(&s.bytes[s.header_len + at..s.header_len + at + bs]);
                     } else {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use cairn_objects::ObjectStore;
 
 use crate::codec::{self, FormatError, put_u32, put_u64, u64_at};
-use crate::device::{Device, DeviceError, IoBuf};
+use crate::device::{Device, DeviceError, IoBuf, is_aligned};
 
 const SUPER_MAGIC: [u8; 8] = *b"CAIRNOSC";
 const SLOT_MAGIC: [u8; 8] = *b"CAIRNOSS";
@@ -447,9 +447,16 @@ impl SegCache {
         let mut head = IoBuf::zeroed(HEAD as usize);
         self.device.write_at(&head, base)?;
         self.device.flush()?;
-        let mut body = IoBuf::zeroed(object.len().next_multiple_of(HEAD as usize));
-        body[..object.len()].copy_from_slice(object);
-        self.device.write_at(&body, base + HEAD)?;
+        // A sealed object is page-aligned and whole pages (4 KiB blocks;
+        // `segbuf.rs`): written as it is (with O_DIRECT where the device
+        // has it); anything else through a padded copy.
+        if is_aligned(object, HEAD) && (object.len() as u64).is_multiple_of(HEAD) {
+            self.device.write_at(object, base + HEAD)?;
+        } else {
+            let mut body = IoBuf::zeroed(object.len().next_multiple_of(HEAD as usize));
+            body[..object.len()].copy_from_slice(object);
+            self.device.write_at(&body, base + HEAD)?;
+        }
         self.device.flush()?;
         head[..RECORD].copy_from_slice(&encode_slot(self.volume_id, held));
         self.device.write_at(&head, base)?;

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::format::{Checkpoint, MapEntry, SegmentEntry, SegmentHeader, VOID, header_len};
+use super::segbuf::{BufPool, ObjectBuf, SegBuf};
 
 /// Pending changes past which the list is pruned first.
 const PENDING_PRUNE: usize = 1 << 16;
@@ -48,14 +49,14 @@ pub(crate) struct Sealed {
     pub sequence: u64,
     pub key: String,
     pub header_len: usize,
-    pub bytes: Vec<u8>,
+    pub bytes: ObjectBuf,
 }
 
 /// The segment being filled.
 #[derive(Debug)]
 pub(crate) struct Open {
     pub sequence: u64,
-    pub data: Vec<u8>,
+    pub data: SegBuf,
     pub entries: Vec<(u64, u32)>,
     pub trims: Vec<(u64, u64)>,
     /// Block → its entry.
@@ -63,10 +64,10 @@ pub(crate) struct Open {
 }
 
 impl Open {
-    fn new(sequence: u64) -> Self {
+    fn new(sequence: u64, pool: &Arc<BufPool>) -> Self {
         Self {
             sequence,
-            data: Vec::new(),
+            data: SegBuf::new(pool),
             entries: Vec::new(),
             trims: Vec::new(),
             at: hashbrown::HashMap::new(),
@@ -121,7 +122,13 @@ pub(crate) struct State {
     pub journaled: bool,
     /// The store's outage, if one is on (`outage.rs`).
     pub outage: Outage,
+    /// The segment buffers ([`SegBuf`]) to reuse.
+    pub pool: Arc<BufPool>,
 }
+
+/// Segment buffers kept for reuse: the open segment's and four uploads'
+/// (the default uploaders), and one more.
+const POOLED: usize = 6;
 
 impl State {
     /// A state whose last segment (sealed and durable) is `last`.
@@ -132,6 +139,10 @@ impl State {
         volume_id: u64,
         last: u64,
     ) -> Self {
+        // Room for a full segment's header (no trims); a few buffers kept,
+        // as many as the uploaders and the open segment use at once.
+        let room = header_len(block_size as u32, blocks_per_segment, 0);
+        let pool = BufPool::new(room, block_size * blocks_per_segment, POOLED);
         let mut segments = BTreeMap::new();
         segments.insert(
             last + 1,
@@ -148,7 +159,8 @@ impl State {
             generation,
             volume_id,
             map: hashbrown::HashMap::new(),
-            open: Open::new(last + 1),
+            open: Open::new(last + 1, &pool),
+            pool,
             inflight: hashbrown::HashMap::new(),
             segments,
             sealed: last,
@@ -200,7 +212,7 @@ impl State {
         let seq = self.open.sequence;
         if let Some(&i) = self.open.at.get(&block) {
             let at = i as usize * self.block_size;
-            self.open.data[at..at + self.block_size].copy_from_slice(data);
+            self.open.data.data_mut()[at..at + self.block_size].copy_from_slice(data);
             self.open.entries[i as usize].1 = crc;
             if let Some(loc) = self.map.get_mut(&block) {
                 loc.crc = crc;
@@ -209,7 +221,7 @@ impl State {
         }
         let index = self.open.entries.len() as u32;
         self.open.entries.push((block, crc));
-        self.open.data.extend_from_slice(data);
+        self.open.data.push(data);
         self.open.at.insert(block, index);
         if let Some(s) = self.segments.get_mut(&seq) {
             s.blocks += 1;
@@ -249,7 +261,7 @@ impl State {
             return None;
         }
         let next = self.open.sequence + 1;
-        let open = std::mem::replace(&mut self.open, Open::new(next));
+        let open = std::mem::replace(&mut self.open, Open::new(next, &self.pool));
         let header = SegmentHeader {
             generation: self.generation,
             sequence: open.sequence,
@@ -258,10 +270,10 @@ impl State {
             entries: open.entries,
             trims: open.trims,
         };
-        let mut bytes = header.encode();
-        let header_len = bytes.len();
+        let head = header.encode();
+        let header_len = head.len();
         debug_assert_eq!(header_len, header_len_of(&header));
-        bytes.extend_from_slice(&open.data);
+        let bytes = open.data.seal(&head);
         if let Some(s) = self.segments.get_mut(&open.sequence) {
             s.header_len = header_len as u32;
         }

@@ -100,13 +100,13 @@ impl Builder<'_> {
         path: Option<&PathBuf>,
         default: String,
         size: Bytes,
-    ) -> Result<Arc<dyn Device>, VolumeError> {
+    ) -> Result<FileDevice, VolumeError> {
         let spec = FileSpec {
             path: path.cloned().unwrap_or_else(|| PathBuf::from(default)),
             size: Some(size),
             direct: false,
         };
-        Ok(self.file(field, &spec)?.device)
+        Ok(self.file_device(field, &spec)?.0)
     }
 
     /// An object volume: the store's client (S3: keys from the environment;
@@ -140,21 +140,30 @@ impl Builder<'_> {
         let options = object_disk_options(name, o);
         let log = match o.flush {
             super::spec::ObjectsFlush::Remote => None,
-            super::spec::ObjectsFlush::Local => Some(self.local_file(
-                &format!("{field}.local_log"),
-                o.local_log.as_ref(),
-                format!("{name}.wlog"),
-                o.local_log_size,
-            )?),
+            super::spec::ObjectsFlush::Local => Some(Arc::new(
+                self.local_file(
+                    &format!("{field}.local_log"),
+                    o.local_log.as_ref(),
+                    format!("{name}.wlog"),
+                    o.local_log_size,
+                )?
+                .with_direct_writes(),
+            ) as Arc<dyn Device>),
         };
+        // The log's batches and the cache's segment objects are written
+        // whole and page-aligned: with O_DIRECT, at no copy into the page
+        // cache (reads, rare, go through it).
         let cache = match o.local_cache_size.get() {
             0 => None,
-            _ => Some(self.local_file(
-                &format!("{field}.local_cache"),
-                o.local_cache.as_ref(),
-                format!("{name}.segcache"),
-                o.local_cache_size,
-            )?),
+            _ => Some(Arc::new(
+                self.local_file(
+                    &format!("{field}.local_cache"),
+                    o.local_cache.as_ref(),
+                    format!("{name}.segcache"),
+                    o.local_cache_size,
+                )?
+                .with_direct_writes(),
+            ) as Arc<dyn Device>),
         };
         let disk = Arc::new(
             ObjectDisk::open_local(store, &options, log, cache)
@@ -263,6 +272,20 @@ impl Builder<'_> {
     }
 
     fn file(&mut self, field: &str, f: &FileSpec) -> Result<Built, VolumeError> {
+        let (device, leaf) = self.file_device(field, f)?;
+        Ok(Built {
+            device: Arc::new(device),
+            leaves: vec![leaf],
+            placement: None,
+        })
+    }
+
+    /// The file `f` opened (created or grown to its size), and its leaf.
+    fn file_device(
+        &mut self,
+        field: &str,
+        f: &FileSpec,
+    ) -> Result<(FileDevice, Leaf), VolumeError> {
         let path = self.path(&f.path);
         let before = std::fs::metadata(&path)
             .ok()
@@ -303,11 +326,7 @@ impl Builder<'_> {
                 device.len()
             ));
         }
-        Ok(Built {
-            device: Arc::new(device),
-            leaves: vec![Leaf::File(path, before)],
-            placement: None,
-        })
+        Ok((device, Leaf::File(path, before)))
     }
 
     /// An NTL image: opened, formatted if blank, or refused (`ntl::open`).
