@@ -28,7 +28,8 @@ a FLUSH every --flush-every writes) is filled sequentially over its first
 50 % / 80 % (the utilisation: live data / volume size), then written with
 4 KiB writes within that range, --turnover times its live size: 'uniform'
 (every block alike) or 'hot 80/20' (80 % of the writes to the first 20 % of
-the range). Rows: no cleaner, greedy at clean_below 0.4 / 0.6 / 0.8, and
+the range). The store holds every segment until a checkpoint deletes the
+dead ones, up to ~20x the live data at the peak: mind --wa-size. Rows: no cleaner, greedy at clean_below 0.4 / 0.6 / 0.8, and
 cost-benefit at 0.6. Columns, over the overwrite phase and the close after
 it: write amplification (bytes PUT / bytes clients wrote), PUTs, GETs and
 DELETEs per GiB clients wrote, the blocks the cleaner moved per block
@@ -64,11 +65,11 @@ pub struct ObjectsBenchArgs {
     pub part: String,
 
     /// Volume size of the write-amplification part.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    #[arg(long, value_name = "SIZE", default_value = "128MiB")]
     pub wa_size: String,
 
     /// Segment object size of the write-amplification part.
-    #[arg(long, value_name = "SIZE", default_value = "8MiB")]
+    #[arg(long, value_name = "SIZE", default_value = "4MiB")]
     pub wa_object_size: String,
 
     /// Overwrites of the write-amplification part, as a multiple of the
