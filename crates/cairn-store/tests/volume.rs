@@ -12,7 +12,7 @@ use common::volume::{open, parse, parse_error};
 
 use cairn_policy::PolicyConfig;
 use cairn_store::Device;
-use cairn_store::volume::{DeviceSpec, OpenOptions, Volume, VolumeSpec};
+use cairn_store::volume::{DeviceSpec, ObjectsCleaner, OpenOptions, Volume, VolumeSpec};
 
 /// A log disk over a file, NV cache in the data directory (not /dev/shm, so
 /// tests never share one).
@@ -468,6 +468,30 @@ fn object_volume_upload_queue_is_checked_against_the_local_log() {
         assert_eq!(error.field, field, "{error}\n{fields}");
         assert!(error.message.contains(says), "{error}");
     }
+}
+
+/// An object volume's cleaner: greedy by default, cost-benefit or none by
+/// name; another name is refused.
+#[test]
+fn object_volume_cleaner_is_chosen_by_name() {
+    let spec = |fields: &str| {
+        format!(
+            "[[export]]\nname = \"x\"\ndevice = \"o\"\n[device.o]\nkind = \"objects\"\n\
+             endpoint = \"http://127.0.0.1:7480\"\nbucket = \"b\"\n{fields}\n"
+        )
+    };
+    let cleaner = |fields: &str| match &parse(&spec(fields)).devices["o"] {
+        DeviceSpec::Objects(o) => o.cleaner,
+        _ => panic!("not objects"),
+    };
+    assert_eq!(cleaner(""), ObjectsCleaner::Greedy);
+    assert_eq!(
+        cleaner("cleaner = \"cost-benefit\""),
+        ObjectsCleaner::CostBenefit
+    );
+    assert_eq!(cleaner("cleaner = \"none\""), ObjectsCleaner::Off);
+    let error = parse_error(&spec("cleaner = \"age-sort\""));
+    assert!(error.contains("age-sort"), "{error}");
 }
 
 /// A log disk with its NV cache under a read cache, as the default stack.

@@ -78,6 +78,7 @@ use cairn_objects::{Lease, LeaseError, Metered, ObjectError, ObjectStore, StoreC
 
 use crate::codec::crc32c;
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
+pub use clean::Cleaner;
 pub use error::ObjectDiskError;
 pub use format::VolumeRecord as ObjectVolume;
 use format::{Fence, Keys, VolumeRecord};
@@ -145,6 +146,8 @@ pub struct ObjectDiskOptions {
     /// share of their blocks live (0: no cleaner; only wholly dead
     /// segments are deleted).
     pub clean_below: f64,
+    /// Which segments the cleaner takes (`clean.rs`).
+    pub cleaner: Cleaner,
 }
 
 impl Default for ObjectDiskOptions {
@@ -164,6 +167,7 @@ impl Default for ObjectDiskOptions {
             heartbeat: Duration::from_secs(30),
             takeover_grace: Duration::from_mins(1),
             clean_below: 0.6,
+            cleaner: Cleaner::Greedy,
         }
     }
 }
@@ -659,7 +663,7 @@ impl ObjectDisk {
                 .replay(records, base.unwrap_or(last))
                 .map_err(ObjectDiskError::Log)?;
         }
-        disk.start_cleaner(options.clean_below);
+        disk.start_cleaner(options.cleaner, options.clean_below);
         Ok(disk)
     }
 

@@ -36,6 +36,7 @@ fn options(holder: &str, force: bool) -> ObjectDiskOptions {
         takeover_grace: Duration::ZERO,
         // The workloads' Clean steps run the cleaner, where they say.
         clean_below: 0.0,
+        cleaner: super::Cleaner::Off,
     }
 }
 

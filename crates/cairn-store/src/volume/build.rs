@@ -1166,6 +1166,7 @@ fn object_disk_options(
         read_cache: o.read_cache.get(),
         takeover_grace: std::time::Duration::from_secs(2 * o.request_timeout),
         clean_below: o.clean_below,
+        cleaner: o.cleaner.into(),
         ..crate::objdisk::ObjectDiskOptions::default()
     }
 }

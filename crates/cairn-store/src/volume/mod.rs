@@ -30,9 +30,9 @@ use std::path::{Path, PathBuf};
 pub use orphans::{OrphanedRegion, orphaned_regions};
 pub use spec::{
     Admission, CacheSpec, Cleaner, ConcatSpec, DeviceSpec, ExportSpec, FileSpec, LogSpec,
-    MemorySpec, NtlSpec, NvCacheSpec, ObjectsBackend, ObjectsFlush, ObjectsSpec, Partial,
-    Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TierMode, TierSpec, TlsModeSpec,
-    TlsSpec, VolumeSpec,
+    MemorySpec, NtlSpec, NvCacheSpec, ObjectsBackend, ObjectsCleaner, ObjectsFlush, ObjectsSpec,
+    Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TierMode, TierSpec,
+    TlsModeSpec, TlsSpec, VolumeSpec,
 };
 use types::{OpenLayer, OpenLog, OpenTier};
 pub use types::{OpenOptions, VolumeError};

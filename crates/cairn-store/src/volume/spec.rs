@@ -789,6 +789,36 @@ pub struct ObjectsSpec {
     /// Default 0.6 (LSVD's).
     #[serde(default = "default_clean_below")]
     pub clean_below: f64,
+    /// Which segments the cleaner takes: `"greedy"` (at most `clean_below`
+    /// live, the emptiest first), `"cost-benefit"` (LFS's `(1 − u)·age /
+    /// (1 + u)`, at least that of a segment `clean_below` live and one
+    /// volume-write old), or `"none"`. Default `"greedy"`.
+    #[serde(default)]
+    pub cleaner: ObjectsCleaner,
+}
+
+/// The object disk's cleaner (serde form of [`crate::objdisk::Cleaner`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObjectsCleaner {
+    /// At most `clean_below` live, the emptiest first (LSVD's).
+    #[default]
+    Greedy,
+    /// Rosenblum and Ousterhout's cost-benefit.
+    CostBenefit,
+    /// No cleaner.
+    #[serde(rename = "none")]
+    Off,
+}
+
+impl From<ObjectsCleaner> for crate::objdisk::Cleaner {
+    fn from(c: ObjectsCleaner) -> Self {
+        match c {
+            ObjectsCleaner::Greedy => Self::Greedy,
+            ObjectsCleaner::CostBenefit => Self::CostBenefit,
+            ObjectsCleaner::Off => Self::Off,
+        }
+    }
 }
 
 fn default_clean_below() -> f64 {

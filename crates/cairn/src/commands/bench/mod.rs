@@ -7,6 +7,7 @@ pub mod hetero;
 pub mod logdisk;
 pub mod nbd;
 pub mod ntl;
+pub mod objects;
 pub mod stream;
 pub mod tier;
 
@@ -20,6 +21,10 @@ pub enum BenchCommand {
     /// write amplification per cleaner.
     #[command(long_about = logdisk::LOGDISK_LONG_ABOUT)]
     Logdisk(logdisk::LogdiskBenchArgs),
+    /// The object volume's costs in the store: write amplification, requests
+    /// per GiB and space per cleaner; throughput and PUTs per segment object size.
+    #[command(long_about = objects::OBJECTS_LONG_ABOUT)]
+    Objects(objects::ObjectsBenchArgs),
     /// The NVM translation layer against pread/pwrite, `O_DIRECT` and memcpy, and
     /// atomic against in-place writes.
     #[command(long_about = ntl::NTL_LONG_ABOUT)]
@@ -44,6 +49,7 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Nbd(args) => nbd::run(args),
         BenchCommand::Logdisk(args) => logdisk::run(args),
         BenchCommand::Ntl(args) => ntl::run(args, quiet),
+        BenchCommand::Objects(args) => objects::run(args),
         BenchCommand::Stream(args) => stream::run(args),
         BenchCommand::Hetero(args) => hetero::run(args),
         BenchCommand::Tier(args) => tier::run(args),
