@@ -1181,3 +1181,7 @@ fn the_cleaner_empties_mostly_dead_segments() {
     let disk = ObjectDisk::open(store.clone(), &options("b", false)).expect("reopen");
     assert_eq!(image(&disk), model);
 }
+
+/// Crash points with completions out of order.
+#[path = "tests_reorder.rs"]
+mod reorder;
