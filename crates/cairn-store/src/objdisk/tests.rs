@@ -1185,3 +1185,7 @@ fn the_cleaner_empties_mostly_dead_segments() {
 /// Crash points with completions out of order.
 #[path = "tests_reorder.rs"]
 mod reorder;
+
+/// A sparse 1 TiB volume: the map's and the checkpoint's cost per block.
+#[path = "tests_scale.rs"]
+mod scale;
