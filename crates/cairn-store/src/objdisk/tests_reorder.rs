@@ -55,13 +55,21 @@ impl Seen {
         self.gaps += u64::from(beyond_a_gap(store.inner()));
     }
 
-    /// Enough happened for the enumeration to mean something.
-    fn check(&self, what: &str) {
+    /// Enough happened for the enumeration to mean something: completions
+    /// out of order, requests kept and dropped at crashes, and (`gaps`)
+    /// crashes that left a segment beyond a gap. With `flush = "remote"`
+    /// a flush waits for its segments, so few are in flight at once: its
+    /// 3–6 gaps in 402 crash points here are reported, not required (a
+    /// slower machine lets more holds run out of patience).
+    fn check(&self, what: &str, gaps: bool) {
         assert!(
             self.overtakes >= self.crash_points,
             "{what}: {self:?}: too few completions out of order"
         );
-        assert!(self.gaps > 0, "{what}: {self:?}: no crash left a gap");
+        assert!(
+            !gaps || self.gaps > 0,
+            "{what}: {self:?}: no crash left a gap"
+        );
         assert!(self.kept > 0 && self.dropped > 0, "{what}: {self:?}");
     }
 }
@@ -221,7 +229,7 @@ fn every_crash_point_under_reordering_keeps_every_remote_flush() {
         "reorder, flush = remote: {seen:?} in {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    seen.check("remote");
+    seen.check("remote", false);
 }
 
 /// `flush = "local"`: a flush returns once in the local write log. A crash
@@ -266,5 +274,5 @@ fn every_crash_point_under_reordering_keeps_every_local_flush() {
         "reorder, flush = local: {seen:?} in {:.1} s",
         start.elapsed().as_secs_f64()
     );
-    seen.check("local");
+    seen.check("local", true);
 }
