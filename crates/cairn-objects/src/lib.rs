@@ -10,7 +10,8 @@
 //! - [`MemStore`]: in memory, for tests and simulations.
 //! - [`FaultyStore`]: wraps any store and fails the N-th mutation, loses its
 //!   reply after it took effect, or crashes there (every later mutation is
-//!   refused), for crash-point enumeration.
+//!   refused), or completes mutations out of order and crashes among them
+//!   ([`Reorder`]), for crash-point enumeration.
 //! - [`Retrying`]: wraps any store and retries what the store said is
 //!   retryable, with capped exponential backoff and full jitter, up to a
 //!   deadline, logging the outage and its end.
@@ -34,7 +35,7 @@ mod s3;
 pub mod testing;
 
 pub use error::{ObjectError, Op};
-pub use faulty::{Fault, FaultyStore};
+pub use faulty::{Fault, FaultyStore, Reorder};
 pub use lease::{Lease, LeaseError, LeaseRecord, LeaseState};
 pub use mem::MemStore;
 pub use metered::{Metered, StoreCounts};

@@ -1182,3 +1182,11 @@ fn the_cleaner_empties_mostly_dead_segments() {
     let disk = ObjectDisk::open(store.clone(), &options("b", false)).expect("reopen");
     assert_eq!(image(&disk), model);
 }
+
+/// Crash points with completions out of order.
+#[path = "tests_reorder.rs"]
+mod reorder;
+
+/// A sparse 1 TiB volume: the map's and the checkpoint's cost per block.
+#[path = "tests_scale.rs"]
+mod scale;
