@@ -67,6 +67,7 @@ mod segcache;
 mod state;
 #[cfg(test)]
 mod tests;
+mod victims;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -78,12 +79,12 @@ use cairn_objects::{Lease, LeaseError, Metered, ObjectError, ObjectStore, StoreC
 
 use crate::codec::crc32c;
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
-pub use clean::Cleaner;
 pub use error::ObjectDiskError;
 pub use format::VolumeRecord as ObjectVolume;
 use format::{Fence, Keys, VolumeRecord};
 pub use segcache::{SegCacheCounts, SegCacheError};
 use state::{Sealed, State};
+pub use victims::Cleaner;
 
 /// A request that may wait for the store (`outage.rs`): what it is, and
 /// since when.
