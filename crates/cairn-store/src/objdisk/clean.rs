@@ -215,6 +215,16 @@ fn start_cleaner(
                         _ => break,
                     }
                 }
+                // A checkpoint when one is due, so that what died (here or
+                // under a writer that never flushes) is deleted; none
+                // while the store fails.
+                let failing = {
+                    let st = disk.shared.state();
+                    st.failed.is_some() || st.outage.failing()
+                };
+                if !failing && let Err(e) = disk.maybe_checkpoint(false) {
+                    disk.shared.upload_failed(&mut disk.shared.state(), &e);
+                }
             }
         })
         .ok()

@@ -12,6 +12,18 @@
 //! 3. The open segment's `at` indexes exactly its non-void entries.
 //! 4. `durable <= sealed`, and every sequence in `uploaded` is above
 //!    `durable + 1` (the first gap is not uploaded yet).
+//! 5. `shadow` holds exactly the blocks last changed (written, moved or
+//!    trimmed) in a segment after `durable`, each with where it was as of
+//!    `durable` — a durable segment the state still knows, or unmapped.
+//!
+//! # Checkpoints while writes go on
+//!
+//! A checkpoint describes the volume as of `durable`: the map, except that
+//! a block changed since is taken from `shadow`. So one is written whenever
+//! one is due, not only when nothing is open or in flight (which a steady
+//! writer never leaves, and until which no dead segment could be deleted).
+//! A segment a shadow entry points into is not dead: a moved or overwritten
+//! block's old copy stays until a checkpoint after its new one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -43,13 +55,25 @@ pub(crate) struct SegInfo {
     pub live: u32,
 }
 
-/// A sealed segment on its way to the store: its whole object.
+/// A sealed segment on its way to the store: its whole object, and what
+/// its header lists (for `shadow` when it becomes durable).
 #[derive(Debug)]
 pub(crate) struct Sealed {
     pub sequence: u64,
     pub key: String,
     pub header_len: usize,
     pub bytes: ObjectBuf,
+    pub entries: Vec<(u64, u32)>,
+    pub trims: Vec<(u64, u64)>,
+}
+
+/// A block last changed in a segment not durable yet (invariant 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shadow {
+    /// The segment of its last change.
+    pub latest: u64,
+    /// Where it was as of `durable` (`None`: unmapped).
+    pub durable: Option<Loc>,
 }
 
 /// The segment being filled.
@@ -124,6 +148,8 @@ pub(crate) struct State {
     pub outage: Outage,
     /// The segment buffers ([`SegBuf`]) to reuse.
     pub pool: Arc<BufPool>,
+    /// Blocks changed since `durable`, as they were then (invariant 5).
+    pub shadow: hashbrown::HashMap<u64, Shadow>,
 }
 
 /// Segment buffers kept for reuse: the open segment's and four uploads'
@@ -161,6 +187,7 @@ impl State {
             map: hashbrown::HashMap::new(),
             open: Open::new(last + 1, &pool),
             pool,
+            shadow: hashbrown::HashMap::new(),
             inflight: hashbrown::HashMap::new(),
             segments,
             sealed: last,
@@ -209,6 +236,7 @@ impl State {
         if self.journaled {
             self.push_pending(Pending::Write(block));
         }
+        self.note_change(block);
         let seq = self.open.sequence;
         if let Some(&i) = self.open.at.get(&block) {
             let at = i as usize * self.block_size;
@@ -236,6 +264,67 @@ impl State {
         );
     }
 
+    /// Records that `block` changes in the open segment: where it was as
+    /// of `durable`, if this is its first change since (invariant 5).
+    fn note_change(&mut self, block: u64) {
+        let latest = self.open.sequence;
+        match self.shadow.entry(block) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => e.get_mut().latest = latest,
+            hashbrown::hash_map::Entry::Vacant(v) => {
+                v.insert(Shadow {
+                    latest,
+                    durable: self.map.get(&block).copied(),
+                });
+            }
+        }
+    }
+
+    /// Segment `sequence` became durable: its blocks' shadows move up to
+    /// it, and those it changed last leave (trims first: an entry left in
+    /// a segment came after any trim of its block there).
+    fn settle(&mut self, sealed: &Sealed) {
+        if self.shadow.is_empty() {
+            return;
+        }
+        let x = sealed.sequence;
+        let apply = |shadow: &mut hashbrown::HashMap<u64, Shadow>, b: u64, to: Option<Loc>| {
+            if let Some(s) = shadow.get_mut(&b) {
+                if s.latest <= x {
+                    shadow.remove(&b);
+                } else {
+                    s.durable = to;
+                }
+            }
+        };
+        for &(first, n) in &sealed.trims {
+            if n > self.shadow.len() as u64 {
+                let hit: Vec<u64> = self
+                    .shadow
+                    .keys()
+                    .copied()
+                    .filter(|b| (first..first + n).contains(b))
+                    .collect();
+                for b in hit {
+                    apply(&mut self.shadow, b, None);
+                }
+            } else {
+                for b in first..first + n {
+                    apply(&mut self.shadow, b, None);
+                }
+            }
+        }
+        for (i, &(b, crc)) in sealed.entries.iter().enumerate() {
+            if b != VOID {
+                let loc = Loc {
+                    sequence: x,
+                    index: i as u32,
+                    crc,
+                };
+                apply(&mut self.shadow, b, Some(loc));
+            }
+        }
+    }
+
     /// Trims `first .. first + blocks`: unmapped, voided in the open
     /// segment, and recorded there for replay.
     pub fn trim(&mut self, first: u64, blocks: u64) {
@@ -245,6 +334,11 @@ impl State {
         for b in first..first + blocks {
             if let Some(i) = self.open.at.remove(&b) {
                 self.open.entries[i as usize].0 = VOID;
+            }
+            // A block unmapped and unchanged since `durable` stays as it
+            // was then: no shadow (a trim of a whole thin volume adds none).
+            if self.map.contains_key(&b) || self.shadow.contains_key(&b) {
+                self.note_change(b);
             }
             self.unmap(b);
         }
@@ -274,6 +368,7 @@ impl State {
         let header_len = head.len();
         debug_assert_eq!(header_len, header_len_of(&header));
         let bytes = open.data.seal(&head);
+        let SegmentHeader { entries, trims, .. } = header;
         if let Some(s) = self.segments.get_mut(&open.sequence) {
             s.header_len = header_len as u32;
         }
@@ -291,6 +386,8 @@ impl State {
             key: key(open.sequence),
             header_len,
             bytes,
+            entries,
+            trims,
         });
         self.inflight.insert(open.sequence, Arc::clone(&sealed));
         self.sealed = open.sequence;
@@ -306,31 +403,38 @@ impl State {
         self.uploaded.insert(sequence);
         while self.uploaded.remove(&(self.durable + 1)) {
             self.durable += 1;
-            self.inflight.remove(&self.durable);
+            if let Some(sealed) = self.inflight.remove(&self.durable) {
+                self.settle(&sealed);
+            }
         }
     }
 
-    /// The checkpoint of the state now, if it is one: nothing open and
-    /// everything sealed in the store.
+    /// The checkpoint of the volume as of `durable` (module docs); `None`
+    /// never (kept for the callers' sake of a state that has none).
     pub fn checkpoint(&self) -> Option<Checkpoint> {
-        if !self.open.is_empty() || self.durable != self.sealed {
-            return None;
-        }
+        let entry = |block: u64, l: &Loc| MapEntry {
+            block,
+            sequence: l.sequence,
+            index: l.index,
+            crc: l.crc,
+        };
         let mut entries: Vec<MapEntry> = self
             .map
             .iter()
-            .map(|(&block, l)| MapEntry {
-                block,
-                sequence: l.sequence,
-                index: l.index,
-                crc: l.crc,
-            })
+            .filter(|(b, _)| !self.shadow.contains_key(*b))
+            .map(|(&b, l)| entry(b, l))
+            .chain(
+                self.shadow
+                    .iter()
+                    .filter_map(|(&b, s)| s.durable.as_ref().map(|l| entry(b, l))),
+            )
             .collect();
         entries.sort_unstable_by_key(|e| e.block);
+        let pinned = self.pinned();
         let segments = self
             .segments
             .iter()
-            .filter(|&(&seq, s)| seq <= self.durable && s.live > 0)
+            .filter(|&(&seq, s)| seq <= self.durable && (s.live > 0 || pinned.contains(&seq)))
             .map(|(&sequence, s)| SegmentEntry {
                 sequence,
                 generation: s.generation,
@@ -352,16 +456,27 @@ impl State {
     /// (a durable checkpoint's sequence): forgotten here, returned to be
     /// deleted.
     pub fn take_dead(&mut self, upto: u64) -> Vec<(u64, u64)> {
+        let pinned = self.pinned();
         let dead: Vec<(u64, u64)> = self
             .segments
             .range(..=upto)
-            .filter(|&(seq, s)| s.live == 0 && !self.inflight.contains_key(seq))
+            .filter(|&(seq, s)| {
+                s.live == 0 && !self.inflight.contains_key(seq) && !pinned.contains(seq)
+            })
             .map(|(&seq, s)| (seq, s.generation))
             .collect();
         for (seq, _) in &dead {
             self.segments.remove(seq);
         }
         dead
+    }
+
+    /// The segments a shadow entry points into: live as of `durable`.
+    fn pinned(&self) -> hashbrown::HashSet<u64> {
+        self.shadow
+            .values()
+            .filter_map(|s| s.durable.map(|l| l.sequence))
+            .collect()
     }
 
     fn push_pending(&mut self, p: Pending) {
@@ -444,6 +559,29 @@ impl State {
                 "invariant 4: durable {}, sealed {}, uploaded beyond {:?}",
                 self.durable, self.sealed, self.uploaded
             ));
+        }
+        self.verify_shadow()
+    }
+
+    fn verify_shadow(&self) -> Result<(), String> {
+        for (&block, loc) in &self.map {
+            if loc.sequence > self.durable && !self.shadow.contains_key(&block) {
+                return Err(format!(
+                    "invariant 5: block {block} changed in segment {} after durable {} has no shadow",
+                    loc.sequence, self.durable
+                ));
+            }
+        }
+        for (&block, s) in &self.shadow {
+            let known = s.durable.is_none_or(|l| {
+                l.sequence <= self.durable && self.segments.contains_key(&l.sequence)
+            });
+            if s.latest <= self.durable || !known {
+                return Err(format!(
+                    "invariant 5: block {block}'s shadow {s:?} (durable {})",
+                    self.durable
+                ));
+            }
         }
         Ok(())
     }

@@ -1190,3 +1190,64 @@ mod reorder;
 /// A sparse 1 TiB volume: the map's and the checkpoint's cost per block.
 #[path = "tests_scale.rs"]
 mod scale;
+
+/// A writer that never leaves the disk idle (a segment always open) still
+/// gets checkpoints, as of what is durable: dead segments are deleted
+/// while it writes, not at its close, and a crash recovers every flushed
+/// write (bucket + log) or the durable image (the bucket alone).
+#[test]
+fn checkpoints_go_on_while_a_segment_is_open() {
+    let store: Arc<MemStore> = Arc::new(MemStore::new());
+    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(1024 * BS as u64));
+    let disk = open_local(store.clone(), log.clone(), "a", false).expect("create");
+    let mut model = vec![0u64; BLOCKS as usize];
+    let mut durable_model = model.clone();
+    let segments = |s: &MemStore| s.list("vol/seg/").expect("list").len();
+    for round in 1..=12u64 {
+        // Every block (eight segments; the last one sealed by the next
+        // write), then three more into a segment left open.
+        for b in 0..BLOCKS {
+            let tag = (round << 16) | (b + 1);
+            disk.write_at(&block(tag), b * BS as u64).expect("write");
+            model[b as usize] = tag;
+        }
+        durable_model.clone_from(&model);
+        for b in 0..3 {
+            let tag = (round << 16) | 0x8000 | b;
+            disk.write_at(&block(tag), b * BS as u64).expect("write");
+            model[b as usize] = tag;
+        }
+        disk.flush().expect("flush");
+        wait_until("the sealed segments uploaded", || everything_durable(&disk));
+        // One is due every 3 segments: written, with the three blocks open.
+        disk.flush().expect("flush");
+        let st = disk.shared.state();
+        assert!(!st.open.is_empty(), "a segment stays open");
+        assert!(
+            st.checkpointed + 3 > st.durable,
+            "round {round}: no checkpoint since segment {} (durable {})",
+            st.checkpointed,
+            st.durable
+        );
+        drop(st);
+        disk.verify().expect("invariants");
+    }
+    // Twelve rounds wrote 96 segments; the store keeps the last round's
+    // eight (the open segment's three blocks are still in their old ones).
+    assert!(
+        segments(store.as_ref()) <= (BLOCKS / 8) as usize + 1,
+        "dead segments deleted while writing: {} in the store",
+        segments(store.as_ref())
+    );
+    assert_eq!(image(&disk), model);
+    // A crash: from the bucket alone, the durable image; with the log,
+    // every flushed write.
+    let bucket = copy(&store, &Arc::new(MemStore::new()));
+    drop(disk);
+    let alone = ObjectDisk::open(bucket, &options("b", true)).expect("bucket alone");
+    assert_eq!(image(&alone), durable_model);
+    let disk = open_local(store.clone(), log, "c", true).expect("bucket and log");
+    assert_eq!(image(&disk), model);
+    disk.close().expect("close");
+    assert_no_leak(store.as_ref());
+}
