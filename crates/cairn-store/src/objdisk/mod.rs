@@ -35,7 +35,8 @@
 //! **Checkpoints** (the whole map and the segments it points into, one
 //! object) are written after a flush every `checkpoint_every` segments and
 //! at a clean close; then every segment no block points into, at or before
-//! it, is deleted, and the checkpoints before it. **Recovery**, the fences
+//! it, is deleted (unless a reader pins the volume: `pins.rs`), and the
+//! checkpoints before it. **Recovery**, the fences
 //! and the validity rule: `recover.rs`.
 //!
 //! **Fencing**: one writer per volume, by [`Lease`]; every object carries the
