@@ -132,13 +132,13 @@ fn a_read_only_server_reads_a_checkpoint_while_another_writes() {
     // round's segments are dead, and wait for the reader.
     write_round(&socket, 2);
     write_round(&socket, 3);
+    read_round(&rsocket, 1, "the reader");
+    read_round(&socket, 3, "the writer");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(
         logged.contains("dead segment objects wait: 1 read-only opens pin the volume"),
         "{logged}"
     );
-    read_round(&socket, 3, "the writer");
-    read_round(&rsocket, 1, "the reader");
 
     // The reader refuses writes (EPERM), and its view stays.
     let mut client = connect(&rsocket);
