@@ -32,6 +32,14 @@ pub enum ObjectDiskError {
         /// The volume record's key.
         key: String,
     },
+    /// No volume under the prefix, and a read-only open creates none.
+    #[error("{store}: no object volume at {key} (a read-only open creates nothing)")]
+    NoVolumeToRead {
+        /// The store.
+        store: String,
+        /// The volume record's key.
+        key: String,
+    },
     /// The local write log failed or does not belong to the volume.
     #[error("the local write log: {0}")]
     Log(crate::device::DeviceError),

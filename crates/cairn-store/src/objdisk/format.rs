@@ -374,6 +374,12 @@ impl Keys {
     pub(crate) fn fence(&self, generation: u64) -> String {
         format!("{}fence/{generation:016x}", self.prefix)
     }
+    pub(crate) fn readers(&self) -> String {
+        format!("{}readers/", self.prefix)
+    }
+    pub(crate) fn reader(&self, id: u64) -> String {
+        format!("{}readers/{id:016x}", self.prefix)
+    }
 }
 
 /// `(sequence, generation)` from a segment's or checkpoint's key below its

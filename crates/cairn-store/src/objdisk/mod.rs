@@ -35,7 +35,8 @@
 //! **Checkpoints** (the whole map and the segments it points into, one
 //! object) are written after a flush every `checkpoint_every` segments and
 //! at a clean close; then every segment no block points into, at or before
-//! it, is deleted, and the checkpoints before it. **Recovery**, the fences
+//! it, is deleted (unless a reader pins the volume: `pins.rs`), and the
+//! checkpoints before it. **Recovery**, the fences
 //! and the validity rule: `recover.rs`.
 //!
 //! **Fencing**: one writer per volume, by [`Lease`]; every object carries the
@@ -50,9 +51,13 @@
 //! flush waits for the store); reads of what DRAM holds go on, a read that
 //! needs the store fails after its retries without failing the disk.
 //!
-//! Not yet (issue 24): rewriting the live blocks of mostly-dead segments,
-//! read-ahead of whole segments, read-only opens of a volume in use, an
-//! extent map for large thin volumes, a RADOS backend.
+//! **Read-only opens** (`readonly.rs`) of a volume a writer may be using:
+//! no lease, a view as of the newest checkpoint and the durable segments
+//! after it, kept by a *reader pin* the writer honours before deleting
+//! segment objects (`pins.rs`).
+//!
+//! Not yet (issue 24): read-ahead of whole segments, an extent map for
+//! large thin volumes.
 
 mod chunks;
 mod clean;
@@ -61,6 +66,8 @@ mod format;
 mod journal;
 mod local;
 mod outage;
+mod pins;
+mod readonly;
 mod recover;
 mod segbuf;
 mod segcache;
@@ -182,8 +189,13 @@ pub struct OpenReport {
     pub sequence: u64,
     /// Segments applied after the checkpoint.
     pub rolled: u64,
+    /// The checkpoint the recovery started from (0: none).
+    pub checkpoint: u64,
     /// Objects deleted as void or dead.
     pub deleted: usize,
+    /// Dead or void segment objects not deleted yet: a read-only open
+    /// pins the volume (`pins.rs`).
+    pub deferred: usize,
     /// Blocks mapped.
     pub mapped: usize,
     /// Records of the local write log written again (beyond the store).
@@ -223,6 +235,24 @@ struct Shared {
     /// Set to stop the heartbeat thread and the uploaders' pauses.
     beat_stop: Mutex<bool>,
     beat: Condvar,
+    /// Segment objects to delete once no reader pins the volume.
+    deferred: pins::Deferred,
+    /// A read-only open's pin (`readonly.rs`): writes are refused.
+    reader: Option<pins::Reader>,
+}
+
+/// What a [`Shared`] is made of beyond what every open starts with.
+struct Parts {
+    store: Arc<dyn ObjectStore>,
+    keys: Keys,
+    volume: VolumeRecord,
+    generation: u64,
+    state: State,
+    lease: Option<Lease>,
+    journal: Option<journal::Journal>,
+    segcache: Option<segcache::SegCache>,
+    deferred: pins::Deferred,
+    reader: Option<pins::Reader>,
 }
 
 /// A block device over an object store (module docs).
@@ -248,6 +278,44 @@ impl std::fmt::Debug for ObjectDisk {
 }
 
 impl Shared {
+    fn new(parts: Parts, options: &ObjectDiskOptions) -> Arc<Self> {
+        let metered = Arc::new(Metered::new(parts.store));
+        Arc::new(Self {
+            store: Arc::clone(&metered) as Arc<dyn ObjectStore>,
+            metered,
+            written: AtomicU64::new(0),
+            keys: parts.keys,
+            volume: parts.volume,
+            generation: parts.generation,
+            checkpoint_every: options.checkpoint_every.max(1),
+            upload_queue: options.upload_queue,
+            stall_timeout: options.stall_timeout,
+            state: Mutex::new(parts.state),
+            progress: Condvar::new(),
+            lease: Mutex::new(parts.lease),
+            closed: AtomicBool::new(false),
+            journal: parts.journal.map(Mutex::new),
+            chunks: chunks::Chunks::new(options.read_cache),
+            segcache: parts.segcache,
+            cleaned: AtomicU64::new(0),
+            clean_stop: AtomicBool::new(false),
+            beat_stop: Mutex::new(false),
+            beat: Condvar::new(),
+            deferred: parts.deferred,
+            reader: parts.reader,
+        })
+    }
+
+    /// Deletes the segment objects `keys` and those waiting from before,
+    /// unless a reader pins the volume (`pins.rs`). Only while the volume
+    /// is ours.
+    fn delete_segments(
+        &self,
+        keys: impl IntoIterator<Item = String>,
+    ) -> Result<pins::Swept, ObjectError> {
+        self.deferred.delete(self.store.as_ref(), &self.keys, keys)
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -275,12 +343,13 @@ impl Shared {
 }
 
 /// The volume under the prefix: read, or created from the options when
-/// there is none and they give a size; refused when it exists with another
-/// geometry than they give.
+/// there is none, they give a size and `create` says so; refused when it
+/// exists with another geometry than they give.
 fn volume_for(
     store: &dyn ObjectStore,
     keys: &Keys,
     options: &ObjectDiskOptions,
+    create: bool,
 ) -> Result<VolumeRecord, ObjectDiskError> {
     let asked = (options.size > 0).then(|| VolumeRecord {
         size: options.size,
@@ -293,7 +362,12 @@ fn volume_for(
         VolumeRecord::decode(&a.encode())
             .map_err(|e| ObjectDiskError::format(&keys.volume(), e))?;
     }
-    let volume = recover::volume(store, keys, asked)?;
+    let volume = match recover::volume(store, keys, asked.filter(|_| create)) {
+        Err(ObjectDiskError::NoVolume { store, key }) if !create => {
+            return Err(ObjectDiskError::NoVolumeToRead { store, key });
+        }
+        other => other?,
+    };
     if let Some(a) = asked.filter(|a| {
         (a.size, a.block_size, a.object_size)
             != (volume.size, volume.block_size, volume.object_size)
@@ -311,6 +385,46 @@ fn volume_for(
         });
     }
     Ok(volume)
+}
+
+/// A new generation's first objects: its fence, then a checkpoint of the
+/// recovered state (the roll-forward is not needed again, and every dead
+/// segment before it can go).
+fn begin_generation(
+    store: &dyn ObjectStore,
+    keys: &Keys,
+    fence: &Fence,
+    state: &mut State,
+) -> Result<(), ObjectDiskError> {
+    store.create(&keys.fence(fence.generation), &fence.encode())?;
+    let checkpoint = state.checkpoint();
+    store.put(
+        &keys.checkpoint(fence.upto, fence.generation),
+        &checkpoint.encode(),
+    )?;
+    state.checkpointed = fence.upto;
+    Ok(())
+}
+
+/// Deletes what an open found it does not need: the checkpoints at once
+/// (the new one is in the store), the segment objects unless a read-only
+/// open pins the volume (then they wait in `deferred`).
+fn delete_garbage(
+    store: &dyn ObjectStore,
+    keys: &Keys,
+    deferred: &pins::Deferred,
+    garbage: Vec<String>,
+    dead: impl Iterator<Item = String>,
+) -> Result<pins::Swept, ObjectDiskError> {
+    let (segments, others): (Vec<String>, Vec<String>) = garbage
+        .into_iter()
+        .partition(|k| k.starts_with(&keys.segments()));
+    for key in &others {
+        store.delete(key)?;
+    }
+    let mut swept = deferred.delete(store, keys, segments.into_iter().chain(dead))?;
+    swept.deleted += others.len();
+    Ok(swept)
 }
 
 /// Takes the volume's lease: by force when the options say so, or without
@@ -471,6 +585,14 @@ fn start_heartbeat(shared: &Arc<Shared>, every: Duration) -> JoinHandle<()> {
                         if let Err(e) = l.heartbeat(shared.store.as_ref()) {
                             tracing::warn!(volume = %shared.keys.prefix, "lease heartbeat: {e}");
                         }
+                        drop(lease);
+                        // Dead segments waiting for readers go once none
+                        // pins the volume, even when no checkpoint comes.
+                        if shared.deferred.waiting() > 0
+                            && let Err(e) = shared.delete_segments(std::iter::empty())
+                        {
+                            tracing::warn!(volume = %shared.keys.prefix, "deleting dead segments: {e}");
+                        }
                     }
                     Ok(false) => {
                         drop(lease);
@@ -567,11 +689,16 @@ impl ObjectDisk {
         let keys = Keys {
             prefix: options.prefix.clone(),
         };
-        let volume = volume_for(store.as_ref(), &keys, options)?;
+        let volume = volume_for(store.as_ref(), &keys, options, true)?;
         let lease = take_lease(store.as_ref(), &keys, options)?;
         let blocks_per_segment = (volume.object_size / volume.block_size) as usize;
-        let recovered =
-            recover::recover(store.as_ref(), &keys, &volume, &lease, blocks_per_segment)?;
+        let recovered = recover::recover(
+            store.as_ref(),
+            &keys,
+            &volume,
+            lease.generation(),
+            blocks_per_segment,
+        )?;
         let mut state = recovered.state;
         let last = state.durable;
         let (journal, replay, base) = open_log(
@@ -583,67 +710,53 @@ impl ObjectDisk {
             last,
         )?;
         state.journaled = journal.is_some();
-        store.create(
-            &keys.fence(lease.generation()),
+        begin_generation(
+            store.as_ref(),
+            &keys,
             &Fence {
                 generation: lease.generation(),
                 upto: last,
                 volume_id: volume.volume_id,
                 replay_of: if base.is_some() { replay.generation } else { 0 },
                 replay_base: base.unwrap_or(0),
-            }
-            .encode(),
+            },
+            &mut state,
         )?;
-        // A checkpoint at the start: the roll-forward is not needed again,
-        // and every dead segment before it can go.
-        let checkpoint = state.checkpoint().expect("nothing is open at recovery");
-        store.put(
-            &keys.checkpoint(last, lease.generation()),
-            &checkpoint.encode(),
+        let deferred = pins::Deferred::default();
+        let dead = state.take_dead(last);
+        let swept = delete_garbage(
+            store.as_ref(),
+            &keys,
+            &deferred,
+            recovered.garbage,
+            dead.into_iter().map(|(s, g)| keys.segment(s, g)),
         )?;
-        state.checkpointed = last;
-        let mut garbage = recovered.garbage;
-        garbage.extend(
-            state
-                .take_dead(last)
-                .into_iter()
-                .map(|(seq, generation)| keys.segment(seq, generation)),
-        );
-        for key in &garbage {
-            store.delete(key)?;
-        }
         let report = OpenReport {
             generation: lease.generation(),
             sequence: last,
+            checkpoint: recovered.checkpoint,
             rolled: recovered.rolled,
-            deleted: garbage.len(),
+            deleted: swept.deleted,
+            deferred: swept.waiting,
             mapped: state.map.len(),
             replayed: 0,
         };
         let segcache = open_segcache(cache, &volume, &state)?;
-        let metered = Arc::new(Metered::new(store));
-        let shared = Arc::new(Shared {
-            store: Arc::clone(&metered) as Arc<dyn ObjectStore>,
-            metered,
-            written: AtomicU64::new(0),
-            keys,
-            volume,
-            generation: lease.generation(),
-            checkpoint_every: options.checkpoint_every.max(1),
-            upload_queue: options.upload_queue,
-            stall_timeout: options.stall_timeout,
-            state: Mutex::new(state),
-            progress: Condvar::new(),
-            lease: Mutex::new(Some(lease)),
-            closed: AtomicBool::new(false),
-            journal: journal.map(Mutex::new),
-            chunks: chunks::Chunks::new(options.read_cache),
-            segcache,
-            cleaned: AtomicU64::new(0),
-            clean_stop: AtomicBool::new(false),
-            beat_stop: Mutex::new(false),
-            beat: Condvar::new(),
-        });
+        let shared = Shared::new(
+            Parts {
+                store,
+                keys,
+                volume,
+                generation: lease.generation(),
+                state,
+                lease: Some(lease),
+                journal,
+                segcache,
+                deferred,
+                reader: None,
+            },
+            options,
+        );
         let (tx, mut workers) = start_uploaders(&shared, options.uploaders);
         workers.push(start_heartbeat(&shared, options.heartbeat));
         let mut disk = Self {
@@ -711,6 +824,9 @@ impl ObjectDisk {
     }
 
     fn refuse(&self, st: &State, op: DeviceOp, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.shared.reader.is_some() {
+            return Err(DeviceError::ReadOnly { op });
+        }
         match &st.failed {
             Some(why) => Err(device_error(op, offset, len, &self.describe(), why)),
             None => Ok(()),
@@ -805,6 +921,11 @@ impl ObjectDisk {
                 .read(self.shared.store.as_ref(), buf, bs, &remote)
             {
                 Ok(()) => return Ok(()),
+                // A read-only view never changes: looking up again finds
+                // the same segment.
+                Err(ObjectError::NotFound { key }) if self.shared.reader.is_some() => {
+                    return Err(self.gone(offset, buf.len() as u64, &key));
+                }
                 Err(ObjectError::NotFound { .. }) if attempt < 3 => {}
                 Err(e) => {
                     return Err(device_error(
@@ -856,7 +977,10 @@ impl ObjectDisk {
     /// A FLUSH: into the local write log when there is one, else into the
     /// store.
     fn flush_all(&self) -> Result<(), DeviceError> {
-        if self.shared.journal.is_some() {
+        if self.shared.reader.is_some() {
+            // Nothing to make durable.
+            Ok(())
+        } else if self.shared.journal.is_some() {
             self.flush_local()
         } else {
             self.flush_remote()
@@ -922,9 +1046,7 @@ impl ObjectDisk {
             if !due {
                 return Ok(());
             }
-            let Some(c) = st.checkpoint() else {
-                return Ok(());
-            };
+            let c = st.checkpoint();
             strict_assert!(st.verify().is_ok(), "{:?}", st.verify());
             let dead = st.take_dead(c.sequence);
             (c, st.checkpointed, dead)
@@ -956,9 +1078,9 @@ impl ObjectDisk {
         if self.check_lease(DeviceOp::Flush).is_err() {
             return Ok(());
         }
-        for (s, g) in dead {
-            self.shared.store.delete(&keys.segment(s, g))?;
-        }
+        // Not while a read-only open pins the volume: then they wait.
+        self.shared
+            .delete_segments(dead.into_iter().map(|(s, g)| keys.segment(s, g)))?;
         if old > 0 || seq > 0 {
             for (s, g) in recover::list(self.shared.store.as_ref(), keys)
                 .map_err(|e| {
@@ -985,6 +1107,9 @@ impl ObjectDisk {
         if self.shared.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        if self.shared.reader.is_some() {
+            return self.close_reader();
+        }
         // No block moves once the stop began: the last checkpoint needs
         // nothing open.
         self.stop_cleaner();
@@ -1003,6 +1128,11 @@ impl ObjectDisk {
         });
         self.stop_workers();
         checkpointed?;
+        // Dead segments left for readers go now if none pins the volume
+        // any more; else the next open finds them.
+        if let Err(e) = self.shared.delete_segments(std::iter::empty()) {
+            tracing::warn!(volume = %self.shared.keys.prefix, "deleting dead segments: {e}");
+        }
         // Everything is in the store: the local write log holds nothing
         // the next open needs.
         if let Some(j) = &self.shared.journal {
@@ -1084,8 +1214,10 @@ impl ObjectDisk {
             report: OpenReport {
                 generation: 0,
                 sequence: 0,
+                checkpoint: 0,
                 rolled: 0,
                 deleted: 0,
+                deferred: 0,
                 mapped: 0,
                 replayed: 0,
             },
@@ -1133,6 +1265,11 @@ impl Device for ObjectDisk {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Write, offset, buf.len() as u64, self.len())?;
+        if self.shared.reader.is_some() {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Write,
+            });
+        }
         let bs = u64::from(self.shared.volume.block_size);
         if offset.is_multiple_of(bs) && (buf.len() as u64).is_multiple_of(bs) {
             return self.write_blocks(offset / bs, buf);
@@ -1153,6 +1290,11 @@ impl Device for ObjectDisk {
 
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         check_range(DeviceOp::Discard, offset, len, self.len())?;
+        if self.shared.reader.is_some() {
+            return Err(DeviceError::ReadOnly {
+                op: DeviceOp::Discard,
+            });
+        }
         let bs = u64::from(self.shared.volume.block_size);
         let blocks = crate::device::whole_blocks(offset, len, bs);
         if blocks.is_empty() {

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use cairn_objects::{Lease, ObjectError, ObjectStore};
+use cairn_objects::{ObjectError, ObjectStore};
 
 use super::error::ObjectDiskError;
 use super::format::{Checkpoint, Fence, Keys, SegmentHeader, VOID, VolumeRecord, parse_numbered};
@@ -97,46 +97,36 @@ pub(crate) struct Recovered {
     /// Every fence in the store.
     pub fences: Vec<Fence>,
     pub garbage: Vec<String>,
+    /// The checkpoint the state starts from (0: none).
+    pub checkpoint: u64,
     /// Segments applied by the roll-forward.
     pub rolled: u64,
 }
 
 /// Rebuilds the state the valid objects describe, for generation
-/// `lease`.
+/// `generation` (the lease just taken; a read-only open, which takes none,
+/// gives `u64::MAX`: every generation before counts).
 pub(crate) fn recover(
     store: &dyn ObjectStore,
     keys: &Keys,
     volume: &VolumeRecord,
-    lease: &Lease,
+    generation_now: u64,
     blocks_per_segment: usize,
 ) -> Result<Recovered, ObjectDiskError> {
     let found = list(store, keys)?;
     let valid = |(seq, generation): (u64, u64)| {
-        generation < lease.generation() && seq <= limit(&found.fences, generation)
+        generation < generation_now && seq <= limit(&found.fences, generation)
     };
     // The newest valid checkpoint.
     let checkpoint = found.checkpoints.iter().rev().copied().find(|&c| valid(c));
     let bs = volume.block_size as usize;
     let (mut state, mut last) = match checkpoint {
         Some(c) => (
-            load_checkpoint(
-                store,
-                keys,
-                volume,
-                lease.generation(),
-                blocks_per_segment,
-                c,
-            )?,
+            load_checkpoint(store, keys, volume, generation_now, blocks_per_segment, c)?,
             c.0,
         ),
         None => (
-            State::new(
-                bs,
-                blocks_per_segment,
-                lease.generation(),
-                volume.volume_id,
-                0,
-            ),
+            State::new(bs, blocks_per_segment, generation_now, volume.volume_id, 0),
             0,
         ),
     };
@@ -194,7 +184,7 @@ pub(crate) fn recover(
     let mut fresh = State::new(
         bs,
         blocks_per_segment,
-        lease.generation(),
+        generation_now,
         volume.volume_id,
         last,
     );
@@ -209,14 +199,15 @@ pub(crate) fn recover(
         fences: found.fences.clone(),
         state: fresh,
         garbage,
+        checkpoint: checkpoint.map_or(0, |c| c.0),
         rolled,
     })
 }
 
 /// Every object the recovered state does not need: segments it does not
 /// know (void ones, valid ones after the first gap, dead ones a crash left
-/// between a checkpoint and its deletes) and every checkpoint found (the
-/// open writes its own first).
+/// between a checkpoint and its deletes, or left waiting for readers —
+/// `pins.rs`) and every checkpoint found (the open writes its own first).
 fn garbage(keys: &Keys, found: &Found, fresh: &State) -> Vec<String> {
     let mut garbage = Vec::new();
     for &(seq, generation) in &found.segments {

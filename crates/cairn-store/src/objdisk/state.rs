@@ -409,9 +409,8 @@ impl State {
         }
     }
 
-    /// The checkpoint of the volume as of `durable` (module docs); `None`
-    /// never (kept for the callers' sake of a state that has none).
-    pub fn checkpoint(&self) -> Option<Checkpoint> {
+    /// The checkpoint of the volume as of `durable` (module docs).
+    pub fn checkpoint(&self) -> Checkpoint {
         let entry = |block: u64, l: &Loc| MapEntry {
             block,
             sequence: l.sequence,
@@ -442,14 +441,14 @@ impl State {
                 blocks: s.blocks,
             })
             .collect();
-        Some(Checkpoint {
+        Checkpoint {
             generation: self.generation,
             sequence: self.durable,
             volume_id: self.volume_id,
             block_size: self.block_size as u32,
             entries,
             segments,
-        })
+        }
     }
 
     /// Segments in the store no block points into, at or below `upto`

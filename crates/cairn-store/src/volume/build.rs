@@ -111,7 +111,8 @@ impl Builder<'_> {
 
     /// An object volume: the store's client (S3: keys from the environment;
     /// RADOS: connected to the cluster), retries for `retry_for` seconds,
-    /// the disk opened (lease, recovery, fence, checkpoint) or created.
+    /// the disk opened (lease, recovery, fence, checkpoint) or created; or,
+    /// read-only, opened as a reader.
     fn objects(
         &mut self,
         name: &str,
@@ -120,12 +121,6 @@ impl Builder<'_> {
     ) -> Result<Built, VolumeError> {
         use crate::objdisk::ObjectDisk;
         use cairn_objects::{ObjectStore, RetryPolicy, Retrying};
-        if self.read_only {
-            return Err(VolumeError::new(
-                field,
-                "an object volume cannot be served read-only yet (it would take the writer's lease)",
-            ));
-        }
         let policy = RetryPolicy {
             deadline: Some(std::time::Duration::from_secs(o.retry_for)),
             ..RetryPolicy::default()
@@ -138,6 +133,9 @@ impl Builder<'_> {
             )),
         };
         let options = object_disk_options(name, o);
+        if self.read_only {
+            return self.objects_read_only(name, field, store, &options);
+        }
         let log = match o.flush {
             super::spec::ObjectsFlush::Remote => None,
             super::spec::ObjectsFlush::Local => Some(Arc::new(
@@ -190,6 +188,42 @@ impl Builder<'_> {
         } else {
             self.notes.push(line);
         }
+        self.layers.push(OpenLayer::Objects {
+            name: name.to_owned(),
+            disk: Arc::clone(&disk),
+        });
+        Ok(Built {
+            device: disk,
+            leaves: vec![Leaf::Used(format!("the object volume device.{name}"))],
+            placement: None,
+        })
+    }
+
+    /// An object volume served read-only: no lease, nothing local (no
+    /// write log, no segment cache), a reader pin in the store for as long
+    /// as it is served (`objdisk/readonly.rs`); a writer may hold it.
+    fn objects_read_only(
+        &mut self,
+        name: &str,
+        field: &str,
+        store: Arc<dyn cairn_objects::ObjectStore>,
+        options: &crate::objdisk::ObjectDiskOptions,
+    ) -> Result<Built, VolumeError> {
+        let disk = Arc::new(
+            crate::objdisk::ObjectDisk::open_read_only(store, options)
+                .map_err(|e| VolumeError::new(field, e.to_string()))?,
+        );
+        let r = disk.report();
+        self.notes.push(format!(
+            "{field}: object volume {} opened read-only: as of checkpoint {} and {} segments \
+             rolled forward, through segment {}, {} blocks mapped; a writer may hold it \
+             (its later writes are not seen); a reader pin keeps what this view reads",
+            disk.describe(),
+            r.checkpoint,
+            r.rolled,
+            r.sequence,
+            r.mapped
+        ));
         self.layers.push(OpenLayer::Objects {
             name: name.to_owned(),
             disk: Arc::clone(&disk),

@@ -41,7 +41,9 @@ unclean stop\".
 A server owns what it opens: the data directory, every file, image and NV
 region is locked (flock; block devices also O_EXCL) for its life, and a second
 server on any of them is refused with the holder's PID. --read-only opens
-everything read-only with shared locks and writes nothing at all.
+everything read-only with shared locks and writes nothing at all (an object
+volume, kind = \"objects\", only a reader pin in its store: it may be served
+read-only while another server writes it, as of its newest checkpoint).
 --print-default-config prints that spec; edit it and pass it back with --config.
 
 --config FILE reads a volume spec (TOML, docs/volumes.md): devices (file,
@@ -173,6 +175,9 @@ pub struct ServeArgs {
     /// at start or stop — no checkpoint, no clean-stop marker, no NV cache
     /// change — so an image on read-only media or owned by another user can
     /// be served. A log disk stopped uncleanly is recovered in memory only.
+    /// An object volume takes no lease (another server may be writing it):
+    /// it is read as of its newest checkpoint and the segments after it,
+    /// kept by a reader pin in the store, removed at the stop.
     #[arg(long)]
     read_only: bool,
 
@@ -251,8 +256,13 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     }
     served?;
     closed?;
-    if volume.exports().iter().all(|e| e.read_only) {
+    if volume.exports().iter().all(|e| e.read_only) && volume.object_report().is_empty() {
         tracing::info!("stopped; read-only: nothing was written");
+    } else if volume.exports().iter().all(|e| e.read_only) {
+        tracing::info!(
+            "stopped; read-only: nothing was written but the object volumes' reader pins, \
+             removed now"
+        );
     } else if volume.tiers().next().is_some() {
         tracing::info!("stopped; every export flushed, every log disk and every tier checkpointed");
     } else {
