@@ -13,10 +13,10 @@
 //!   are still dying), an old one is compacted fuller (they are not).
 //!
 //! Safe at any crash point without the local write log: a moved block's
-//! old segment stays in the store until a checkpoint written after the
-//! block's new segment is durable (a checkpoint needs every sealed segment
-//! durable), so recovery finds the block in one or the other, with the same
-//! bytes. A block a client writes while its old copy is read is not moved
+//! old segment stays in the store until a checkpoint as of the block's new
+//! segment or later (until then the block's shadow points into the old
+//! one; `state.rs`), so recovery finds the block in one or the other, with
+//! the same bytes. A block a client writes while its old copy is read is not moved
 //! (the map no longer points at the copy).
 
 use std::sync::atomic::Ordering::SeqCst;

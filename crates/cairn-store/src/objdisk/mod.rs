@@ -33,10 +33,13 @@
 //! cache (`chunks.rs`), each block checked against its CRC32C.
 //!
 //! **Checkpoints** (the whole map and the segments it points into, one
-//! object) are written after a flush every `checkpoint_every` segments and
-//! at a clean close; then every segment no block points into, at or before
+//! object; as of the last durable segment, the blocks changed since taken
+//! from their shadows: `state.rs`) are written every `checkpoint_every`
+//! segments — at a flush or the cleaner thread's pass — and at a clean
+//! close; then every segment no block or shadow points into, at or before
 //! it, is deleted (unless a reader pins the volume: `pins.rs`), and the
-//! checkpoints before it. **Recovery**, the fences
+//! checkpoints before it. **Segment buffers** (`segbuf.rs`): built in
+//! place, page-aligned, reused. **Recovery**, the fences
 //! and the validity rule: `recover.rs`.
 //!
 //! **Fencing**: one writer per volume, by [`Lease`]; every object carries the
@@ -56,8 +59,11 @@
 //! after it, kept by a *reader pin* the writer honours before deleting
 //! segment objects (`pins.rs`).
 //!
-//! Not yet (issue 24): read-ahead of whole segments, an extent map for
-//! large thin volumes.
+//! **The cleaner** (`clean.rs`, policies in `victims.rs`) and **the local
+//! segment cache** (`segcache.rs`): their module docs.
+//!
+//! Not yet (issue 24): an extent map and paged checkpoints for large thin
+//! volumes (docs/architecture.md, "Scale").
 
 mod chunks;
 mod clean;
@@ -1031,9 +1037,9 @@ impl ObjectDisk {
         }
     }
 
-    /// Writes a checkpoint if `checkpoint_every` segments passed since the
-    /// last (or `force`) and the state is one (nothing open, nothing in
-    /// flight); then deletes the segments it left dead and the older
+    /// Writes a checkpoint, as of the last durable segment, if
+    /// `checkpoint_every` segments passed since the last (or `force` and
+    /// any did); then deletes the segments it left dead and the older
     /// checkpoints.
     fn maybe_checkpoint(&self, force: bool) -> Result<(), ObjectError> {
         // The segments dead in the checkpoint are taken with it, under one
@@ -1110,8 +1116,8 @@ impl ObjectDisk {
         if self.shared.reader.is_some() {
             return self.close_reader();
         }
-        // No block moves once the stop began: the last checkpoint needs
-        // nothing open.
+        // No block moves once the stop began: the last checkpoint is to
+        // hold everything.
         self.stop_cleaner();
         // With a local write log, what clients wrote since their last
         // flush goes there first: a stop while the store is out keeps it
