@@ -28,9 +28,10 @@ a FLUSH every --flush-every writes) is filled sequentially over its first
 50 % / 80 % (the utilisation: live data / volume size), then written with
 4 KiB writes within that range, --turnover times its live size: 'uniform'
 (every block alike) or 'hot 80/20' (80 % of the writes to the first 20 % of
-the range). The store holds every segment until a checkpoint deletes the
-dead ones, up to ~20x the live data at the peak: mind --wa-size. Rows: no cleaner, greedy at clean_below 0.4 / 0.6 / 0.8, and
-cost-benefit at 0.6. Columns, over the overwrite phase and the close after
+the range). The store holds every segment until a checkpoint (every 64
+segments) deletes the dead ones, 4-6x the live data at the peak at the
+defaults: mind --wa-size. Rows: no cleaner, greedy at clean_below 0.4 /
+0.6 / 0.8, and cost-benefit at 0.6. Columns, over the overwrite phase and the close after
 it: write amplification (bytes PUT / bytes clients wrote), PUTs, GETs and
 DELETEs per GiB clients wrote, the blocks the cleaner moved per block
 written, and the space the segment objects take over the live data: at the
