@@ -192,21 +192,9 @@ fn start_cleaner(
         .spawn(move || {
             let disk = ObjectDisk::background(shared, queue);
             loop {
-                {
-                    let stop = disk
-                        .shared
-                        .beat_stop
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let stopped = |stop: &bool| *stop || disk.shared.clean_stop.load(SeqCst);
-                    let (stop, _) = disk
-                        .shared
-                        .beat
-                        .wait_timeout_while(stop, every, |stop| !stopped(stop))
-                        .unwrap_or_else(PoisonError::into_inner);
-                    if stopped(&stop) {
-                        return;
-                    }
+                let shared = &disk.shared;
+                if shared.pause_unless(every, || shared.clean_stop.load(SeqCst)) {
+                    return;
                 }
                 // Passes back to back while there is work and room.
                 while !disk.shared.clean_stop.load(SeqCst) {

@@ -571,18 +571,8 @@ fn start_heartbeat(shared: &Arc<Shared>, every: Duration) -> JoinHandle<()> {
         .name("cairn-lease".into())
         .spawn(move || {
             loop {
-                {
-                    let stop = shared
-                        .beat_stop
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let (stop, _) = shared
-                        .beat
-                        .wait_timeout_while(stop, every, |stop| !*stop)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    if *stop {
-                        break;
-                    }
+                if shared.pause(every) {
+                    break;
                 }
                 let lease = shared.lease.lock().unwrap_or_else(PoisonError::into_inner);
                 let Some(l) = lease.as_ref() else { break };

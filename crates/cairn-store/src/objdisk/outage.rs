@@ -149,16 +149,23 @@ impl Shared {
     }
 
     /// Sleeps `d` unless the disk stops first; whether it stops.
-    fn pause(&self, d: Duration) -> bool {
+    pub(super) fn pause(&self, d: Duration) -> bool {
+        self.pause_unless(d, || false)
+    }
+
+    /// Sleeps `d` unless the disk stops or `also` holds first (looked at
+    /// when the stop is signalled); whether either does. The background
+    /// threads' (heartbeat, pin refresh, cleaner) wait between rounds.
+    pub(super) fn pause_unless(&self, d: Duration, also: impl Fn() -> bool) -> bool {
         let stop = self
             .beat_stop
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (stop, _) = self
             .beat
-            .wait_timeout_while(stop, d, |stop| !*stop)
+            .wait_timeout_while(stop, d, |stop| !*stop && !also())
             .unwrap_or_else(PoisonError::into_inner);
-        *stop
+        *stop || also()
     }
 
     fn stopping(&self) -> bool {

@@ -20,7 +20,7 @@
 //! against its CRC32C, and a segment's key, with its generation, is never
 //! reused).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -190,18 +190,8 @@ fn start_refresh(shared: &Arc<Shared>, every: Duration) -> JoinHandle<()> {
         .name("cairn-pin".into())
         .spawn(move || {
             loop {
-                {
-                    let stop = shared
-                        .beat_stop
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let (stop, _) = shared
-                        .beat
-                        .wait_timeout_while(stop, every, |stop| !*stop)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    if *stop {
-                        break;
-                    }
+                if shared.pause(every) {
+                    break;
                 }
                 let Some(reader) = &shared.reader else { break };
                 if let Err(e) = reader.refresh(shared.store.as_ref(), |_| {}) {

@@ -1233,9 +1233,10 @@ fn checkpoints_go_on_while_a_segment_is_open() {
         disk.verify().expect("invariants");
     }
     // Twelve rounds wrote 96 segments; the store keeps the last round's
-    // eight (the open segment's three blocks are still in their old ones).
+    // eight and the few that died after the last checkpoint (one every
+    // three segments: how many depends on when the uploads landed).
     assert!(
-        segments(store.as_ref()) <= (BLOCKS / 8) as usize + 1,
+        segments(store.as_ref()) <= (BLOCKS / 8) as usize + 4,
         "dead segments deleted while writing: {} in the store",
         segments(store.as_ref())
     );

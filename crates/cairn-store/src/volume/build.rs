@@ -188,15 +188,21 @@ impl Builder<'_> {
         } else {
             self.notes.push(line);
         }
+        Ok(self.object_layer(name, disk))
+    }
+
+    /// The object volume `disk` as `device.{name}`: a layer to stop and
+    /// report at the end.
+    fn object_layer(&mut self, name: &str, disk: Arc<crate::objdisk::ObjectDisk>) -> Built {
         self.layers.push(OpenLayer::Objects {
             name: name.to_owned(),
             disk: Arc::clone(&disk),
         });
-        Ok(Built {
+        Built {
             device: disk,
             leaves: vec![Leaf::Used(format!("the object volume device.{name}"))],
             placement: None,
-        })
+        }
     }
 
     /// An object volume served read-only: no lease, nothing local (no
@@ -224,15 +230,7 @@ impl Builder<'_> {
             r.sequence,
             r.mapped
         ));
-        self.layers.push(OpenLayer::Objects {
-            name: name.to_owned(),
-            disk: Arc::clone(&disk),
-        });
-        Ok(Built {
-            device: disk,
-            leaves: vec![Leaf::Used(format!("the object volume device.{name}"))],
-            placement: None,
-        })
+        Ok(self.object_layer(name, disk))
     }
 
     fn throttled(&mut self, t: &ThrottledSpec) -> Result<Built, VolumeError> {
