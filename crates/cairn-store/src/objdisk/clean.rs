@@ -35,8 +35,9 @@ use super::{ObjectDisk, Shared};
 const PER_PASS: usize = 4;
 
 impl ObjectDisk {
-    /// Starts the cleaner thread (a pass a second) unless `policy` is
-    /// [`Cleaner::Off`] or `below` is 0.
+    /// Starts the background thread (once a second: cleaner passes unless
+    /// `policy` is [`Cleaner::Off`] or `below` is 0, then a checkpoint
+    /// when one is due).
     pub(super) fn start_cleaner(&self, policy: Cleaner, below: f64) {
         *self.cleaner.lock().unwrap_or_else(PoisonError::into_inner) =
             start_cleaner(self, policy, below, Duration::from_secs(1));
@@ -175,16 +176,17 @@ impl ObjectDisk {
     }
 }
 
-/// The cleaner thread: a pass every `every` while the disk runs.
+/// The background thread: every `every` while the disk runs, cleaner
+/// passes (unless the cleaner is off), then a checkpoint when one is due
+/// (every `checkpoint_every` segments; a FLUSH never writes one with a
+/// local write log, so that it never waits for the store).
 fn start_cleaner(
     disk: &ObjectDisk,
     policy: Cleaner,
     below: f64,
     every: Duration,
 ) -> Option<JoinHandle<()>> {
-    if below <= 0.0 || policy == Cleaner::Off {
-        return None;
-    }
+    let cleans = below > 0.0 && policy != Cleaner::Off;
     let shared: Arc<Shared> = Arc::clone(&disk.shared);
     let queue = disk.sender();
     std::thread::Builder::new()
@@ -197,7 +199,7 @@ fn start_cleaner(
                     return;
                 }
                 // Passes back to back while there is work and room.
-                while !disk.shared.clean_stop.load(SeqCst) {
+                while cleans && !disk.shared.clean_stop.load(SeqCst) {
                     match disk.clean_pass_with(policy, below, PER_PASS) {
                         Ok(n) if n > 0 => {}
                         _ => break,

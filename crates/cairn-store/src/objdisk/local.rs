@@ -128,13 +128,10 @@ impl ObjectDisk {
             r = end;
             d += blocks;
         }
-        // The flush is durable: a checkpoint the store does not take now
-        // is written after a later one. None is tried while uploads fail
-        // (it would hold this flush for `retry_for`).
-        let failing = self.shared.state().outage.failing();
-        if !failing && let Err(e) = self.maybe_checkpoint(false) {
-            self.shared.upload_failed(&mut self.shared.state(), &e);
-        }
+        // The flush is durable. No checkpoint here: a FLUSH to the local
+        // log never waits for the store (a checkpoint's PUT in an outage
+        // would hold it for `retry_for`); the background thread writes
+        // them when due (`clean.rs`).
         Ok(())
     }
 
