@@ -44,11 +44,11 @@ impl ObjectDisk {
     }
 
     /// Runs the cleaner in the calling thread, as its thread would, until
-    /// a pass moves nothing; returns the blocks moved. Before each pass it
-    /// waits until every sealed segment is in the store, so what it picks
-    /// does not depend on the uploaders' timing. For benchmarks and tests:
-    /// open the disk with [`Cleaner::Off`] (else the thread cleans too, at
-    /// its own times).
+    /// a pass moves nothing, then writes a checkpoint if one is due;
+    /// returns the blocks moved. Before each pass it waits until every
+    /// sealed segment is in the store, so what it picks does not depend on
+    /// the uploaders' timing. For benchmarks and tests: open the disk with
+    /// [`Cleaner::Off`] (else the thread cleans too, at its own times).
     pub fn clean_now(&self, policy: Cleaner, below: f64) -> Result<u64, ObjectError> {
         let mut total = 0;
         loop {
@@ -64,7 +64,10 @@ impl ObjectDisk {
                 }
             }
             match self.clean_pass_with(policy, below, PER_PASS)? {
-                0 => return Ok(total),
+                0 => {
+                    self.maybe_checkpoint(false)?;
+                    return Ok(total);
+                }
                 n => total += n as u64,
             }
         }

@@ -35,8 +35,9 @@
 //! **Checkpoints** (the whole map and the segments it points into, one
 //! object; as of the last durable segment, the blocks changed since taken
 //! from their shadows: `state.rs`) are written every `checkpoint_every`
-//! segments — at a flush or the cleaner thread's pass — and at a clean
-//! close; then every segment no block or shadow points into, at or before
+//! segments — by the background thread (`clean.rs`; never inside a
+//! local flush, which must not wait for the store) or at a remote flush —
+//! and at a clean close; then every segment no block or shadow points into, at or before
 //! it, is deleted (unless a reader pins the volume: `pins.rs`), and the
 //! checkpoints before it. **Segment buffers** (`segbuf.rs`): built in
 //! place, page-aligned, reused. **Recovery**, the fences
