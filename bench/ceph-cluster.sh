@@ -196,6 +196,7 @@ mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
 mon data avail warn = 2
+mon data avail crit = 1
 mon max pg per osd = 1000
 
 [mon]
