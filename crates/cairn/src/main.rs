@@ -39,8 +39,12 @@ Examples:
   cairn mrc --shards 0.01           exact LRU curve and its SHARDS estimate
   cairn reproduce all               the papers' experiments, claims confirmed or not
   cairn help sim                    every flag of `sim`, with examples
+  cairn --log-format json --log-level debug serve --memory 64MiB
+                                    a server logging JSON lines on stderr
 
-Logging: RUST_LOG (e.g. RUST_LOG=debug) overrides -q/-v.";
+Logging: on stderr. --log-level wins over RUST_LOG (which takes directives,
+e.g. RUST_LOG=info,cairn_nbd=debug), which wins over -q/-v, which win over a
+volume spec's log_level; the default is info.";
 
 /// Cairn: a storage cache engine for heterogeneous storage, and its simulator.
 #[derive(Parser, Debug)]
@@ -53,6 +57,15 @@ struct Cli {
     /// More logging on stderr (-v debug, -vv trace).
     #[arg(long, short, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     verbose: u8,
+
+    /// Log level on stderr; wins over RUST_LOG, -q/-v and a spec's log_level.
+    #[allow(clippy::doc_markdown)] // the help text, shown as written
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<logging::Level>,
+
+    /// Log lines as text, or as JSON objects (one a line, fields at the top level).
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    log_format: logging::Format,
 
     #[command(subcommand)]
     command: Command,
@@ -91,7 +104,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
-    logging::init(cli.quiet, cli.verbose);
+    logging::init(logging::Options {
+        quiet: cli.quiet,
+        verbose: cli.verbose,
+        level: cli.log_level,
+        format: cli.log_format,
+    });
     let result = match cli.command {
         Command::Fsck(args) => return fsck_exit(commands::check::run_fsck(&args)),
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
@@ -108,7 +126,7 @@ fn main() -> ExitCode {
         // has; say nothing (ripgrep does the same).
         Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            report(&error);
             ExitCode::FAILURE
         }
     }
@@ -143,9 +161,20 @@ fn fsck_exit(result: anyhow::Result<commands::check::Verdict>) -> ExitCode {
         Ok(verdict) => ExitCode::from(verdict.exit_status()),
         Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            report(&error);
             ExitCode::from(commands::check::FSCK_OPERATIONAL_ERROR)
         }
+    }
+}
+
+/// The error that ends the command, on stderr: `error: …` as text, or a
+/// JSON log line under `--log-format json` (unless the level hides errors,
+/// when it is printed as text all the same: it is never lost).
+fn report(error: &anyhow::Error) {
+    if logging::is_json() && tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!(error = format!("{error:#}"), "the command failed");
+    } else {
+        eprintln!("error: {error:#}");
     }
 }
 
