@@ -20,7 +20,7 @@ mod volume_spec;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 const LONG_ABOUT: &str = "\
 Cairn is a storage cache engine for heterogeneous storage (DRAM, persistent
@@ -97,6 +97,10 @@ enum Command {
     /// `bench ntl`: the NTL against pread/pwrite, `O_DIRECT` and memcpy).
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(commands::completions::CompletionsArgs),
+    /// Generate man pages: the top page to stdout, or every page into a directory.
+    Man(commands::man::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -119,6 +123,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
         Command::Bench(command) => commands::bench::run(&command, cli.quiet),
+        Command::Completions(args) => commands::completions::run(&args, Cli::command()),
+        Command::Man(args) => commands::man::run(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
