@@ -149,10 +149,18 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     if !error.use_stderr() {
         return ExitCode::SUCCESS;
     }
-    let fsck = std::env::args_os()
-        .skip(1)
-        .find(|arg| !arg.as_encoded_bytes().starts_with(b"-"))
-        .is_some_and(|arg| arg == "fsck");
+    // The command is the first word that is neither a flag nor the value of
+    // a global flag's separate argument (`--log-level warn fsck`).
+    let mut args = std::env::args_os().skip(1);
+    let mut fsck = false;
+    while let Some(arg) = args.next() {
+        if arg == "--log-level" || arg == "--log-format" {
+            args.next();
+        } else if !arg.as_encoded_bytes().starts_with(b"-") {
+            fsck = arg == "fsck";
+            break;
+        }
+    }
     if fsck {
         ExitCode::from(commands::check::FSCK_USAGE_ERROR)
     } else {
