@@ -23,7 +23,7 @@ pub enum Level {
     Error,
     /// Errors and warnings.
     Warn,
-    /// What the server does: starts, stops, signals, connections refused (the default).
+    /// What the server does: start, stop, signals, clients refused (the default).
     Info,
     /// Every connection and handshake.
     Debug,
@@ -46,11 +46,11 @@ impl Level {
 /// `--log-format`: how each log line is written.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Format {
-    /// `LEVEL message key=value …`, no timestamps (journald adds its own).
+    /// LEVEL message key=value …, no timestamps (journald adds its own).
     #[default]
     Text,
     /// One JSON object a line: timestamp, level, target, message and every
-    /// field (`export`, `layer`, `peer`, …) at the top level.
+    /// field (export, layer, peer, …) at the top level.
     Json,
 }
 
