@@ -10,7 +10,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -160,11 +159,14 @@ fn a_failed_read_is_a_warning_naming_export_layer_and_client() {
 /// `cairn serve --stdio` on an empty stdin: a connection that leaves during
 /// its handshake (logged at debug), then a stop (logged at info).
 fn serve_closed_stdio(log_flags: &[&str], rust_log: &str) -> Output {
+    // Its data directory (./cairn-data, locked while it runs) in a directory
+    // of its own.
+    let dir = tempfile::tempdir().unwrap();
     cairn()
         .args(log_flags)
         .args(["serve", "--stdio", "--memory", "4MiB"])
         .env("RUST_LOG", rust_log)
-        .current_dir(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .current_dir(dir.path())
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -192,8 +194,10 @@ fn log_level_wins_over_rust_log() {
 
 #[test]
 fn the_error_that_ends_a_command_is_a_json_line() {
+    let dir = tempfile::tempdir().unwrap();
     let output = cairn()
         .args(["--log-format", "json", "serve", "--memory", "0"])
+        .current_dir(dir.path())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
