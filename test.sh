@@ -29,6 +29,12 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 # ext4 through nbdfuse + loop mount (crates/cairn/tests/serve_ext4.rs).
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v mkfs.ext4 >/dev/null || [ -x /usr/sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
+# The operator's files (crates/cairn/tests/contrib_systemd_units.rs,
+# cli_completions_and_man_pages.rs): systemd-analyze and systemd-socket-activate,
+# groff and man.
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
+command -v groff >/dev/null || need_apt+=(groff-base)
+command -v man >/dev/null || need_apt+=(man-db)
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -20,7 +20,7 @@ mod volume_spec;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 const LONG_ABOUT: &str = "\
 Cairn is a storage cache engine for heterogeneous storage (DRAM, persistent
@@ -39,8 +39,12 @@ Examples:
   cairn mrc --shards 0.01           exact LRU curve and its SHARDS estimate
   cairn reproduce all               the papers' experiments, claims confirmed or not
   cairn help sim                    every flag of `sim`, with examples
+  cairn --log-format json --log-level debug serve --memory 64MiB
+                                    a server logging JSON lines on stderr
 
-Logging: RUST_LOG (e.g. RUST_LOG=debug) overrides -q/-v.";
+Logging: on stderr. --log-level wins over RUST_LOG (which takes directives,
+e.g. RUST_LOG=info,cairn_nbd=debug), which wins over -q/-v, which win over a
+volume spec's log_level; the default is info.";
 
 /// Cairn: a storage cache engine for heterogeneous storage, and its simulator.
 #[derive(Parser, Debug)]
@@ -53,6 +57,15 @@ struct Cli {
     /// More logging on stderr (-v debug, -vv trace).
     #[arg(long, short, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     verbose: u8,
+
+    /// Log level on stderr; wins over RUST_LOG, -q/-v and a spec's log_level.
+    #[allow(clippy::doc_markdown)] // the help text, shown as written
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<logging::Level>,
+
+    /// Log lines as text, or as JSON objects (one a line, fields at the top level).
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    log_format: logging::Format,
 
     #[command(subcommand)]
     command: Command,
@@ -84,6 +97,10 @@ enum Command {
     /// `bench ntl`: the NTL against pread/pwrite, `O_DIRECT` and memcpy).
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(commands::completions::CompletionsArgs),
+    /// Generate man pages: the top page to stdout, or every page into a directory.
+    Man(commands::man::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -91,7 +108,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error),
     };
-    logging::init(cli.quiet, cli.verbose);
+    logging::init(logging::Options {
+        quiet: cli.quiet,
+        verbose: cli.verbose,
+        level: cli.log_level,
+        format: cli.log_format,
+    });
     let result = match cli.command {
         Command::Fsck(args) => return fsck_exit(commands::check::run_fsck(&args)),
         Command::Sim(args) => commands::sim::run(args, cli.quiet),
@@ -101,6 +123,8 @@ fn main() -> ExitCode {
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
         Command::Bench(command) => commands::bench::run(&command, cli.quiet),
+        Command::Completions(args) => commands::completions::run(&args, Cli::command()),
+        Command::Man(args) => commands::man::run(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,7 +132,7 @@ fn main() -> ExitCode {
         // has; say nothing (ripgrep does the same).
         Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            report(&error);
             ExitCode::FAILURE
         }
     }
@@ -125,10 +149,18 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     if !error.use_stderr() {
         return ExitCode::SUCCESS;
     }
-    let fsck = std::env::args_os()
-        .skip(1)
-        .find(|arg| !arg.as_encoded_bytes().starts_with(b"-"))
-        .is_some_and(|arg| arg == "fsck");
+    // The command is the first word that is neither a flag nor the value of
+    // a global flag's separate argument (`--log-level warn fsck`).
+    let mut args = std::env::args_os().skip(1);
+    let mut fsck = false;
+    while let Some(arg) = args.next() {
+        if arg == "--log-level" || arg == "--log-format" {
+            args.next();
+        } else if !arg.as_encoded_bytes().starts_with(b"-") {
+            fsck = arg == "fsck";
+            break;
+        }
+    }
     if fsck {
         ExitCode::from(commands::check::FSCK_USAGE_ERROR)
     } else {
@@ -143,9 +175,20 @@ fn fsck_exit(result: anyhow::Result<commands::check::Verdict>) -> ExitCode {
         Ok(verdict) => ExitCode::from(verdict.exit_status()),
         Err(error) if output::stdout_closed() && is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            report(&error);
             ExitCode::from(commands::check::FSCK_OPERATIONAL_ERROR)
         }
+    }
+}
+
+/// The error that ends the command, on stderr: `error: …` as text, or a
+/// JSON log line under `--log-format json` (unless the level hides errors,
+/// when it is printed as text all the same: it is never lost).
+fn report(error: &anyhow::Error) {
+    if logging::is_json() && tracing::enabled!(tracing::Level::ERROR) {
+        tracing::error!(error = format!("{error:#}"), "the command failed");
+    } else {
+        eprintln!("error: {error:#}");
     }
 }
 

@@ -152,6 +152,17 @@ fn fsck_exit_status_is_e2fsck_s() {
         cairn_status(&["-q".as_ref(), "fsck".as_ref(), "a".as_ref(), "b".as_ref()]).0,
         16
     );
+    // A global flag's value before the command is not the command.
+    let global = [
+        "--log-level",
+        "warn",
+        "--log-format",
+        "json",
+        "fsck",
+        "--bogus",
+    ];
+    let global: Vec<&std::ffi::OsStr> = global.iter().map(std::ffi::OsStr::new).collect();
+    assert_eq!(cairn_status(&global).0, 16);
     // Help says so.
     let (status, text) = cairn_status(&["fsck".as_ref(), "--help".as_ref()]);
     assert_eq!(status, 0);

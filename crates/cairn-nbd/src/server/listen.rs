@@ -248,13 +248,23 @@ impl Stream {
         }
     }
 
-    /// The peer, for logs.
+    /// The peer, for logs: a TCP address, or a Unix socket client's pid and uid.
     pub fn peer(&self) -> String {
         match self {
             Self::Tcp(s) => s
                 .peer_addr()
                 .map_or_else(|_| "tcp peer".to_owned(), |a| a.to_string()),
-            Self::Unix(_) => "unix peer".to_owned(),
+            // A Unix socket's client has no address: its process does.
+            Self::Unix(s) => rustix::net::sockopt::socket_peercred(s).map_or_else(
+                |_| "unix peer".to_owned(),
+                |peer| {
+                    format!(
+                        "unix pid {} uid {}",
+                        peer.pid.as_raw_nonzero(),
+                        peer.uid.as_raw()
+                    )
+                },
+            ),
         }
     }
 }

@@ -215,7 +215,7 @@ impl Server {
                 Ok(Some(stream)) => stream,
                 Ok(None) => continue,
                 Err(e) if is_transient_accept_error(&e) => {
-                    tracing::warn!("accept: {e} (continuing)");
+                    tracing::warn!(error = %e, "accept failed (continuing)");
                     std::thread::sleep(std::time::Duration::from_millis(50));
                     continue;
                 }
@@ -228,8 +228,8 @@ impl Server {
             };
             if shutdown.connections() >= CONNECTIONS_MAX {
                 tracing::warn!(
-                    "refusing connection from {}: {CONNECTIONS_MAX} already open",
-                    stream.peer()
+                    peer = stream.peer(),
+                    "refusing a connection: {CONNECTIONS_MAX} already open"
                 );
                 continue;
             }
@@ -238,7 +238,7 @@ impl Server {
                 .name("nbd-conn".into())
                 .spawn(move || server.serve_stream(stream));
             if let Err(e) = spawned {
-                tracing::warn!("cannot start a connection thread: {e}");
+                tracing::warn!(error = %e, "cannot start a connection thread");
             }
         }
         self.finish()
@@ -248,7 +248,7 @@ impl Server {
     pub fn serve_stream(&self, stream: Stream) {
         let peer = stream.peer();
         let Some(_registration) = self.inner.shutdown.register(stream.as_fd()) else {
-            tracing::info!("{peer}: refused, the server is shutting down");
+            tracing::info!(peer, "connection refused: the server is shutting down");
             return;
         };
         // A bigger send buffer lets a large READ reply go out in fewer
@@ -262,7 +262,7 @@ impl Server {
         let (reader, writer) = match (stream.try_clone(), stream) {
             (Ok(reader), writer) => (reader, writer),
             (Err(e), _) => {
-                tracing::warn!("{peer}: cannot clone the socket: {e}");
+                tracing::warn!(peer, error = %e, "cannot clone the socket");
                 return;
             }
         };

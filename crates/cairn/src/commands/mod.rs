@@ -2,6 +2,8 @@
 
 pub mod bench;
 pub mod check;
+pub mod completions;
+pub mod man;
 pub mod mrc;
 pub mod reproduce;
 pub mod serve;

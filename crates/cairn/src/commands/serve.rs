@@ -93,9 +93,15 @@ flushes every export, destages and checkpoints every log disk, checkpoints
 every cache tier (logging its hits, misses and write-backs), and exits 0.
 SIGHUP reloads the TLS certificates (new connections use them, open ones keep
 theirs; a failed reload keeps the old ones) and, with --config, the spec's
-log_level (-q, -v and RUST_LOG win over it); other spec changes need a
-restart. SIGUSR1 and SIGUSR2 are logged and ignored; SIGPIPE is ignored.
-Each is logged on stderr.";
+log_level (--log-level, RUST_LOG, -q and -v win over it); other spec changes
+need a restart. SIGUSR1 and SIGUSR2 are logged and ignored; SIGPIPE is ignored.
+Each is logged on stderr.
+
+Logs: on stderr, as text or (--log-format json) one JSON object a line, at
+--log-level (or RUST_LOG's directives, or the spec's log_level; see `cairn
+--help`). A failed request is a warning naming its export, the layer that
+failed (the file an I/O error names, else the export's device stack) and the
+client (peer: a TCP address, or a Unix socket client's pid and uid).";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -365,7 +371,7 @@ fn start_log_level(loaded: &Loaded) -> Result<()> {
     logging::parse(level).with_context(|| format!("volume spec {}", loaded.origin))?;
     match logging::command_line_level() {
         Some(fixed) => tracing::debug!(
-            "log level {fixed:?} from -q, -v or RUST_LOG, over the spec's log_level {level:?}"
+            "log level {fixed:?} from --log-level, RUST_LOG, -q or -v, over the spec's log_level {level:?}"
         ),
         None => logging::set(level)?,
     }
@@ -489,7 +495,7 @@ impl Reload {
         }
         let Some((path, started)) = &self.config else {
             tracing::info!(
-                "SIGHUP: no --config, so the log level comes from the command line (-q, -v, RUST_LOG); \
+                "SIGHUP: no --config, so the log level comes from the command line (--log-level, RUST_LOG, -q, -v); \
                  nothing else to reload"
             );
             return;
@@ -523,7 +529,7 @@ impl Reload {
 fn reload_log_level(path: &Path, level: Option<&str>) {
     if let Some(fixed) = logging::command_line_level() {
         tracing::info!(
-            "SIGHUP: log level stays {fixed:?}: set by -q, -v or RUST_LOG, which override the spec's log_level"
+            "SIGHUP: log level stays {fixed:?}: set by --log-level, RUST_LOG, -q or -v, which override the spec's log_level"
         );
         return;
     }

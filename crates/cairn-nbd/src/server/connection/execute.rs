@@ -33,6 +33,11 @@ pub(super) struct Executor<'c> {
     pub(super) budget: &'c Budget,
     /// A reply could not be sent: the client is gone.
     pub(super) broken: &'c AtomicBool,
+    /// The export's name, its device stack ([`Device::describe`]) and the
+    /// client, for the log line of a failed request.
+    pub(super) export: &'c str,
+    pub(super) stack: &'c str,
+    pub(super) peer: &'c str,
 }
 
 impl Executor<'_> {
@@ -121,7 +126,7 @@ impl Executor<'_> {
             Ok(false) => self.buffers.recycle_lent(lent),
             Err(e) => {
                 self.buffers.recycle_lent(lent);
-                tracing::warn!("read {cookie:#x} failed: {e}");
+                self.log_failure("read", cookie, &e);
                 return Some(self.error(cookie, errno_for(&e), &e.to_string(), budget));
             }
         }
@@ -142,7 +147,7 @@ impl Executor<'_> {
             }
             Err(e) => {
                 self.buffers.recycle(buffer);
-                tracing::warn!("read {cookie:#x} failed: {e}");
+                self.log_failure("read", cookie, &e);
                 self.error(cookie, errno_for(&e), &e.to_string(), budget)
             }
         })
@@ -212,7 +217,7 @@ impl Executor<'_> {
                 Reply::new(&[], Body::Owned(out), budget)
             }
             Err(e) => {
-                tracing::warn!("request {cookie:#x} failed: {e}");
+                self.log_failure("block status", cookie, &e);
                 self.error(cookie, errno_for(&e), &e.to_string(), budget)
             }
         }
@@ -223,10 +228,28 @@ impl Executor<'_> {
         match result {
             Ok(()) => Reply::new(&transmission::simple_reply(cookie, 0), Body::Empty, budget),
             Err(e) => {
-                tracing::warn!("request {cookie:#x} failed: {e}");
+                self.log_failure("request", cookie, &e);
                 self.error(cookie, errno_for(&e), &e.to_string(), budget)
             }
         }
+    }
+
+    /// A failed request, as a warning with what an operator needs to find
+    /// it: the export, the layer that failed (the device an I/O error names,
+    /// else the export's whole stack), the client and the request's cookie.
+    fn log_failure(&self, what: &str, cookie: u64, error: &DeviceError) {
+        let layer = match error {
+            DeviceError::Io { device, .. } => device.as_str(),
+            _ => self.stack,
+        };
+        tracing::warn!(
+            export = self.export,
+            layer,
+            peer = self.peer,
+            cookie = format!("{cookie:#x}"),
+            error = %error,
+            "{what} failed"
+        );
     }
 
     fn error(&self, cookie: u64, errno: Errno, message: &str, budget: u64) -> Reply {

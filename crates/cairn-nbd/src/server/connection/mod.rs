@@ -66,7 +66,7 @@ pub(super) fn serve<R: Read + Send, W: Write + Send>(
     let session = match negotiate(inner, &mut reader, &mut writer, peer) {
         Ok(Some(session)) => session,
         Ok(None) => {
-            tracing::debug!("{peer}: left during the handshake");
+            tracing::debug!(peer, "left during the handshake");
             return;
         }
         // A client that aborts often closes before reading our last reply.
@@ -76,23 +76,27 @@ pub(super) fn serve<R: Read + Send, W: Write + Send>(
                 io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
             ) =>
         {
-            tracing::debug!("{peer}: left during the handshake: {e}");
+            tracing::debug!(peer, error = %e, "left during the handshake");
             return;
         }
         Err(e) => {
-            tracing::info!("{peer}: handshake ended: {e}");
+            tracing::info!(peer, error = %e, "handshake ended");
             return;
         }
     };
     let export = &inner.exports[session.export];
     tracing::debug!(
-        "{peer}: transmission on export {:?} (structured replies: {})",
-        export.name,
-        session.structured
+        peer,
+        export = export.name,
+        structured_replies = session.structured,
+        "transmission"
     );
     let info = &inner.infos[session.export];
     let connection = Connection {
         device: export.device.as_ref(),
+        export: &export.name,
+        // Once per connection, for the log lines of failed requests.
+        stack: export.device.describe(),
         structured: session.structured,
         limits: Limits {
             export_size: info.size,
@@ -146,6 +150,9 @@ struct Input<'r, R> {
 
 struct Connection<'a, 'r, R, W> {
     device: &'a dyn Device,
+    /// The export's name and its device stack, for log lines.
+    export: &'a str,
+    stack: String,
     /// Structured replies were negotiated.
     structured: bool,
     limits: Limits,
@@ -219,6 +226,9 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
             buffers: &self.buffers,
             budget: &self.budget,
             broken: &self.broken,
+            export: self.export,
+            stack: &self.stack,
+            peer: self.peer,
         }
     }
 
@@ -272,12 +282,17 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
             Ok(Some(job)) => Some(job),
             Ok(None) => {
                 input.done = true;
-                tracing::debug!("{}: disconnected", self.peer);
+                tracing::debug!(peer = self.peer, export = self.export, "disconnected");
                 None
             }
             Err(e) => {
                 input.done = true;
-                tracing::info!("{}: closing: {e}", self.peer);
+                tracing::info!(
+                    peer = self.peer,
+                    export = self.export,
+                    error = %e,
+                    "closing the connection"
+                );
                 None
             }
         }
@@ -329,9 +344,11 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
                     ));
                 }
                 tracing::debug!(
-                    "request {:#x} (command {}) refused: {} {}",
-                    header.cookie,
-                    header.command,
+                    peer = self.peer,
+                    export = self.export,
+                    cookie = format!("{:#x}", header.cookie),
+                    command = header.command,
+                    "request refused: {} {}",
                     rejection.errno,
                     rejection.message
                 );

@@ -50,7 +50,7 @@ pub(super) fn negotiate<R: Read, W: Write>(
                 };
                 transport::start_tls(&config, reader, writer)?;
                 negotiation.tls_established();
-                tracing::debug!("{peer}: TLS established");
+                tracing::debug!(peer, "TLS established");
             }
         }
     }

@@ -146,7 +146,7 @@ impl<W: Write> Sender<W> {
                     .and_then(|()| writer.flush())
                 && !broken.swap(true, Ordering::Relaxed)
             {
-                tracing::debug!("{peer}: reply not delivered, client gone: {e}");
+                tracing::debug!(peer, error = %e, "reply not delivered, client gone");
             }
             for reply in batch.drain(..) {
                 finish(reply);
