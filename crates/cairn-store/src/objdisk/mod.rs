@@ -172,7 +172,7 @@ impl Default for ObjectDiskOptions {
             size: 0,
             block_size: 4096,
             object_size: 8 << 20,
-            uploaders: 4,
+            uploaders: 8,
             upload_queue: 256 << 20,
             stall_timeout: Some(Duration::from_mins(2)),
             checkpoint_every: 64,

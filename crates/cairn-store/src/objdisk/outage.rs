@@ -175,45 +175,60 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An uploader's work on one segment: PUT until it is in the store.
-    /// Failures the store may get over are retried (module docs); a final
-    /// one fails the disk. A stopping disk tries no more once the store
-    /// fails (what it held is in the local write log, or was never
-    /// acknowledged by a flush).
+    /// An uploader's work on one segment: PUT until it is in the store,
+    /// while another thread installs it in the local segment cache (the
+    /// two take about as long as each other on a fast store). The segment
+    /// counts as uploaded only once both are done: it leaves memory then,
+    /// and its blocks are never read from the store. An installed segment
+    /// whose PUT never succeeds is harmless: nothing maps to it, and its
+    /// (sequence, generation) is never used again.
     pub(super) fn upload(&self, sealed: &Sealed) {
+        std::thread::scope(|scope| {
+            let installing = self.segcache.as_ref().map(|_| {
+                scope.spawn(|| self.install(sealed.sequence, self.generation, &sealed.bytes))
+            });
+            let stored = self.put_until_stored(sealed);
+            if let Some(h) = installing {
+                let _ = h.join();
+            }
+            if stored {
+                let mut st = self.state();
+                let before = st.durable;
+                st.uploaded(sealed.sequence);
+                let progressed = st.durable > before;
+                self.upload_done(&mut st, progressed);
+                drop(st);
+                self.progress.notify_all();
+            }
+        });
+    }
+
+    /// PUTs `sealed` until the store has it (true). Failures the store may
+    /// get over are retried (module docs); a final one fails the disk. A
+    /// stopping disk tries no more once the store fails (what it held is in
+    /// the local write log, or was never acknowledged by a flush).
+    fn put_until_stored(&self, sealed: &Sealed) -> bool {
         let mut pause = BACKOFF_FIRST;
         loop {
             {
                 let st = self.state();
                 if st.failed.is_some() || (st.outage.failing() && self.stopping()) {
-                    return;
+                    return false;
                 }
             }
             match self.store.put(&sealed.key, &sealed.bytes) {
-                Ok(()) => {
-                    // Into the local cache before the segment leaves memory,
-                    // so its blocks are never read from the store.
-                    self.install(sealed.sequence, self.generation, &sealed.bytes);
-                    let mut st = self.state();
-                    let before = st.durable;
-                    st.uploaded(sealed.sequence);
-                    let progressed = st.durable > before;
-                    self.upload_done(&mut st, progressed);
-                    drop(st);
-                    self.progress.notify_all();
-                    return;
-                }
+                Ok(()) => return true,
                 Err(e) if transient(&e) => {
                     self.upload_failed(&mut self.state(), &e);
                     self.progress.notify_all();
                     if self.pause(pause) {
-                        return;
+                        return false;
                     }
                     pause = (pause * 2).min(BACKOFF_MAX);
                 }
                 Err(e) => {
                     self.fail(format!("uploading {}: {e}", sealed.key));
-                    return;
+                    return false;
                 }
             }
         }

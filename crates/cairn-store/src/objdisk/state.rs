@@ -152,9 +152,9 @@ pub(crate) struct State {
     pub shadow: hashbrown::HashMap<u64, Shadow>,
 }
 
-/// Segment buffers kept for reuse: the open segment's and four uploads'
+/// Segment buffers kept for reuse: the open segment's and eight uploads'
 /// (the default uploaders), and one more.
-const POOLED: usize = 6;
+const POOLED: usize = 10;
 
 impl State {
     /// A state whose last segment (sealed and durable) is `last`.

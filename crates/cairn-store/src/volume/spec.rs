@@ -715,7 +715,7 @@ pub struct ObjectsSpec {
     /// Block size, to create the volume. Default 4KiB.
     #[serde(default = "default_block")]
     pub block_size: Bytes,
-    /// Parallel uploads. Default 4.
+    /// Parallel uploads. Default 8.
     #[serde(default = "default_uploaders")]
     pub uploaders: usize,
     /// Bytes of sealed segment objects kept in DRAM until the store has
