@@ -34,6 +34,10 @@ use super::{ObjectDisk, Shared};
 /// Segments cleaned in one pass at most.
 const PER_PASS: usize = 4;
 
+/// Blocks the cleaner moves under one hold of the state's lock (64 copies
+/// of 4 KiB: a few microseconds a writer may wait).
+const MOVE_SHARE: usize = 64;
+
 impl ObjectDisk {
     /// Starts the background thread (once a second: cleaner passes unless
     /// `policy` is [`Cleaner::Off`] or `below` is 0, then a checkpoint
@@ -111,6 +115,18 @@ impl ObjectDisk {
 
     /// Moves segment `sequence`'s live blocks into the open segment.
     fn clean_one(&self, sequence: u64, generation: u64) -> Result<usize, ObjectError> {
+        self.clean_one_with(sequence, generation, || {})
+    }
+
+    /// [`Self::clean_one`], running `between` after the live blocks were
+    /// looked up and before any moves (the lock is not held then: tests
+    /// write there).
+    pub(super) fn clean_one_with(
+        &self,
+        sequence: u64,
+        generation: u64,
+        between: impl FnOnce(),
+    ) -> Result<usize, ObjectError> {
         let key = self.shared.keys.segment(sequence, generation);
         let object = match self
             .shared
@@ -133,49 +149,79 @@ impl ObjectDisk {
             .ok_or_else(|| bad(format!("{} bytes, shorter than its header", object.len())))
             .and_then(|h| SegmentHeader::decode(h).map_err(|e| bad(e.to_string())))?;
         let bs = self.shared.volume.block_size as usize;
-        let mut st = self.shared.state();
-        let mut moved = 0;
-        for (index, &(block, crc)) in header.entries.iter().enumerate() {
+        let here = |index: usize, crc: u32| Loc {
+            sequence,
+            index: index as u32,
+            crc,
+        };
+        // The live blocks, looked up under the lock; their CRCs checked
+        // outside it.
+        let live: Vec<usize> = {
+            let st = self.shared.state();
+            header
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(block, crc))| {
+                    block != VOID && st.map.get(&block) == Some(&here(i, crc))
+                })
+                .map(|(i, _)| i)
+                .collect()
+        };
+        for &index in &live {
             let at = len + index * bs;
-            let here = Loc {
-                sequence,
-                index: index as u32,
-                crc,
-            };
-            if block == VOID || st.map.get(&block) != Some(&here) {
-                continue;
-            }
             let Some(data) = object.get(at..at + bs) else {
                 return Err(bad(format!("ends before block {index}")));
             };
-            if crate::codec::crc32c(data) != crc {
+            if crate::codec::crc32c(data) != header.entries[index].1 {
                 return Err(bad(format!("block {index} fails its CRC32C")));
             }
-            if st.open_full() {
-                // No room in the upload queue (clients' writes first, or
-                // the store is out): the rest waits for a later pass.
-                if !self.room(&st) {
-                    break;
-                }
-                let sealed = st.seal(self.key_fn());
-                self.send(sealed);
-            }
-            // Not for the local write log: the old copy stays in the store
-            // until the new one is durable (module docs).
-            let journaled = std::mem::replace(&mut st.journaled, false);
-            st.write_block(block, data, crc);
-            st.journaled = journaled;
-            moved += 1;
         }
+        between();
+        // Moved a share at a time, so that writers wait for the lock at
+        // most one share's copies; each block is looked up again (a client
+        // may have written it meanwhile).
+        let mut moved = 0;
+        for share in live.chunks(MOVE_SHARE) {
+            let mut st = self.shared.state();
+            for &index in share {
+                let (block, crc) = header.entries[index];
+                if st.map.get(&block) != Some(&here(index, crc)) {
+                    continue;
+                }
+                if st.open_full() {
+                    // No room in the upload queue (clients' writes first, or
+                    // the store is out): the rest waits for a later pass.
+                    if !self.room(&st) {
+                        return Ok(self.moved(moved));
+                    }
+                    let sealed = st.seal(self.key_fn());
+                    self.send(sealed);
+                }
+                // Not for the local write log: the old copy stays in the
+                // store until the new one is durable (module docs).
+                let at = len + index * bs;
+                let journaled = std::mem::replace(&mut st.journaled, false);
+                st.write_block(block, &object[at..at + bs], crc);
+                st.journaled = journaled;
+                moved += 1;
+            }
+        }
+        let mut st = self.shared.state();
         if st.open_full() && self.room(&st) {
             let sealed = st.seal(self.key_fn());
             drop(st);
             self.send(sealed);
         }
+        Ok(self.moved(moved))
+    }
+
+    /// Counts `moved` blocks moved by the cleaner; returns it.
+    fn moved(&self, moved: usize) -> usize {
         self.shared
             .cleaned
             .fetch_add(moved as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(moved)
+        moved
     }
 }
 
