@@ -7,17 +7,20 @@
 # "cairn-rados" column). Every row runs the peers and both Cairns in turn
 # and prints the ratios. (The first step of issue 24's `cairn bench objects`.)
 #
-# Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS]
+# Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS]
 #   CEPH_DIR: a cluster from bench/ceph-cluster.sh, with room for the runs:
 #     CAIRN_CEPH_MEMSTORE_MIB=6144 bench/ceph-cluster.sh start /tmp/ceph-bench
-#   SECONDS: per row (default 8).
+#   SECONDS: per run (default 8). ROUNDS: runs of each side per row, in
+#   turn; the row shows the medians (default 3: the peers move by up to 2x
+#   from run to run on this machine).
 # Needs fio (nbd and rbd engines), qemu-nbd with the rbd driver
 # (qemu-block-extra), rbd, and a release build (cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ceph_dir=${1:?usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS]}
+ceph_dir=${1:?usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS]}
 seconds=${2:-8}
+rounds=${3:-3}
 # shellcheck disable=SC1091
 . "$ceph_dir/env"
 cairn=$PWD/target/release/cairn
@@ -124,19 +127,32 @@ ours_rados=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/rados.sock")
 printf '%-22s %6s %12s %8s %8s %11s %9s %9s %9s %9s\n' row unit qemu-nbd+rbd fio-rbd cairn cairn-rados \
   c/qemu c/fio-rbd r/qemu r/fio-rbd
 ratio() { python3 -c "print('%.2fx' % ($1 / max($2, 1e-9)))"; }
-row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...
-  local name=$1 unit=$2 field=1
+median() { python3 -c 'import sys; v = sorted(float(x) for x in sys.argv[1:]); print(v[len(v) // 2])' "$@"; }
+# (row_rounds=1 for a row whose first run changes what the next one finds:
+# after a restart, or cold.)
+row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...: the median of $rounds rounds, the sides in turn
+  local name=$1 unit=$2 field=1 i
   shift 2
   [ "$unit" = MiB/s ] && field=2
-  local a b c r
-  a=$(run "${nbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
-  b=$(run "${rbd_peer[@]}" -- "$@" | cut -d' ' -f$field)
-  c=$(run "${ours[@]}" -- "$@" | cut -d' ' -f$field)
-  r=$(run "${ours_rados[@]}" -- "$@" | cut -d' ' -f$field)
+  local as=() bs=() cs=() rs=() a b c r
+  for ((i = 0; i < ${row_rounds:-$rounds}; i++)); do
+    as+=("$(run "${nbd_peer[@]}" -- "$@" | cut -d' ' -f$field)")
+    bs+=("$(run "${rbd_peer[@]}" -- "$@" | cut -d' ' -f$field)")
+    cs+=("$(run "${ours[@]}" -- "$@" | cut -d' ' -f$field)")
+    rs+=("$(run "${ours_rados[@]}" -- "$@" | cut -d' ' -f$field)")
+  done
+  a=$(median "${as[@]}") b=$(median "${bs[@]}") c=$(median "${cs[@]}") r=$(median "${rs[@]}")
   printf '%-22s %6s %12s %8s %8s %11s %9s %9s %9s %9s\n' "$name" "$unit" "$a" "$b" "$c" "$r" \
     "$(ratio "$c" "$a")" "$(ratio "$c" "$b")" "$(ratio "$r" "$a")" "$(ratio "$r" "$b")"
 }
 row "seq write 1M" MiB/s --rw=write --bs=1M
+# What the OSD takes in new objects (Cairn writes every segment as a new
+# object; librbd writes over the image's objects in place): rados bench at
+# Cairn's defaults, 8 MiB objects, 8 in flight (its MB/sec are MiB/s).
+ceiling=$(rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" bench "$seconds" write -b 8M -t 8 \
+  --run-name "${prefix}ceiling" 2>/dev/null | sed -n 's/^Bandwidth (MB\/sec): *//p')
+rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" cleanup --run-name "${prefix}ceiling" >/dev/null 2>&1 || true
+printf '%-22s %6s %12s   (rados bench: new 8 MiB objects, 8 in flight)\n' "store: new objects" MiB/s "$ceiling"
 row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
 row "seq read 1M" MiB/s --rw=read --bs=1M
 row "rand read 4k warm" IOPS --rw=randread --bs=4k
@@ -146,7 +162,7 @@ stop "$cairn_pid"; stop "$rados_pid"; stop "$qemu_pid"
 start_qemu_nbd
 start_cairn
 start_cairn_rados
-row "rand read 4k restarted" IOPS --rw=randread --bs=4k
+row_rounds=1 row "rand read 4k restarted" IOPS --rw=randread --bs=4k
 # Cold: Cairn's local segment caches removed too (a new host, or a lost
 # disk): every read goes to the store, as librbd's do.
 stop "$cairn_pid"; stop "$rados_pid"; stop "$qemu_pid"
@@ -154,8 +170,8 @@ rm -f "$work/data/objects.segcache" "$work/data-rados/objects.segcache"
 start_qemu_nbd
 start_cairn
 start_cairn_rados
-row "rand read 4k cold" IOPS --rw=randread --bs=4k
-row "seq read 1M cold" MiB/s --rw=read --bs=1M
+row_rounds=1 row "rand read 4k cold" IOPS --rw=randread --bs=4k
+row_rounds=1 row "seq read 1M cold" MiB/s --rw=read --bs=1M
 stop "$cairn_pid"; stop "$rados_pid"
 # Each stop's report: what the writes cost the stores, where reads came from.
 grep -h "write amplification" "$work/cairn.log" | sed 's/^.*device/cairn (RGW):   device/'
