@@ -138,15 +138,31 @@ impl Builder<'_> {
         }
         let log = match o.flush {
             super::spec::ObjectsFlush::Remote => None,
-            super::spec::ObjectsFlush::Local => Some(Arc::new(
-                self.local_file(
-                    &format!("{field}.local_log"),
-                    o.local_log.as_ref(),
-                    format!("{name}.wlog"),
-                    o.local_log_size,
-                )?
-                .with_direct_writes(),
-            ) as Arc<dyn Device>),
+            super::spec::ObjectsFlush::Local => {
+                let field = format!("{field}.local_log");
+                let log = self
+                    .local_file(
+                        &field,
+                        o.local_log.as_ref(),
+                        format!("{name}.wlog"),
+                        o.local_log_size,
+                    )?
+                    .with_direct_writes();
+                // Written whole once (a new log is sparse), so that a FLUSH
+                // never allocates and the space is the log's.
+                let t = std::time::Instant::now();
+                let filled = log
+                    .fill_holes()
+                    .map_err(|e| VolumeError::new(&field, e.to_string()))?;
+                if filled > 0 {
+                    tracing::info!(
+                        "{field}: {} of the local write log allocated and zeroed in {:.1} s (once)",
+                        Bytes(filled),
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                Some(Arc::new(log) as Arc<dyn Device>)
+            }
         };
         // The log's batches and the cache's segment objects are written
         // whole and page-aligned: with O_DIRECT, at no copy into the page
