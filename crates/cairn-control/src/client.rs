@@ -14,18 +14,17 @@ use crate::protocol::{FrameError, Reply, Request, read_frame, write_frame};
 pub enum ClientError {
     /// Nothing listens there.
     #[error(
-        "cannot connect to the control socket {path}: {source} (is `cairn serve` running? \
+        "cannot connect to the control socket {path}: {error} (is `cairn serve` running? \
          its socket is <data_dir>/cairn.ctl unless --control says otherwise)"
     )]
     Connect {
         /// The socket.
         path: PathBuf,
         /// The error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// Sending or receiving failed.
-    #[error("control socket {path}: {source}")]
+    #[error("control socket {path}")]
     Frame {
         /// The socket.
         path: PathBuf,
@@ -52,9 +51,9 @@ pub struct Client {
 impl Client {
     /// Connects to `path`.
     pub fn connect(path: &Path) -> Result<Self, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+        let stream = UnixStream::connect(path).map_err(|error| ClientError::Connect {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         // A layer's command (writing back a tier) may take a while.
         let _ = stream.set_read_timeout(Some(Duration::from_mins(10)));
@@ -76,11 +75,13 @@ impl Client {
     /// Sends `body` as one frame, as is, and reads the reply (for tests of
     /// bad requests).
     pub fn request_raw(&mut self, body: &[u8]) -> Result<Reply, ClientError> {
-        let frame = |source| ClientError::Frame {
-            path: self.path.clone(),
-            source,
-        };
-        write_frame(self.stream.get_mut(), body).map_err(|e| frame(FrameError::Io(e)))?;
+        let path = self.path.clone();
+        let frame = |source| ClientError::Frame { path, source };
+        if let Err(e) = write_frame(self.stream.get_mut(), body) {
+            // A server that refused this client (another uid, too many
+            // clients) said why before it closed: that is the answer.
+            return self.read_reply().map_err(|_| frame(FrameError::Io(e)));
+        }
         self.read_reply()
     }
 

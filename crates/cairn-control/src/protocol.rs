@@ -78,8 +78,8 @@ pub enum FrameError {
         /// The limit.
         limit: u32,
     },
-    /// Reading failed (or the connection closed inside a frame).
-    #[error("reading a frame: {0}")]
+    /// Reading or writing failed (or the connection closed inside a frame).
+    #[error("reading or writing a frame")]
     Io(#[from] io::Error),
 }
 

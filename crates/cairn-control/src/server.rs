@@ -23,6 +23,13 @@ use crate::limits::{CLIENTS_MAX, IDLE_SECONDS, POLL_MILLISECONDS, REQUEST_MAX_BY
 use crate::protocol::{FrameError, Reply, Request, parse_request, read_frame, write_frame};
 use crate::snapshot::Snapshot;
 
+/// How long a refused client is given to take its error reply.
+const REFUSAL_WAIT: Duration = Duration::from_millis(200);
+
+/// The most a refused client's request is read (and dropped) before the
+/// connection is closed.
+const REFUSAL_DRAIN_BYTES: u64 = 64 << 10;
+
 /// What the control socket serves: the server behind it.
 pub trait Handler: Sync {
     /// Every export's and layer's counters now.
@@ -158,8 +165,17 @@ impl ControlSocket {
         let refuse = |stream: UnixStream, message: String| {
             tracing::warn!("control socket {}: {message}", self.path.display());
             let _ = stream.set_nonblocking(false);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = stream.set_write_timeout(Some(REFUSAL_WAIT));
             let _ = send(&mut &stream, &Reply::Error { message });
+            // Read what the client sent before closing: closing a Unix
+            // socket with unread data resets the peer, which might then
+            // lose the reply before reading it.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(REFUSAL_WAIT));
+            let _ = io::copy(
+                &mut io::Read::take(&stream, REFUSAL_DRAIN_BYTES),
+                &mut io::sink(),
+            );
         };
         let uid = match rustix::net::sockopt::socket_peercred(stream.as_fd()) {
             Ok(credentials) => credentials.uid.as_raw(),
