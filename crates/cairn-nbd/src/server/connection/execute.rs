@@ -2,6 +2,7 @@
 //! [`Command`], each returning the reply to send (`None` when there is none,
 //! its budget then released here).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_store::{Device, DeviceError};
@@ -33,6 +34,8 @@ pub(super) struct Executor<'c> {
     pub(super) budget: &'c Budget,
     /// A reply could not be sent: the client is gone.
     pub(super) broken: &'c AtomicBool,
+    /// Set when the request got an error reply (for its counters).
+    pub(super) failed: Cell<bool>,
 }
 
 impl Executor<'_> {
@@ -230,6 +233,7 @@ impl Executor<'_> {
     }
 
     fn error(&self, cookie: u64, errno: Errno, message: &str, budget: u64) -> Reply {
+        self.failed.set(true);
         Reply::error(self.structured, cookie, errno, message, budget)
     }
 
