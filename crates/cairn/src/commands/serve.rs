@@ -90,6 +90,14 @@ READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests
 up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
 acknowledged write).
 
+Control socket: <data_dir>/cairn.ctl (--control PATH elsewhere, --no-control
+none; none with --stdio unless --control), mode 0600 and only for the uid the
+server runs as (checked with SO_PEERCRED). `cairn stats` reads every export's
+requests, bytes, latency percentiles and connections and every layer's
+counters from it; `cairn ctl EXPORT flush | drop-clean | mode MODE | detach`
+steers the cache layers (docs/operating.md). Requests are counted and timed
+per connection without locks; --no-stats turns that off, only to measure it.
+
 Signals: SIGINT or SIGTERM stops accepting, finishes in-flight requests,
 flushes every export, destages and checkpoints every log disk, checkpoints
 every cache tier (logging its hits, misses and write-backs), and exits 0.
@@ -121,6 +129,8 @@ Examples:
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
       'nbd+unix:///cairn?socket=cairn-data/cairn.sock'
       Write and verify a pattern through a running server.
+  cairn stats --watch 2
+      A running server's counters (the one in ./cairn-data), redrawn every 2 s.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
