@@ -50,6 +50,15 @@ fn stats_work(client: &mut Client) {
     }
 }
 
+/// Sets its flag when dropped.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Runs `test` against a control socket served by [`Fake`] (owned by
 /// `owner`, default: this process's uid).
 fn with_socket(owner: Option<u32>, test: impl FnOnce(&std::path::Path)) {
@@ -62,8 +71,10 @@ fn with_socket(owner: Option<u32>, test: impl FnOnce(&std::path::Path)) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| socket.serve(&Fake, &stop));
+        // Stops the server even when the test fails (else the scope would
+        // wait for it forever).
+        let _stop = Stop(&stop);
         test(&path);
-        stop.store(true, Ordering::Relaxed);
     });
     drop(socket);
     assert!(!path.exists(), "the socket file is removed at the end");
