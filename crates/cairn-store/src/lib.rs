@@ -12,6 +12,8 @@
 //! - [`tier`]: the flash tier: a persistent cache on a fast device in front
 //!   of a slower one (write-through, write-back, write-around,
 //!   pass-through), warm across restarts and crashes.
+//! - [`stats`]: the [`stats::Layer`] trait: each layer's live counters
+//!   and runtime commands, walked per export by [`Volume::stats`].
 //! - [`volume`]: stacks of the above assembled from a [`volume::VolumeSpec`],
 //!   one per export, formatted on first use and recovered after.
 //!
@@ -31,6 +33,7 @@ pub mod limits;
 pub mod logdisk;
 pub mod ntl;
 pub mod objdisk;
+pub mod stats;
 pub mod tier;
 pub mod volume;
 

@@ -93,6 +93,13 @@ enum Command {
     /// Serve volumes over NBD (default: a 1 GiB cached log-disk volume in ./cairn-data).
     #[command(long_about = commands::serve::LONG_ABOUT)]
     Serve(commands::serve::ServeArgs),
+    /// A running server's live counters: per export and per layer (over its
+    /// control socket).
+    #[command(long_about = commands::stats::STATS_ABOUT)]
+    Stats(commands::stats::StatsArgs),
+    /// Steer a running server's cache layers: flush, drop-clean, mode, detach.
+    #[command(long_about = commands::stats::CTL_ABOUT)]
+    Ctl(commands::stats::CtlArgs),
     /// Benchmarks against peers (`bench nbd`: fio through Cairn, nbdkit, qemu-nbd;
     /// `bench ntl`: the NTL against pread/pwrite, `O_DIRECT` and memcpy).
     #[command(subcommand)]
@@ -122,6 +129,8 @@ fn main() -> ExitCode {
         Command::Reproduce(command) => commands::reproduce::run(&command, cli.quiet),
         Command::Inspect(args) => commands::check::run_inspect(&args),
         Command::Serve(args) => commands::serve::run(&args, cli.quiet),
+        Command::Stats(args) => commands::stats::run_stats(&args),
+        Command::Ctl(args) => commands::stats::run_ctl(&args),
         Command::Bench(command) => commands::bench::run(&command, cli.quiet),
         Command::Completions(args) => commands::completions::run(&args, Cli::command()),
         Command::Man(args) => commands::man::run(&args, Cli::command()),

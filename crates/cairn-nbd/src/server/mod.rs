@@ -31,7 +31,10 @@ mod transport;
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+
+use cairn_control::{ExportCounters, ExportIo};
 
 use cairn_store::{Device, DeviceError};
 
@@ -109,6 +112,11 @@ pub(crate) struct Inner {
     tls: RwLock<TlsConfig>,
     /// The mode, fixed for the server's life (a reload changes credentials only).
     pub(crate) tls_mode: TlsMode,
+    /// Per export (in `exports`' order), its requests' counters.
+    pub(crate) counters: Vec<Arc<ExportCounters>>,
+    /// Whether connections opened from now on count and time their
+    /// requests ([`Server::set_counting`]).
+    pub(crate) counting: AtomicBool,
 }
 
 impl Inner {
@@ -162,11 +170,13 @@ impl Server {
         }
         Ok(Self {
             inner: Arc::new(Inner {
-                exports,
                 infos,
                 shutdown: Shutdown::new(),
                 tls_mode: tls.mode(),
                 tls: RwLock::new(tls),
+                counters: exports.iter().map(|_| Arc::default()).collect(),
+                counting: AtomicBool::new(true),
+                exports,
             }),
         })
     }
@@ -194,6 +204,26 @@ impl Server {
         }
         *current = tls;
         Ok(())
+    }
+
+    /// Whether connections opened from now on count their requests and
+    /// time them (on by default; off only to measure what counting costs:
+    /// `cairn serve --no-stats`, `cairn bench nbd --stats-overhead`).
+    /// Connections already open keep what they had.
+    pub fn set_counting(&self, on: bool) {
+        self.inner.counting.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether new connections count their requests.
+    pub fn counting(&self) -> bool {
+        self.inner.counting.load(Ordering::Relaxed)
+    }
+
+    /// The requests, latencies and connections of the export at `index`
+    /// (in [`Server::exports`]' order) since the server started; `None`
+    /// past the end.
+    pub fn export_io(&self, index: usize) -> Option<ExportIo> {
+        self.inner.counters.get(index).map(|c| c.snapshot())
     }
 
     /// The handle that stops [`Server::serve`] gracefully.

@@ -571,6 +571,18 @@ impl<D: Device> BlockCache<D> {
         }
     }
 
+    /// Drops every cached block (`cairn ctl EXPORT drop-clean`): the cache
+    /// holds clean copies only (writes go through it), so nothing is lost;
+    /// later reads miss and load again. Loads in flight finish as usual.
+    /// Returns how many blocks were dropped.
+    pub fn drop_clean(&self) -> u64 {
+        let mut blocks = Vec::new();
+        self.shards
+            .iter()
+            .map(|shard| lock(shard).drop_resident(&mut blocks))
+            .sum()
+    }
+
     /// A snapshot of the counters and the live cost estimates.
     pub fn metrics(&self) -> CacheMetrics {
         let groups = self.groups.groups();

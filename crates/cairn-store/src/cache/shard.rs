@@ -229,6 +229,22 @@ impl Shard {
         }
     }
 
+    /// Drops every resident block's copy (loads in flight finish as
+    /// usual); how many were dropped. `blocks` is scratch space.
+    pub(crate) fn drop_resident(&mut self, blocks: &mut Vec<u64>) -> u64 {
+        blocks.clear();
+        blocks.extend(
+            self.map
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Ready { .. }))
+                .map(|(&block, _)| block),
+        );
+        for &block in blocks.iter() {
+            self.invalidate(block);
+        }
+        blocks.len() as u64
+    }
+
     /// Writes `bytes` at `at` into `block`'s cached copy (copy on write: the
     /// old frame may be held by readers), or detaches a load in flight.
     /// `block_len` is the block's length in bytes. `allocate`: the group to

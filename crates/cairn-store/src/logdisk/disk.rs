@@ -13,7 +13,7 @@ use super::error::LogDiskError;
 use super::flush::Core;
 use super::format::{self, COUNTERS, Checkpoint, Geometry, MapEntry, Usage};
 use super::log::{Append, Kind, Log, Target};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, NvFill};
 use super::nv::NvCache;
 use super::options::{Options, PartialSegments};
 use super::recover::{self, Image, NvSource, Recovered};
@@ -288,6 +288,24 @@ impl<D: Device + 'static> LogDisk<D> {
             .nv
             .as_ref()
             .map_or(0, |nv| nv.cache.slots())
+    }
+
+    /// The NV write cache's fill now: dirty slots (not yet destaged), slots
+    /// in use (dirty, destaged awaiting a flush, or awaiting a clear) and
+    /// all slots; zeroes without an NV cache.
+    pub fn nv_fill(&self) -> NvFill {
+        self.read_state()
+            .core
+            .nv
+            .as_ref()
+            .map_or(NvFill::default(), |nv| {
+                let slots = nv.cache.slots();
+                NvFill {
+                    dirty_slots: nv.dirty,
+                    used_slots: slots - nv.free.len() as u32,
+                    slots,
+                }
+            })
     }
 
     /// Checks the tables' invariants ([`super::table`]'s list) now; the

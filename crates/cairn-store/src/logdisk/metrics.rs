@@ -193,3 +193,15 @@ impl Metrics {
         (self.nv_writes > 0).then(|| self.nv_write_hits as f64 / self.nv_writes as f64)
     }
 }
+
+/// The NV write cache's fill at one moment ([`super::LogDisk::nv_fill`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvFill {
+    /// Slots holding a block not yet destaged to a segment.
+    pub dirty_slots: u32,
+    /// Slots not free: dirty, destaged but awaiting the flush that makes
+    /// their segment durable, or superseded and awaiting a clear.
+    pub used_slots: u32,
+    /// Every slot (0 without an NV cache).
+    pub slots: u32,
+}

@@ -134,7 +134,7 @@ mod tests;
 pub use disk::LogDisk;
 pub use error::LogDiskError;
 pub use format::{Geometry, Superblock};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, NvFill};
 pub use nv::{NvCache, NvError};
 pub use options::{CleanerPolicy, Options, PartialSegments};
 pub use recover::{Recovered, read_superblock};

@@ -16,7 +16,7 @@ use super::spec::{
     CacheSpec, ConcatSpec, DeviceSpec, FileSpec, LogSpec, NtlSpec, NvCacheSpec, ObjectsSpec,
     StripedSpec, ThrottledSpec, TierMode, TierSpec, VolumeSpec,
 };
-use super::types::{OpenLayer, OpenLog, OpenOptions, OpenTier, VolumeError};
+use super::types::{OpenLayer, OpenLog, OpenOptions, OpenTier, StackLayer, VolumeError};
 use super::validate::{cache_config, cache_error, throttle_of};
 use crate::cache::{BlockCache, Placement, SingleDevice};
 use crate::device::probe::{self, on_ram};
@@ -61,6 +61,9 @@ pub(super) struct Builder<'a> {
     pub(super) layers: Vec<OpenLayer>,
     pub(super) notes: Vec<String>,
     pub(super) warnings: Vec<String>,
+    /// The layers with statistics of the stacks built so far, bottom of
+    /// each first (`Volume::open` takes each export's share).
+    pub(super) stack: Vec<StackLayer>,
     /// The stack being built serves a read-only export: every file is opened
     /// `O_RDONLY` with a shared claim, and nothing is formatted or written.
     pub(super) read_only: bool,
@@ -210,6 +213,8 @@ impl Builder<'_> {
     /// The object volume `disk` as `device.{name}`: a layer to stop and
     /// report at the end.
     fn object_layer(&mut self, name: &str, disk: Arc<crate::objdisk::ObjectDisk>) -> Built {
+        self.stack
+            .push(StackLayer::new(name, Arc::clone(&disk) as _));
         self.layers.push(OpenLayer::Objects {
             name: name.to_owned(),
             disk: Arc::clone(&disk),
@@ -301,8 +306,11 @@ impl Builder<'_> {
             cache.describe(),
             cache.costs().len()
         ));
+        let cache = Arc::new(cache);
+        self.stack
+            .push(StackLayer::new(name, Arc::clone(&cache) as _));
         Ok(Built {
-            device: Arc::new(cache),
+            device: cache,
             leaves: inner.leaves,
             placement: None,
         })
@@ -473,6 +481,8 @@ impl Builder<'_> {
                 .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
         }
         let disk = Arc::new(disk);
+        self.stack
+            .push(StackLayer::new(name, Arc::clone(&disk) as _));
         self.layers.push(OpenLayer::Log(OpenLog {
             name: name.to_owned(),
             disk: Arc::clone(&disk),
@@ -572,6 +582,8 @@ impl Builder<'_> {
             )));
         }
         let opened = Arc::new(opened);
+        self.stack
+            .push(StackLayer::new(name, Arc::clone(&opened) as _));
         self.layers.push(OpenLayer::Tier(OpenTier {
             name: name.to_owned(),
             tier: Arc::clone(&opened),

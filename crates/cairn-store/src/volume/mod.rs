@@ -34,10 +34,11 @@ pub use spec::{
     Partial, Persistence, StripedSpec, ThrottleProfile, ThrottledSpec, TierMode, TierSpec,
     TlsModeSpec, TlsSpec, VolumeSpec,
 };
-use types::{OpenLayer, OpenLog, OpenTier};
+use types::{OpenLayer, OpenLog, OpenTier, StackLayer};
 pub use types::{OpenOptions, VolumeError};
 
 use crate::device::{Claim, Device, DirClaim, SharedDevice};
+use crate::stats::{LayerCommand, LayerCommandError, LayerStats};
 use crate::tier::Tier;
 
 /// One assembled export.
@@ -70,6 +71,9 @@ pub struct Volume {
     exports: Vec<VolumeExport>,
     /// Log disks and tiers, bottom of each stack first.
     layers: Vec<OpenLayer>,
+    /// Per export (in `exports`' order), the layers with statistics, top
+    /// of the stack first.
+    stacks: Vec<Vec<StackLayer>>,
     data_dir: PathBuf,
     notes: Vec<String>,
     warnings: Vec<String>,
@@ -98,12 +102,16 @@ impl Volume {
             layers: Vec::new(),
             notes: Vec::new(),
             warnings: Vec::new(),
+            stack: Vec::new(),
             read_only: false,
         };
         let mut exports = Vec::with_capacity(spec.exports.len());
+        let mut stacks = Vec::with_capacity(spec.exports.len());
         for export in &spec.exports {
             builder.read_only = options.read_only || export.read_only;
             let built = builder.build(&export.device)?;
+            // Built bottom up: the top of the stack last.
+            stacks.push(builder.stack.drain(..).rev().collect());
             exports.push(VolumeExport {
                 name: export.name.clone(),
                 description: export
@@ -123,6 +131,7 @@ impl Volume {
         Ok(Self {
             exports,
             layers,
+            stacks,
             data_dir,
             notes,
             warnings,
@@ -133,6 +142,81 @@ impl Volume {
     /// The exports, in spec order.
     pub fn exports(&self) -> &[VolumeExport] {
         &self.exports
+    }
+
+    /// A snapshot of every layer with statistics of export `index` (in
+    /// [`Volume::exports`]' order), top of the stack first; empty for an
+    /// index past the end.
+    pub fn stats(&self, index: usize) -> Vec<LayerStats> {
+        let Some(stack) = self.stacks.get(index) else {
+            return Vec::new();
+        };
+        stack
+            .iter()
+            .map(|s| {
+                let mut out = LayerStats::new(&s.name, s.layer.kind());
+                s.layer.stats(&mut out);
+                out
+            })
+            .collect()
+    }
+
+    /// Carries out `command` on the export `export`: on its layer `layer`
+    /// when named, else on every layer of its stack that supports it (top
+    /// first). A `flush` then flushes the export too. One line per layer
+    /// of what was done.
+    pub fn control(
+        &self,
+        export: &str,
+        layer: Option<&str>,
+        command: &LayerCommand,
+    ) -> Result<Vec<String>, LayerCommandError> {
+        let Some(index) = self.exports.iter().position(|e| e.name == export) else {
+            let names: Vec<&str> = self.exports.iter().map(|e| e.name.as_str()).collect();
+            return Err(LayerCommandError::NotFound(format!(
+                "no export {export:?} (exports: {})",
+                names.join(", ")
+            )));
+        };
+        let stack = &self.stacks[index];
+        let chosen: Vec<&StackLayer> = match layer {
+            Some(name) => vec![stack.iter().find(|s| s.name == name).ok_or_else(|| {
+                let names: Vec<&str> = stack.iter().map(|s| s.name.as_str()).collect();
+                LayerCommandError::NotFound(format!(
+                    "export {export:?} has no layer {name:?} with runtime commands (its layers: {})",
+                    if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                ))
+            })?],
+            None => stack.iter().collect(),
+        };
+        let mut done = Vec::new();
+        let mut refused = Vec::new();
+        for s in chosen {
+            match s.layer.control(command) {
+                Ok(line) => done.push(format!("{}: {line}", s.name)),
+                Err(LayerCommandError::NotSupported { kind, why, .. }) if layer.is_none() => {
+                    refused.push(format!("{} ({kind}): {why}", s.name));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if *command == LayerCommand::Flush {
+            self.exports[index].device.flush().map_err(|e| {
+                LayerCommandError::Failed(format!("flushing export {export:?}: {e}"))
+            })?;
+            done.push(format!("export {export:?}: flushed"));
+        } else if done.is_empty() {
+            return Err(LayerCommandError::NotSupportedByAny {
+                command: command.name(),
+                export: export.to_owned(),
+                why: if refused.is_empty() {
+                    "its stack has no cache or log layer".to_owned()
+                } else {
+                    refused.join("; ")
+                },
+            });
+        }
+        Ok(done)
     }
 
     /// The data directory, resolved.

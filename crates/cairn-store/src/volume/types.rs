@@ -77,3 +77,20 @@ pub(super) enum OpenLayer {
         disk: Arc<crate::objdisk::ObjectDisk>,
     },
 }
+
+/// A layer of an export's stack with statistics (and runtime commands):
+/// its name in the spec, and the layer.
+#[derive(Clone)]
+pub(super) struct StackLayer {
+    pub name: String,
+    pub layer: Arc<dyn crate::stats::Layer>,
+}
+
+impl StackLayer {
+    pub(super) fn new(name: &str, layer: Arc<dyn crate::stats::Layer>) -> Self {
+        Self {
+            name: name.to_owned(),
+            layer,
+        }
+    }
+}

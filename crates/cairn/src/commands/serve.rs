@@ -9,6 +9,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use cairn_nbd::{Export, ListenAddress, Listener, Server, TlsConfig, TlsMode};
@@ -18,6 +19,7 @@ use cairn_store::volume::{
     DeviceSpec, ExportSpec, FileSpec, MemorySpec, OpenOptions, TlsModeSpec, VolumeSpec,
 };
 
+use super::control;
 use crate::logging;
 use crate::volume_spec::{self, DEFAULT_SPEC, Loaded};
 
@@ -88,6 +90,14 @@ READ, WRITE, FLUSH, TRIM, WRITE_ZEROES, CACHE, BLOCK_STATUS, with FUA; requests
 up to 64 MiB; MULTI_CONN advertised (a flush on any connection covers every
 acknowledged write).
 
+Control socket: <data_dir>/cairn.ctl (--control PATH elsewhere, --no-control
+none; none with --stdio unless --control), mode 0600 and only for the uid the
+server runs as (checked with SO_PEERCRED). `cairn stats` reads every export's
+requests, bytes, latency percentiles and connections and every layer's
+counters from it; `cairn ctl EXPORT flush | drop-clean | mode MODE | detach`
+steers the cache layers (docs/operations.md). Requests are counted and timed
+per connection without locks; --no-stats turns that off, only to measure it.
+
 Signals: SIGINT or SIGTERM stops accepting, finishes in-flight requests,
 flushes every export, destages and checkpoints every log disk, checkpoints
 every cache tier (logging its hits, misses and write-backs), and exits 0.
@@ -125,6 +135,8 @@ Examples:
   qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' \\
       'nbd+unix:///cairn?socket=cairn-data/cairn.sock'
       Write and verify a pattern through a running server.
+  cairn stats --watch 2
+      A running server's counters (the one in ./cairn-data), redrawn every 2 s.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -198,6 +210,23 @@ pub struct ServeArgs {
     /// the writes acknowledged only to that cache are given up.
     #[arg(long)]
     accept_lost_nv_cache: bool,
+
+    /// The control socket, for `cairn stats` and `cairn ctl` (a Unix
+    /// socket, owner-only; only this server's uid may use it). Default
+    /// `<data_dir>/cairn.ctl` (none with --stdio); a default socket that
+    /// cannot be made is warned about, an explicit one is an error.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_control")]
+    control: Option<PathBuf>,
+
+    /// No control socket.
+    #[arg(long)]
+    no_control: bool,
+
+    /// Do not count or time requests (the per-export counters and latency
+    /// histograms of `cairn stats` stay zero; the layers' own counters
+    /// still count). Only for measuring what counting costs.
+    #[arg(long)]
+    no_stats: bool,
 
     /// TLS: off (default), on (clients may upgrade with STARTTLS; plaintext
     /// still served) or require (plaintext clients refused). Overrides the
@@ -303,10 +332,26 @@ fn serve(
             .map(|directory| (tls.mode, directory, tls.config.verifies_peers())),
     };
     let server = Server::with_tls(exports, tls.config)?;
+    server.set_counting(!args.no_stats);
     handle_signals(server.clone(), reload)?;
-
+    let default_control = control::default_path(volume.data_dir());
+    let control_socket = control::bind(
+        args.control.as_deref(),
+        (!args.stdio && !args.no_control).then_some(default_control.as_path()),
+    )?;
+    if let Some(socket) = &control_socket {
+        tracing::info!(
+            "control socket at {} (cairn stats --socket {0})",
+            socket.path().display()
+        );
+    }
+    let served = control::Served {
+        server: &server,
+        volume,
+        started: Instant::now(),
+    };
     if args.stdio {
-        server.serve_stdio()?;
+        control::run_beside(control_socket.as_ref(), &served, || server.serve_stdio())?;
         return Ok(());
     }
     // Under socket activation the client that started us knows where we are,
@@ -330,8 +375,14 @@ fn serve(
     }
     if show {
         print(&how_to_connect(&uri, tls.mode != TlsMode::Off, volume));
+        if let Some(socket) = &control_socket {
+            print(&format!(
+                "Statistics: cairn stats --socket {}\n",
+                socket.path().display()
+            ));
+        }
     }
-    server.serve(&listener)?;
+    control::run_beside(control_socket.as_ref(), &served, || server.serve(&listener))?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! [`Command`], each returning the reply to send (`None` when there is none,
 //! its budget then released here).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cairn_store::{Device, DeviceError};
@@ -38,6 +39,8 @@ pub(super) struct Executor<'c> {
     pub(super) export: &'c str,
     pub(super) stack: &'c str,
     pub(super) peer: &'c str,
+    /// Set when the request got an error reply (for its counters).
+    pub(super) failed: Cell<bool>,
 }
 
 impl Executor<'_> {
@@ -253,6 +256,7 @@ impl Executor<'_> {
     }
 
     fn error(&self, cookie: u64, errno: Errno, message: &str, budget: u64) -> Reply {
+        self.failed.set(true);
         Reply::error(self.structured, cookie, errno, message, budget)
     }
 

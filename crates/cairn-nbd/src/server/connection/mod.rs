@@ -23,10 +23,14 @@ mod lock;
 mod negotiate;
 mod reply;
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use cairn_control::{IoCounters, Op};
 
 use cairn_store::Device;
 
@@ -92,7 +96,14 @@ pub(super) fn serve<R: Read + Send, W: Write + Send>(
         "transmission"
     );
     let info = &inner.infos[session.export];
+    // Counted per connection (no lock, no allocation per request), summed
+    // per export when asked; with counting off, not even timed.
+    let counted = inner
+        .counting
+        .load(Ordering::Relaxed)
+        .then(|| inner.counters[session.export].connect(peer));
     let connection = Connection {
+        counters: counted.as_ref().map(cairn_control::Connected::io),
         device: export.device.as_ref(),
         export: &export.name,
         // Once per connection, for the log lines of failed requests.
@@ -140,6 +151,30 @@ enum Job {
     Reject { cookie: u64, rejection: Rejection },
 }
 
+/// What is counted of a request that ran.
+struct Counted {
+    op: Op,
+    /// What it asked to move (counted if it succeeded).
+    bytes: u64,
+    started: Instant,
+    ok: bool,
+}
+
+/// A command's kind and the bytes it asks to move, for its counters.
+fn op_of(command: &Command) -> (Op, u64) {
+    match *command {
+        Command::Read { length, .. } => (Op::Read, u64::from(length)),
+        Command::Write { length, .. } => (Op::Write, u64::from(length)),
+        Command::Trim { length, .. } => (Op::Trim, u64::from(length)),
+        Command::WriteZeroes { length, .. } => (Op::WriteZeroes, u64::from(length)),
+        Command::Cache { length, .. } => (Op::Cache, u64::from(length)),
+        Command::BlockStatus { .. } => (Op::BlockStatus, 0),
+        // Never executed (the reader ends the stream); counted as a flush
+        // would be, for completeness.
+        Command::Flush | Command::Disconnect => (Op::Flush, 0),
+    }
+}
+
 /// The request stream, read by one thread at a time (the one holding the
 /// lock around it).
 struct Input<'r, R> {
@@ -153,6 +188,8 @@ struct Connection<'a, 'r, R, W> {
     /// The export's name and its device stack, for log lines.
     export: &'a str,
     stack: String,
+    /// Where requests are counted and timed; `None` with counting off.
+    counters: Option<&'a IoCounters>,
     /// Structured replies were negotiated.
     structured: bool,
     limits: Limits,
@@ -193,27 +230,56 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
                     }
                 }
             };
-            let reply = match job {
-                Job::Run {
-                    cookie,
-                    command,
-                    payload,
-                    budget,
-                } => self.executor().execute(cookie, command, payload, budget),
-                Job::Reject { cookie, rejection } => Some(Reply::error(
-                    self.structured,
-                    cookie,
-                    rejection.errno,
-                    rejection.message,
-                    0,
-                )),
-            };
+            let (reply, counted) = self.run_job(job);
             if let Some(reply) = reply {
                 replies.push(reply);
                 self.sender
                     .deliver(&mut replies, &self.broken, self.peer, |reply| {
                         self.finish(reply);
                     });
+            }
+            // The request's time runs to its reply handed to the socket
+            // (written, or queued behind another thread's send).
+            if let (Some(counters), Some(counted)) = (self.counters, counted) {
+                let ns = counted.started.elapsed().as_nanos() as u64;
+                counters.record(counted.op, counted.bytes, ns, counted.ok);
+            }
+        }
+    }
+
+    /// Executes a job (or refuses it): its reply, and what to count of it
+    /// when counting is on.
+    fn run_job(&self, job: Job) -> (Option<Reply>, Option<Counted>) {
+        match job {
+            Job::Run {
+                cookie,
+                command,
+                payload,
+                budget,
+            } => {
+                let started = self.counters.map(|_| (Instant::now(), op_of(&command)));
+                let executor = self.executor();
+                let reply = executor.execute(cookie, command, payload, budget);
+                let counted = started.map(|(started, (op, bytes))| Counted {
+                    op,
+                    bytes,
+                    started,
+                    ok: !executor.failed.get(),
+                });
+                (reply, counted)
+            }
+            Job::Reject { cookie, rejection } => {
+                if let Some(counters) = self.counters {
+                    counters.record_rejected();
+                }
+                let reply = Reply::error(
+                    self.structured,
+                    cookie,
+                    rejection.errno,
+                    rejection.message,
+                    0,
+                );
+                (Some(reply), None)
             }
         }
     }
@@ -229,6 +295,7 @@ impl<R: Read, W: Write + Send> Connection<'_, '_, R, W> {
             export: self.export,
             stack: &self.stack,
             peer: self.peer,
+            failed: Cell::new(false),
         }
     }
 

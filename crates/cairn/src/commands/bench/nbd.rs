@@ -34,7 +34,17 @@ RAM (volatile = true, on /dev/shm: what the default was before it was made
 durable), in two more columns: its figures and cairn/volatile, the cost of the
 durable default. --config FILE measures the first export of a
 volume spec (at its own size, which the peers then get too). The peers are the
-same either way: the ratio says what the stack costs against a plain RAM disk.";
+same either way: the ratio says what the stack costs against a plain RAM disk.
+
+--stats-overhead measures what counting costs instead of the peers: two
+Cairn servers over the same volume (memory, or --default-stack, or --config),
+one counting and timing every request as `cairn serve` does, one not (as
+`cairn serve --no-stats`), every row on each in turn, the first of the two
+alternating by round; on/off is the ratio of the two medians (1.000 = free;
+0.980 = 2 % slower), paired the median over rounds of each round's ratio of
+its two back-to-back runs (steadier under load from elsewhere), and a last
+line their geometric means. Use --rounds 3 or more: two
+runs of one server differ by more than 2 % on a busy machine.";
 
 /// `cairn bench nbd` flags.
 #[derive(clap::Args, Debug)]
@@ -62,6 +72,13 @@ pub struct NbdBenchArgs {
     /// every server gets its size.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+
+    /// Measure what the per-request counters and latency histograms cost
+    /// instead of the peers: two Cairn servers over the same volume, one
+    /// counting (as `cairn serve` does) and one not (`--no-stats`), every
+    /// row on each in turn (which goes first alternates by round).
+    #[arg(long)]
+    stats_overhead: bool,
 }
 
 struct Row {
@@ -162,6 +179,17 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
     let size = volume
         .as_ref()
         .map_or(size, |v| v.exports()[0].device.len());
+    if args.stats_overhead {
+        let device: Arc<dyn cairn_store::Device> = match &volume {
+            Some(volume) => volume.exports()[0].device.clone(),
+            None => Arc::new(MemoryDevice::new(size)),
+        };
+        stats_overhead(args, &device, size, dir.path())?;
+        if let Some(volume) = &volume {
+            volume.close().context("closing the volume")?;
+        }
+        return Ok(());
+    }
     for (name, volume) in [("cairn", &volume), ("cairn-volatile", &volatile)] {
         if let Some(volume) = volume {
             eprintln!("{name}: {}", volume.exports()[0].description);
@@ -309,6 +337,15 @@ pub(crate) fn serve_in_process(
     device: Arc<dyn cairn_store::Device>,
     socket: &Path,
 ) -> Result<Running> {
+    serve_counting(device, socket, true)
+}
+
+/// [`serve_in_process`], counting and timing requests or not.
+fn serve_counting(
+    device: Arc<dyn cairn_store::Device>,
+    socket: &Path,
+    counting: bool,
+) -> Result<Running> {
     let export = Export {
         name: "cairn".into(),
         description: String::new(),
@@ -316,6 +353,7 @@ pub(crate) fn serve_in_process(
         read_only: false,
     };
     let server = Server::new(vec![export])?;
+    server.set_counting(counting);
     let listener = Listener::bind(&ListenAddress::Unix(socket.to_path_buf()))?;
     let shutdown = server.shutdown_handle();
     let thread = std::thread::spawn(move || {
@@ -462,6 +500,104 @@ pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     } else {
         values[middle]
     })
+}
+
+/// `--stats-overhead`: every row on a server that counts and one that does
+/// not, over the same device, alternating which goes first by round; a
+/// table of the medians and their ratio.
+fn stats_overhead(
+    args: &NbdBenchArgs,
+    device: &Arc<dyn cairn_store::Device>,
+    size: u64,
+    dir: &Path,
+) -> Result<()> {
+    const NAMES: [&str; 2] = ["stats on", "stats off"];
+    let mut uris = Vec::new();
+    let mut running = Vec::new();
+    for (counting, name) in [(true, "on"), (false, "off")] {
+        let socket = dir.join(format!("cairn-stats-{name}.sock"));
+        running.push(serve_counting(Arc::clone(device), &socket, counting)?);
+        wait_for(&socket)?;
+        uris.push(format!("nbd+unix:///?socket={}", socket.display()));
+    }
+    eprintln!("pre-filling {size} bytes");
+    fio(&uris[0], "write", "1M", 8, size, None)?;
+    // samples[server][row], one value per round
+    let mut samples = vec![vec![Vec::new(); ROWS.len()]; 2];
+    for round in 1..=args.rounds {
+        for (row_index, row) in ROWS.iter().enumerate() {
+            let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
+            for server in order {
+                let (bytes_per_second, iops) = fio(
+                    &uris[server],
+                    row.rw,
+                    row.block,
+                    row.depth,
+                    size,
+                    Some(args.seconds),
+                )?;
+                let value = if row.sequential {
+                    bytes_per_second / f64::from(1 << 20)
+                } else {
+                    iops / 1000.0
+                };
+                eprintln!("round {round}: {}: {} {value:.1}", NAMES[server], row.name);
+                samples[server][row_index].push(value);
+            }
+        }
+    }
+    drop(running);
+    print_overhead(&samples)
+}
+
+/// The `--stats-overhead` table: per row the medians of each server, the
+/// ratio of the medians, and the median of each round's paired ratio.
+fn print_overhead(samples: &[Vec<Vec<f64>>]) -> Result<()> {
+    outln!(
+        "{:<20} {:>7} {:>10} {:>10} {:>8} {:>8}",
+        "row",
+        "unit",
+        "stats on",
+        "stats off",
+        "on/off",
+        "paired"
+    )?;
+    let mut ratios = Vec::new();
+    let mut paired_ratios = Vec::new();
+    for (index, row) in ROWS.iter().enumerate() {
+        let unit = if row.sequential { "MiB/s" } else { "kIOPS" };
+        let on = median(samples[0][index].clone()).unwrap_or(0.0);
+        let off = median(samples[1][index].clone()).unwrap_or(0.0);
+        let ratio = if off > 0.0 { on / off } else { f64::NAN };
+        // Each round's two runs are back to back: their ratio sees the
+        // same load from elsewhere, which the medians of each do not.
+        let paired = median(
+            samples[0][index]
+                .iter()
+                .zip(&samples[1][index])
+                .filter(|&(_, &off)| off > 0.0)
+                .map(|(on, off)| on / off)
+                .collect(),
+        )
+        .unwrap_or(f64::NAN);
+        ratios.push(ratio);
+        paired_ratios.push(paired);
+        outln!(
+            "{:<20} {unit:>7} {on:>10.1} {off:>10.1} {ratio:>8.3} {paired:>8.3}",
+            row.name
+        )?;
+    }
+    let geometric = |r: &[f64]| (r.iter().map(|r| r.ln()).sum::<f64>() / r.len() as f64).exp();
+    outln!(
+        "{:<20} {:>7} {:>10} {:>10} {:>8.3} {:>8.3}",
+        "geometric mean",
+        "",
+        "",
+        "",
+        geometric(&ratios),
+        geometric(&paired_ratios)
+    )?;
+    Ok(())
 }
 
 fn print_table(results: &[Vec<Option<f64>>]) -> std::io::Result<()> {
