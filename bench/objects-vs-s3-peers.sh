@@ -15,12 +15,19 @@
 #             it covers is in the store (as s3b-sync and nbdkit-S3).
 # fio runs on s3backer's file (libaio, O_DIRECT, the mount --directIO) and on
 # the NBD exports of nbdkit and Cairn (fio's nbd engine, one connection).
-# Every row runs every side in turn and prints the ratios of Cairn to each
-# peer: c/… for cairn, r/… for cairn-remote.
+# Each side runs all rows, then its objects are deleted before the next side
+# starts (the memstore OSD is RAM); the table prints the ratios of Cairn to
+# each peer: c/… for cairn, r/… for cairn-remote.
 #
 # Usage: bench/objects-vs-s3-peers.sh CEPH_DIR [SECONDS]
 #   CEPH_DIR: a cluster from bench/ceph-cluster.sh:
 #     CAIRN_CEPH_MEMSTORE_MIB=3072 bench/ceph-cluster.sh start /tmp/ceph-s3
+#   With 3 GiB, radosgw must free deleted objects' data within seconds, not
+#   the 30 s the script sets (Cairn's sequential write row PUTs 2-3 GB of
+#   segments in 8 s and deletes most of them; the full OSD then refuses
+#   every write): in CEPH_DIR/ceph.conf set `rgw gc obj min wait = 2` and
+#   `rgw gc processor period = 2`, kill radosgw, `bench/ceph-cluster.sh
+#   restart-rgw CEPH_DIR`.
 #   SECONDS: per row (default 8).
 # Needs fio (nbd engine), s3backer (and /dev/fuse, fusermount), nbdkit with
 # its S3 plugin (python3-boto3), and a release build (cargo build --release).
@@ -72,7 +79,7 @@ cleanup() {
     for _ in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     kill -9 "$p" 2>/dev/null || true
   done
-  delete_objects || true
+  delete_objects 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -165,13 +172,14 @@ start_cairn() { # NAME
 }
 
 # One fio run: prints "IOPS MiB/s" of the side that moved ("0 0" if fio
-# failed; its error is in $work/fio.err).
+# failed, or hung for a minute past its runtime: a full OSD blocks writes;
+# its error is in $work/fio.err).
 run() { # ENGINE-ARGS... -- JOB-ARGS...
   local engine=() job=()
   while [ "$1" != -- ]; do engine+=("$1"); shift; done
   shift
   job=("$@")
-  fio --name=bench "${engine[@]}" "${job[@]}" --iodepth=8 \
+  timeout -k 5 $((seconds + 60)) fio --name=bench "${engine[@]}" "${job[@]}" --iodepth=8 \
     --size=$size --time_based --runtime="$seconds" --output-format=json 2>>"$work/fio.err" |
     sed -n '/^{/,$p' | python3 -c '
 import json, sys
@@ -183,54 +191,72 @@ side = j["write"] if j["write"]["io_bytes"] > j["read"]["io_bytes"] else j["read
 print("%.0f %.1f" % (side["iops"], side["bw_bytes"] / 2**20))'
 }
 
-mount_s3backer wb
-mount_s3backer sync
-start_nbdkit
-start_cairn cairn
-start_cairn cairn-remote
 s3b_wb=(--ioengine=libaio --direct=1 "--filename=$work/mnt-wb/file")
 s3b_sync=(--ioengine=libaio --direct=1 "--filename=$work/mnt-sync/file")
 nbdkit_s3=(--ioengine=nbd "--uri=nbd+unix:///?socket=$work/nbdkit.sock")
 ours=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/cairn.sock")
 ours_remote=(--ioengine=nbd "--uri=nbd+unix:///vm1?socket=$work/cairn-remote.sock")
 
+rows=("seq write 1M|MiB/s|--rw=write --bs=1M"
+      "rand write 4k fsync32|IOPS|--rw=randwrite --bs=4k --fsync=32"
+      "seq read 1M|MiB/s|--rw=read --bs=1M"
+      "rand read 4k warm|IOPS|--rw=randread --bs=4k"
+      "rand read 4k cold|IOPS|--rw=randread --bs=4k")
+declare -A result
+# One side at a time (start, the warm rows, restart cold, the cold row, stop,
+# delete its objects): the memstore OSD is RAM, and a Cairn sequential write
+# row alone PUTs 2-3 GB of segments in 8 s; with every side's volume live at
+# once a 3 GiB OSD filled and stopped taking writes.
+side() { # NAME START STOP COLD ENGINE-ARGS...
+  local name=$1 start=$2 stop_=$3 cold=$4 i spec label unit field
+  shift 4
+  $start
+  for i in 0 1 2 3 4; do
+    IFS='|' read -r label unit spec <<<"${rows[$i]}"
+    if [ "$i" = 4 ]; then $stop_; $cold; $start; fi
+    field=1
+    [ "$unit" = MiB/s ] && field=2
+    # shellcheck disable=SC2086
+    result[$name,$i]=$(run "$@" -- $spec | cut -d' ' -f$field)
+  done
+  $stop_
+  delete_objects
+  sleep 5 # radosgw's garbage collection (bench/ceph-cluster.sh: after 30 s; see below)
+}
+# Cold: s3backer unmounted (its dirty blocks written first) and mounted
+# again, nbdkit restarted (it caches nothing), Cairn stopped, its local
+# segment cache file removed, started again: every read starts from the store.
+none() { :; }
+s3b_wb_start() { mount_s3backer wb; }
+s3b_wb_stop() { umount_s3backer wb; }
+s3b_sync_start() { mount_s3backer sync; }
+s3b_sync_stop() { umount_s3backer sync; }
+nbdkit_stop() { stop "$nbdkit_pid"; }
+cairn_start() { start_cairn cairn; }
+cairn_stop() { stop "${cairn_pid[cairn]}"; }
+cairn_cold() { rm -f "$work/data-cairn/objects.segcache"; }
+remote_start() { start_cairn cairn-remote; }
+remote_stop() { stop "${cairn_pid[cairn-remote]}"; }
+remote_cold() { rm -f "$work/data-cairn-remote/objects.segcache"; }
+side s3b-wb s3b_wb_start s3b_wb_stop none "${s3b_wb[@]}"
+side s3b-sync s3b_sync_start s3b_sync_stop none "${s3b_sync[@]}"
+side nbdkit start_nbdkit nbdkit_stop none "${nbdkit_s3[@]}"
+side cairn cairn_start cairn_stop cairn_cold "${ours[@]}"
+side cairn-remote remote_start remote_stop remote_cold "${ours_remote[@]}"
+
 fmt='%-22s %6s %8s %8s %9s %8s %12s %9s %10s %9s %10s %10s\n'
 # shellcheck disable=SC2059
 printf "$fmt" row unit s3b-wb s3b-sync nbdkit-S3 cairn cairn-remote \
   c/s3b-wb c/s3b-sync c/nbdkit r/s3b-sync r/nbdkit
 ratio() { python3 -c "print('%.2fx' % ($1 / max($2, 1e-9)))"; }
-row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...
-  local name=$1 unit=$2 field=1
-  shift 2
-  [ "$unit" = MiB/s ] && field=2
-  local a b n c r
-  a=$(run "${s3b_wb[@]}" -- "$@" | cut -d' ' -f$field)
-  b=$(run "${s3b_sync[@]}" -- "$@" | cut -d' ' -f$field)
-  n=$(run "${nbdkit_s3[@]}" -- "$@" | cut -d' ' -f$field)
-  c=$(run "${ours[@]}" -- "$@" | cut -d' ' -f$field)
-  r=$(run "${ours_remote[@]}" -- "$@" | cut -d' ' -f$field)
+for i in 0 1 2 3 4; do
+  IFS='|' read -r label unit _ <<<"${rows[$i]}"
+  a=${result[s3b-wb,$i]} b=${result[s3b-sync,$i]} n=${result[nbdkit,$i]}
+  c=${result[cairn,$i]} r=${result[cairn-remote,$i]}
   # shellcheck disable=SC2059
-  printf "$fmt" "$name" "$unit" "$a" "$b" "$n" "$c" "$r" \
+  printf "$fmt" "$label" "$unit" "$a" "$b" "$n" "$c" "$r" \
     "$(ratio "$c" "$a")" "$(ratio "$c" "$b")" "$(ratio "$c" "$n")" "$(ratio "$r" "$b")" "$(ratio "$r" "$n")"
-}
-row "seq write 1M" MiB/s --rw=write --bs=1M
-row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
-row "seq read 1M" MiB/s --rw=read --bs=1M
-row "rand read 4k warm" IOPS --rw=randread --bs=4k
-# Cold: s3backer unmounted (its dirty blocks written) and mounted again,
-# nbdkit restarted (it caches nothing), Cairn stopped, its local segment
-# cache file removed, started again: every read starts from the store.
-umount_s3backer wb; umount_s3backer sync; stop "$nbdkit_pid"
-stop "${cairn_pid[cairn]}"; stop "${cairn_pid[cairn-remote]}"
-rm -f "$work/data-cairn/objects.segcache" "$work/data-cairn-remote/objects.segcache"
-mount_s3backer wb
-mount_s3backer sync
-start_nbdkit
-start_cairn cairn
-start_cairn cairn-remote
-row "rand read 4k cold" IOPS --rw=randread --bs=4k
-umount_s3backer wb; umount_s3backer sync; stop "$nbdkit_pid"
-stop "${cairn_pid[cairn]}"; stop "${cairn_pid[cairn-remote]}"
+done
 # Each Cairn's stop report: what the writes cost the store.
 for s in cairn cairn-remote; do
   grep -h "write amplification" "$work/$s.log" | sed "s/^.*device/$s: device/" || true
