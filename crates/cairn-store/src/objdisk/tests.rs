@@ -1136,100 +1136,9 @@ fn a_stop_during_an_outage_keeps_unflushed_writes_in_the_local_log() {
     assert_eq!(image(&disk)[5], 5 << 16);
 }
 
-/// The cleaner moves the live blocks of mostly-dead segments, so they die
-/// whole and the next checkpoint deletes them: the store ends up holding
-/// about the live data, and the volume reads the same after a reopen.
-#[test]
-fn the_cleaner_empties_mostly_dead_segments() {
-    let store: Arc<MemStore> = Arc::new(MemStore::new());
-    let disk = ObjectDisk::open(store.clone(), &options("a", false)).expect("create");
-    let mut model = vec![0u64; BLOCKS as usize];
-    // Every block, in order: eight full segments.
-    for b in 0..BLOCKS {
-        disk.write_at(&block((b + 1) << 16), b * BS as u64)
-            .expect("write");
-        model[b as usize] = (b + 1) << 16;
-    }
-    disk.flush().expect("flush");
-    // Half of each segment written again: each old one is 50 % live.
-    for b in (0..BLOCKS).filter(|b| b % 8 < 4) {
-        disk.write_at(&block((b + 100) << 16), b * BS as u64)
-            .expect("write");
-        model[b as usize] = (b + 100) << 16;
-    }
-    disk.flush().expect("flush");
-    let segments = |s: &MemStore| s.list("vol/seg/").expect("list").len();
-    let moved = disk.clean_pass(0.6, 100).expect("clean");
-    assert_eq!(
-        moved,
-        BLOCKS as usize / 2,
-        "the live half of each old segment"
-    );
-    assert_eq!(disk.cleaned_blocks(), moved as u64);
-    assert_eq!(image(&disk), model, "cleaning changes no content");
-    // Nothing left under 60 % live.
-    disk.flush().expect("flush");
-    assert_eq!(disk.clean_pass(0.6, 100).expect("clean"), 0);
-    disk.verify().expect("invariants");
-    disk.close().expect("close");
-    drop(disk);
-    assert_eq!(
-        segments(store.as_ref()),
-        (BLOCKS / 8) as usize,
-        "the store holds only full segments of live blocks"
-    );
-    assert_no_leak(store.as_ref());
-    let disk = ObjectDisk::open(store.clone(), &options("b", false)).expect("reopen");
-    assert_eq!(image(&disk), model);
-}
-
-/// The cleaner looks up a segment's live blocks, checks their CRCs and
-/// moves them with the state's lock released in between: a block a client
-/// writes meanwhile must not be moved (its old copy would replace the new
-/// one).
-#[test]
-fn the_cleaner_never_moves_a_block_written_during_its_pass() {
-    let store: Arc<MemStore> = Arc::new(MemStore::new());
-    let disk = ObjectDisk::open(store.clone(), &options("a", false)).expect("create");
-    let mut model: Vec<u64> = (1..=BLOCKS).collect();
-    for b in 0..BLOCKS {
-        disk.write_at(&block(b + 1), b * BS as u64).expect("write");
-    }
-    disk.flush().expect("flush");
-    // Blocks 0-3 of the first segment written again: 4 and 5 are live
-    // there, and written while the cleaner moves them (6 and 7 are not).
-    for b in 0..4 {
-        disk.write_at(&block(b + 100), b * BS as u64)
-            .expect("write");
-        model[b as usize] = b + 100;
-    }
-    disk.flush().expect("flush");
-    let (sequence, generation) = {
-        let st = disk.shared.state();
-        let seq = st.map[&4].sequence;
-        (seq, st.segments[&seq].generation)
-    };
-    let moved = disk
-        .clean_one_with(sequence, generation, || {
-            for b in [4, 5] {
-                disk.write_at(&block(b + 200), b * BS as u64)
-                    .expect("write");
-                model[b as usize] = b + 200;
-            }
-        })
-        .expect("clean");
-    assert_eq!(moved, 2, "blocks 6 and 7 only");
-    assert_eq!(
-        image(&disk),
-        model,
-        "a block reads something else than its last write"
-    );
-    disk.flush().expect("flush");
-    disk.verify().expect("invariants");
-    disk.close().expect("close");
-    let disk = ObjectDisk::open(store, &options("b", false)).expect("reopen");
-    assert_eq!(image(&disk), model);
-}
+/// The cleaner: what it moves, and what it must not.
+#[path = "tests_clean.rs"]
+mod clean;
 
 /// Crash points with completions out of order.
 #[path = "tests_reorder.rs"]
@@ -1239,66 +1148,9 @@ mod reorder;
 #[path = "tests_scale.rs"]
 mod scale;
 
-/// A writer that never leaves the disk idle (a segment always open) still
-/// gets checkpoints, as of what is durable: dead segments are deleted
-/// while it writes, not at its close, and a crash recovers every flushed
-/// write (bucket + log) or the durable image (the bucket alone).
-#[test]
-fn checkpoints_go_on_while_a_segment_is_open() {
-    let store: Arc<MemStore> = Arc::new(MemStore::new());
-    let log: Arc<dyn Device> = Arc::new(crate::device::MemoryDevice::new(1024 * BS as u64));
-    let disk = open_local(store.clone(), log.clone(), "a", false).expect("create");
-    let mut model = vec![0u64; BLOCKS as usize];
-    let mut durable_model = model.clone();
-    let segments = |s: &MemStore| s.list("vol/seg/").expect("list").len();
-    for round in 1..=12u64 {
-        // Every block (eight segments; the last one sealed by the next
-        // write), then three more into a segment left open.
-        for b in 0..BLOCKS {
-            let tag = (round << 16) | (b + 1);
-            disk.write_at(&block(tag), b * BS as u64).expect("write");
-            model[b as usize] = tag;
-        }
-        durable_model.clone_from(&model);
-        for b in 0..3 {
-            let tag = (round << 16) | 0x8000 | b;
-            disk.write_at(&block(tag), b * BS as u64).expect("write");
-            model[b as usize] = tag;
-        }
-        disk.flush().expect("flush");
-        wait_until("the sealed segments uploaded", || everything_durable(&disk));
-        // One is due every 3 segments: the background thread writes it
-        // (a local FLUSH never does), with the three blocks open.
-        wait_until(
-            &format!("round {round}: no checkpoint as of durable"),
-            || {
-                let st = disk.shared.state();
-                st.checkpointed + 3 > st.durable
-            },
-        );
-        assert!(!disk.shared.state().open.is_empty(), "a segment stays open");
-        disk.verify().expect("invariants");
-    }
-    // Twelve rounds wrote 96 segments; the store keeps the last round's
-    // eight and the few that died after the last checkpoint (one every
-    // three segments: how many depends on when the uploads landed).
-    assert!(
-        segments(store.as_ref()) <= (BLOCKS / 8) as usize + 4,
-        "dead segments deleted while writing: {} in the store",
-        segments(store.as_ref())
-    );
-    assert_eq!(image(&disk), model);
-    // A crash: from the bucket alone, the durable image; with the log,
-    // every flushed write.
-    let bucket = copy(&store, &Arc::new(MemStore::new()));
-    drop(disk);
-    let alone = ObjectDisk::open(bucket, &options("b", true)).expect("bucket alone");
-    assert_eq!(image(&alone), durable_model);
-    let disk = open_local(store.clone(), log, "c", true).expect("bucket and log");
-    assert_eq!(image(&disk), model);
-    disk.close().expect("close");
-    assert_no_leak(store.as_ref());
-}
+/// Checkpoints while a segment is always open.
+#[path = "tests_checkpoint.rs"]
+mod checkpoint;
 
 /// Read-only opens (`readonly.rs`) and the reader pins that keep a writer
 /// from deleting what they read (`pins.rs`).
