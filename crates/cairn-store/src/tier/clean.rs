@@ -424,17 +424,23 @@ impl Inner {
         }
         for (b, slot) in dirty {
             let _stripe = self.lock_stripes(std::iter::once(b));
-            let word = self.table.word(slot);
-            let current = self
-                .shard(b)
-                .map
-                .get(&b)
-                .is_some_and(|&v| v & !EVICTING == slot);
-            if !current || word & (WORD_VALID | WORD_DIRTY) != WORD_VALID | WORD_DIRTY {
-                continue;
-            }
-            let ok = self.cache_read(&mut data, slot).is_ok()
-                && crc32c(&data) == self.table.crc(slot)
+            // The CRC noted and the slot pinned under the shard lock, as the
+            // cleaner does: a reclaim may still move the block meanwhile
+            // (and clear the slot's CRC), not reuse the slot.
+            let crc = {
+                let sh = self.shard(b);
+                let word = self.table.word(slot);
+                let current = sh.map.get(&b).is_some_and(|&v| v & !EVICTING == slot);
+                if !current || word & (WORD_VALID | WORD_DIRTY) != WORD_VALID | WORD_DIRTY {
+                    continue;
+                }
+                self.buckets.pin(slot);
+                self.table.crc(slot)
+            };
+            let read = self.cache_read(&mut data, slot);
+            self.buckets.unpin(slot);
+            let ok = read.is_ok()
+                && crc32c(&data) == crc
                 && self.backing.write_at(&data, b * self.block).is_ok();
             if ok {
                 Counters::add(&self.counters.cleaned, 1);

@@ -7,7 +7,7 @@
 use super::format::{WORD_DIRTY, WORD_VALID};
 use super::metrics::Counters;
 use super::shard::{EVICTING, slot_of};
-use super::slots::{WORD_WRITTEN, word_block};
+use super::slots::{BLOCK_BITS, WORD_WRITTEN, word_block};
 use super::{Fault, Inner};
 use crate::codec::crc32c;
 use crate::device::IoBuf;
@@ -75,6 +75,12 @@ impl Inner {
     }
 
     fn reclaim(&self, victim: u32) -> Result<(), Fault> {
+        self.reclaim_with(victim, || {})
+    }
+
+    /// [`Inner::reclaim`], running `between` after the look at the table
+    /// and before the data is read (a test's window for a client's write).
+    pub(super) fn reclaim_with(&self, victim: u32, between: impl FnOnce()) -> Result<(), Fault> {
         let n = self.buckets.bucket_blocks();
         let block = self.block as usize;
         let first = victim * n;
@@ -83,8 +89,9 @@ impl Inner {
         // (the bucket is not reopened while it is being reclaimed); a slot
         // installed after this look is left for another reclaim.
         let words: Vec<(u64, u32)> = (first..first + n)
-            .map(|slot| (self.table.word(slot), self.table.crc(slot)))
+            .map(|slot| self.table.snapshot(slot).unwrap_or((0, 0)))
             .collect();
+        between();
         let mut data = IoBuf::zeroed(n as usize * block);
         self.cache_read(&mut data, first)?;
         // The live blocks are gathered at the front of `data` (each moves
@@ -97,7 +104,7 @@ impl Inner {
             }
             let from = k as usize * block;
             if crc32c(&data[from..from + block]) != crc {
-                self.corrupt_in_reclaim(word_block(word), slot, word)?;
+                self.corrupt_in_reclaim(word_block(word), slot, word, crc)?;
                 continue;
             }
             data.copy_within(from..from + block, live.len() * block);
@@ -175,10 +182,22 @@ impl Inner {
 
     /// A block of the bucket being reclaimed fails its CRC: a clean one is
     /// dropped; a dirty one means the cache device lost acknowledged data.
-    fn corrupt_in_reclaim(&self, b: u64, slot: u32, word: u64) -> Result<(), Fault> {
+    /// Unless it is no longer there: a client's write (or a drop) since the
+    /// look at the table left the slot dead, and what a dead slot holds
+    /// is nobody's data (it is not moved, and nothing is counted).
+    fn corrupt_in_reclaim(&self, b: u64, slot: u32, word: u64, crc: u32) -> Result<(), Fault> {
         let sh = self.shard(b);
-        let evicting = sh.map.get(&b).is_some_and(|&v| v & EVICTING != 0);
+        let mapped = sh.map.get(&b).copied();
+        let still = mapped.is_some_and(|v| v & !EVICTING == slot)
+            && self
+                .table
+                .snapshot(slot)
+                .is_some_and(|(w, c)| (w ^ word) & (WORD_VALID | BLOCK_BITS) == 0 && c == crc);
         drop(sh);
+        if !still {
+            return Ok(());
+        }
+        let evicting = mapped.is_some_and(|v| v & EVICTING != 0);
         if word & WORD_DIRTY != 0 || evicting {
             return Err(Fault::Cache(crate::device::DeviceError::Corrupt {
                 op: crate::DeviceOp::Read,

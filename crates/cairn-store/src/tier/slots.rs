@@ -78,6 +78,29 @@ impl SlotTable {
         self.meta[slot as usize].load(Ordering::Acquire) as u32
     }
 
+    /// The slot's word and the CRC that goes with it, read without a lock:
+    /// `None` when the slot is empty or was emptied while being read.
+    ///
+    /// Two loads are not one: [`SlotTable::clear`] stores the word, then
+    /// the CRC, so a reader could see the old (valid) word and the cleared
+    /// CRC, and take a live block's data for corrupt (seen: a reclaim
+    /// failed the tier over about once in 100 runs of `tier_concurrent`
+    /// under load). So the word is read again after the CRC: a clear in
+    /// between empties it, and [`SlotTable::set`] stores the CRC before the
+    /// word, so a valid word read first has its CRC already. A slot is
+    /// set again only after its bucket was freed and reopened, which the
+    /// callers rule out (the bucket is reclaiming or pinned), so a word
+    /// that reads the same twice cannot hide a clear and a set.
+    pub(super) fn snapshot(&self, slot: u32) -> Option<(u64, u32)> {
+        let word = self.word(slot);
+        if word & WORD_VALID == 0 {
+            return None;
+        }
+        let crc = self.crc(slot);
+        let again = self.word(slot);
+        ((again ^ word) & (WORD_VALID | BLOCK_BITS) == 0).then_some((again, crc))
+    }
+
     /// When the slot was last used.
     pub(super) fn stamp(&self, slot: u32) -> u32 {
         (self.meta[slot as usize].load(Ordering::Relaxed) >> 32) as u32
