@@ -1156,3 +1156,7 @@ mod checkpoint;
 /// from deleting what they read (`pins.rs`).
 #[path = "tests_readonly.rs"]
 mod readonly;
+
+/// Fencing under load: a takeover while the holder writes and flushes.
+#[path = "tests_fencing.rs"]
+mod fencing;
