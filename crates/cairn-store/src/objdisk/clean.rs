@@ -1,23 +1,42 @@
-//! The cleaner: rewrites the live blocks of mostly-dead segments into the
-//! open segment, so the segments die whole and the next checkpoint deletes
-//! them; a few per pass, only while the upload queue has room (clients'
-//! writes come first). Which segments ([`Cleaner`], [`victims`]):
+//! The cleaner: moves the live blocks of mostly-dead segments into
+//! segments of their own, so the old ones die whole and the next
+//! checkpoint deletes them; a few per pass, only while the upload queue
+//! has room (clients' writes come first). Which segments ([`Cleaner`],
+//! [`victims`]), by their live share `u` — a client's segment counted
+//! against a whole segment's room (one a FLUSH sealed early, with
+//! `flush = "remote"`, wastes an object and a cache slot as dead blocks
+//! do), one the cleaner built against its own blocks:
 //!
-//! - **greedy** (the default, LSVD's): those at most `clean_below` of their
-//!   blocks live (LSVD cleans at 60 %), the emptiest first;
+//! - **greedy** (the default, LSVD's): those at most `clean_below` live
+//!   (LSVD cleans at 60 %), the emptiest first;
 //! - **cost-benefit** (Rosenblum and Ousterhout's LFS): those whose
-//!   `(1 − u)·age / (1 + u)` (`u` the live share, `age` the segments
-//!   written since) is at least that of a segment `clean_below` live and
-//!   one volume-write old (as many segments as the live data fills), the
-//!   highest first: a young segment waits until it is emptier (its blocks
-//!   are still dying), an old one is compacted fuller (they are not).
+//!   `(1 − u)·age / (1 + u)` (`age` the segments written since) is at
+//!   least that of a segment `clean_below` live and one volume-write old
+//!   (as many segments as the live data fills), the highest first: a young
+//!   segment waits until it is emptier (its blocks are still dying), an old
+//!   one is compacted fuller (they are not).
+//!
+//! **Staging.** A victim is read whole (local segment cache, else one GET),
+//! its live blocks looked up under the state's lock, CRC-checked without
+//! it, looked up again, and copied into the *staging* segment buffer (no
+//! state lock held). When the staging holds a segment's worth it goes to
+//! the state ([`super::state::Staged`]) and its segment is built at the
+//! next seal — at once if no client's write is open — by making the buffer
+//! the open segment's data (no copy under the lock): each block the map
+//! still points where it was read from is mapped there, the others are void
+//! entries. So moved (cold) blocks never share a segment with clients'
+//! (hot) ones (LFS's and F2FS's separation), and no client's FLUSH cuts the
+//! cleaner's segment short: cleaning a partial segment does not make
+//! another (no churn). Fewer than a segment's worth wait in the staging
+//! for more (the tests' passes build what is staged at their end, however
+//! little).
 //!
 //! Safe at any crash point without the local write log: a moved block's
 //! old segment stays in the store until a checkpoint as of the block's new
 //! segment or later (until then the block's shadow points into the old
 //! one; `state.rs`), so recovery finds the block in one or the other, with
-//! the same bytes. A block a client writes while its old copy is read is not moved
-//! (the map no longer points at the copy).
+//! the same bytes. Staged blocks are only in DRAM: a crash or a close drops
+//! them, and the old copies are still the volume's.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, PoisonError};
@@ -27,16 +46,13 @@ use std::time::Duration;
 use cairn_objects::ObjectError;
 
 use super::format::{SegmentHeader, VOID};
+use super::segbuf::SegBuf;
 use super::state::Loc;
 use super::victims::{Cleaner, Victim, victims};
 use super::{ObjectDisk, Shared};
 
 /// Segments cleaned in one pass at most.
 const PER_PASS: usize = 4;
-
-/// Blocks the cleaner moves under one hold of the state's lock (64 copies
-/// of 4 KiB: a few microseconds a writer may wait).
-const MOVE_SHARE: usize = 64;
 
 impl ObjectDisk {
     /// Starts the background thread (once a second: cleaner passes unless
@@ -48,8 +64,9 @@ impl ObjectDisk {
     }
 
     /// Runs the cleaner in the calling thread, as its thread would, until
-    /// a pass moves nothing, then writes a checkpoint if one is due;
-    /// returns the blocks moved. Before each pass it waits until every
+    /// a pass stages nothing, then writes a checkpoint if one is due;
+    /// returns the blocks staged (moved once their segment is built, at
+    /// the next seal: [`Self::cleaned_blocks`]). Before each pass it waits until every
     /// sealed segment is in the store, so what it picks does not depend on
     /// the uploaders' timing. For benchmarks and tests: open the disk with
     /// [`Cleaner::Off`] (else the thread cleans too, at its own times).
@@ -77,56 +94,131 @@ impl ObjectDisk {
         }
     }
 
-    /// One greedy pass (tests).
+    /// Hands the staged blocks to the state and builds their segment now,
+    /// however few (sealing the open segment first if it holds anything);
+    /// whether there were any.
+    #[cfg(test)]
+    pub(crate) fn build_now(&self) -> bool {
+        let staged = std::mem::take(
+            &mut *self
+                .shared
+                .staging
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut st = self.shared.state();
+        if !staged.blocks.is_empty() {
+            st.staged.push_back(staged);
+        }
+        if st.staged.is_empty() {
+            return false;
+        }
+        st.staged_limit = u64::MAX;
+        let seals = st.seal(self.key_fn());
+        st.staged_limit = self.shared.upload_queue;
+        drop(st);
+        self.send(seals);
+        true
+    }
+
+    /// One greedy pass, its staged blocks built into a segment at once
+    /// (tests).
     #[cfg(test)]
     pub(crate) fn clean_pass(&self, below: f64, max: usize) -> Result<usize, ObjectError> {
-        self.clean_pass_with(Cleaner::Greedy, below, max)
+        let moved = self.clean_pass_with(Cleaner::Greedy, below, max)?;
+        self.build_now();
+        Ok(moved)
     }
 
     /// One pass: picks up to `max` segments by `policy` ([`victims`]) and
-    /// moves their live blocks; returns the blocks moved.
+    /// stages their live blocks, until a segment's worth is staged (its
+    /// segment is then built at once if no client's write is open, else
+    /// at the next seal); returns the blocks staged.
     pub(crate) fn clean_pass_with(
         &self,
         policy: Cleaner,
         below: f64,
         max: usize,
     ) -> Result<usize, ObjectError> {
+        let staging: Vec<u64> = self
+            .shared
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .from
+            .iter()
+            .copied()
+            .collect();
         let chosen: Vec<Victim> = {
-            let st = self.shared.state();
-            if st.failed.is_some() || !self.room(&st) {
+            let mut st = self.shared.state();
+            if st.failed.is_some() {
                 return Ok(0);
             }
+            // Staged segments wait for the next seal: built now if nothing
+            // is open; no more staged while enough wait.
+            let seals = st.seal_if_idle(self.key_fn());
+            let full = st.staged_bytes() >= self.staged_limit(&st);
+            if full || !self.room(&st) {
+                drop(st);
+                self.send(seals);
+                return Ok(0);
+            }
+            drop(st);
+            self.send(seals);
+            let st = self.shared.state();
+            // A client's segment counts its live blocks against a whole
+            // segment's room (one a FLUSH sealed early is as wasteful as
+            // one whose blocks died); the cleaner's own against its
+            // blocks (else one it built short would be taken again).
+            let whole = st.blocks_per_segment as u32;
             let candidates = st
                 .segments
                 .range(..=st.durable)
                 .filter(|(seq, s)| {
-                    s.live > 0 && s.header_len > 0 && !st.inflight.contains_key(*seq)
+                    s.live > 0
+                        && s.header_len > 0
+                        && !st.inflight.contains_key(*seq)
+                        && !staging.contains(seq)
+                        && !st.staged.iter().any(|g| g.from.contains(seq))
                 })
-                .map(|(&seq, s)| (seq, s.generation, s.live, s.blocks));
+                .map(|(&seq, s)| {
+                    let room = if s.cleaned {
+                        s.blocks
+                    } else {
+                        whole.max(s.blocks)
+                    };
+                    (seq, s.generation, s.live, room)
+                });
             let reference = (st.map.len() / st.blocks_per_segment.max(1)) as u64;
             victims(policy, below, st.open.sequence, reference, candidates, max)
         };
         let mut moved = 0;
         for (sequence, generation) in chosen {
-            moved += self.clean_one(sequence, generation)?;
+            let (n, waiting) = self.clean_one(sequence, generation)?;
+            moved += n;
+            if waiting {
+                break;
+            }
         }
         Ok(moved)
     }
 
-    /// Moves segment `sequence`'s live blocks into the open segment.
-    fn clean_one(&self, sequence: u64, generation: u64) -> Result<usize, ObjectError> {
+    /// Stages segment `sequence`'s live blocks (as many as the staging
+    /// has room for); returns how many, and whether a segment's worth now
+    /// waits for the next seal (nothing more is staged until then).
+    fn clean_one(&self, sequence: u64, generation: u64) -> Result<(usize, bool), ObjectError> {
         self.clean_one_with(sequence, generation, || {})
     }
 
     /// [`Self::clean_one`], running `between` after the live blocks were
-    /// looked up and before any moves (the lock is not held then: tests
+    /// looked up and before they are staged (no lock is held then: tests
     /// write there).
     pub(super) fn clean_one_with(
         &self,
         sequence: u64,
         generation: u64,
         between: impl FnOnce(),
-    ) -> Result<usize, ObjectError> {
+    ) -> Result<(usize, bool), ObjectError> {
         let key = self.shared.keys.segment(sequence, generation);
         let object = match self
             .shared
@@ -138,7 +230,7 @@ impl ObjectDisk {
             None => match self.shared.store.get(&key) {
                 Ok(o) => o,
                 // Deleted meanwhile (it died whole): nothing to move.
-                Err(ObjectError::NotFound { .. }) => return Ok(0),
+                Err(ObjectError::NotFound { .. }) => return Ok((0, false)),
                 Err(e) => return Err(e),
             },
         };
@@ -178,50 +270,79 @@ impl ObjectDisk {
             }
         }
         between();
-        // Moved a share at a time, so that writers wait for the lock at
-        // most one share's copies; each block is looked up again (a client
-        // may have written it meanwhile).
-        let mut moved = 0;
-        for share in live.chunks(MOVE_SHARE) {
-            let mut st = self.shared.state();
-            for &index in share {
+        // Looked up again (a client may have written one meanwhile: its
+        // old copy must not be staged), then copied with no lock but the
+        // staging's; the segment is built of those still where they were
+        // read from (`State::seal`).
+        let (still, whole, pool) = {
+            let st = self.shared.state();
+            let still: Vec<usize> = live
+                .into_iter()
+                .filter(|&i| {
+                    let (block, crc) = header.entries[i];
+                    st.map.get(&block) == Some(&here(i, crc))
+                })
+                .collect();
+            (still, st.blocks_per_segment, Arc::clone(&st.pool))
+        };
+        let mut staging = self
+            .shared
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut rest = &still[..];
+        let mut taken = 0;
+        loop {
+            let n = rest.len().min(whole.saturating_sub(staging.blocks.len()));
+            for &index in &rest[..n] {
                 let (block, crc) = header.entries[index];
-                if st.map.get(&block) != Some(&here(index, crc)) {
-                    continue;
-                }
-                if st.open_full() {
-                    // No room in the upload queue (clients' writes first, or
-                    // the store is out): the rest waits for a later pass.
-                    if !self.room(&st) {
-                        return Ok(self.moved(moved));
-                    }
-                    let sealed = st.seal(self.key_fn());
-                    self.send(sealed);
-                }
-                // Not for the local write log: the old copy stays in the
-                // store until the new one is durable (module docs).
                 let at = len + index * bs;
-                let journaled = std::mem::replace(&mut st.journaled, false);
-                st.write_block(block, &object[at..at + bs], crc);
-                st.journaled = journaled;
-                moved += 1;
+                staging.blocks.push((block, here(index, crc)));
+                staging
+                    .data
+                    .get_or_insert_with(|| SegBuf::new(&pool))
+                    .push(&object[at..at + bs]);
             }
-        }
-        let mut st = self.shared.state();
-        if st.open_full() && self.room(&st) {
-            let sealed = st.seal(self.key_fn());
+            if n > 0 {
+                staging.from.insert(sequence);
+            }
+            taken += n;
+            rest = &rest[n..];
+            if staging.blocks.len() < whole {
+                return Ok((taken, false));
+            }
+            // A segment's worth: the state's, built at the next seal (now,
+            // if no client's write is open) — unless half the upload
+            // queue's worth waits already; then the rest waits for a later
+            // pass.
+            let mut st = self.shared.state();
+            let limit = self.staged_limit(&st);
+            if st.staged_bytes() >= limit {
+                return Ok((taken, true));
+            }
+            st.staged_limit = self.shared.upload_queue;
+            st.staged.push_back(std::mem::take(&mut *staging));
+            let seals = st.seal_if_idle(self.key_fn());
+            let waiting = st.staged_bytes() >= limit;
             drop(st);
-            self.send(sealed);
+            self.send(seals);
+            if rest.is_empty() {
+                return Ok((taken, waiting));
+            }
+            // The rest of this victim starts the next one.
         }
-        Ok(self.moved(moved))
     }
+}
 
-    /// Counts `moved` blocks moved by the cleaner; returns it.
-    fn moved(&self, moved: usize) -> usize {
-        self.shared
-            .cleaned
-            .fetch_add(moved as u64, std::sync::atomic::Ordering::Relaxed);
-        moved
+impl ObjectDisk {
+    /// Bytes of staged segments waiting for a seal past which the cleaner
+    /// stages no more: four segments (the cleaner may move up to four
+    /// blocks per block a client writes: WA 5), at most half the upload
+    /// queue. Few, because a staged block a client writes meanwhile is
+    /// read and staged for nothing.
+    fn staged_limit(&self, st: &super::state::State) -> u64 {
+        let segment = (st.blocks_per_segment * st.block_size) as u64;
+        (4 * segment).min(self.shared.upload_queue / 2).max(segment)
     }
 }
 

@@ -98,7 +98,7 @@ pub use error::ObjectDiskError;
 pub use format::VolumeRecord as ObjectVolume;
 use format::{Fence, Keys, VolumeRecord};
 pub use segcache::{SegCacheCounts, SegCacheError};
-use state::{Sealed, State};
+use state::{Sealed, Seals, State};
 pub use victims::Cleaner;
 
 /// A request that may wait for the store (`outage.rs`): what it is, and
@@ -237,6 +237,10 @@ struct Shared {
     segcache: Option<segcache::SegCache>,
     /// Blocks the cleaner moved.
     cleaned: AtomicU64,
+    /// The cleaner's blocks read and checked, gathering until they fill a
+    /// segment (then handed to the state: [`state::Staged`]); only the
+    /// cleaner takes this lock, never while holding the state's.
+    staging: Mutex<state::Staged>,
     /// Set to stop the cleaner (at a stop, before the last flush; the
     /// heartbeat and the uploaders' retries go on until `beat_stop`).
     clean_stop: AtomicBool,
@@ -306,6 +310,7 @@ impl Shared {
             chunks: chunks::Chunks::new(options.read_cache),
             segcache: parts.segcache,
             cleaned: AtomicU64::new(0),
+            staging: Mutex::new(state::Staged::default()),
             clean_stop: AtomicBool::new(false),
             beat_stop: Mutex::new(false),
             beat: Condvar::new(),
@@ -771,9 +776,14 @@ impl ObjectDisk {
         self.shared.volume
     }
 
-    fn send(&self, sealed: Option<Arc<Sealed>>) {
-        if let Some(s) = sealed {
-            let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+    fn send(&self, seals: Seals) {
+        if seals.moved > 0 {
+            self.shared
+                .cleaned
+                .fetch_add(seals.moved as u64, Ordering::Relaxed);
+        }
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        for s in seals.open.into_iter().chain(seals.cleaned) {
             if let Some(tx) = queue.as_ref() {
                 // The receivers live as long as the queue's sender.
                 let _ = tx.send(s);
@@ -843,11 +853,19 @@ impl ObjectDisk {
     /// Seals the open segment, waits for every sealed one to reach the
     /// store, checks the lease; then writes a checkpoint when one is due.
     fn flush_remote(&self) -> Result<(), DeviceError> {
+        self.flush_remote_to(false)
+    }
+
+    /// [`Self::flush_remote`]; with `all`, waits for the cleaner's staged
+    /// segments too (built at this seal), not only for clients' writes.
+    fn flush_remote_to(&self, all: bool) -> Result<(), DeviceError> {
         let w = Wait::new(DeviceOp::Flush, 0, 0);
         let mut st = self.shared.state();
         self.refuse(&st, DeviceOp::Flush, 0, 0)?;
-        st = self.seal_when_room(st, &w, |s| !s.open.is_empty())?;
-        let target = st.sealed;
+        st = self.seal_when_room(st, &w, |s| !s.open.is_empty() || !s.staged.is_empty())?;
+        // Clients' writes are all at or before it (a cleaned segment sealed
+        // after it holds copies of what is durable already).
+        let target = if all { st.sealed } else { st.client_sealed };
         while st.durable < target {
             st = self.wait(st, &w, "a flush waits for its segments")?;
         }
@@ -920,6 +938,7 @@ impl ObjectDisk {
                         header_len: 0,
                         blocks: 0,
                         live: 0,
+                        cleaned: false,
                     },
                 );
             }
@@ -966,6 +985,18 @@ impl ObjectDisk {
         // No block moves once the stop began: the last checkpoint is to
         // hold everything.
         self.stop_cleaner();
+        // What the cleaner staged goes into the store with the rest
+        // (its victims die at the last checkpoint).
+        let staged = std::mem::take(
+            &mut *self
+                .shared
+                .staging
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if !staged.blocks.is_empty() {
+            self.shared.state().staged.push_back(staged);
+        }
         // With a local write log, what clients wrote since their last
         // flush goes there first: a stop while the store is out keeps it
         // (the next open writes it again).
@@ -974,7 +1005,7 @@ impl ObjectDisk {
         } else {
             Ok(())
         };
-        let flushed = logged.and_then(|()| self.flush_remote());
+        let flushed = logged.and_then(|()| self.flush_remote_to(true));
         let checkpointed = flushed.and_then(|()| {
             self.maybe_checkpoint(true)
                 .map_err(|e| device_error(DeviceOp::Flush, 0, 0, &self.describe(), e))

@@ -158,6 +158,7 @@ pub(crate) fn recover(
                 header_len: header_len as u32,
                 blocks: h.entries.len() as u32,
                 live: 0,
+                cleaned: false,
             },
         );
         for &(first, n) in &h.trims {
@@ -257,6 +258,7 @@ fn load_checkpoint(
                 header_len: s.header_len,
                 blocks: s.blocks,
                 live: 0,
+                cleaned: false,
             },
         );
     }

@@ -106,6 +106,11 @@ impl SegBuf {
         self.buf.get_mut(room..room + self.len).unwrap_or_default()
     }
 
+    /// Keeps the first `len` bytes of the blocks written.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Appends `bytes` after the blocks written.
     pub(crate) fn push(&mut self, bytes: &[u8]) {
         let room = self.pool.room;

@@ -53,6 +53,9 @@ pub(crate) struct SegInfo {
     pub blocks: u32,
     /// Mapped blocks pointing into it.
     pub live: u32,
+    /// Built by the cleaner (of staged blocks): its live share counts
+    /// against its own blocks, a client's against a whole segment's.
+    pub cleaned: bool,
 }
 
 /// A sealed segment on its way to the store: its whole object, and what
@@ -65,6 +68,41 @@ pub(crate) struct Sealed {
     pub bytes: ObjectBuf,
     pub entries: Vec<(u64, u32)>,
     pub trims: Vec<(u64, u64)>,
+}
+
+/// Blocks the cleaner read out of the segments it cleans, waiting to be
+/// written together as a segment of their own (`clean.rs`): cleaned data
+/// never shares a segment with clients' writes, and never goes into one a
+/// client's FLUSH seals early, so what the cleaner writes is whole
+/// segments (a partial segment cleaned is not remade partial).
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// Each block and where it was read from: it moves only if the map
+    /// still points there when the segment is built.
+    pub blocks: Vec<(u64, Loc)>,
+    /// Their data, in order, in a segment buffer: the segment is built
+    /// around it, not copied (from the state's pool).
+    pub data: Option<SegBuf>,
+    /// The segments they came from (not picked again while staged).
+    pub from: BTreeSet<u64>,
+}
+
+impl Staged {
+    /// Bytes of data staged.
+    pub fn bytes(&self) -> u64 {
+        self.data.as_ref().map_or(0, SegBuf::len) as u64
+    }
+}
+
+/// What a seal sealed: the open segment (clients' writes) and, when the
+/// cleaner's staged blocks were ready, the segment built of them.
+#[must_use]
+#[derive(Debug, Default)]
+pub(crate) struct Seals {
+    pub open: Option<Arc<Sealed>>,
+    pub cleaned: Vec<Arc<Sealed>>,
+    /// Blocks moved into `cleaned`.
+    pub moved: usize,
 }
 
 /// A block last changed in a segment not durable yet (invariant 5).
@@ -150,6 +188,15 @@ pub(crate) struct State {
     pub pool: Arc<BufPool>,
     /// Blocks changed since `durable`, as they were then (invariant 5).
     pub shadow: hashbrown::HashMap<u64, Shadow>,
+    /// The cleaner's segments' worth of blocks, each waiting to be built
+    /// into a segment of its own at the next seal.
+    pub staged: std::collections::VecDeque<Staged>,
+    /// They are built while the sealed segments waiting for upload take
+    /// at most this many bytes (the upload queue's bound).
+    pub staged_limit: u64,
+    /// The last sealed segment holding clients' writes (a remote FLUSH
+    /// waits for it, not for a cleaned segment sealed after it).
+    pub client_sealed: u64,
 }
 
 /// Segment buffers kept for reuse: the open segment's and eight uploads'
@@ -177,6 +224,7 @@ impl State {
                 header_len: 0,
                 blocks: 0,
                 live: 0,
+                cleaned: false,
             },
         );
         Self {
@@ -188,6 +236,9 @@ impl State {
             open: Open::new(last + 1, &pool),
             pool,
             shadow: hashbrown::HashMap::new(),
+            staged: std::collections::VecDeque::new(),
+            staged_limit: u64::MAX,
+            client_sealed: last,
             inflight: hashbrown::HashMap::new(),
             segments,
             sealed: last,
@@ -349,8 +400,100 @@ impl State {
     }
 
     /// Seals the open segment into an object (if it holds anything) and
-    /// opens the next; returns the sealed one for upload.
-    pub fn seal(&mut self, key: impl FnOnce(u64) -> String) -> Option<Arc<Sealed>> {
+    /// opens the next; then builds each staged segment of the cleaner's
+    /// into it and seals that too, while the upload queue has room.
+    /// Returns the sealed ones for upload.
+    pub fn seal(&mut self, key: impl Fn(u64) -> String) -> Seals {
+        let open = self.seal_open(&key);
+        if open.is_some() {
+            self.client_sealed = self.sealed;
+        }
+        let mut seals = Seals {
+            open,
+            ..Seals::default()
+        };
+        let mut queued: u64 = self.inflight.values().map(|s| s.bytes.len() as u64).sum();
+        while let Some(size) = self.staged.front().map(Staged::bytes) {
+            if queued > 0 && queued + size > self.staged_limit {
+                break;
+            }
+            seals.moved += self.build_staged();
+            if let Some(c) = self.seal_open(&key) {
+                if let Some(info) = self.segments.get_mut(&c.sequence) {
+                    info.cleaned = true;
+                }
+                queued += c.bytes.len() as u64;
+                seals.cleaned.push(c);
+            }
+        }
+        seals
+    }
+
+    /// Seals the open segment only if it is empty (nothing of a client's
+    /// is cut short) and staged blocks wait: the cleaner's way to have its
+    /// segments built without waiting for the next seal.
+    pub fn seal_if_idle(&mut self, key: impl Fn(u64) -> String) -> Seals {
+        if self.open.is_empty() && !self.staged.is_empty() {
+            self.seal(key)
+        } else {
+            Seals::default()
+        }
+    }
+
+    /// Bytes of the staged segments waiting to be built.
+    pub fn staged_bytes(&self) -> u64 {
+        self.staged.iter().map(Staged::bytes).sum()
+    }
+
+    /// Makes the first staged segment's blocks the (empty) open segment:
+    /// their buffer becomes its data (not copied), each block still where
+    /// it was read from is mapped there, and those written or trimmed
+    /// since are dropped (the live ones after them moved down in place).
+    /// Returns how many moved. Not for the local write log: each old copy
+    /// stays in the store until a checkpoint as of the new one
+    /// (`clean.rs`).
+    fn build_staged(&mut self) -> usize {
+        let Some(staged) = self.staged.pop_front() else {
+            return 0;
+        };
+        let Some(mut data) = staged.data else {
+            return 0;
+        };
+        debug_assert!(self.open.is_empty() && self.open.data.len() == 0);
+        let bs = self.block_size;
+        let sequence = self.open.sequence;
+        let mut kept = 0usize;
+        for (i, &(block, was)) in staged.blocks.iter().enumerate() {
+            if self.map.get(&block) != Some(&was) {
+                continue;
+            }
+            if kept != i {
+                data.data_mut().copy_within(i * bs..(i + 1) * bs, kept * bs);
+            }
+            self.note_change(block);
+            let index = kept as u32;
+            self.open.entries.push((block, was.crc));
+            self.open.at.insert(block, index);
+            self.place(
+                block,
+                Loc {
+                    sequence,
+                    index,
+                    crc: was.crc,
+                },
+            );
+            kept += 1;
+        }
+        data.truncate(kept * bs);
+        self.open.data = data;
+        if let Some(s) = self.segments.get_mut(&sequence) {
+            s.blocks += kept as u32;
+        }
+        kept
+    }
+
+    /// [`State::seal`] of the open segment alone.
+    fn seal_open(&mut self, key: &dyn Fn(u64) -> String) -> Option<Arc<Sealed>> {
         if self.open.is_empty() {
             return None;
         }
@@ -379,6 +522,7 @@ impl State {
                 header_len: 0,
                 blocks: 0,
                 live: 0,
+                cleaned: false,
             },
         );
         let sealed = Arc::new(Sealed {
