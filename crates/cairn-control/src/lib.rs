@@ -2,7 +2,8 @@
 //! asks for it.
 //!
 //! - [`histogram`]: lock-free, allocation-free latency histograms
-//!   (log-linear buckets of relaxed atomics; p50/p99/p999).
+//!   (log-linear buckets of relaxed atomics; p50/p99/p999): the store's
+//!   ([`cairn_store::stats::histogram`]), which its layers record into too.
 //! - [`io`]: per-export request counters, kept per connection, summed on
 //!   demand.
 //! - [`snapshot`]: what `cairn stats` receives: per export its requests,
@@ -17,7 +18,7 @@
 //! units, histograms send their buckets), but none is here yet.
 
 pub mod client;
-pub mod histogram;
+pub use cairn_store::stats::histogram;
 pub mod io;
 pub mod limits;
 pub mod protocol;
