@@ -35,6 +35,12 @@ command -v mkfs.ext4 >/dev/null || [ -x /usr/sbin/mkfs.ext4 ] || need_apt+=(e2fs
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 command -v groff >/dev/null || need_apt+=(groff-base)
 command -v man >/dev/null || need_apt+=(man-db)
+# The metrics listener (crates/cairn/tests/metrics_*.rs): a real Prometheus
+# scrapes it, headless Chromium renders the dashboard page, curl runs the
+# --help example.
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v curl >/dev/null || need_apt+=(curl)
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -59,6 +65,9 @@ if [ -z "${CAIRN_TEST_S3_ENDPOINT:-}" ]; then
     fi
   fi
 fi
+# Installed above, so the tests that honour it (crates/cairn/tests/metrics_*.rs:
+# prometheus, chromium, fio, curl) fail when one is missing instead of skipping.
+export CAIRN_REQUIRE_SYSTEM_TOOLS=1
 if ! command -v cargo >/dev/null; then
   echo "test.sh: cargo not found; install Rust with rustup (the toolchain is pinned in rust-toolchain.toml)" >&2
   exit 1

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::histogram::{Counts, Histogram, Latency};
+use cairn_store::stats::histogram::{Counts, Histogram, Latency};
 
 /// What a request was, for its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,4 +18,19 @@ pub const IDLE_SECONDS: u64 = 30;
 /// How often the accept loop looks whether the server is stopping.
 pub const POLL_MILLISECONDS: i32 = 200;
 
+/// Largest HTTP request head (request line and headers) the metrics
+/// listener reads; a longer one is answered 400 and closed. Prometheus
+/// sends about 300 bytes, a browser under 2 KiB.
+pub const HTTP_HEAD_MAX_BYTES: usize = 8 << 10;
+
+/// HTTP clients served at once by the metrics listener; one more is
+/// answered 503 and closed.
+pub const HTTP_CLIENTS_MAX: usize = 8;
+
+/// An HTTP client has this long to send its request head, and again to
+/// take the answer, or it is disconnected (a slow client holds a thread
+/// no longer).
+pub const HTTP_IO_SECONDS: u64 = 10;
+
 const _: () = assert!(REQUEST_MAX_BYTES < REPLY_MAX_BYTES);
+const _: () = assert!(HTTP_HEAD_MAX_BYTES >= 1024 && HTTP_CLIENTS_MAX >= 2);

@@ -13,7 +13,9 @@
 //!   of a slower one (write-through, write-back, write-around,
 //!   pass-through), warm across restarts and crashes.
 //! - [`stats`]: the [`stats::Layer`] trait: each layer's live counters
-//!   and runtime commands, walked per export by [`Volume::stats`].
+//!   and runtime commands, walked per export by [`Volume::stats`]; the
+//!   lock-free latency histograms every layer (and the NBD front end)
+//!   records into.
 //! - [`volume`]: stacks of the above assembled from a [`volume::VolumeSpec`],
 //!   one per export, formatted on first use and recovered after.
 //!

@@ -3,7 +3,9 @@
 //! names and kinds, their counters move with the I/O, `drop-clean` empties
 //! the DRAM cache, `flush` writes the tier's dirty blocks back, `mode`
 //! switches the tier, and a command a layer does not have is a clear error
-//! naming the layer.
+//! naming the layer. Each layer times what passes through it: the export's
+//! calls land in the top layer's histograms, a miss's reads in the layer
+//! below's too, and the volume's switch stops it.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -140,6 +142,51 @@ fn stats_walk_the_stack_top_first_and_commands_reach_their_layer() {
         "{refused}"
     );
     assert_eq!(back, vec![7u8; 16 * 4096]);
+    volume.close().unwrap();
+}
+
+#[test]
+fn each_layer_times_what_passes_through_it_until_switched_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = open(&parse(SPEC), dir.path()).unwrap();
+    assert!(volume.layer_timing(), "on from the start");
+    let device = volume.exports()[0].device.as_ref();
+    device.write_at(&vec![7u8; 16 * 4096], 0).unwrap();
+    let mut back = vec![0u8; 16 * 4096];
+    device.read_at(&mut back, 0).unwrap();
+    device.read_at(&mut back, 0).unwrap();
+    device.flush().unwrap();
+    let layers = volume.stats(0);
+    let (dram, tier) = (&layers[0].latency, &layers[1].latency);
+    // The export's calls, each timed once by the top layer.
+    assert_eq!(
+        (dram.write.count, dram.read.count, dram.flush.count),
+        (1, 2, 1)
+    );
+    // The first read missed: the cache read the tier; the second hit.
+    assert!(tier.read.count >= 1, "{tier:?}");
+    assert!(tier.write.count >= 1 && tier.flush.count >= 1, "{tier:?}");
+    for l in [&dram.read, &dram.write, &tier.read] {
+        assert!(
+            0 < l.p50_ns && l.p50_ns <= l.p99_ns && l.p999_ns <= l.max_ns,
+            "{l:?}"
+        );
+        assert_eq!(l.buckets.iter().map(|b| b.count).sum::<u64>(), l.count);
+    }
+    // A miss's time includes the tier's read under it.
+    assert!(dram.read.max_ns >= tier.read.max_ns, "{dram:?} {tier:?}");
+
+    volume.set_layer_timing(false);
+    device.read_at(&mut back, 0).unwrap();
+    device.write_at(&back, 0).unwrap();
+    assert_eq!(
+        volume.stats(0)[0].latency,
+        layers[0].latency,
+        "off: not timed"
+    );
+    volume.set_layer_timing(true);
+    device.read_at(&mut back, 0).unwrap();
+    assert_eq!(volume.stats(0)[0].latency.read.count, 3);
     volume.close().unwrap();
 }
 

@@ -16,8 +16,16 @@
 //! mechanically: lower snake case, unit last (`_bytes`, `_blocks`, `_ns`),
 //! a [`MetricKind::Counter`] only ever grows, a [`MetricKind::Gauge`] is a
 //! level now.
+//!
+//! Each layer's latency is timed outside it, by the [`Timed`] device the
+//! volume puts in front of it ([`timed`]), into [`histogram`]'s lock-free
+//! histograms; a snapshot carries it as [`LayerStats::latency`].
 
+pub mod histogram;
 mod layers;
+pub mod timed;
+
+pub use timed::{LayerLatency, LayerTimes, Timed};
 
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +107,10 @@ pub struct LayerStats {
     pub metrics: Vec<Metric>,
     /// Labelled groups of metrics (the block cache's cost groups).
     pub groups: Vec<GroupStats>,
+    /// The layer's service times (reads, writes, flushes), the layers
+    /// below it included; empty when the layer is not timed.
+    #[serde(default)]
+    pub latency: LayerLatency,
 }
 
 impl LayerStats {
@@ -109,6 +121,7 @@ impl LayerStats {
             kind: kind.to_owned(),
             metrics: Vec::new(),
             groups: Vec::new(),
+            latency: LayerLatency::default(),
         }
     }
 

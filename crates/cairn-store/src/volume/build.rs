@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use cairn_policy::Bytes;
 
@@ -28,6 +29,7 @@ use crate::device::{
 use crate::logdisk::open::{self as log_open, Foreign, NvFile, Opened, Request, Want};
 use crate::logdisk::{self, LogDisk};
 use crate::ntl::{self, NtlDevice, open as ntl_open};
+use crate::stats::{Layer, LayerTimes, Timed};
 use crate::tier::open::{self as tier_open, Probe};
 use crate::tier::{self, Tier, TierError};
 
@@ -68,9 +70,30 @@ pub(super) struct Builder<'a> {
     /// The stack being built serves a read-only export: every file is opened
     /// `O_RDONLY` with a shared claim, and nothing is formatted or written.
     pub(super) read_only: bool,
+    /// The volume's switch of its layers' timing ([`Timed`]).
+    pub(super) timing: Arc<AtomicBool>,
 }
 
 impl Builder<'_> {
+    /// The layer `layer`, named `name` in the spec, on its export's stack
+    /// (for statistics and runtime commands), and `device` — the same
+    /// layer — behind a [`Timed`] that times its requests: what the layer
+    /// above it, or the export, calls.
+    fn stacked<D: Device + 'static>(
+        &mut self,
+        name: &str,
+        layer: Arc<dyn Layer>,
+        device: D,
+    ) -> SharedDevice {
+        let times = Arc::new(LayerTimes::default());
+        self.stack.push(StackLayer {
+            name: name.to_owned(),
+            layer,
+            times: Arc::clone(&times),
+        });
+        Arc::new(Timed::new(device, times, Arc::clone(&self.timing)))
+    }
+
     fn path(&self, path: &Path) -> PathBuf {
         self.data_dir.join(path)
     }
@@ -166,10 +189,9 @@ impl Builder<'_> {
             cache.costs().len()
         ));
         let cache = Arc::new(cache);
-        self.stack
-            .push(StackLayer::new(name, Arc::clone(&cache) as _));
+        let device = self.stacked(name, Arc::clone(&cache) as _, cache);
         Ok(Built {
-            device: cache,
+            device,
             leaves: inner.leaves,
             placement: None,
         })
@@ -340,17 +362,16 @@ impl Builder<'_> {
                 .map_err(|e| VolumeError::new(field, format!("{}: {e}", marker.display())))?;
         }
         let disk = Arc::new(disk);
-        self.stack
-            .push(StackLayer::new(name, Arc::clone(&disk) as _));
+        let timed = self.stacked(name, Arc::clone(&disk) as _, Arc::clone(&disk));
         self.layers.push(OpenLayer::Log(OpenLog {
             name: name.to_owned(),
-            disk: Arc::clone(&disk),
+            disk,
             marker,
             volatile_region,
             read_only: self.read_only,
         }));
         Ok(Built {
-            device: disk,
+            device: timed,
             leaves: vec![Leaf::Used(format!("the log disk device.{name}"))],
             placement: None,
         })
@@ -441,15 +462,14 @@ impl Builder<'_> {
             )));
         }
         let opened = Arc::new(opened);
-        self.stack
-            .push(StackLayer::new(name, Arc::clone(&opened) as _));
+        let device = self.stacked(name, Arc::clone(&opened) as _, Arc::clone(&opened));
         self.layers.push(OpenLayer::Tier(OpenTier {
             name: name.to_owned(),
-            tier: Arc::clone(&opened),
+            tier: opened,
             detach_at_close: t.mode == TierMode::PassThrough,
         }));
         Ok(Built {
-            device: opened,
+            device,
             leaves,
             placement: None,
         })

@@ -26,6 +26,8 @@ mod types;
 mod validate;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use orphans::{OrphanedRegion, orphaned_regions};
 pub use spec::{
@@ -74,6 +76,9 @@ pub struct Volume {
     /// Per export (in `exports`' order), the layers with statistics, top
     /// of the stack first.
     stacks: Vec<Vec<StackLayer>>,
+    /// Whether the layers time their requests (every layer's [`Timed`]
+    /// reads it).
+    timing: Arc<AtomicBool>,
     data_dir: PathBuf,
     notes: Vec<String>,
     warnings: Vec<String>,
@@ -104,6 +109,7 @@ impl Volume {
             warnings: Vec::new(),
             stack: Vec::new(),
             read_only: false,
+            timing: Arc::new(AtomicBool::new(true)),
         };
         let mut exports = Vec::with_capacity(spec.exports.len());
         let mut stacks = Vec::with_capacity(spec.exports.len());
@@ -126,12 +132,14 @@ impl Volume {
             layers,
             notes,
             warnings,
+            timing,
             ..
         } = builder;
         Ok(Self {
             exports,
             layers,
             stacks,
+            timing,
             data_dir,
             notes,
             warnings,
@@ -156,9 +164,22 @@ impl Volume {
             .map(|s| {
                 let mut out = LayerStats::new(&s.name, s.layer.kind());
                 s.layer.stats(&mut out);
+                out.latency = s.times.latency();
                 out
             })
             .collect()
+    }
+
+    /// Whether every layer times its reads, writes and flushes (on from
+    /// the start; `cairn serve --no-stats` turns it off). Off, a layer's
+    /// latency stops growing and a request pays one relaxed load per layer.
+    pub fn set_layer_timing(&self, on: bool) {
+        self.timing.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the layers time their requests.
+    pub fn layer_timing(&self) -> bool {
+        self.timing.load(Ordering::Relaxed)
     }
 
     /// Carries out `command` on the export `export`: on its layer `layer`

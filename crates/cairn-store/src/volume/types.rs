@@ -79,18 +79,11 @@ pub(super) enum OpenLayer {
 }
 
 /// A layer of an export's stack with statistics (and runtime commands):
-/// its name in the spec, and the layer.
+/// its name in the spec, the layer, and its latency histograms (recorded
+/// by the [`crate::stats::Timed`] in front of it).
 #[derive(Clone)]
 pub(super) struct StackLayer {
     pub name: String,
     pub layer: Arc<dyn crate::stats::Layer>,
-}
-
-impl StackLayer {
-    pub(super) fn new(name: &str, layer: Arc<dyn crate::stats::Layer>) -> Self {
-        Self {
-            name: name.to_owned(),
-            layer,
-        }
-    }
+    pub times: Arc<crate::stats::LayerTimes>,
 }

@@ -1,13 +1,15 @@
-//! The serve side of the control socket: what `cairn stats` and `cairn ctl`
-//! reach in a running `cairn serve` (the socket itself is
-//! `cairn_control::ControlSocket`).
+//! The serve side of the control socket and the metrics listener: what
+//! `cairn stats`, `cairn ctl`, Prometheus and the dashboard reach in a
+//! running `cairn serve` (the listeners themselves are
+//! `cairn_control::ControlSocket` and `cairn_control::MetricsListener`;
+//! both answer from the same [`Served::stats`] snapshot).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use cairn_control::{ControlSocket, ExportSnapshot, Handler, Snapshot};
+use cairn_control::{ControlSocket, ExportSnapshot, Handler, MetricsListener, Snapshot};
 use cairn_nbd::Server;
 use cairn_store::Volume;
 use cairn_store::stats::LayerCommand;
@@ -83,23 +85,37 @@ pub fn bind(explicit: Option<&Path>, default: Option<&Path>) -> Result<Option<Co
     }
 }
 
-/// Runs `serve` while `socket` (if any) answers control requests for
-/// `served`; the socket stops when `serve` returns.
-pub fn run_beside<T>(
-    socket: Option<&ControlSocket>,
-    served: &Served<'_>,
-    serve: impl FnOnce() -> T,
-) -> T {
-    let Some(socket) = socket else {
+/// What answers beside the NBD server: the control socket and the
+/// metrics listener, each if there is one.
+pub struct Beside<'a> {
+    pub socket: Option<&'a ControlSocket>,
+    pub metrics: Option<&'a MetricsListener>,
+}
+
+/// Runs `serve` while the control socket and the metrics listener (those
+/// there are) answer for `served`, each on a thread of its own; they stop
+/// when `serve` returns.
+pub fn run_beside<T>(beside: &Beside<'_>, served: &Served<'_>, serve: impl FnOnce() -> T) -> T {
+    if beside.socket.is_none() && beside.metrics.is_none() {
         return serve();
-    };
+    }
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let control = std::thread::Builder::new()
-            .name("control".into())
-            .spawn_scoped(scope, || socket.serve(served, &stop));
-        if let Err(e) = &control {
-            tracing::warn!("cannot start the control socket's thread: {e}");
+        if let Some(socket) = beside.socket {
+            let control = std::thread::Builder::new()
+                .name("control".into())
+                .spawn_scoped(scope, || socket.serve(served, &stop));
+            if let Err(e) = &control {
+                tracing::warn!("cannot start the control socket's thread: {e}");
+            }
+        }
+        if let Some(metrics) = beside.metrics {
+            let thread = std::thread::Builder::new()
+                .name("metrics".into())
+                .spawn_scoped(scope, || metrics.serve(served, &stop));
+            if let Err(e) = &thread {
+                tracing::warn!("cannot start the metrics listener's thread: {e}");
+            }
         }
         let result = serve();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use cairn_control::MetricsListener;
 use cairn_nbd::{Export, ListenAddress, Listener, Server, TlsConfig, TlsMode};
 use cairn_policy::Bytes;
 use cairn_store::Volume;
@@ -96,7 +97,20 @@ server runs as (checked with SO_PEERCRED). `cairn stats` reads every export's
 requests, bytes, latency percentiles and connections and every layer's
 counters from it; `cairn ctl EXPORT flush | drop-clean | mode MODE | detach`
 steers the cache layers (docs/operations.md). Requests are counted and timed
-per connection without locks; --no-stats turns that off, only to measure it.
+per connection, and every layer of a stack (cache, tier, log, objects) times
+its reads, writes and flushes, without locks; --no-stats turns both off, only
+to measure what they cost.
+
+Metrics (off by default): --metrics tcp:HOST:PORT serves, over HTTP on that
+address, /metrics in Prometheus's text format (cairn_requests_total,
+cairn_bytes_total, cairn_cache_hits_total, cairn_dirty_bytes, the latency
+histograms cairn_request_duration_seconds and cairn_layer_duration_seconds,
+and every layer's counters: docs/operations.md lists them), / a dashboard page
+with live charts (hit ratio, throughput, latency percentiles, dirty data,
+cleaner work, cost-group costs; built into the binary, it loads nothing from
+elsewhere), and /stats.json, the snapshot it polls (as `cairn stats --json`).
+It has no authentication: an address that is not loopback is refused unless
+--metrics-public is given too. Port 0 picks a free port (logged).
 
 Signals: SIGINT or SIGTERM stops accepting, finishes in-flight requests,
 flushes every export, destages and checkpoints every log disk, checkpoints
@@ -137,6 +151,9 @@ Examples:
       Write and verify a pattern through a running server.
   cairn stats --watch 2
       A running server's counters (the one in ./cairn-data), redrawn every 2 s.
+  cairn serve --memory 1GiB --metrics tcp:127.0.0.1:9100
+  curl -s http://127.0.0.1:9100/metrics
+      Prometheus metrics on loopback port 9100; the dashboard is http://127.0.0.1:9100/.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -223,10 +240,25 @@ pub struct ServeArgs {
     no_control: bool,
 
     /// Do not count or time requests (the per-export counters and latency
-    /// histograms of `cairn stats` stay zero; the layers' own counters
-    /// still count). Only for measuring what counting costs.
+    /// histograms of `cairn stats` stay zero, and so do the layers' latency
+    /// histograms; the layers' own counters still count). Only for
+    /// measuring what counting costs.
     #[arg(long)]
     no_stats: bool,
+
+    /// Serve Prometheus metrics (/metrics), the dashboard page (/) and the
+    /// snapshot as JSON (/stats.json) over HTTP at tcp:HOST:PORT (e.g.
+    /// tcp:127.0.0.1:9100; port 0 picks one). Loopback only, unless
+    /// --metrics-public.
+    #[arg(long, value_name = "ADDRESS")]
+    metrics: Option<String>,
+
+    /// Allow --metrics on an address other hosts can reach (e.g.
+    /// tcp:0.0.0.0:9100). The metrics and the page have no authentication:
+    /// they show every export's name and traffic; put a firewall or an
+    /// authenticating proxy in front.
+    #[arg(long, requires = "metrics")]
+    metrics_public: bool,
 
     /// TLS: off (default), on (clients may upgrade with STARTTLS; plaintext
     /// still served) or require (plaintext clients refused). Overrides the
@@ -333,6 +365,25 @@ fn serve(
     };
     let server = Server::with_tls(exports, tls.config)?;
     server.set_counting(!args.no_stats);
+    volume.set_layer_timing(!args.no_stats);
+    let metrics = args
+        .metrics
+        .as_deref()
+        .map(|address| MetricsListener::bind(address, args.metrics_public))
+        .transpose()
+        .context("--metrics")?;
+    if let Some(metrics) = &metrics {
+        let address = metrics.address();
+        if !address.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                "metrics on {address}, not a loopback address (--metrics-public): whoever                  reaches it sees every export's name and traffic"
+            );
+        }
+        tracing::info!(
+            "metrics at http://{address}/metrics, dashboard at http://{address}/ \
+             (snapshot: /stats.json)"
+        );
+    }
     handle_signals(server.clone(), reload)?;
     let default_control = control::default_path(volume.data_dir());
     let control_socket = control::bind(
@@ -350,8 +401,12 @@ fn serve(
         volume,
         started: Instant::now(),
     };
+    let beside = control::Beside {
+        socket: control_socket.as_ref(),
+        metrics: metrics.as_ref(),
+    };
     if args.stdio {
-        control::run_beside(control_socket.as_ref(), &served, || server.serve_stdio())?;
+        control::run_beside(&beside, &served, || server.serve_stdio())?;
         return Ok(());
     }
     // Under socket activation the client that started us knows where we are,
@@ -381,8 +436,14 @@ fn serve(
                 socket.path().display()
             ));
         }
+        if let Some(metrics) = &metrics {
+            let address = metrics.address();
+            print(&format!(
+                "Metrics: http://{address}/metrics (Prometheus); dashboard: http://{address}/\n"
+            ));
+        }
     }
-    control::run_beside(control_socket.as_ref(), &served, || server.serve(&listener))?;
+    control::run_beside(&beside, &served, || server.serve(&listener))?;
     Ok(())
 }
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use cairn_control::histogram::Latency;
 use cairn_control::{Client, ExportSnapshot, IoCounts, Reply, Request, Snapshot};
+use cairn_store::stats::histogram::Latency;
 use cairn_store::stats::{LayerCommand, LayerStats, Metric};
 
 use super::control;
@@ -21,7 +21,9 @@ export its requests (reads, writes, flushes, trims, zeroes, errors, and the
 bytes each moved), the service time of its reads, writes and other requests
 (p50, p99, p99.9, max: from the start of a request's execution to its reply
 handed to the socket), and its connections; then per layer of the export's
-stack, top first, the layer's own counters — the DRAM cache's hits, misses,
+stack, top first, the service time of its reads, writes and flushes (p50,
+p99, p99.9, max: as the layer above it sees it, the layers below included)
+and the layer's own counters — the DRAM cache's hits, misses,
 hit ratio, resident bytes and its cost groups with their learned costs; a
 tier's hits, misses, dirty blocks and mode; a log disk's dirty data and fill
 of its NV write cache, the cleaner's segment reads and writes and the write
@@ -290,7 +292,7 @@ fn export_table(t: &mut String, export: &ExportSnapshot, before: Option<(f64, &E
     let l = &io.latency;
     for (name, latency) in [("read", &l.read), ("write", &l.write), ("other", &l.other)] {
         if latency.count > 0 {
-            latency_line(t, name, latency);
+            latency_line(t, "  ", name, latency);
         }
     }
     for c in &io.connections {
@@ -326,10 +328,10 @@ fn requests(t: &mut String, io: &IoCounts) {
     );
 }
 
-fn latency_line(t: &mut String, name: &str, l: &Latency) {
+fn latency_line(t: &mut String, indent: &str, name: &str, l: &Latency) {
     let _ = writeln!(
         t,
-        "  {name:<6} latency  p50 {}  p99 {}  p99.9 {}  max {}  mean {}  ({} requests)",
+        "{indent}{name:<6} latency  p50 {}  p99 {}  p99.9 {}  max {}  mean {}  ({} requests)",
         duration(l.p50_ns),
         duration(l.p99_ns),
         duration(l.p999_ns),
@@ -341,6 +343,12 @@ fn latency_line(t: &mut String, name: &str, l: &Latency) {
 
 fn layer_table(t: &mut String, layer: &LayerStats) {
     let _ = writeln!(t, "  layer {} ({})", layer.name, layer.kind);
+    let l = &layer.latency;
+    for (name, latency) in [("read", &l.read), ("write", &l.write), ("flush", &l.flush)] {
+        if latency.count > 0 {
+            latency_line(t, "    ", name, latency);
+        }
+    }
     metric_rows(t, "    ", &layer.metrics);
     for group in &layer.groups {
         let _ = writeln!(t, "    cost group {}", group.name);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use cairn_policy::Bytes;
 
 use super::super::spec::{self, ObjectsSpec};
-use super::super::types::{OpenLayer, StackLayer, VolumeError};
+use super::super::types::{OpenLayer, VolumeError};
 use super::{Builder, Built, Leaf};
 use crate::device::Device;
 
@@ -115,14 +115,13 @@ impl Builder<'_> {
     /// The object volume `disk` as `device.{name}`: a layer to stop and
     /// report at the end.
     fn object_layer(&mut self, name: &str, disk: Arc<crate::objdisk::ObjectDisk>) -> Built {
-        self.stack
-            .push(StackLayer::new(name, Arc::clone(&disk) as _));
+        let device = self.stacked(name, Arc::clone(&disk) as _, Arc::clone(&disk));
         self.layers.push(OpenLayer::Objects {
             name: name.to_owned(),
-            disk: Arc::clone(&disk),
+            disk,
         });
         Built {
-            device: disk,
+            device,
             leaves: vec![Leaf::Used(format!("the object volume device.{name}"))],
             placement: None,
         }

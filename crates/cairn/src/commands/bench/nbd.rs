@@ -40,7 +40,10 @@ same either way: the ratio says what the stack costs against a plain RAM disk.
 Cairn servers over the same volume (memory, or --default-stack, or --config),
 one counting and timing every request as `cairn serve` does, one not (as
 `cairn serve --no-stats`), every row on each in turn, the first of the two
-alternating by round; on/off is the ratio of the two medians (1.000 = free;
+alternating by round. With a stack (--default-stack, --config) the layers'
+latency histograms are on for the counting server's runs and off for the
+other's (the layers are shared: the switch flips between runs), so the rows
+cover them too; a memory volume has no layers; on/off is the ratio of the two medians (1.000 = free;
 0.980 = 2 % slower), paired the median over rounds of each round's ratio of
 its two back-to-back runs (steadier under load from elsewhere), and a last
 line their geometric means. Use --rounds 3 or more: two
@@ -73,10 +76,11 @@ pub struct NbdBenchArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Measure what the per-request counters and latency histograms cost
-    /// instead of the peers: two Cairn servers over the same volume, one
-    /// counting (as `cairn serve` does) and one not (`--no-stats`), every
-    /// row on each in turn (which goes first alternates by round).
+    /// Measure what the per-request counters and latency histograms (the
+    /// export's, and with a stack its layers') cost instead of the peers:
+    /// two Cairn servers over the same volume, one counting (as `cairn
+    /// serve` does) and one not (`--no-stats`), every row on each in turn
+    /// (which goes first alternates by round).
     #[arg(long)]
     stats_overhead: bool,
 }
@@ -184,7 +188,7 @@ pub fn run(args: &NbdBenchArgs) -> Result<()> {
             Some(volume) => volume.exports()[0].device.clone(),
             None => Arc::new(MemoryDevice::new(size)),
         };
-        stats_overhead(args, &device, size, dir.path())?;
+        stats_overhead(args, &device, volume.as_ref(), size, dir.path())?;
         if let Some(volume) = &volume {
             volume.close().context("closing the volume")?;
         }
@@ -508,10 +512,36 @@ pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
 fn stats_overhead(
     args: &NbdBenchArgs,
     device: &Arc<dyn cairn_store::Device>,
+    volume: Option<&Volume>,
     size: u64,
     dir: &Path,
 ) -> Result<()> {
     const NAMES: [&str; 2] = ["stats on", "stats off"];
+    // The layers' timing follows the server being measured: on for the
+    // counting one, off for the other.
+    let layers_timed = |on: bool| {
+        if let Some(volume) = volume {
+            volume.set_layer_timing(on);
+        }
+    };
+    match volume {
+        Some(volume) => {
+            let layers: Vec<String> = volume
+                .stats(0)
+                .iter()
+                .map(|l| format!("{} ({})", l.name, l.kind))
+                .collect();
+            eprintln!(
+                "timed layers with stats on: {}",
+                if layers.is_empty() {
+                    "none".to_owned()
+                } else {
+                    layers.join(", ")
+                }
+            );
+        }
+        None => eprintln!("a memory volume: no layers; the export's counters only"),
+    }
     let mut uris = Vec::new();
     let mut running = Vec::new();
     for (counting, name) in [(true, "on"), (false, "off")] {
@@ -528,6 +558,7 @@ fn stats_overhead(
         for (row_index, row) in ROWS.iter().enumerate() {
             let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
             for server in order {
+                layers_timed(server == 0);
                 let (bytes_per_second, iops) = fio(
                     &uris[server],
                     row.rw,
@@ -547,6 +578,7 @@ fn stats_overhead(
         }
     }
     drop(running);
+    layers_timed(true);
     print_overhead(&samples)
 }
 
