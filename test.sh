@@ -38,14 +38,23 @@ command -v man >/dev/null || need_apt+=(man-db)
 # The metrics listener (crates/cairn/tests/metrics_*.rs): a real Prometheus
 # scrapes it, headless Chromium renders the dashboard page, curl runs the
 # --help example.
-command -v prometheus >/dev/null || need_apt+=(prometheus)
-command -v chromium >/dev/null || need_apt+=(chromium)
+# No recommends for those two (prometheus would bring node-exporter, a
+# daemon no test wants; chromium its desktop helpers).
+need_bare=()
+command -v prometheus >/dev/null || need_bare+=(prometheus)
+command -v chromium >/dev/null || need_bare+=(chromium)
 command -v curl >/dev/null || need_apt+=(curl)
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_apt[*]}" >&2
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  apt_updated=1
+fi
+if [ ${#need_bare[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need_bare[*]} (no recommends)" >&2
+  { [ $apt_updated = 1 ] || $SUDO apt-get update -qq; } &&
+    $SUDO apt-get install -y -qq --no-install-recommends "${need_bare[@]}" >/dev/null
   apt_updated=1
 fi
 # Ceph for the S3 and RADOS tests (no recommends: 66 MB, no mgr). Without it
