@@ -32,8 +32,9 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::limits::{HTTP_CLIENTS_MAX, HTTP_HEAD_MAX_BYTES, HTTP_IO_SECONDS, POLL_MILLISECONDS};
+use crate::limits::{HTTP_CLIENTS_MAX, HTTP_HEAD_MAX_BYTES, HTTP_IO_SECONDS};
 use crate::server::Handler;
+use crate::server::wait_for_client;
 
 /// The dashboard page.
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
@@ -159,7 +160,7 @@ impl MetricsListener {
     }
 
     /// Serves clients until `stop` is set (looked at every
-    /// [`POLL_MILLISECONDS`]), then waits for the clients being served.
+    /// [`crate::limits::POLL_MILLISECONDS`]), then waits for the clients being served.
     pub fn serve(&self, handler: &dyn Handler, stop: &AtomicBool) {
         let clients = AtomicUsize::new(0);
         std::thread::scope(|scope| {
@@ -167,15 +168,7 @@ impl MetricsListener {
                 let stream = match self.listener.accept() {
                     Ok((stream, _)) => stream,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        let mut fds = [rustix::event::PollFd::new(
-                            &self.listener,
-                            rustix::event::PollFlags::IN,
-                        )];
-                        let timeout = rustix::event::Timespec {
-                            tv_sec: 0,
-                            tv_nsec: i64::from(POLL_MILLISECONDS) * 1_000_000,
-                        };
-                        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                        wait_for_client(&self.listener);
                         continue;
                     }
                     Err(e) => {

@@ -129,15 +129,7 @@ impl ControlSocket {
                 let stream = match self.listener.accept() {
                     Ok((stream, _)) => stream,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        let mut fds = [rustix::event::PollFd::new(
-                            &self.listener,
-                            rustix::event::PollFlags::IN,
-                        )];
-                        let timeout = rustix::event::Timespec {
-                            tv_sec: 0,
-                            tv_nsec: i64::from(POLL_MILLISECONDS) * 1_000_000,
-                        };
-                        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                        wait_for_client(&self.listener);
                         continue;
                     }
                     Err(e) => {
@@ -287,4 +279,19 @@ fn answer(handler: &dyn Handler, request: Request) -> Reply {
 fn send(writer: &mut impl io::Write, reply: &Reply) -> io::Result<()> {
     let body = serde_json::to_vec(reply).map_err(io::Error::other)?;
     write_frame(writer, &body)
+}
+
+/// Waits up to [`POLL_MILLISECONDS`] for a client at a non-blocking
+/// `listener` (the control socket's or the metrics listener's), so that
+/// an accept loop looks at its stop flag that often.
+pub(crate) fn wait_for_client(listener: &impl std::os::fd::AsFd) {
+    let mut fds = [rustix::event::PollFd::new(
+        listener,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(POLL_MILLISECONDS) * 1_000_000,
+    };
+    let _ = rustix::event::poll(&mut fds, Some(&timeout));
 }

@@ -99,17 +99,8 @@ impl ObjectDisk {
     /// whether there were any.
     #[cfg(test)]
     pub(crate) fn build_now(&self) -> bool {
-        let staged = std::mem::take(
-            &mut *self
-                .shared
-                .staging
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        self.hand_over_staging();
         let mut st = self.shared.state();
-        if !staged.blocks.is_empty() {
-            st.staged.push_back(staged);
-        }
         if st.staged.is_empty() {
             return false;
         }
@@ -119,6 +110,21 @@ impl ObjectDisk {
         drop(st);
         self.send(seals);
         true
+    }
+
+    /// Hands what the staging holds, however little, to the state, to be
+    /// built into a segment at the next seal.
+    pub(super) fn hand_over_staging(&self) {
+        let staged = std::mem::take(
+            &mut *self
+                .shared
+                .staging
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if !staged.blocks.is_empty() {
+            self.shared.state().staged.push_back(staged);
+        }
     }
 
     /// One greedy pass, its staged blocks built into a segment at once

@@ -987,16 +987,7 @@ impl ObjectDisk {
         self.stop_cleaner();
         // What the cleaner staged goes into the store with the rest
         // (its victims die at the last checkpoint).
-        let staged = std::mem::take(
-            &mut *self
-                .shared
-                .staging
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        if !staged.blocks.is_empty() {
-            self.shared.state().staged.push_back(staged);
-        }
+        self.hand_over_staging();
         // With a local write log, what clients wrote since their last
         // flush goes there first: a stop while the store is out keeps it
         // (the next open writes it again).
