@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::limits::{HTTP_CLIENTS_MAX, HTTP_HEAD_MAX_BYTES, HTTP_IO_SECONDS};
 use crate::server::Handler;
-use crate::server::wait_for_client;
+use crate::server::next_client;
 
 /// The dashboard page.
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
@@ -165,17 +165,10 @@ impl MetricsListener {
         let clients = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             while !stop.load(Ordering::Relaxed) {
-                let stream = match self.listener.accept() {
-                    Ok((stream, _)) => stream,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        wait_for_client(&self.listener);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!("metrics listener {}: accept: {e}", self.address);
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
+                let accepted = self.listener.accept().map(|(s, _)| s);
+                let what = format_args!("metrics listener {}", self.address);
+                let Some(stream) = next_client(&self.listener, accepted, what) else {
+                    continue;
                 };
                 if prepare(&stream).is_err() {
                     continue;

@@ -126,17 +126,10 @@ impl ControlSocket {
         let clients = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             while !stop.load(Ordering::Relaxed) {
-                let stream = match self.listener.accept() {
-                    Ok((stream, _)) => stream,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        wait_for_client(&self.listener);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!("control socket {}: accept: {e}", self.path.display());
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
+                let accepted = self.listener.accept().map(|(s, _)| s);
+                let what = format_args!("control socket {}", self.path.display());
+                let Some(stream) = next_client(&self.listener, accepted, what) else {
+                    continue;
                 };
                 let Some(stream) = self.admit(stream, &clients) else {
                     continue;
@@ -281,17 +274,34 @@ fn send(writer: &mut impl io::Write, reply: &Reply) -> io::Result<()> {
     write_frame(writer, &body)
 }
 
-/// Waits up to [`POLL_MILLISECONDS`] for a client at a non-blocking
-/// `listener` (the control socket's or the metrics listener's), so that
-/// an accept loop looks at its stop flag that often.
-pub(crate) fn wait_for_client(listener: &impl std::os::fd::AsFd) {
-    let mut fds = [rustix::event::PollFd::new(
-        listener,
-        rustix::event::PollFlags::IN,
-    )];
-    let timeout = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: i64::from(POLL_MILLISECONDS) * 1_000_000,
-    };
-    let _ = rustix::event::poll(&mut fds, Some(&timeout));
+/// An accept loop's next client: the stream `accepted` from the
+/// non-blocking `listener` (the control socket's or the metrics
+/// listener's, named `what` in a warning); `None` after waiting up to
+/// [`POLL_MILLISECONDS`] for one (so the loop looks at its stop flag that
+/// often), or after a failed accept and a short pause.
+pub(crate) fn next_client<S>(
+    listener: &impl std::os::fd::AsFd,
+    accepted: io::Result<S>,
+    what: std::fmt::Arguments<'_>,
+) -> Option<S> {
+    match accepted {
+        Ok(stream) => Some(stream),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            let mut fds = [rustix::event::PollFd::new(
+                listener,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: i64::from(POLL_MILLISECONDS) * 1_000_000,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{what}: accept: {e}");
+            std::thread::sleep(Duration::from_millis(50));
+            None
+        }
+    }
 }

@@ -70,11 +70,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// back.
 const LATE_WAIT: Duration = Duration::from_secs(3);
 
-/// Bytes of sealed segments in DRAM, not yet durable.
-fn queued(st: &State) -> u64 {
-    st.inflight.values().map(|s| s.bytes.len() as u64).sum()
-}
-
 /// `2 s`, `0.3 s`.
 fn secs(d: Duration) -> String {
     if d.subsec_millis() == 0 {
@@ -143,7 +138,7 @@ impl Shared {
                 "the object store takes uploads again after {:.1} s: writes proceed ({} of \
                  segments still to upload)",
                 since.elapsed().as_secs_f64(),
-                mib(queued(st))
+                mib(st.queued_bytes())
             );
         }
     }
@@ -239,7 +234,7 @@ impl ObjectDisk {
     /// Whether the upload queue has room for the open segment, sealed (an
     /// empty queue always has: one segment goes, whatever the bound).
     pub(super) fn room(&self, st: &State) -> bool {
-        let queued = queued(st);
+        let queued = st.queued_bytes();
         let next = header_len(
             st.block_size as u32,
             st.open.entries.len(),
@@ -299,7 +294,7 @@ impl ObjectDisk {
                 "writes wait for the object store ({reason}): no segment reached it for {:.1} \
                  s, {} of segments wait in DRAM; they wait {}",
                 now.duration_since(stalled).as_secs_f64(),
-                mib(queued(&st)),
+                mib(st.queued_bytes()),
                 match self.shared.stall_timeout {
                     Some(t) => format!("up to stall_timeout ({}), then fail", secs(t)),
                     None => "without limit (stall_timeout = 0)".into(),
@@ -322,7 +317,7 @@ impl ObjectDisk {
             "object store outage: no segment reached the store for {:.1} s ({reason}, {} of \
              segments wait in DRAM, upload_queue {}); gave up after stall_timeout ({})",
             since.as_secs_f64(),
-            mib(queued(st)),
+            mib(st.queued_bytes()),
             mib(self.shared.upload_queue),
             secs(limit)
         );

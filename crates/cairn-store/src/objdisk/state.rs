@@ -412,7 +412,7 @@ impl State {
             open,
             ..Seals::default()
         };
-        let mut queued: u64 = self.inflight.values().map(|s| s.bytes.len() as u64).sum();
+        let mut queued = self.queued_bytes();
         while let Some(size) = self.staged.front().map(Staged::bytes) {
             if queued > 0 && queued + size > self.staged_limit {
                 break;
@@ -438,6 +438,11 @@ impl State {
         } else {
             Seals::default()
         }
+    }
+
+    /// Bytes of the sealed segments waiting for upload (the upload queue).
+    pub fn queued_bytes(&self) -> u64 {
+        self.inflight.values().map(|s| s.bytes.len() as u64).sum()
     }
 
     /// Bytes of the staged segments waiting to be built.
