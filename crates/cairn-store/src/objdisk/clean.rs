@@ -146,15 +146,15 @@ impl ObjectDisk {
         below: f64,
         max: usize,
     ) -> Result<usize, ObjectError> {
-        let staging: Vec<u64> = self
+        // The staging's victims (up to a segment's worth of one-block
+        // segments), looked up per candidate: a set.
+        let staging = self
             .shared
             .staging
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .from
-            .iter()
-            .copied()
-            .collect();
+            .clone();
         let chosen: Vec<Victim> = {
             let mut st = self.shared.state();
             if st.failed.is_some() {
@@ -163,14 +163,12 @@ impl ObjectDisk {
             // Staged segments wait for the next seal: built now if nothing
             // is open; no more staged while enough wait.
             let seals = st.seal_if_idle(self.key_fn());
-            let full = st.staged_bytes() >= self.staged_limit(&st);
-            if full || !self.room(&st) {
-                drop(st);
-                self.send(seals);
-                return Ok(0);
-            }
+            let wait = st.staged_bytes() >= self.staged_limit(&st) || !self.room(&st);
             drop(st);
             self.send(seals);
+            if wait {
+                return Ok(0);
+            }
             let st = self.shared.state();
             // A client's segment counts its live blocks against a whole
             // segment's room (one a FLUSH sealed early is as wasteful as
