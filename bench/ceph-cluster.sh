@@ -229,9 +229,10 @@ rgw enable usage log = false
 # the lifecycle thread sleeps in 5 s steps and makes a TERM take 10 s (0.2 s without)
 rgw enable lc threads = false
 # a deleted object's data waits for garbage collection (2 h by default): in
-# a memstore OSD that is RAM, and benchmarks that delete gigabytes fill it
-rgw gc obj min wait = 30
-rgw gc processor period = 30
+# a memstore OSD that is RAM, and benchmarks that delete gigabytes a minute
+# (Cairn's cleaner deletes whole segment objects) fill it within one run
+rgw gc obj min wait = 2
+rgw gc processor period = 2
 log file = $dir/log/rgw.log
 admin socket = $dir/run/\$name.asok
 EOF

@@ -22,12 +22,9 @@
 # Usage: bench/objects-vs-s3-peers.sh CEPH_DIR [SECONDS]
 #   CEPH_DIR: a cluster from bench/ceph-cluster.sh:
 #     CAIRN_CEPH_MEMSTORE_MIB=3072 bench/ceph-cluster.sh start /tmp/ceph-s3
-#   With 3 GiB, radosgw must free deleted objects' data within seconds, not
-#   the 30 s the script sets (Cairn's sequential write row PUTs 2-3 GB of
-#   segments in 8 s and deletes most of them; the full OSD then refuses
-#   every write): in CEPH_DIR/ceph.conf set `rgw gc obj min wait = 2` and
-#   `rgw gc processor period = 2`, kill radosgw, `bench/ceph-cluster.sh
-#   restart-rgw CEPH_DIR`.
+#   (the cluster's radosgw frees deleted objects' data within 2-4 s; Cairn's
+#   sequential write row PUTs 2-3 GB of segments in 8 s and deletes most of
+#   them, so a cluster started before that setting fills up: restart it.)
 #   SECONDS: per row (default 8).
 # Needs fio (nbd engine), s3backer (and /dev/fuse, fusermount), nbdkit with
 # its S3 plugin (python3-boto3), and a release build (cargo build --release).

@@ -350,6 +350,17 @@ impl ObjectDisk {
     }
 }
 
+/// A checkpoint if one is due; none while the store fails.
+fn checkpoint_when_due(disk: &ObjectDisk) {
+    let failing = {
+        let st = disk.shared.state();
+        st.failed.is_some() || st.outage.failing()
+    };
+    if !failing && let Err(e) = disk.maybe_checkpoint(false) {
+        disk.shared.upload_failed(&mut disk.shared.state(), &e);
+    }
+}
+
 /// The background thread: every `every` while the disk runs, cleaner
 /// passes (unless the cleaner is off), then a checkpoint when one is due
 /// (every `checkpoint_every` segments; a FLUSH never writes one with a
@@ -372,22 +383,23 @@ fn start_cleaner(
                 if shared.pause_unless(every, || shared.clean_stop.load(SeqCst)) {
                     return;
                 }
-                // Passes back to back while there is work and room.
-                while cleans && !disk.shared.clean_stop.load(SeqCst) {
-                    match disk.clean_pass_with(policy, below, PER_PASS) {
+                // Passes back to back while there is work and room, each
+                // followed by a checkpoint when one is due, so that what
+                // died (here or under a writer that never flushes) is
+                // deleted: a writer the cleaner never catches up with
+                // must not hold dead objects in the store for as long as
+                // it writes.
+                loop {
+                    let moved = if cleans && !disk.shared.clean_stop.load(SeqCst) {
+                        disk.clean_pass_with(policy, below, PER_PASS)
+                    } else {
+                        Ok(0)
+                    };
+                    checkpoint_when_due(&disk);
+                    match moved {
                         Ok(n) if n > 0 => {}
                         _ => break,
                     }
-                }
-                // A checkpoint when one is due, so that what died (here or
-                // under a writer that never flushes) is deleted; none
-                // while the store fails.
-                let failing = {
-                    let st = disk.shared.state();
-                    st.failed.is_some() || st.outage.failing()
-                };
-                if !failing && let Err(e) = disk.maybe_checkpoint(false) {
-                    disk.shared.upload_failed(&mut disk.shared.state(), &e);
                 }
             }
         })

@@ -954,7 +954,7 @@ impl ObjectDisk {
         self.shared
             .delete_segments(dead.into_iter().map(|(s, g)| keys.segment(s, g)))?;
         if old > 0 || seq > 0 {
-            for (s, g) in recover::list(self.shared.store.as_ref(), keys)
+            let checkpoints = recover::numbered(self.shared.store.as_ref(), &keys.checkpoints())
                 .map_err(|e| {
                     ObjectError::failed(
                         cairn_objects::Op::List,
@@ -962,9 +962,8 @@ impl ObjectDisk {
                         e.to_string(),
                         true,
                     )
-                })?
-                .checkpoints
-            {
+                })?;
+            for (s, g) in checkpoints {
                 if s <= seq && (s, g) != (seq, self.shared.generation) {
                     self.shared.store.delete(&keys.checkpoint(s, g))?;
                 }

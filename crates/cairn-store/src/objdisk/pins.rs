@@ -28,6 +28,8 @@
 //! interval (30 s by default).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -222,12 +224,7 @@ impl Deferred {
                 waiting: inner.keys.len(),
             });
         }
-        let mut deleted = 0;
-        while let Some(key) = inner.keys.first().cloned() {
-            store.delete(&key)?;
-            inner.keys.remove(&key);
-            deleted += 1;
-        }
+        let deleted = delete_all(store, &mut inner.keys)?;
         if std::mem::take(&mut inner.reported) {
             tracing::info!(
                 volume = %keys.prefix,
@@ -239,6 +236,59 @@ impl Deferred {
             waiting: 0,
         })
     }
+}
+
+/// Deletes in flight at once. One at a time, a store that takes a few
+/// milliseconds a DELETE deletes a few hundred objects a second, fewer
+/// than a sequential writer of 2 MiB objects makes dead (the backlog, all
+/// of it still stored, grew to thousands of objects and filled the test
+/// cluster's OSD).
+const DELETE_WIDTH: usize = 8;
+
+/// Deletes every key of `keys`, [`DELETE_WIDTH`] at a time; each one
+/// deleted leaves the set. On errors the rest stay and the first error is
+/// returned.
+fn delete_all(store: &dyn ObjectStore, keys: &mut BTreeSet<String>) -> Result<usize, ObjectError> {
+    let all: Vec<String> = keys.iter().cloned().collect();
+    let next = AtomicUsize::new(0);
+    let results: Vec<(Vec<usize>, Option<ObjectError>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..DELETE_WIDTH.min(all.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let (mut done, mut failed) = (Vec::new(), None);
+                    loop {
+                        let i = next.fetch_add(1, Relaxed);
+                        let Some(key) = all.get(i) else { break };
+                        match store.delete(key) {
+                            Ok(()) => done.push(i),
+                            Err(e) => {
+                                // No more from this worker; the others
+                                // stop at their next key.
+                                next.store(all.len(), Relaxed);
+                                failed = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                    (done, failed)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut deleted = 0;
+    let mut first = None;
+    for (done, failed) in results {
+        for i in done {
+            keys.remove(&all[i]);
+            deleted += 1;
+        }
+        first = first.or(failed);
+    }
+    first.map_or(Ok(deleted), Err)
 }
 
 /// A read-only open's pin: its key, and what it says.
@@ -334,5 +384,89 @@ mod tests {
         assert!(pin.fresh(1_000_000 + 89_999));
         assert!(!pin.fresh(1_000_000 + 90_000));
         assert!(pin.fresh(0), "a clock behind the reader's");
+    }
+
+    /// A store whose deletes take 20 ms and count how many overlap; one
+    /// key fails.
+    struct Slow {
+        inner: cairn_objects::MemStore,
+        now: AtomicUsize,
+        most: AtomicUsize,
+        bad: String,
+    }
+
+    impl ObjectStore for Slow {
+        fn put(&self, key: &str, body: &[u8]) -> Result<(), ObjectError> {
+            self.inner.put(key, body)
+        }
+        fn create(&self, key: &str, body: &[u8]) -> Result<(), ObjectError> {
+            self.inner.create(key, body)
+        }
+        fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<usize, ObjectError> {
+            self.inner.read_at(key, offset, buf)
+        }
+        fn get(&self, key: &str) -> Result<Vec<u8>, ObjectError> {
+            self.inner.get(key)
+        }
+        fn head(&self, key: &str) -> Result<Option<u64>, ObjectError> {
+            self.inner.head(key)
+        }
+        fn delete(&self, key: &str) -> Result<(), ObjectError> {
+            let now = self.now.fetch_add(1, Relaxed) + 1;
+            self.most.fetch_max(now, Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.now.fetch_sub(1, Relaxed);
+            if key == self.bad {
+                return Err(ObjectError::failed(
+                    cairn_objects::Op::Delete,
+                    key,
+                    "refused",
+                    true,
+                ));
+            }
+            self.inner.delete(key)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<cairn_objects::ObjectInfo>, ObjectError> {
+            self.inner.list(prefix)
+        }
+        fn describe(&self) -> String {
+            "slow".into()
+        }
+    }
+
+    #[test]
+    fn dead_segments_are_deleted_several_at_a_time_and_a_failed_one_waits() {
+        let keys = Keys {
+            prefix: "v/".into(),
+        };
+        let store = Slow {
+            inner: cairn_objects::MemStore::new(),
+            now: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            bad: keys.segment(9, 1),
+        };
+        let all: Vec<String> = (0..64).map(|s| keys.segment(s, 1)).collect();
+        for k in &all {
+            store.put(k, b"x").unwrap();
+        }
+        let deferred = Deferred::default();
+        let e = deferred.delete(&store, &keys, all.clone()).unwrap_err();
+        assert!(e.to_string().contains("refused"), "{e}");
+        let most = store.most.load(Relaxed);
+        assert!(most >= 4, "{most} deletes in flight at once");
+        // The failed one waits; whatever its worker had not reached too.
+        let left = store.inner.list(&keys.segments()).unwrap();
+        assert!(left.iter().any(|o| o.key == store.bad));
+        assert_eq!(deferred.waiting(), left.len());
+        assert!(left.len() < 64, "the others went: {} left", left.len());
+        // The next call takes what waits (the store takes it now).
+        let store = Slow {
+            bad: String::new(),
+            ..store
+        };
+        let swept = deferred.delete(&store, &keys, std::iter::empty()).unwrap();
+        assert_eq!(swept.deleted, left.len());
+        assert_eq!(deferred.waiting(), 0);
+        assert!(store.inner.list(&keys.segments()).unwrap().is_empty());
     }
 }

@@ -38,17 +38,8 @@ pub(crate) struct Found {
 }
 
 pub(crate) fn list(store: &dyn ObjectStore, keys: &Keys) -> Result<Found, ObjectDiskError> {
-    let numbered = |dir: String| -> Result<Vec<(u64, u64)>, ObjectDiskError> {
-        let mut out: Vec<(u64, u64)> = store
-            .list(&dir)?
-            .iter()
-            .filter_map(|o| parse_numbered(&o.key[dir.len()..]))
-            .collect();
-        out.sort_unstable();
-        Ok(out)
-    };
-    let segments = numbered(keys.segments())?;
-    let checkpoints = numbered(keys.checkpoints())?;
+    let segments = numbered(store, &keys.segments())?;
+    let checkpoints = numbered(store, &keys.checkpoints())?;
     let mut fences = Vec::new();
     for o in store.list(&keys.fences())? {
         let bytes = store.get(&o.key)?;
@@ -59,6 +50,22 @@ pub(crate) fn list(store: &dyn ObjectStore, keys: &Keys) -> Result<Found, Object
         checkpoints,
         fences,
     })
+}
+
+/// The (sequence, generation) of every object under `dir` named so, in
+/// order. (A checkpoint lists only its own directory: the segments' is
+/// hundreds of objects under a fast writer, and RADOS stats each one.)
+pub(crate) fn numbered(
+    store: &dyn ObjectStore,
+    dir: &str,
+) -> Result<Vec<(u64, u64)>, ObjectDiskError> {
+    let mut out: Vec<(u64, u64)> = store
+        .list(dir)?
+        .iter()
+        .filter_map(|o| parse_numbered(&o.key[dir.len()..]))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// The validity rule (module docs): the highest sequence of generation
