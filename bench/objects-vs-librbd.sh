@@ -7,12 +7,13 @@
 # "cairn-rados" column). Every row runs the peers and both Cairns in turn
 # and prints the ratios. (The first step of issue 24's `cairn bench objects`.)
 #
-# Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS]
+# Usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS] [OBJECT_SIZE]
 #   CEPH_DIR: a cluster from bench/ceph-cluster.sh, with room for the runs:
 #     CAIRN_CEPH_MEMSTORE_MIB=6144 bench/ceph-cluster.sh start /tmp/ceph-bench
 #   SECONDS: per run (default 8). ROUNDS: runs of each side per row, in
 #   turn; the row shows the medians (default 3: the peers move by up to 2x
-#   from run to run on this machine).
+#   from run to run on this machine). OBJECT_SIZE: Cairn's segment objects
+#   (default 8MiB, the example specs').
 # Needs fio (nbd and rbd engines), qemu-nbd with the rbd driver
 # (qemu-block-extra), rbd, and a release build (cargo build --release).
 set -euo pipefail
@@ -21,6 +22,7 @@ cd "$(dirname "$0")/.."
 ceph_dir=${1:?usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS]}
 seconds=${2:-8}
 rounds=${3:-3}
+object_size=${4:-8MiB}
 # shellcheck disable=SC1091
 . "$ceph_dir/env"
 cairn=$PWD/target/release/cairn
@@ -69,6 +71,7 @@ sed -e "s|http://127.0.0.1:7480|$CAIRN_TEST_S3_ENDPOINT|" \
     -e "s|prefix = \"volumes/vm1/\"|prefix = \"$prefix\"|" \
     -e "s|size = \"16GiB\"|size = \"256MiB\"|" \
     -e "s|size = \"64MiB\"|size = \"256MiB\"|" \
+    -e "s|object_size = \"8MiB\"|object_size = \"$object_size\"|" \
     examples/volumes/objects.toml >"$work/objects.toml"
 sed -e "s|ceph_conf = \"/etc/ceph/ceph.conf\"|ceph_conf = \"$CAIRN_TEST_CEPH_CONF\"|" \
     -e "s|pool = \"cairn\"|pool = \"$CAIRN_TEST_CEPH_POOL\"|" \
@@ -76,6 +79,7 @@ sed -e "s|ceph_conf = \"/etc/ceph/ceph.conf\"|ceph_conf = \"$CAIRN_TEST_CEPH_CON
     -e "s|prefix = \"volumes/vm1/\"|prefix = \"$prefix\"|" \
     -e "s|size = \"16GiB\"|size = \"256MiB\"|" \
     -e "s|size = \"64MiB\"|size = \"256MiB\"|" \
+    -e "s|object_size = \"8MiB\"|object_size = \"$object_size\"|" \
     examples/volumes/objects-rados.toml >"$work/objects-rados.toml"
 export AWS_ACCESS_KEY_ID=$CAIRN_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_TEST_S3_SECRET_KEY
 start_cairn() {
