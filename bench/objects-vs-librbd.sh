@@ -23,6 +23,10 @@ ceph_dir=${1:?usage: bench/objects-vs-librbd.sh CEPH_DIR [SECONDS] [ROUNDS]}
 seconds=${2:-8}
 rounds=${3:-3}
 object_size=${4:-8MiB}
+case $object_size in
+  [1-9]*MiB) ;;
+  *) echo "OBJECT_SIZE is a number of MiB, as 8MiB or 16MiB: $object_size" >&2; exit 2 ;;
+esac
 # shellcheck disable=SC1091
 . "$ceph_dir/env"
 cairn=$PWD/target/release/cairn
@@ -152,14 +156,15 @@ row() { # NAME UNIT(IOPS|MiB/s) JOB-ARGS...: the median of $rounds rounds, the s
 row "seq write 1M" MiB/s --rw=write --bs=1M
 # What the OSD takes in new objects (Cairn writes every segment as a new
 # object; librbd writes over the image's objects in place): rados bench at
-# Cairn's defaults, 8 MiB objects, 8 in flight (its MB/sec are MiB/s); at
-# most 1 GiB of them (unbounded, it writes ~6 GiB in 8 s here: the memstore
-# OSD goes full and every side after it stops).
-ceiling=$(rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" bench "$seconds" write -b 8M -t 8 \
-  --max-objects 128 \
+# Cairn's object size (8 MiB by default), 8 in flight (its MB/sec are
+# MiB/s); at most 1 GiB of them (unbounded, it writes ~6 GiB in 8 s here:
+# the memstore OSD goes full and every side after it stops).
+object_mib=${object_size%MiB}
+ceiling=$(rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" bench "$seconds" write -b "${object_mib}M" -t 8 \
+  --max-objects $((1024 / object_mib)) \
   --run-name "${prefix}ceiling" 2>/dev/null | sed -n 's/^Bandwidth (MB\/sec): *//p')
 rados -c "$CAIRN_TEST_CEPH_CONF" -p "$CAIRN_TEST_CEPH_POOL" cleanup --run-name "${prefix}ceiling" >/dev/null 2>&1 || true
-printf '%-22s %6s %12s   (rados bench: new 8 MiB objects, 8 in flight)\n' "store: new objects" MiB/s "$ceiling"
+printf '%-22s %6s %12s   (rados bench: new %s objects, 8 in flight)\n' "store: new objects" MiB/s "$ceiling" "$object_size"
 row "rand write 4k fsync32" IOPS --rw=randwrite --bs=4k --fsync=32
 row "seq read 1M" MiB/s --rw=read --bs=1M
 row "rand read 4k warm" IOPS --rw=randread --bs=4k
