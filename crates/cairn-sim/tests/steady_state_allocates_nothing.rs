@@ -64,21 +64,46 @@ fn trace(len: usize, keys: u64, seed: u64) -> Vec<Access> {
         .collect()
 }
 
-/// Warms `policy` up on `warm`, then counts the allocations of `measured`.
-fn allocations(policy: &mut dyn Policy, warm: &[Access], measured: &[Access]) -> u64 {
+/// Rounds of `measured` a policy gets to reach a round that allocates nothing.
+///
+/// Cairn's maps are `hashbrown` tables with a per-process random hash seed, and
+/// a table with deleted entries decides to grow (one allocation, doubling it)
+/// or to rehash in place by where its tombstones fell. So a table whose
+/// population hovers near half its size grows once at a moment that changes
+/// from run to run (CI saw LIRS's map grow once in 200,000 accesses after a
+/// warm-up of 2,000,000). A doubling happens once; an allocation per access
+/// happens in every round. The test asks for one clean round out of three.
+const ROUNDS: usize = 3;
+
+/// Warms `policy` up on `warm`, then counts the allocations of each replay of
+/// `measured`, stopping at the first round that allocates nothing.
+fn allocations(policy: &mut dyn Policy, warm: &[Access], measured: &[Access]) -> Vec<u64> {
     let mut victims = Vec::with_capacity(1024);
     for access in warm {
         victims.clear();
         policy.access(access, &mut victims);
     }
-    ALLOCATIONS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
-    for access in measured {
-        victims.clear();
-        policy.access(access, &mut victims);
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        ALLOCATIONS.store(0, Ordering::Relaxed);
+        COUNTING.store(true, Ordering::Relaxed);
+        for access in measured {
+            victims.clear();
+            policy.access(access, &mut victims);
+        }
+        COUNTING.store(false, Ordering::Relaxed);
+        let round = ALLOCATIONS.load(Ordering::Relaxed);
+        rounds.push(round);
+        if round == 0 {
+            break;
+        }
     }
-    COUNTING.store(false, Ordering::Relaxed);
-    ALLOCATIONS.load(Ordering::Relaxed)
+    rounds
+}
+
+/// True when no round came out clean.
+fn allocates(rounds: &[u64]) -> bool {
+    rounds.last().is_none_or(|&last| last > 0)
 }
 
 #[test]
@@ -95,11 +120,11 @@ fn no_policy_allocates_in_the_steady_state() {
             let mut policy = config.build(capacity).expect("default config builds");
             let allocations = allocations(&mut *policy, &warm, &measured);
             println!(
-                "{name:10} {capacity:?}: {allocations} allocations in {} accesses",
+                "{name:10} {capacity:?}: {allocations:?} allocations per round of {} accesses",
                 measured.len()
             );
-            if allocations > 0 {
-                failures.push(format!("{name} {capacity:?}: {allocations}"));
+            if allocates(&allocations) {
+                failures.push(format!("{name} {capacity:?}: {allocations:?}"));
             }
         }
     }
@@ -135,9 +160,9 @@ fn no_admission_filter_allocates_in_the_steady_state() {
                     .wrap(policy)
                     .expect("default filter builds");
                 let allocations = allocations(&mut *policy, &warm, &measured);
-                println!("{filter:10} {name:6} {capacity:?}: {allocations} allocations");
-                if allocations > 0 {
-                    failures.push(format!("{filter} {name} {capacity:?}: {allocations}"));
+                println!("{filter:10} {name:6} {capacity:?}: {allocations:?} allocations");
+                if allocates(&allocations) {
+                    failures.push(format!("{filter} {name} {capacity:?}: {allocations:?}"));
                 }
             }
         }
