@@ -30,7 +30,8 @@ pub enum PolicyConfig {
     Opt(crate::opt::OptConfig),
     /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
     Tinylfu(crate::tinylfu::TinyLfuConfig),
-    /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23).
+    /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
+    /// `s3fifo-v0` is a preset with the paper's admission.
     S3fifo(crate::s3fifo::S3FifoConfig),
     /// CLOCK / second chance (n-bit counter).
     Clock(crate::clock::ClockConfig),
@@ -49,8 +50,25 @@ pub enum PolicyConfig {
 impl PolicyConfig {
     /// Every policy name, in the order tables list them.
     pub const NAMES: &'static [&'static str] = &[
-        "fifo", "lru", "clock", "lfu", "sieve", "arc", "twoq", "slru", "s4lru", "lirs", "s3fifo",
-        "tinylfu", "gdsf", "ons", "fbr", "cost", "dual", "opt",
+        "fifo",
+        "lru",
+        "clock",
+        "lfu",
+        "sieve",
+        "arc",
+        "twoq",
+        "slru",
+        "s4lru",
+        "lirs",
+        "s3fifo",
+        "s3fifo-v0",
+        "tinylfu",
+        "gdsf",
+        "ons",
+        "fbr",
+        "cost",
+        "dual",
+        "opt",
     ];
 
     /// The default configuration of the policy called `name`.
@@ -67,6 +85,7 @@ impl PolicyConfig {
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
+            "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),

@@ -3,8 +3,21 @@
 //!
 //! Source: Juncheng Yang et al., "FIFO queues are all you need for cache
 //! eviction", SOSP 2023. This module matches libCacheSim's
-//! `cache/eviction/S3FIFO.c` (commit aa0fc40) step for step, so that miss
-//! ratios agree exactly:
+//! `cache/eviction/S3FIFO.c` step for step, so that miss ratios agree
+//! exactly, in both of its versions:
+//!
+//! - `s3fifo` (the default): the current one, in the `libcachesim` 0.3.5
+//!   Python release (libCacheSim commit 687f14c). Until the cache first has
+//!   to evict, a unit that finds the small FIFO full goes to main instead
+//!   (`overflow_to_main_while_filling`): units that arrive while the cache
+//!   fills are kept a little longer, and those after it is full leave the
+//!   small FIFO sooner.
+//! - `s3fifo-v0`: the paper's and libCacheSim commit aa0fc40's, where every
+//!   unit not in the ghost goes to the small FIFO (libCacheSim now keeps it
+//!   as `S3FIFOv0.c`). Kept because the published results before December
+//!   2024 were made with it.
+//!
+//! Both versions:
 //!
 //! - Sizes: small = ⌊capacity × `small_size_ratio`⌋ (0.10), main = capacity −
 //!   small, ghost = ⌊capacity × `ghost_size_ratio`⌋ (0.90). The ghost holds
@@ -24,9 +37,11 @@
 //!     frequency min(frequency, `frequency_cap`) − 1 (`frequency_cap` = 3:
 //!     a 2-bit counter) and look again; otherwise evict it.
 //!
-//! Checked on `cloudPhysicsIO`: the same miss counts as libCacheSim at 1, 5,
-//! 10 and 20% of the distinct objects, in object mode (94559, 91396, 85691,
-//! 77208) and in byte mode (93706, 91452, 83764, 76916).
+//! Checked on `cloudPhysicsIO` by `crates/cairn-sim/tests/libcachesim_agreement.rs`:
+//! the same miss counts as libCacheSim at 1, 5, 10 and 20 % of the distinct
+//! objects and of the bytes, `s3fifo` against 0.3.5 (object mode 94569,
+//! 92574, 86006, 75875) and `s3fifo-v0` against aa0fc40 (94559, 91396, 85691,
+//! 77208).
 //!
 //! libCacheSim quirks kept on purpose (they change results only for units
 //! as large as the small queue, or caches under 20 objects):
@@ -65,6 +80,10 @@ pub struct S3FifoConfig {
     /// Cap of the main FIFO's frequency counter at reinsertion, 1 to 65,535.
     /// Default 3 (a 2-bit CLOCK counter, as in libCacheSim).
     pub frequency_cap: u32,
+    /// Until the cache first evicts, admit a unit that finds the small FIFO
+    /// full to main. Default true (libCacheSim's current `S3FIFO`); false is
+    /// the paper's S3-FIFO (`s3fifo-v0`, libCacheSim's `S3FIFOv0`).
+    pub overflow_to_main_while_filling: bool,
 }
 
 impl Default for S3FifoConfig {
@@ -74,6 +93,18 @@ impl Default for S3FifoConfig {
             ghost_size_ratio: 0.90,
             move_to_main_threshold: 2,
             frequency_cap: 3,
+            overflow_to_main_while_filling: true,
+        }
+    }
+}
+
+impl S3FifoConfig {
+    /// The paper's S3-FIFO as libCacheSim had it until December 2024
+    /// (commit aa0fc40; `S3FIFOv0.c` since): every new unit enters the small FIFO.
+    pub fn v0() -> Self {
+        Self {
+            overflow_to_main_while_filling: false,
+            ..Self::default()
         }
     }
 }
@@ -162,6 +193,12 @@ pub struct S3Fifo {
     ghost: List,
     /// The key whose last `lookup` missed but found (and removed) it in the ghost.
     ghost_hit: Option<u64>,
+    /// See [`S3FifoConfig::overflow_to_main_while_filling`].
+    overflow_to_main_while_filling: bool,
+    /// Whether the cache has had to evict yet (`has_evicted` in libCacheSim).
+    has_evicted: bool,
+    /// "s3fifo" or "s3fifo-v0".
+    name: &'static str,
 }
 
 impl S3Fifo {
@@ -196,6 +233,13 @@ impl S3Fifo {
             main: List::new(),
             ghost: List::new(),
             ghost_hit: None,
+            overflow_to_main_while_filling: config.overflow_to_main_while_filling,
+            has_evicted: false,
+            name: if config.overflow_to_main_while_filling {
+                "s3fifo"
+            } else {
+                "s3fifo-v0"
+            },
         })
     }
 
@@ -270,7 +314,7 @@ impl S3Fifo {
 
 impl Policy for S3Fifo {
     fn name(&self) -> &'static str {
-        "s3fifo"
+        self.name
     }
 
     fn prefetch(&self, key: u64, ahead: Ahead) {
@@ -312,6 +356,7 @@ impl Policy for S3Fifo {
             return false; // S3FIFO_can_insert
         }
         while self.small_used + self.main_used + charge > self.capacity.limit() {
+            self.has_evicted = true;
             if self.main_used > self.main_limit || self.small.is_empty() {
                 self.evict_main(victims);
             } else {
@@ -321,6 +366,12 @@ impl Policy for S3Fifo {
         if !to_main && charge >= self.small_limit {
             return false; // libCacheSim quirk, see the module docs
         }
+        // S3FIFO_insert: before the first eviction, a full small FIFO
+        // overflows into main.
+        let to_main = to_main
+            || (self.overflow_to_main_while_filling
+                && !self.has_evicted
+                && self.small_used >= self.small_limit);
         let queue = if to_main { Queue::Main } else { Queue::Small };
         let index = self.slab.insert(Entry {
             key: access.key,
@@ -397,10 +448,13 @@ mod tests {
         main: VecDeque<(u64, u64, u32)>,
         ghost: VecDeque<(u64, u64)>,
         capacity: Capacity,
+        /// libCacheSim's current `S3FIFO` (true) or `S3FIFOv0` (false).
+        overflow: bool,
+        evicted: bool,
     }
 
     impl NaiveS3Fifo {
-        fn new(capacity: Capacity) -> Self {
+        fn new(capacity: Capacity, overflow: bool) -> Self {
             let limit = capacity.limit();
             let small_limit = (limit as f64 * 0.1) as u64;
             Self {
@@ -412,6 +466,8 @@ mod tests {
                 main: VecDeque::new(),
                 ghost: VecDeque::new(),
                 capacity,
+                overflow,
+                evicted: false,
             }
         }
         fn sum(q: &VecDeque<(u64, u64, u32)>) -> u64 {
@@ -438,6 +494,7 @@ mod tests {
                 return (false, victims);
             }
             while Self::sum(&self.small) + Self::sum(&self.main) + charge > self.limit {
+                self.evicted = true;
                 if Self::sum(&self.main) > self.main_limit || self.small.is_empty() {
                     while let Some(mut e) = self.main.pop_back() {
                         if e.2 >= 1 {
@@ -467,9 +524,14 @@ mod tests {
                     }
                 }
             }
+            let small_full = Self::sum(&self.small) >= self.small_limit;
             if ghost_hit.is_some() {
                 self.main.push_front((key, charge, 0));
-            } else if charge < self.small_limit {
+            } else if charge >= self.small_limit {
+                // refused
+            } else if self.overflow && !self.evicted && small_full {
+                self.main.push_front((key, charge, 0));
+            } else {
                 self.small.push_front((key, charge, 0));
             }
             (false, victims)
@@ -477,7 +539,45 @@ mod tests {
     }
 
     fn s3fifo(capacity: Capacity) -> S3Fifo {
+        S3Fifo::new(capacity, &S3FifoConfig::v0()).unwrap()
+    }
+
+    fn s3fifo_current(capacity: Capacity) -> S3Fifo {
         S3Fifo::new(capacity, &S3FifoConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn while_filling_a_full_small_fifo_overflows_into_main_until_the_first_eviction() {
+        // 20 objects: small 2, main 18.
+        let mut cache = s3fifo_current(Capacity::Objects(20));
+        let mut victims = vec![];
+        for access in &testing::keys(&(1..=20).collect::<Vec<_>>()) {
+            cache.access(access, &mut victims);
+        }
+        assert!(victims.is_empty());
+        assert_eq!(cache.small.len(), 2, "1 and 2 filled the small FIFO");
+        assert_eq!(cache.main.len(), 18, "3..=20 overflowed into main");
+        // 21 needs room: the small FIFO's oldest (1, never hit) goes, and from
+        // then on new units enter the small FIFO even though it is full.
+        cache.access(&testing::keys(&[21])[0], &mut victims);
+        assert_eq!(victims, [1]);
+        assert_eq!(cache.small.len(), 2);
+        assert_eq!(
+            cache
+                .slab
+                .get(cache.map.get(21, &cache.slab).unwrap())
+                .queue,
+            Queue::Small
+        );
+        // v0 puts every new unit in the small FIFO, evicting from it.
+        let mut v0 = s3fifo(Capacity::Objects(20));
+        victims.clear();
+        for access in &testing::keys(&(1..=20).collect::<Vec<_>>()) {
+            v0.access(access, &mut victims);
+        }
+        assert_eq!((v0.small.len(), v0.main.len()), (20, 0));
+        assert_eq!(v0.name(), "s3fifo-v0");
+        assert_eq!(cache.name(), "s3fifo");
     }
 
     #[test]
@@ -556,9 +656,12 @@ mod tests {
         #[test]
         fn matches_naive_model(trace in testing::trace_strategy(60, 500, 5), cap in 1u64..60, bytes: bool) {
             let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap + 20) };
-            let mut naive = NaiveS3Fifo::new(capacity);
+            let mut naive = NaiveS3Fifo::new(capacity, false);
             testing::assert_matches_reference(&mut s3fifo(capacity), &mut naive, &trace);
             testing::replay_checked(&mut s3fifo(capacity), &trace);
+            let mut naive = NaiveS3Fifo::new(capacity, true);
+            testing::assert_matches_reference(&mut s3fifo_current(capacity), &mut naive, &trace);
+            testing::replay_checked(&mut s3fifo_current(capacity), &trace);
         }
     }
 }
