@@ -127,6 +127,20 @@ echo "== cargo test: block cache under shuttle's randomized scheduler" >&2
 cargo test --locked --release -p cairn-store --features shuttle --test cache_shuttle
 stop_ceph 0
 
+# The Python package (python/: PyO3, built by maturin) and its pytest suite,
+# which also runs examples/python/. Built here rather than by `pip install
+# ./python` so the wheel's Rust build reuses python/target between runs.
+echo "== python: build the cairn wheel (maturin) and run its tests (pytest)" >&2
+python3 -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" pytest
+if [ $quick = 0 ]; then
+  cargo fmt --manifest-path python/Cargo.toml -- --check
+  cargo clippy --manifest-path python/Cargo.toml --locked -- -D warnings
+fi
+rm -rf python/target/wheels
+maturin build --release --locked --manifest-path python/Cargo.toml --out python/target/wheels
+python3 -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps python/target/wheels/*.whl
+python3 -m pytest -q python/tests
+
 fuzz_smoke() {
   local seconds=${CAIRN_FUZZ_SECONDS:-5}
   [ "$seconds" = 0 ] && { echo "== fuzz smoke: skipped (CAIRN_FUZZ_SECONDS=0)" >&2; return 0; }

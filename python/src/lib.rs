@@ -1,0 +1,826 @@
+//! `cairn`, the Python module: Cairn's policies, trace readers and simulator
+//! with an API a libCacheSim user recognises (`Cache.get`/`find`,
+//! `process_trace`, `TraceReader`, `PluginCache` hooks), and `sim`, which runs
+//! many configurations in Rust on every core.
+//!
+//! Nothing here simulates: policies are `cairn-policy`'s, traces are read by
+//! `cairn-trace`, and `sim` calls `cairn_sim::replay`, so a miss ratio from
+//! Python is the one `cairn sim` prints.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cairn_policy::{Access, AdmissionConfig, Capacity, Op, Policy, PolicyConfig};
+use cairn_sim::mrc::MrcTracker;
+use cairn_sim::{
+    CacheSize, CapacityUnit, Configuration, FromIter, Metrics, NoProgress, ReplayOptions,
+    WorkingSet,
+};
+use cairn_trace::read::{self, Format};
+use cairn_trace::{Splitter, Unit};
+use hashbrown::HashMap;
+use pyo3::exceptions::{PyIOError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+fn value_error(message: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(message.to_string())
+}
+
+fn capacity_unit(unit: &str) -> PyResult<CapacityUnit> {
+    match unit {
+        "objects" => Ok(CapacityUnit::Objects),
+        "bytes" => Ok(CapacityUnit::Bytes),
+        other => Err(value_error(format!(
+            "unit `{other}`: expected \"objects\" (count units, libCacheSim's ignore_obj_size) or \"bytes\""
+        ))),
+    }
+}
+
+fn capacity(unit: CapacityUnit, limit: u64) -> Capacity {
+    match unit {
+        CapacityUnit::Objects => Capacity::Objects(limit),
+        CapacityUnit::Bytes => Capacity::Bytes(limit),
+    }
+}
+
+/// A Python value as JSON, for a policy parameter.
+fn to_json(value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    if let Ok(b) = value.extract::<bool>() {
+        return Ok(serde_json::Value::Bool(b));
+    }
+    if let Ok(i) = value.extract::<i64>() {
+        return Ok(i.into());
+    }
+    if let Ok(f) = value.extract::<f64>() {
+        return serde_json::Number::from_f64(f)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| value_error(format!("{f} is not a finite number")));
+    }
+    if let Ok(s) = value.extract::<String>() {
+        return Ok(serde_json::Value::String(s));
+    }
+    if let Ok(list) = value.cast::<PyList>() {
+        return list.iter().map(|item| to_json(&item)).collect();
+    }
+    Err(PyTypeError::new_err(format!(
+        "policy parameter {value}: expected a bool, number, string or list"
+    )))
+}
+
+/// The policy `name` with its defaults overridden by `params`.
+fn policy_config(name: &str, params: Option<&Bound<'_, PyDict>>) -> PyResult<PolicyConfig> {
+    let defaults = PolicyConfig::default_for(name).ok_or_else(|| {
+        value_error(format!(
+            "unknown policy `{name}` (known: {})",
+            PolicyConfig::NAMES.join(", ")
+        ))
+    })?;
+    let mut value = serde_json::to_value(defaults).map_err(value_error)?;
+    if let Some(params) = params {
+        for (key, item) in params.iter() {
+            let key: String = key.extract()?;
+            if key == "policy" {
+                return Err(value_error("`policy` is the name, not a parameter"));
+            }
+            value[key] = to_json(&item)?;
+        }
+    }
+    serde_json::from_value(value)
+        .map_err(|e| value_error(format!("policy `{name}`: invalid parameters: {e}")))
+}
+
+/// One request, as libCacheSim's `Request`: `obj_id`, `obj_size`, `op`
+/// (`"read"` or `"write"`) and `time` (microseconds in the trace, or the
+/// logical time of a request passed to a plugin hook).
+#[pyclass(module = "cairn", get_all, set_all)]
+#[derive(Clone, Debug)]
+struct Request {
+    obj_id: u64,
+    obj_size: u32,
+    op: String,
+    time: u64,
+}
+
+#[pymethods]
+impl Request {
+    #[new]
+    #[pyo3(signature = (obj_id, obj_size = 1, op = "read", time = 0))]
+    fn new(obj_id: u64, obj_size: u32, op: &str, time: u64) -> PyResult<Self> {
+        parse_op(op)?;
+        Ok(Self {
+            obj_id,
+            obj_size,
+            op: op.to_owned(),
+            time,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Request(obj_id={}, obj_size={}, op={:?}, time={})",
+            self.obj_id, self.obj_size, self.op, self.time
+        )
+    }
+}
+
+fn parse_op(op: &str) -> PyResult<Op> {
+    match op {
+        "read" => Ok(Op::Read),
+        "write" => Ok(Op::Write),
+        other => Err(value_error(format!(
+            "op `{other}`: expected \"read\" or \"write\""
+        ))),
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Read => "read",
+        Op::Write => "write",
+    }
+}
+
+/// `Cache.get(x)` takes a `Request` or an object id (with `obj_size`).
+fn access_of(request: &Bound<'_, PyAny>, obj_size: u32, time: u64) -> PyResult<Access> {
+    if let Ok(request) = request.extract::<Request>() {
+        let mut access = Access::read(request.obj_id, request.obj_size, time);
+        access.op = parse_op(&request.op)?;
+        access.object = request.obj_id;
+        return Ok(access);
+    }
+    let key: u64 = request.extract().map_err(|_| {
+        PyTypeError::new_err("expected a cairn.Request or an object id (a non-negative int)")
+    })?;
+    let mut access = Access::read(key, obj_size, time);
+    access.object = key;
+    Ok(access)
+}
+
+fn open_trace(path: &Path, format: Option<&str>) -> PyResult<cairn_trace::read::Reader> {
+    let format = match format {
+        Some(name) => name.parse::<Format>().map_err(value_error)?,
+        None => Format::detect(path).map_err(|e| PyIOError::new_err(e.to_string()))?,
+    };
+    read::open(path, &format).map_err(|e| PyIOError::new_err(e.to_string()))
+}
+
+/// Every access of a trace (one per request, keyed by object id, as
+/// libCacheSim reads object traces), with next-access times filled in.
+fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
+    let mut splitter = Splitter::new(Unit::Object);
+    let mut accesses = Vec::new();
+    for request in open_trace(path, format)? {
+        let request = request.map_err(|e| PyIOError::new_err(e.to_string()))?;
+        splitter.split(&request, &mut accesses);
+    }
+    if accesses.is_empty() {
+        return Err(value_error(format!(
+            "{}: the trace holds no requests",
+            path.display()
+        )));
+    }
+    let keys = accesses.iter().map(|a| a.key).collect();
+    for (access, next) in accesses.iter_mut().zip(cairn_sim::next_access_times(keys)) {
+        access.next = next;
+    }
+    Ok(accesses)
+}
+
+fn working_set(accesses: &[Access]) -> WorkingSet {
+    let mut sizes: HashMap<u64, u32> = HashMap::new();
+    for access in accesses {
+        sizes.entry(access.key).or_insert(access.size);
+    }
+    WorkingSet {
+        objects: sizes.len() as u64,
+        bytes: sizes.values().map(|&s| u64::from(s)).sum(),
+    }
+}
+
+/// A float in (0, 1] is a fraction of the working set; an int is absolute.
+fn cache_size(size: &Bound<'_, PyAny>) -> PyResult<CacheSize> {
+    if let Ok(n) = size.extract::<u64>() {
+        if n == 0 {
+            return Err(value_error("a cache size of 0 holds nothing"));
+        }
+        return Ok(CacheSize::Absolute(n));
+    }
+    let f: f64 = size.extract().map_err(|_| {
+        PyTypeError::new_err(
+            "a size is an int (objects or bytes) or a float in (0, 1] (a fraction of the working set)",
+        )
+    })?;
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(value_error(format!(
+            "size {f}: a fraction must be in (0, 1]"
+        )));
+    }
+    Ok(CacheSize::Fraction(f))
+}
+
+/// A cache: one policy at one capacity.
+///
+/// ``Cache("s3fifo", 1000)`` counts objects; ``unit="bytes"`` sums sizes.
+/// Keyword arguments set the policy's parameters, as in `docs/policies.md`:
+/// ``Cache("s3fifo", 1000, small_size_ratio=0.2)``.
+#[pyclass(module = "cairn", subclass)]
+struct Cache {
+    inner: Mutex<CacheInner>,
+}
+
+struct CacheInner {
+    policy: Box<dyn Policy>,
+    victims: Vec<u64>,
+    time: u64,
+    /// A plugin's first hook error, raised by the call that met it.
+    error: Option<Arc<Mutex<Option<PyErr>>>>,
+}
+
+impl CacheInner {
+    fn access(&mut self, access: &Access) -> PyResult<bool> {
+        self.victims.clear();
+        let hit = self.policy.access(access, &mut self.victims);
+        self.time += 1;
+        self.raise()?;
+        Ok(hit)
+    }
+
+    fn raise(&self) -> PyResult<()> {
+        if let Some(error) = &self.error
+            && let Some(e) = error.lock().unwrap_or_else(PoisonError::into_inner).take()
+        {
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+impl Cache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl Cache {
+    #[new]
+    #[pyo3(signature = (policy, capacity, unit = "objects", **params))]
+    fn new(
+        policy: &str,
+        capacity: u64,
+        unit: &str,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let config = policy_config(policy, params)?;
+        let built = config
+            .build(self::capacity(capacity_unit(unit)?, capacity))
+            .map_err(value_error)?;
+        Ok(Self {
+            inner: Mutex::new(CacheInner {
+                policy: built,
+                victims: Vec::new(),
+                time: 0,
+                error: None,
+            }),
+        })
+    }
+
+    /// Looks the request up and admits it on a miss; returns whether it hit.
+    #[pyo3(signature = (request, obj_size = 1))]
+    fn get(&self, request: &Bound<'_, PyAny>, obj_size: u32) -> PyResult<bool> {
+        let mut inner = self.lock();
+        let access = access_of(request, obj_size, inner.time)?;
+        inner.access(&access)
+    }
+
+    /// Whether `obj_id` is resident; changes nothing.
+    fn find(&self, obj_id: u64) -> bool {
+        self.lock().policy.contains(obj_id)
+    }
+
+    /// Removes `obj_id`; returns whether it was resident.
+    fn remove(&self, obj_id: u64) -> bool {
+        self.lock().policy.remove(obj_id)
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().policy.len()
+    }
+
+    /// Occupancy, in objects or bytes.
+    #[getter]
+    fn used(&self) -> u64 {
+        self.lock().policy.used()
+    }
+
+    /// The capacity, in objects or bytes.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.lock().policy.capacity().limit()
+    }
+
+    /// The policy's table name (`lru`, `s3fifo`).
+    #[getter]
+    fn name(&self) -> &'static str {
+        self.lock().policy.name()
+    }
+
+    /// Replays a trace file through this cache (its state carries on);
+    /// returns `(miss_ratio, byte_miss_ratio)` of that replay, as
+    /// libCacheSim's `process_trace`.
+    #[pyo3(signature = (trace, format = None))]
+    fn process_trace(
+        &self,
+        py: Python<'_>,
+        trace: PathBuf,
+        format: Option<&str>,
+    ) -> PyResult<(f64, f64)> {
+        let accesses = load_accesses(&trace, format)?;
+        let mut inner = self.lock();
+        let plugin = inner.error.is_some();
+        let mut metrics = Metrics::default();
+        let mut run = |inner: &mut CacheInner| -> PyResult<()> {
+            for access in &accesses {
+                let hit = inner.access(access)?;
+                metrics.record(access, hit, inner.victims.len());
+            }
+            Ok(())
+        };
+        let inner: &mut CacheInner = &mut inner;
+        if plugin {
+            run(inner)?;
+        } else {
+            py.detach(|| run(inner))?;
+        }
+        Ok((metrics.miss_ratio(), metrics.byte_miss_ratio()))
+    }
+
+    fn __repr__(&self) -> String {
+        let inner = self.lock();
+        format!(
+            "Cache({:?}, {:?}, {} of {})",
+            inner.policy.name(),
+            inner.policy.capacity(),
+            inner.policy.used(),
+            inner.policy.capacity().limit()
+        )
+    }
+}
+
+/// The hooks of a policy written in Python, with libCacheSim's names.
+struct Hooks {
+    name: String,
+    init: Py<PyAny>,
+    hit: Py<PyAny>,
+    miss: Py<PyAny>,
+    eviction: Py<PyAny>,
+    remove: Option<Py<PyAny>>,
+}
+
+/// A [`Policy`] whose decisions are Python calls. Cairn keeps the resident
+/// set and its sizes; the hooks keep whatever state they like in `data`.
+struct PythonPolicy {
+    hooks: Arc<Hooks>,
+    data: Py<PyAny>,
+    resident: HashMap<u64, u32>,
+    used: u64,
+    capacity: Capacity,
+    /// The first error a hook raised; after it every access misses and no
+    /// hook runs, and the caller raises it.
+    error: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl PythonPolicy {
+    fn new(hooks: Arc<Hooks>, capacity: Capacity) -> PyResult<Self> {
+        let data = Python::attach(|py| hooks.init.call1(py, (capacity.limit(),)))?;
+        Ok(Self {
+            hooks,
+            data,
+            resident: HashMap::new(),
+            used: 0,
+            capacity,
+            error: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    fn failed(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn fail(&self, error: PyErr) {
+        let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+    }
+
+    fn request(access: &Access) -> Request {
+        Request {
+            obj_id: access.key,
+            obj_size: access.size,
+            op: op_name(access.op).to_owned(),
+            time: access.time,
+        }
+    }
+}
+
+impl Policy for PythonPolicy {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+
+    fn lookup(&mut self, access: &Access) -> bool {
+        if self.failed() || !self.resident.contains_key(&access.key) {
+            return false;
+        }
+        let result = Python::attach(|py| {
+            self.hooks
+                .hit
+                .call1(py, (self.data.clone_ref(py), Self::request(access)))
+        });
+        if let Err(e) = result {
+            self.fail(e);
+        }
+        true
+    }
+
+    fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
+        let charge = self.capacity.charge(access.size);
+        if self.failed() || charge > self.capacity.limit() {
+            return false;
+        }
+        let outcome = Python::attach(|py| -> PyResult<()> {
+            while self.used + charge > self.capacity.limit() {
+                let victim: u64 = self
+                    .hooks
+                    .eviction
+                    .call1(py, (self.data.clone_ref(py), Self::request(access)))?
+                    .extract(py)
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "{}: cache_eviction_hook must return the obj_id to evict",
+                            self.hooks.name
+                        ))
+                    })?;
+                let Some(size) = self.resident.remove(&victim) else {
+                    return Err(PyRuntimeError::new_err(format!(
+                        "{}: cache_eviction_hook returned {victim}, which is not in the cache",
+                        self.hooks.name
+                    )));
+                };
+                self.used -= self.capacity.charge(size);
+                victims.push(victim);
+            }
+            self.resident.insert(access.key, access.size);
+            self.used += charge;
+            self.hooks
+                .miss
+                .call1(py, (self.data.clone_ref(py), Self::request(access)))?;
+            Ok(())
+        });
+        match outcome {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(e);
+                self.resident.contains_key(&access.key)
+            }
+        }
+    }
+
+    fn remove(&mut self, key: u64) -> bool {
+        let Some(size) = self.resident.remove(&key) else {
+            return false;
+        };
+        self.used -= self.capacity.charge(size);
+        if let Some(hook) = &self.hooks.remove {
+            let result = Python::attach(|py| hook.call1(py, (self.data.clone_ref(py), key)));
+            if let Err(e) = result {
+                self.fail(e);
+            }
+        }
+        true
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.resident.contains_key(&key)
+    }
+
+    fn len(&self) -> usize {
+        self.resident.len()
+    }
+
+    fn used(&self) -> u64 {
+        self.used
+    }
+
+    fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+}
+
+/// A cache whose policy is written in Python, with libCacheSim's hooks:
+///
+/// - ``cache_init_hook(capacity) -> data``: any object, passed to the others;
+/// - ``cache_hit_hook(data, request)``: a resident object was requested;
+/// - ``cache_miss_hook(data, request)``: the object was admitted (it is
+///   resident when the hook runs);
+/// - ``cache_eviction_hook(data, request) -> obj_id``: room is needed for
+///   ``request``; return a resident object to evict (called until it fits);
+/// - ``cache_remove_hook(data, obj_id)``: optional, ``remove`` was called.
+///
+/// Cairn keeps the resident set and the sizes, so a hook that returns an
+/// object that is not resident is an error, not a corrupt cache. A
+/// `PluginCache` is also a policy for `cairn.sim`, replayed at each size
+/// there (its capacity here is then ignored).
+#[pyclass(module = "cairn", extends = Cache)]
+struct PluginCache {
+    hooks: Arc<Hooks>,
+}
+
+#[pymethods]
+impl PluginCache {
+    #[new]
+    #[pyo3(signature = (cache_size, cache_init_hook, cache_hit_hook, cache_miss_hook,
+                        cache_eviction_hook, cache_remove_hook = None,
+                        cache_name = "python", unit = "objects"))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cache_size: u64,
+        cache_init_hook: Py<PyAny>,
+        cache_hit_hook: Py<PyAny>,
+        cache_miss_hook: Py<PyAny>,
+        cache_eviction_hook: Py<PyAny>,
+        cache_remove_hook: Option<Py<PyAny>>,
+        cache_name: &str,
+        unit: &str,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let hooks = Arc::new(Hooks {
+            name: cache_name.to_owned(),
+            init: cache_init_hook,
+            hit: cache_hit_hook,
+            miss: cache_miss_hook,
+            eviction: cache_eviction_hook,
+            remove: cache_remove_hook,
+        });
+        let policy = PythonPolicy::new(
+            Arc::clone(&hooks),
+            capacity(capacity_unit(unit)?, cache_size),
+        )?;
+        let error = Arc::clone(&policy.error);
+        let cache = Cache {
+            inner: Mutex::new(CacheInner {
+                policy: Box::new(policy),
+                victims: Vec::new(),
+                time: 0,
+                error: Some(error),
+            }),
+        };
+        Ok(PyClassInitializer::from(cache).add_subclass(Self { hooks }))
+    }
+
+    /// The name given as `cache_name`.
+    #[getter]
+    fn cache_name(&self) -> String {
+        self.hooks.name.clone()
+    }
+}
+
+/// Reads a trace file request by request: ``for req in TraceReader(path)``.
+/// The format is detected from the file (oracleGeneral, VSCSI, CloudPhysics,
+/// MSR, text, CSV; zstd-compressed or not) unless `format` names it.
+#[pyclass(module = "cairn")]
+struct TraceReader {
+    reader: Mutex<cairn_trace::read::Reader>,
+}
+
+#[pymethods]
+impl TraceReader {
+    #[new]
+    #[pyo3(signature = (trace, format = None))]
+    fn new(trace: PathBuf, format: Option<&str>) -> PyResult<Self> {
+        Ok(Self {
+            reader: Mutex::new(open_trace(&trace, format)?),
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self) -> PyResult<Option<Request>> {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        match reader.next() {
+            None => Ok(None),
+            Some(Err(e)) => Err(PyIOError::new_err(e.to_string())),
+            Some(Ok(request)) => Ok(Some(Request {
+                obj_id: request.object,
+                obj_size: request.size,
+                op: op_name(request.op).to_owned(),
+                time: request.time_us,
+            })),
+        }
+    }
+}
+
+/// One result row of `sim`, as a dict.
+fn row<'py>(
+    py: Python<'py>,
+    policy: &str,
+    size: &str,
+    capacity: Capacity,
+    metrics: &Metrics,
+) -> PyResult<Bound<'py, PyDict>> {
+    let row = PyDict::new(py);
+    row.set_item("policy", policy)?;
+    row.set_item("size", size)?;
+    row.set_item("capacity", capacity.limit())?;
+    row.set_item(
+        "unit",
+        match capacity {
+            Capacity::Objects(_) => "objects",
+            Capacity::Bytes(_) => "bytes",
+        },
+    )?;
+    row.set_item("miss_ratio", metrics.miss_ratio())?;
+    row.set_item("byte_miss_ratio", metrics.byte_miss_ratio())?;
+    row.set_item("requests", metrics.requests)?;
+    row.set_item("hits", metrics.hits)?;
+    row.set_item("misses", metrics.misses)?;
+    row.set_item("evictions", metrics.evictions)?;
+    Ok(row)
+}
+
+/// Simulates every policy at every size over a trace; returns one dict per
+/// (policy, size) with ``policy``, ``size``, ``capacity``, ``unit``,
+/// ``miss_ratio``, ``byte_miss_ratio``, ``requests``, ``hits``, ``misses``,
+/// ``evictions``.
+///
+/// A policy is a name (``"lru"``), a ``(name, {param: value})`` pair, or a
+/// `PluginCache`. A size is an int (objects, or bytes with
+/// ``unit="bytes"``) or a float in (0, 1], a fraction of the working set
+/// computed as libCacheSim does. Cairn's policies run in Rust on ``threads``
+/// threads (0: every core) without the GIL; Python policies run after them,
+/// in this thread.
+#[pyfunction]
+#[pyo3(signature = (trace, policies, sizes, unit = "objects", format = None, threads = 0))]
+fn sim<'py>(
+    py: Python<'py>,
+    trace: PathBuf,
+    policies: Vec<Bound<'py, PyAny>>,
+    sizes: Vec<Bound<'py, PyAny>>,
+    unit: &str,
+    format: Option<&str>,
+    threads: usize,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    if policies.is_empty() || sizes.is_empty() {
+        return Err(value_error("sim needs at least one policy and one size"));
+    }
+    let unit = capacity_unit(unit)?;
+    let sizes = sizes.iter().map(cache_size).collect::<PyResult<Vec<_>>>()?;
+    let accesses = load_accesses(&trace, format)?;
+    let working_set = working_set(&accesses);
+    enum Entry {
+        Native(String, PolicyConfig),
+        Plugin(Arc<Hooks>),
+    }
+    let mut entries = Vec::new();
+    for policy in &policies {
+        if let Ok(plugin) = policy.cast::<PluginCache>() {
+            entries.push(Entry::Plugin(Arc::clone(&plugin.borrow().hooks)));
+        } else if let Ok(name) = policy.extract::<String>() {
+            let config = policy_config(&name, None)?;
+            entries.push(Entry::Native(name, config));
+        } else if let Ok((name, params)) = policy.extract::<(String, Bound<'py, PyDict>)>() {
+            let config = policy_config(&name, Some(&params))?;
+            entries.push(Entry::Native(name, config));
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "policy {policy}: expected a name, a (name, params) pair or a PluginCache"
+            )));
+        }
+    }
+    let resolve = |size: CacheSize| -> PyResult<Capacity> {
+        let capacity = size.resolve(unit, working_set);
+        if capacity.limit() == 0 {
+            return Err(value_error(format!(
+                "size {size} of a working set of {} resolves to 0; give a larger size",
+                working_set.in_unit(unit)
+            )));
+        }
+        Ok(capacity)
+    };
+    let mut configurations = Vec::new();
+    for entry in &entries {
+        if let Entry::Native(label, config) = entry {
+            for &size in &sizes {
+                configurations.push(Configuration {
+                    label: label.clone(),
+                    policy: config.clone(),
+                    admission: AdmissionConfig::default(),
+                    size: size.to_string(),
+                    capacity: resolve(size)?,
+                });
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    if !configurations.is_empty() {
+        let options = ReplayOptions {
+            threads,
+            ..ReplayOptions::default()
+        };
+        let reports = py
+            .detach(|| {
+                cairn_sim::replay(
+                    &configurations,
+                    FromIter(accesses.iter().copied().map(Ok)),
+                    &options,
+                    &NoProgress,
+                )
+            })
+            .map_err(value_error)?;
+        for report in &reports {
+            let capacity = capacity(capacity_unit(&report.capacity_unit)?, report.capacity);
+            rows.push(row(
+                py,
+                &report.label,
+                &report.size,
+                capacity,
+                &report.metrics,
+            )?);
+        }
+    }
+    for entry in &entries {
+        if let Entry::Plugin(hooks) = entry {
+            for &size in &sizes {
+                let capacity = resolve(size)?;
+                let mut policy = PythonPolicy::new(Arc::clone(hooks), capacity)?;
+                let mut metrics = Metrics::default();
+                let mut victims = Vec::new();
+                for access in &accesses {
+                    victims.clear();
+                    let hit = policy.access(access, &mut victims);
+                    metrics.record(access, hit, victims.len());
+                }
+                if let Some(e) = policy
+                    .error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                {
+                    return Err(e);
+                }
+                rows.push(row(py, &hooks.name, &size.to_string(), capacity, &metrics)?);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The exact LRU miss-ratio curve of a trace (Mattson's stack algorithm):
+/// a list of ``(size, miss_ratio)`` at ``points`` sizes evenly spread up to
+/// the working set, in objects or bytes.
+#[pyfunction]
+#[pyo3(signature = (trace, unit = "objects", points = 20, format = None))]
+fn mrc(
+    py: Python<'_>,
+    trace: PathBuf,
+    unit: &str,
+    points: usize,
+    format: Option<&str>,
+) -> PyResult<Vec<(u64, f64)>> {
+    let unit = capacity_unit(unit)?;
+    if points == 0 {
+        return Err(value_error("points must be at least 1"));
+    }
+    let accesses = load_accesses(&trace, format)?;
+    let working_set = working_set(&accesses);
+    Ok(py.detach(|| {
+        let mut tracker = MrcTracker::exact(unit);
+        for access in &accesses {
+            tracker.observe(access);
+        }
+        let histogram = tracker.finish();
+        let sizes = cairn_sim::mrc::even_sizes(working_set.in_unit(unit), points);
+        let ratios = histogram.miss_ratios(&sizes);
+        sizes.into_iter().zip(ratios).collect()
+    }))
+}
+
+/// Cairn's cache policies, trace readers and simulator.
+#[pymodule]
+fn cairn(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Request>()?;
+    module.add_class::<Cache>()?;
+    module.add_class::<PluginCache>()?;
+    module.add_class::<TraceReader>()?;
+    module.add_function(wrap_pyfunction!(sim, module)?)?;
+    module.add_function(wrap_pyfunction!(mrc, module)?)?;
+    module.add("POLICIES", PolicyConfig::NAMES.to_vec())?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

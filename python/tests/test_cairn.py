@@ -1,0 +1,164 @@
+"""The Python package against the Rust simulator and libCacheSim's numbers.
+
+Run by ./test.sh after `pip install ./python`; by hand:
+    pip install ./python && python3 -m pytest python/tests
+"""
+
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+
+import cairn
+
+TRACE = Path(__file__).resolve().parents[2] / "crates/cairn/data/cloudPhysicsIO.oracleGeneral.bin.zst"
+REQUESTS = 113_872
+# libCacheSim 0.3.5's misses at 1, 5, 10, 20 % of the 48,974 objects (the same
+# table as crates/cairn-sim/tests/libcachesim_agreement.rs).
+LIBCACHESIM = {
+    "lru": [95420, 93897, 91657, 82547],
+    "s3fifo": [94569, 92574, 86006, 75875],
+    "arc": [94229, 92392, 88002, 80004],
+}
+FRACTIONS = [0.01, 0.05, 0.1, 0.2]
+
+
+def test_a_cache_evicts_its_least_recently_used_object():
+    cache = cairn.Cache("lru", 2)
+    assert [cache.get(k) for k in [1, 2, 1, 3]] == [False, False, True, False]
+    assert cache.find(1) and cache.find(3) and not cache.find(2)
+    assert (len(cache), cache.used, cache.capacity, cache.name) == (2, 2, 2, "lru")
+    assert cache.remove(1) and not cache.remove(1)
+    assert cache.get(cairn.Request(7, 4096, "write")) is False
+
+
+def test_byte_capacity_counts_sizes():
+    cache = cairn.Cache("fifo", 10_000, unit="bytes")
+    cache.get(1, obj_size=6000)
+    cache.get(2, obj_size=6000)
+    assert not cache.find(1) and cache.find(2) and cache.used == 6000
+
+
+def test_sim_agrees_with_libcachesim_on_the_sample_trace():
+    rows = cairn.sim(TRACE, ["lru", "s3fifo", "arc"], FRACTIONS)
+    assert len(rows) == 12
+    for row in rows:
+        expected = LIBCACHESIM[row["policy"]][FRACTIONS.index(float(row["size"].rstrip("%")) / 100)]
+        assert row["requests"] == REQUESTS
+        assert row["misses"] == expected, row
+
+
+def test_policy_parameters_and_the_older_s3fifo():
+    v0 = cairn.sim(TRACE, ["s3fifo-v0", ("s3fifo", {"overflow_to_main_while_filling": False})], [0.05])
+    assert [row["misses"] for row in v0] == [91396, 91396]  # libCacheSim aa0fc40
+    assert cairn.Cache("s3fifo", 1000, small_size_ratio=0.2).capacity == 1000
+
+
+def test_process_trace_matches_sim():
+    cache = cairn.Cache("lru", 4897)
+    miss_ratio, byte_miss_ratio = cache.process_trace(TRACE)
+    assert miss_ratio == pytest.approx(91657 / REQUESTS)
+    assert 0 < byte_miss_ratio < 1
+
+
+def lru_in_python():
+    """LRU written with libCacheSim's plugin hooks."""
+
+    def init(capacity):
+        return OrderedDict()
+
+    def hit(data, request):
+        data.move_to_end(request.obj_id)
+
+    def miss(data, request):
+        data[request.obj_id] = True
+
+    def evict(data, request):
+        victim, _ = data.popitem(last=False)
+        return victim
+
+    def remove(data, obj_id):
+        data.pop(obj_id, None)
+
+    return cairn.PluginCache(2, init, hit, miss, evict, remove, cache_name="py-lru")
+
+
+def test_a_policy_written_in_python_runs_in_the_simulator_and_agrees_with_lru():
+    plugin = lru_in_python()
+    rows = cairn.sim(TRACE, ["lru", plugin], [0.01, 0.1])
+    native = {row["size"]: row["misses"] for row in rows if row["policy"] == "lru"}
+    python = {row["size"]: row["misses"] for row in rows if row["policy"] == "py-lru"}
+    assert python == native == {"1%": 95420, "10%": 91657}
+
+
+def test_a_plugin_cache_is_a_cache():
+    cache = lru_in_python()
+    assert [cache.get(k) for k in [1, 2, 1, 3]] == [False, False, True, False]
+    assert cache.find(1) and not cache.find(2) and cache.cache_name == "py-lru"
+    assert cache.remove(3) and len(cache) == 1
+
+
+def test_a_hook_that_evicts_what_is_not_cached_is_an_error():
+    cache = cairn.PluginCache(1, lambda c: None, lambda d, r: None, lambda d, r: None, lambda d, r: 99)
+    cache.get(1)
+    with pytest.raises(RuntimeError, match="returned 99, which is not in the cache"):
+        cache.get(2)
+
+
+def test_a_hook_that_raises_surfaces_from_sim():
+    def evict(data, request):
+        raise KeyError("boom")
+
+    plugin = cairn.PluginCache(1, lambda c: None, lambda d, r: None, lambda d, r: None, evict)
+    with pytest.raises(KeyError, match="boom"):
+        cairn.sim(TRACE, [plugin], [0.01])
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown policy `lur`"):
+        cairn.Cache("lur", 10)
+    with pytest.raises(ValueError, match="invalid parameters"):
+        cairn.Cache("s3fifo", 100, no_such_knob=1)
+    with pytest.raises(ValueError, match="unit"):
+        cairn.Cache("lru", 10, unit="blocks")
+    with pytest.raises(ValueError, match="fraction"):
+        cairn.sim(TRACE, ["lru"], [1.5])
+    with pytest.raises(ValueError, match="resolves to 0"):
+        cairn.sim(TRACE, ["lru"], [0.00001])
+    with pytest.raises(OSError):
+        cairn.sim("/nonexistent/trace.bin", ["lru"], [0.1])
+    with pytest.raises(TypeError):
+        cairn.sim(TRACE, [42], [0.1])
+
+
+def test_the_trace_reader_yields_every_request():
+    requests = list(cairn.TraceReader(TRACE))
+    assert len(requests) == REQUESTS
+    assert all(r.op in ("read", "write") for r in requests[:100])
+    assert len({r.obj_id for r in requests}) == 48_974
+
+
+def test_the_mrc_is_lru_at_every_size():
+    curve = cairn.mrc(TRACE, points=5)
+    assert len(curve) == 5
+    ratios = [ratio for _, ratio in curve]
+    assert ratios == sorted(ratios, reverse=True)
+    rows = cairn.sim(TRACE, ["lru"], [size for size, _ in curve])
+    for (size, ratio), row in zip(curve, rows):
+        assert row["miss_ratio"] == pytest.approx(ratio, abs=1e-12), size
+    assert "s3fifo-v0" in cairn.POLICIES
+
+
+def test_the_example_plots_and_its_python_clock_equals_cairns(tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples/python/miss_ratio_curves.py"
+    svg = tmp_path / "curves.svg"
+    out = subprocess.run(
+        [sys.executable, str(example), str(TRACE), str(svg)], check=True, capture_output=True, text=True
+    ).stdout
+    rows = {line[:16].strip(): line[16:].split() for line in out.splitlines() if line.startswith(("clock", "lru"))}
+    assert rows["clock (Python)"] == rows["clock"], out
+    assert rows["lru"][0] == "0.8380"
+    assert svg.read_text().count("<polyline") == 7
