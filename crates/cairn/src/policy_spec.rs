@@ -186,7 +186,9 @@ mod tests {
         assert_eq!((nhit.threshold, nhit.trigger), (3, 0.0));
         let error = format!("{:#}", parse_admission("lru").unwrap_err());
         assert!(
-            error.contains("unknown filter `lru` (known: always, nhit, frequency)"),
+            error.contains(
+                "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic)"
+            ),
             "{error}"
         );
         let error = format!("{:#}", parse_admission("always:threshold=2").unwrap_err());

@@ -86,7 +86,7 @@ fn a_bad_spec_names_the_filters_or_the_parameter() {
     for (spec, expected) in [
         (
             "lru",
-            "unknown filter `lru` (known: always, nhit, frequency)",
+            "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic)",
         ),
         ("nhit:threshold=0", "`threshold` = 0 is out of range"),
         ("frequency:bogus=1", "bogus"),

@@ -3,8 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::always::{Always, AlwaysConfig};
+use super::bloom::{Bloom, BloomConfig};
 use super::frequency::{Frequency, FrequencyConfig};
 use super::nhit::{Nhit, NhitConfig};
+use super::probabilistic::{Probabilistic, ProbabilisticConfig};
+use super::size::{Size, SizeConfig};
 use super::{Admission, Filtered};
 use crate::{Capacity, ConfigError, Policy};
 
@@ -21,6 +24,12 @@ pub enum AdmissionConfig {
     Nhit(NhitConfig),
     /// Admit at an estimated recent frequency (`TinyLFU`'s sketch).
     Frequency(FrequencyConfig),
+    /// Admit on the second miss, remembered in a Bloom filter.
+    Bloom(BloomConfig),
+    /// Admit units below a size.
+    Size(SizeConfig),
+    /// Admit a miss with a fixed probability.
+    Probabilistic(ProbabilisticConfig),
 }
 
 impl Default for AdmissionConfig {
@@ -31,7 +40,14 @@ impl Default for AdmissionConfig {
 
 impl AdmissionConfig {
     /// Every filter name.
-    pub const NAMES: &'static [&'static str] = &["always", "nhit", "frequency"];
+    pub const NAMES: &'static [&'static str] = &[
+        "always",
+        "nhit",
+        "frequency",
+        "bloom",
+        "size",
+        "probabilistic",
+    ];
 
     /// The default configuration of the filter called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
@@ -39,6 +55,9 @@ impl AdmissionConfig {
             "always" => Self::Always(AlwaysConfig::default()),
             "nhit" => Self::Nhit(NhitConfig::default()),
             "frequency" => Self::Frequency(FrequencyConfig::default()),
+            "bloom" => Self::Bloom(BloomConfig::default()),
+            "size" => Self::Size(SizeConfig::default()),
+            "probabilistic" => Self::Probabilistic(ProbabilisticConfig::default()),
             _ => return None,
         })
     }
@@ -49,6 +68,9 @@ impl AdmissionConfig {
             Self::Always(_) => "always",
             Self::Nhit(_) => "nhit",
             Self::Frequency(_) => "frequency",
+            Self::Bloom(_) => "bloom",
+            Self::Size(_) => "size",
+            Self::Probabilistic(_) => "probabilistic",
         }
     }
 
@@ -59,6 +81,9 @@ impl AdmissionConfig {
             Self::Always(_) => Ok(()),
             Self::Nhit(c) => c.validate(),
             Self::Frequency(c) => c.validate(),
+            Self::Bloom(c) => c.validate(),
+            Self::Size(c) => c.validate(),
+            Self::Probabilistic(c) => c.validate(),
         }
     }
 
@@ -68,6 +93,9 @@ impl AdmissionConfig {
             Self::Always(_) => Box::new(Always),
             Self::Nhit(c) => Box::new(Nhit::new(capacity, c)?),
             Self::Frequency(c) => Box::new(Frequency::new(capacity, c)?),
+            Self::Bloom(c) => Box::new(Bloom::new(capacity, c)?),
+            Self::Size(c) => Box::new(Size::new(c)?),
+            Self::Probabilistic(c) => Box::new(Probabilistic::new(c)?),
         })
     }
 

@@ -14,6 +14,11 @@
 //!   (Open CAS's `nhit` promotion policy).
 //! - [`frequency`]: admit when the key's estimated recent frequency reaches a
 //!   threshold (`TinyLFU`'s count-min sketch with aging).
+//! - [`bloom`]: admit on a key's second miss, remembered in a Bloom filter
+//!   (Akamai's "cache on second hit"; libCacheSim's `bloomfilter`).
+//! - [`size`]: admit units below a size (libCacheSim's `size`).
+//! - [`probabilistic`]: admit a miss with a fixed probability (libCacheSim's
+//!   `prob`).
 //!
 //! # Who calls what
 //! A filter sees every access: after each [`Policy::lookup`] the cache calls
@@ -33,10 +38,13 @@
 //! [`Policy::lookup`]: crate::Policy::lookup
 
 pub mod always;
+pub mod bloom;
 mod config;
 mod filtered;
 pub mod frequency;
 pub mod nhit;
+pub mod probabilistic;
+pub mod size;
 
 pub use config::AdmissionConfig;
 pub use filtered::Filtered;

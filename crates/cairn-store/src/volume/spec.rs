@@ -995,7 +995,8 @@ pub struct TierSpec {
     #[serde(default = "default_tier_policy")]
     pub policy: CachePolicy,
     /// Which read misses are promoted into the cache: a filter name
-    /// (`"always"`, `"nhit"`, `"frequency"`) or a table
+    /// (`"always"`, `"nhit"`, `"frequency"`, `"bloom"`, `"size"`,
+    /// `"probabilistic"`) or a table
     /// (`{ filter = "nhit", threshold = 3 }`). Default `"always"`.
     #[serde(default)]
     pub admission: Admission,

@@ -107,7 +107,8 @@ pub struct SimArgs {
     policies: Vec<String>,
 
     /// An admission filter in front of every policy: `name` or
-    /// `name:key=value,...` (`nhit`, `nhit:threshold=3`, `frequency`; see
+    /// `name:key=value,...` (`nhit`, `nhit:threshold=3`, `frequency`,
+    /// `bloom`, `size:below_bytes=65536`, `probabilistic`; see
     /// docs/policies.md). Rows are labelled `POLICY+SPEC`. Default: none
     /// (`always`).
     #[arg(long, value_name = "SPEC")]
