@@ -339,6 +339,8 @@ fn trace_writers_follow_the_output_name() {
     assert!(stdout.contains("(vscsi)"), "{stdout}");
     let x = std::fs::read(dir.path().join("x.vscsi")).unwrap();
     let y = std::fs::read(dir.path().join("y.vscsi")).unwrap();
+    // The reader drops `sn` and `nSG`; a file written as the writer writes
+    // them (sn = index, nSG = 1) converts byte for byte.
     assert_eq!(x, y, "VSCSI → VSCSI is byte for byte");
 
     ok(
