@@ -8,11 +8,14 @@
 //!   the trace. Every malformed record is an error naming the file, the line
 //!   or record, and the field; no input makes a reader panic.
 //! - [`write::create`] / [`write::convert`]: oracleGeneral (with next-access
-//!   indices), the canonical CSV, text ids.
+//!   indices), the canonical CSV, text ids, VSCSI v1; zstd-compressed for a
+//!   `.zst` name; [`write::format_of_name`] picks the format a name says.
 //! - [`generate`]: Zipf, uniform, scan, hot-spot mix, staggered streams and
 //!   file workloads, each a serde config and an iterator, seeded.
 //! - [`TraceStats`]: counts, footprints, span and sizes in one pass.
-//! - [`Splitter`]: requests to the [`cairn_policy::Access`]es a policy sees.
+//! - [`Splitter`]: requests to the [`cairn_policy::Access`]es a policy sees,
+//!   by object, by start sector (libCacheSim's reading of block traces) or
+//!   by fixed blocks.
 //!
 //! Limits: a text line holds at most [`read::LINE_BYTES_MAX`] (64 KiB); a
 //! request at most 4 GiB − 1 bytes; block keys hold 2^20 objects of 2^44

@@ -16,6 +16,24 @@ pub enum Unit {
         /// The cache block size in bytes (a power of two is usual, not needed).
         block_size: u32,
     },
+    /// One request is one access keyed by where it starts (libCacheSim's
+    /// reading of block traces, e.g. VSCSI `obj_id = lbn`): key =
+    /// `object << 44 | offset / 512`, the first 512-byte sector, size =
+    /// request size. For object traces (offset 0) this is the object key up
+    /// to the shift.
+    StartSector,
+}
+
+/// Bytes per sector in [`Unit::StartSector`] keys.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// The [`Unit::StartSector`] key of a request: its object in the top 20 bits,
+/// its first 512-byte sector below (the oracleGeneral writer's
+/// `ObjectKey::StartSector` uses the same key).
+#[inline]
+pub fn start_sector_key(request: &Request) -> u64 {
+    let object_bits = (request.object & ((1 << (64 - BLOCK_INDEX_BITS)) - 1)) << BLOCK_INDEX_BITS;
+    object_bits | ((request.offset / SECTOR_BYTES) & ((1 << BLOCK_INDEX_BITS) - 1))
 }
 
 /// Bits of the key that hold the block index in [`Unit::Block`] mode: objects
@@ -36,8 +54,8 @@ impl Splitter {
     }
 
     /// Appends the accesses of `request` to `out` (without clearing it).
-    /// In object mode the request's `next` carries over; block mode leaves
-    /// [`NEVER`] (the simulator computes next-access times itself when OPT runs).
+    /// In object mode the request's `next` carries over; start-sector and
+    /// block mode leave [`NEVER`] (the simulator computes next-access times itself when OPT runs).
     #[inline]
     pub fn split(&mut self, request: &Request, out: &mut Vec<Access>) {
         match self.unit {
@@ -51,6 +69,19 @@ impl Splitter {
                     group: 0,
                     time: self.time,
                     next: request.next,
+                });
+                self.time += 1;
+            }
+            Unit::StartSector => {
+                out.push(Access {
+                    key: start_sector_key(request),
+                    size: request.size,
+                    op: request.op,
+                    object: request.object,
+                    block: request.offset / SECTOR_BYTES,
+                    group: 0,
+                    time: self.time,
+                    next: NEVER,
                 });
                 self.time += 1;
             }
@@ -101,5 +132,30 @@ mod tests {
         assert_eq!(keys, [0, 1]);
         assert_eq!(out[1].time, 1);
         assert_eq!(out[0].key >> BLOCK_INDEX_BITS, 1);
+    }
+
+    #[test]
+    fn start_sector_mode_keys_a_request_by_where_it_starts() {
+        let mut splitter = Splitter::new(Unit::StartSector);
+        let mut out = vec![];
+        for (object, offset, size) in [
+            (0, 4096, 8192),
+            (0, 4096, 512),
+            (0, 4608, 512),
+            (2, 4096, 1),
+        ] {
+            let request = Request {
+                object,
+                offset,
+                size,
+                ..Request::default()
+            };
+            splitter.split(&request, &mut out);
+        }
+        let keys: Vec<u64> = out.iter().map(|a| a.key).collect();
+        assert_eq!(keys, [8, 8, 9, (2 << BLOCK_INDEX_BITS) | 8]);
+        let sizes: Vec<u32> = out.iter().map(|a| a.size).collect();
+        assert_eq!(sizes, [8192, 512, 512, 1]);
+        assert_eq!(out[3].time, 3);
     }
 }

@@ -1,14 +1,14 @@
 //! [`TraceStats`]: the numbers one wants before simulating a trace, computed
 //! in one streaming pass.
 //!
-//! Memory grows with the distinct objects and blocks (two hash sets: about
-//! 16 bytes per distinct object and 8 per distinct block, plus table slack),
-//! not with the number of requests.
+//! Memory grows with the distinct objects, start sectors and blocks (three
+//! hash tables: about 16 bytes per distinct object or start sector and 8 per
+//! distinct block, plus table slack), not with the number of requests.
 
 use hashbrown::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
-use crate::split::BLOCK_INDEX_BITS;
+use crate::split::{BLOCK_INDEX_BITS, start_sector_key};
 use crate::{Op, Request, Result};
 
 /// Size buckets: bucket `i` counts sizes in `(2^(i-1), 2^i]` (bucket 0: 0 and 1).
@@ -32,6 +32,15 @@ pub struct TraceStats {
     /// Working set in object mode: the sum over distinct objects of the
     /// largest request size seen for each (libCacheSim's footprint).
     pub object_bytes: u64,
+    /// Distinct start sectors: the keys of [`crate::Unit::StartSector`] (disk
+    /// and first 512-byte sector), which `cairn sim` uses for block traces by
+    /// default and libCacheSim uses for VSCSI (`obj_id = lbn`).
+    #[serde(default)]
+    pub start_sectors: u64,
+    /// Working set in start-sector mode: the sum over distinct start sectors
+    /// of the size of the first request there (libCacheSim's byte working set).
+    #[serde(default)]
+    pub start_sector_bytes: u64,
     /// The block size the block counts use, in bytes.
     pub block_size_bytes: u32,
     /// Distinct blocks touched (block mode, keyed as [`crate::Splitter`] keys them).
@@ -83,6 +92,7 @@ impl TraceStats {
 pub struct StatsBuilder {
     stats: TraceStats,
     objects: HashMap<u64, u32>,
+    start_sectors: HashMap<u64, u32>,
     blocks: HashSet<u64>,
 }
 
@@ -96,6 +106,7 @@ impl StatsBuilder {
                 ..TraceStats::default()
             },
             objects: HashMap::new(),
+            start_sectors: HashMap::new(),
             blocks: HashSet::new(),
         }
     }
@@ -126,6 +137,9 @@ impl StatsBuilder {
         }
         let largest = self.objects.entry(request.object).or_insert(0);
         *largest = (*largest).max(request.size);
+        self.start_sectors
+            .entry(start_sector_key(request))
+            .or_insert(request.size);
         let block_size = u64::from(stats.block_size_bytes);
         let first = request.offset / block_size;
         let last = request
@@ -146,6 +160,8 @@ impl StatsBuilder {
         let mut stats = self.stats.clone();
         stats.objects = self.objects.len() as u64;
         stats.object_bytes = self.objects.values().map(|&s| u64::from(s)).sum();
+        stats.start_sectors = self.start_sectors.len() as u64;
+        stats.start_sector_bytes = self.start_sectors.values().map(|&s| u64::from(s)).sum();
         stats.blocks = self.blocks.len() as u64;
         stats.block_bytes = stats.blocks * u64::from(stats.block_size_bytes);
         stats
@@ -177,6 +193,12 @@ mod tests {
         assert_eq!((stats.requests, stats.reads, stats.writes), (3, 2, 1));
         assert_eq!((stats.objects, stats.object_bytes), (1, 4096));
         assert_eq!((stats.blocks, stats.block_bytes), (2, 8192));
+        // Offsets 0 and 4000 start in sectors 0 and 7; sector 0 counts the
+        // size of its first request.
+        assert_eq!(
+            (stats.start_sectors, stats.start_sector_bytes),
+            (2, 4096 + 200)
+        );
         assert_eq!(stats.span_us(), 20);
         assert_eq!((stats.size_min_bytes, stats.size_max_bytes), (1, 4096));
         assert_eq!(stats.size_histogram[12], 1);

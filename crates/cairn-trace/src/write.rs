@@ -1,21 +1,25 @@
-//! Trace writers: libCacheSim's oracleGeneral, our canonical CSV, text ids;
-//! and [`convert`] from any reader to any writer.
+//! Trace writers: libCacheSim's oracleGeneral, our canonical CSV, text ids,
+//! VSCSI v1; and [`convert`] from any reader to any writer. [`create`] writes
+//! the format a file's name says ([`format_of_name`], the names
+//! [`crate::read::Format::detect`] reads back), zstd-compressed when the name
+//! ends in `.zst`.
 //!
-//! The CSV and text writers stream. The oracleGeneral writer needs the index
+//! The CSV, text and VSCSI writers stream. The oracleGeneral writer needs the index
 //! of each request's next access to the same object, which is known only
 //! when the trace has been seen to the end: it keeps every request (16 bytes
 //! each) and one map entry per distinct object (about 16 bytes plus hash
 //! table slack) until [`TraceWriter::finish`], then fills the indices in one
 //! backward pass and writes the file. 100 M requests need about 1.6 GB.
 
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use hashbrown::HashMap;
 
 use crate::error::TraceError;
-use crate::read::{Format, Reader, oracle_general};
-use crate::split::BLOCK_INDEX_BITS;
+use crate::read::{CsvConfig, Format, Reader, oracle_general, vscsi};
+use crate::split::start_sector_key;
 use crate::{NEVER, Op, Request, Result};
 
 /// The header of the canonical CSV; it belongs to the CSV reader, beside
@@ -128,6 +132,76 @@ impl<W: Write> TraceWriter for TextWriter<W> {
     }
 }
 
+/// Writes VSCSI v1 records (see [`crate::read::vscsi`]): `sn` = the record's
+/// index (mod 2^32), `nSG` = 1, `cmd` = 0x28 or 0x2a, `lbn` = offset / 512.
+/// VSCSI holds one disk at sector granularity, so a request of another object
+/// than 0, or at an offset that is not a whole sector, is an error rather
+/// than a silent change.
+pub struct VscsiWriter<W: Write> {
+    sink: W,
+    path: PathBuf,
+    index: u64,
+}
+
+impl<W: Write> VscsiWriter<W> {
+    /// A writer into `sink`; `path` names it in errors.
+    pub fn new(sink: W, path: &Path) -> Self {
+        Self {
+            sink,
+            path: path.to_path_buf(),
+            index: 0,
+        }
+    }
+
+    fn malformed(&self, field: &'static str, reason: String) -> TraceError {
+        TraceError::Malformed {
+            path: self.path.clone(),
+            position: crate::error::Position::Record(self.index),
+            field,
+            reason,
+        }
+    }
+}
+
+impl<W: Write> TraceWriter for VscsiWriter<W> {
+    fn write(&mut self, request: &Request) -> Result<()> {
+        if request.object != 0 {
+            return Err(self.malformed(
+                "object",
+                format!(
+                    "object {}: VSCSI holds one disk (object 0); write oracleGeneral or CSV, \
+                     or generate with layout=\"blocks\"",
+                    request.object
+                ),
+            ));
+        }
+        if !request.offset.is_multiple_of(512) {
+            return Err(self.malformed(
+                "offset",
+                format!(
+                    "{} bytes is not a whole 512-byte sector (VSCSI stores sectors)",
+                    request.offset
+                ),
+            ));
+        }
+        let record = vscsi::encode(request, self.index as u32);
+        self.index += 1;
+        self.sink
+            .write_all(&record)
+            .map_err(|source| TraceError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.sink.flush().map_err(|source| TraceError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
 /// One buffered request of the oracleGeneral writer.
 #[derive(Clone, Copy)]
 struct Pending {
@@ -161,11 +235,7 @@ impl<W: Write> TraceWriter for OracleGeneralWriter<W> {
     fn write(&mut self, request: &Request) -> Result<()> {
         let object = match self.key {
             ObjectKey::Object => request.object,
-            ObjectKey::StartSector => {
-                let object_bits =
-                    (request.object & ((1 << (64 - BLOCK_INDEX_BITS)) - 1)) << BLOCK_INDEX_BITS;
-                object_bits | ((request.offset / 512) & ((1 << BLOCK_INDEX_BITS) - 1))
-            }
+            ObjectKey::StartSector => start_sector_key(request),
         };
         let time_s =
             u32::try_from(request.time_us / 1_000_000).map_err(|_| TraceError::Malformed {
@@ -213,26 +283,136 @@ impl<W: Write> TraceWriter for OracleGeneralWriter<W> {
     }
 }
 
-/// Creates a writer of `format` at `path`: oracleGeneral (keyed by
-/// [`ObjectKey::Object`]), CSV (always the canonical CSV, whatever the map)
-/// or text; other formats are read-only.
+/// The output names [`create_by_name`] understands, for messages.
+pub const OUTPUT_NAMES: &str = "NAME.oracleGeneral.bin or NAME.oracle (oracleGeneral), \
+     NAME.csv (canonical CSV), NAME.txt (text ids), NAME.vscsi (VSCSI v1), each optionally \
+     followed by .zst (zstd-compressed)";
+
+/// The format a file's name says, as [`Format::detect`] reads it back (after
+/// dropping `.zst`): `.vscsi` → VSCSI; a name containing `oracleGeneral`, or
+/// ending `.oracle` → oracleGeneral; `.txt` → text; `.csv` → the canonical CSV.
+/// `None` for any other name (`zipf.bin`): a reader could not tell it.
+pub fn format_of_name(path: &Path) -> Option<Format> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let base = name
+        .strip_suffix(".zst")
+        .or_else(|| name.strip_suffix(".zstd"))
+        .unwrap_or(&name);
+    let extension = base.rsplit_once('.').map_or("", |(_, e)| e);
+    if extension.eq_ignore_ascii_case("vscsi") {
+        Some(Format::Vscsi)
+    } else if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
+        Some(Format::OracleGeneral)
+    } else if extension.eq_ignore_ascii_case("txt") {
+        Some(Format::Text)
+    } else if extension.eq_ignore_ascii_case("csv") {
+        Some(Format::Csv(CsvConfig::canonical()))
+    } else {
+        None
+    }
+}
+
+/// Whether a file's name asks for zstd compression (`.zst` or `.zstd`).
+pub fn is_zstd_name(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("zst") || e.eq_ignore_ascii_case("zstd"))
+}
+
+/// A file being written, plain or zstd-compressed. Flushing a compressed sink
+/// ends the zstd frame (a write after it starts another frame, which readers
+/// take as one stream), so [`TraceWriter::finish`] leaves a complete file.
+pub enum FileSink {
+    /// Bytes as written.
+    Plain(BufWriter<File>),
+    /// zstd at the default level.
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+}
+
+impl FileSink {
+    /// Creates `path`, compressed when its name ends in `.zst`.
+    pub fn create(path: &Path) -> Result<Self> {
+        let io = |source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = BufWriter::with_capacity(1 << 20, File::create(path).map_err(io)?);
+        Ok(if is_zstd_name(path) {
+            FileSink::Zstd(zstd::stream::write::Encoder::new(file, 0).map_err(io)?)
+        } else {
+            FileSink::Plain(file)
+        })
+    }
+}
+
+impl Write for FileSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            FileSink::Plain(sink) => sink.write(bytes),
+            FileSink::Zstd(sink) => sink.write(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            FileSink::Plain(sink) => sink.flush(),
+            FileSink::Zstd(sink) => {
+                sink.do_finish()?;
+                sink.get_mut().flush()
+            }
+        }
+    }
+}
+
+/// Creates a writer of `format` at `path` ([`create_keyed`] with
+/// [`ObjectKey::Object`]).
 pub fn create(path: &Path, format: &Format) -> Result<Box<dyn TraceWriter>> {
-    let file = std::fs::File::create(path).map_err(|source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let sink = BufWriter::with_capacity(1 << 20, file);
+    create_keyed(path, format, ObjectKey::Object)
+}
+
+/// Creates a writer of `format` at `path`: oracleGeneral (keyed by `key`),
+/// CSV (always the canonical CSV, whatever the map), text or VSCSI; other
+/// formats are read-only, and [`ObjectKey::StartSector`] goes with
+/// oracleGeneral only. Compressed with zstd when the name ends in `.zst`.
+pub fn create_keyed(path: &Path, format: &Format, key: ObjectKey) -> Result<Box<dyn TraceWriter>> {
+    let refuse = |reason: String| {
+        Err(TraceError::Format {
+            path: path.to_path_buf(),
+            reason,
+        })
+    };
+    if key == ObjectKey::StartSector && *format != Format::OracleGeneral {
+        return refuse("start-sector object keys go with oracleGeneral output".to_owned());
+    }
+    if !matches!(
+        format,
+        Format::OracleGeneral | Format::Csv(_) | Format::Text | Format::Vscsi
+    ) {
+        return refuse(format!(
+            "cannot write {format} traces (oracle, csv, text, vscsi)"
+        ));
+    }
+    let sink = FileSink::create(path)?;
     Ok(match format {
-        Format::OracleGeneral => Box::new(OracleGeneralWriter::new(sink, path, ObjectKey::Object)),
+        Format::OracleGeneral => Box::new(OracleGeneralWriter::new(sink, path, key)),
         Format::Csv(_) => Box::new(CsvWriter::new(sink, path)),
         Format::Text => Box::new(TextWriter::new(sink, path)),
-        other => {
-            return Err(TraceError::Format {
-                path: path.to_path_buf(),
-                reason: format!("cannot write {other} traces (oracle, csv, text)"),
-            });
-        }
+        _ => Box::new(VscsiWriter::new(sink, path)),
     })
+}
+
+/// Creates the writer `path`'s name asks for ([`format_of_name`], `.zst`
+/// compressed), refusing a name whose format a reader could not tell.
+pub fn create_by_name(path: &Path, key: ObjectKey) -> Result<(Format, Box<dyn TraceWriter>)> {
+    let Some(format) = format_of_name(path) else {
+        return Err(TraceError::Format {
+            path: path.to_path_buf(),
+            reason: format!(
+                "cannot tell the format to write from the name; name it {OUTPUT_NAMES}"
+            ),
+        });
+    };
+    let writer = create_keyed(path, &format, key)?;
+    Ok((format, writer))
 }
 
 /// Copies every request of `reader` into `writer` and finishes it; returns
@@ -301,6 +481,61 @@ mod tests {
             .collect::<Result<_>>()
             .unwrap();
         assert_eq!(back, requests());
+    }
+
+    #[test]
+    fn vscsi_round_trips_and_refuses_what_it_cannot_hold() {
+        let blocks: Vec<Request> = requests()
+            .into_iter()
+            .map(|r| Request {
+                object: 0,
+                offset: r.object * 4096,
+                ..r
+            })
+            .collect();
+        let mut bytes = vec![];
+        let mut writer = VscsiWriter::new(&mut bytes, Path::new("v"));
+        convert(reader_of(blocks.clone()), &mut writer).unwrap();
+        drop(writer);
+        let source = Box::new(std::io::Cursor::new(bytes));
+        let back: Vec<Request> = read::from_source(source, Path::new("v"), &Format::Vscsi)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(back, blocks);
+        let mut sink = vec![];
+        let mut writer = VscsiWriter::new(&mut sink, Path::new("v"));
+        let error = writer.write(&requests()[0]).unwrap_err().to_string();
+        assert!(error.contains("one disk"), "{error}");
+        let unaligned = Request {
+            object: 0,
+            offset: 100,
+            ..requests()[0]
+        };
+        let error = writer.write(&unaligned).unwrap_err().to_string();
+        assert!(error.contains("512-byte sector"), "{error}");
+    }
+
+    #[test]
+    fn names_choose_the_format_a_reader_detects() {
+        for (name, want) in [
+            ("a.vscsi", Some("vscsi")),
+            ("a.vscsi.zst", Some("vscsi")),
+            ("a.oracleGeneral.bin", Some("oracle")),
+            ("a.oracleGeneral.bin.zst", Some("oracle")),
+            ("a.oracle", Some("oracle")),
+            ("a.csv", Some("csv")),
+            ("a.txt.zst", Some("text")),
+            ("a.bin", None),
+            ("a.zst", None),
+            ("a", None),
+        ] {
+            assert_eq!(
+                format_of_name(Path::new(name)).map(|f| f.name()),
+                want,
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -52,11 +52,16 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub csv_map: Option<PathBuf>,
 
-    /// What a cached unit is: `object` (each request is one access to the whole
-    /// object, as libCacheSim does it) or `block:SIZE` (each request touches
-    /// every block of SIZE bytes it overlaps, e.g. `block:4KiB`).
-    #[arg(long, value_name = "UNIT", default_value = "object", value_parser = parse_unit)]
-    pub unit: Unit,
+    /// What a cached unit is. `auto` (the default): `start-sector` for block
+    /// traces (vscsi, cloudphysics, msr), `object` for the others (oracle,
+    /// text, csv). `object`: each request is one access to its whole object
+    /// (libCacheSim's object mode; a block trace is then one object per disk).
+    /// `start-sector`: each request is one access keyed by its disk and first
+    /// 512-byte sector, sized as the request (how libCacheSim reads VSCSI:
+    /// `obj_id = lbn`). `block:SIZE`: each request touches every block of SIZE
+    /// bytes it overlaps (e.g. `block:4KiB`).
+    #[arg(long, value_name = "UNIT", default_value = "auto", value_parser = parse_unit)]
+    pub unit: UnitArg,
 
     /// Which requests to replay: `read`, `write` or `all`. Filtering happens
     /// before splitting into accesses.
@@ -72,25 +77,66 @@ impl Default for TraceArgs {
             trace: None,
             format: "auto".into(),
             csv_map: None,
-            unit: Unit::Object,
+            unit: UnitArg::Auto,
             op: OpArg::All,
         }
     }
 }
 
-/// Parses `object` or `block:SIZE`.
-pub fn parse_unit(text: &str) -> Result<Unit, String> {
-    if text == "object" {
-        return Ok(Unit::Object);
+/// `--unit` as typed: `auto`, or a unit named outright.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitArg {
+    /// `start-sector` for block trace formats, `object` for the others.
+    Auto,
+    /// The unit given.
+    Fixed(Unit),
+}
+
+impl UnitArg {
+    /// The unit a trace in `format` is read with.
+    pub fn resolve(self, format: &read::Format) -> Unit {
+        match self {
+            UnitArg::Fixed(unit) => unit,
+            UnitArg::Auto if is_block_format(format) => Unit::StartSector,
+            UnitArg::Auto => Unit::Object,
+        }
+    }
+}
+
+/// Whether `format` is a block trace (requests address sectors of a disk),
+/// whose object is the disk: keyed by object, all of it would be one key.
+pub fn is_block_format(format: &read::Format) -> bool {
+    matches!(
+        format,
+        read::Format::Vscsi | read::Format::CloudPhysics | read::Format::Msr
+    )
+}
+
+/// The name `--unit` takes for `unit`.
+pub fn unit_name(unit: Unit) -> String {
+    match unit {
+        Unit::Object => "object".to_owned(),
+        Unit::StartSector => "start-sector".to_owned(),
+        Unit::Block { block_size } => format!("block:{block_size}"),
+    }
+}
+
+/// Parses `auto`, `object`, `start-sector` or `block:SIZE`.
+pub fn parse_unit(text: &str) -> Result<UnitArg, String> {
+    match text {
+        "auto" => return Ok(UnitArg::Auto),
+        "object" => return Ok(UnitArg::Fixed(Unit::Object)),
+        "start-sector" => return Ok(UnitArg::Fixed(Unit::StartSector)),
+        _ => {}
     }
     let Some(size) = text.strip_prefix("block:") else {
         return Err(format!(
-            "`{text}`: expected `object` or `block:SIZE` (e.g. block:4KiB)"
+            "`{text}`: expected `auto`, `object`, `start-sector` or `block:SIZE` (e.g. block:4KiB)"
         ));
     };
     let bytes = cairn_sim::parse_bytes(size).map_err(|e| e.to_string())?;
     match u32::try_from(bytes) {
-        Ok(block_size) if block_size > 0 => Ok(Unit::Block { block_size }),
+        Ok(block_size) if block_size > 0 => Ok(UnitArg::Fixed(Unit::Block { block_size })),
         _ => Err(format!("`{text}`: the block size must be 1 B to 4 GiB - 1")),
     }
 }
@@ -130,6 +176,19 @@ impl TraceInput {
             ),
         };
         let format = resolve_format(args)?;
+        let unit = args.unit.resolve(&format);
+        if args.unit == UnitArg::Auto {
+            tracing::info!(
+                format = %format,
+                unit = %unit_name(unit),
+                "--unit auto: {}",
+                if is_block_format(&format) {
+                    "a block trace, keyed by disk and start sector"
+                } else {
+                    "an object trace, keyed by object"
+                }
+            );
+        }
         let ops = match args.op {
             OpArg::Read => OpFilter::Read,
             OpArg::Write => OpFilter::Write,
@@ -138,11 +197,7 @@ impl TraceInput {
         Ok(Self {
             source,
             format,
-            stream: StreamOptions {
-                unit: args.unit,
-                ops,
-                groups,
-            },
+            stream: StreamOptions { unit, ops, groups },
         })
     }
 
@@ -165,7 +220,8 @@ impl TraceInput {
     /// The number of accesses, when it is known without reading the trace
     /// (fixed-size records in object mode, no filter).
     pub fn accesses_hint(&self) -> Option<u64> {
-        let all = self.stream.ops == OpFilter::All && self.stream.unit == Unit::Object;
+        let all = self.stream.ops == OpFilter::All
+            && matches!(self.stream.unit, Unit::Object | Unit::StartSector);
         let plain = match &self.source {
             Source::Embedded(_) => true,
             Source::File(path) => path.extension().is_none_or(|e| e != "zst"),
@@ -179,11 +235,12 @@ impl TraceInput {
     }
 
     /// libCacheSim's working-set sampling factor for this trace file's size
-    /// (`cal_working_set_size`: 11 above 1 GiB, 101 above 5 GiB), object mode
-    /// only (it samples by object id).
+    /// (`cal_working_set_size`: 11 above 1 GiB, 101 above 5 GiB), in object
+    /// and start-sector mode only (it samples by `obj_id`, which is the start
+    /// sector of a block trace).
     pub fn working_set_scaling(&self) -> u64 {
         const GIB: u64 = 1 << 30;
-        if self.stream.unit != Unit::Object {
+        if matches!(self.stream.unit, Unit::Block { .. }) {
             return 1;
         }
         match self.byte_len().unwrap_or(0) {
@@ -204,10 +261,58 @@ impl TraceInput {
         })
     }
 
+    /// A hint for a working set too small to hold a cache, when the unit
+    /// explains it: a block trace read as objects is one object per disk.
+    pub fn unit_hint(&self) -> &'static str {
+        if self.stream.unit == Unit::Object && is_block_format(&self.format) {
+            " (--unit object reads this block trace as one object per disk: leave --unit \
+             at auto to key it by start sector, or use --unit block:4KiB)"
+        } else {
+            ""
+        }
+    }
+
+    /// The error for a run with no access to replay: an empty trace, or a
+    /// filter that keeps none of its requests (read once more to say which).
+    pub fn nothing_to_replay(&self) -> anyhow::Error {
+        let mut requests = 0u64;
+        let mut reads = 0u64;
+        if let Ok(reader) = self.requests() {
+            for request in reader.map_while(std::result::Result::ok) {
+                requests += 1;
+                reads += u64::from(request.op == cairn_trace::Op::Read);
+            }
+        }
+        let name = self.name();
+        if requests == 0 {
+            return anyhow::anyhow!(
+                "trace {name} holds no requests: nothing to simulate; check that it is the \
+                 file you meant (and --format, if given)"
+            );
+        }
+        let (kept, other) = match self.stream.ops {
+            OpFilter::Read => ("read", "write"),
+            OpFilter::Write => ("write", "read"),
+            OpFilter::All => ("all", "all"),
+        };
+        let writes = requests - reads;
+        anyhow::anyhow!(
+            "--op {kept} keeps none of the {requests} requests of trace {name} ({reads} {}, \
+             {writes} {}): nothing to simulate; use --op {other} or --op all",
+            plural(reads, "read", "reads"),
+            plural(writes, "write", "writes"),
+        )
+    }
+
     /// Opens the trace as a stream of accesses.
     pub fn accesses(&self) -> Result<AccessStream> {
         Ok(AccessStream::new(self.requests()?, &self.stream))
     }
+}
+
+/// `one` for 1, `many` otherwise.
+pub fn plural<'a>(count: u64, one: &'a str, many: &'a str) -> &'a str {
+    if count == 1 { one } else { many }
 }
 
 /// `--format` and `--csv-map` → a reader format (the sample trace is oracleGeneral).

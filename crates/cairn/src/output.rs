@@ -58,6 +58,44 @@ impl Destination {
     }
 }
 
+/// Checks, before any work, that `path` (given to `flag`) can be created:
+/// stdout (`-`), or a name in an existing directory that is not itself a
+/// directory.
+pub fn check_writable(path: &Path, flag: &str) -> Result<()> {
+    if path.as_os_str() == "-" {
+        return Ok(());
+    }
+    if path.is_dir() {
+        anyhow::bail!("{flag} {}: a directory; name a file in it", path.display());
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(parent).with_context(|| {
+        format!(
+            "{flag} {}: directory {} does not exist; create it first",
+            path.display(),
+            parent.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        anyhow::bail!(
+            "{flag} {}: {} is not a directory",
+            path.display(),
+            parent.display()
+        );
+    }
+    if meta.permissions().readonly() {
+        anyhow::bail!(
+            "{flag} {}: directory {} is read-only",
+            path.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 /// Set when a write to stdout failed with `BrokenPipe`: the reader went away.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 

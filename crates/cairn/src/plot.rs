@@ -38,6 +38,11 @@ pub fn miss_ratio_curves(path: &Path, title: &str, x_label: &str, series: &[Seri
     )
 }
 
+/// Checks that `path` names a plot format (`.svg` or `.png`), before any work.
+pub fn check_path(path: &Path) -> Result<()> {
+    Format::of(path).map(|_| ())
+}
+
 /// A plot file's format, from its name.
 enum Format {
     Svg,
@@ -54,7 +59,7 @@ impl Format {
             Some("svg") => Ok(Self::Svg),
             Some("png") => Ok(Self::Png),
             _ => bail!(
-                "plot file {}: the name must end in .svg or .png",
+                "--plot {}: the name must end in .svg or .png (other formats are not drawn)",
                 path.display()
             ),
         }

@@ -3,6 +3,8 @@
 //! `always` is the unfiltered run number for number, that a filter changes
 //! the result, and that a bad spec is a clear error.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn cairn(args: &[&str]) -> Output {
@@ -30,13 +32,12 @@ fn rows(output: &Output) -> Vec<(String, Vec<f64>)> {
         .collect()
 }
 
+/// `cli_sim_right_by_default.rs` runs every `cairn sim --help` example and
+/// checks its exit; this checks what the admission example prints.
 #[test]
 fn the_help_example_runs_as_printed() {
-    let help = cairn(&["sim", "--help"]);
-    let help = String::from_utf8_lossy(&help.stdout);
-    let example = help
-        .lines()
-        .map(str::trim)
+    let example = common::examples::examples(&["sim", "--help"])
+        .into_iter()
         .find(|line| line.starts_with("cairn sim") && line.contains("--admission"))
         .expect("an --admission example in `cairn sim --help`");
     let args: Vec<&str> = example.split_whitespace().skip(1).collect();

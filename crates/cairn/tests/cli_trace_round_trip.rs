@@ -108,8 +108,8 @@ fn bad_generator_format_or_key_is_named() {
         ),
         (vec!["trace", "gen", "zipf", "bogus=1", "-o", &out], "bogus"),
         (
-            vec!["trace", "gen", "zipf", "-o", &out, "--format", "vscsi"],
-            "cannot write",
+            vec!["trace", "gen", "zipf", "-o", &out, "--format", "msr"],
+            "cannot write msr traces",
         ),
         (vec!["trace", "stats", &out, "--format", "nosuch"], "nosuch"),
         (vec!["sim", "--trace", &out, "--format", "nosuch"], "nosuch"),

@@ -6,9 +6,9 @@ use anyhow::{Result, bail};
 use cairn_sim::mrc::{MrcTracker, even_sizes, mean_absolute_error};
 use cairn_sim::{CapacityUnit, GroupMap};
 
-use crate::commands::sim::{CapacityArg, counted};
+use crate::commands::sim::{CapacityArg, capacity_unit, counted};
 use crate::input::{TraceArgs, TraceInput};
-use crate::output::{Destination, table};
+use crate::output::{self, Destination, table};
 use crate::plot;
 use crate::progress::Bar;
 
@@ -25,8 +25,10 @@ RATE × 2^24 are tracked and their distances scaled by 1/RATE. With
 rate as needed. Each estimate is reported with its mean absolute error against
 the exact curve over the printed sizes.
 
-Byte mode (--capacity bytes) weights distances by unit size; it equals byte-LRU
-while every unit fits in the cache (see docs/simulator.md).";
+Byte mode (--capacity bytes, or a --max with a byte unit) weights distances by
+unit size; it equals byte-LRU while every unit fits in the cache (see
+docs/simulator.md). Keys follow the trace as in `cairn sim` (--unit auto). An
+empty trace, or one with a single distinct key, is an error: it has no curve.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -34,8 +36,11 @@ Examples:
       The sample trace's exact LRU curve at 20 sizes.
   cairn mrc --shards 0.01 --points 50
       Exact and SHARDS at 1 %, with the error between them.
-  cairn mrc --trace t.oracleGeneral.bin --shards-max 8192 --csv mrc.csv --plot mrc.png
-      Fixed-size SHARDS; curve as CSV and as a picture.";
+  cairn mrc --trace zipf.oracleGeneral.bin --shards-max 8192 --csv mrc.csv --plot mrc.png
+      Fixed-size SHARDS over the trace `cairn trace gen --help` writes first;
+      curve as CSV and as a picture.
+  cairn mrc --trace uniform.vscsi.zst --max 64MiB
+      A block trace keyed by start sector (--unit auto), in bytes up to 64 MiB.";
 
 /// `cairn mrc` flags, as typed.
 #[derive(clap::Args, Debug)]
@@ -57,14 +62,16 @@ pub struct MrcArgs {
     #[arg(long, value_name = "N", default_value_t = 20)]
     points: usize,
 
-    /// Largest cache size to report (objects or bytes, e.g. 64MiB). Default:
-    /// the largest reuse distance, beyond which only cold misses remain.
-    #[arg(long, value_name = "SIZE", value_parser = |s: &str| cairn_sim::parse_bytes(s).map_err(|e| e.to_string()))]
-    max: Option<u64>,
+    /// Largest cache size to report: a count of objects (`4096`), or bytes
+    /// with a byte unit (`64MiB`, which counts capacity in bytes). Default: the
+    /// largest reuse distance, beyond which only cold misses remain.
+    #[arg(long, value_name = "SIZE")]
+    max: Option<String>,
 
-    /// How cache capacity is counted.
-    #[arg(long, value_enum, value_name = "UNIT", default_value = "objects")]
-    capacity: CapacityArg,
+    /// How cache capacity is counted: `objects` or `bytes`. Default: bytes
+    /// when --max carries a byte unit (64MiB), objects otherwise.
+    #[arg(long, value_enum, value_name = "UNIT")]
+    capacity: Option<CapacityArg>,
 
     /// Write the curve as CSV to FILE (`-` for stdout, replacing the table).
     #[arg(long, value_name = "FILE|-")]
@@ -88,7 +95,21 @@ pub fn run(args: &MrcArgs, quiet: bool) -> Result<()> {
     if args.points == 0 {
         bail!("--points 0: ask for at least one size");
     }
-    let unit: CapacityUnit = args.capacity.into();
+    let unit = capacity_unit(args.capacity, args.max.as_deref().as_slice(), "--max")?;
+    let max = match args.max.as_deref() {
+        Some(text) => match cairn_sim::parse_bytes(text)? {
+            0 => bail!("--max 0: give a positive size"),
+            n => Some(n),
+        },
+        None => None,
+    };
+    if let Some(path) = &args.csv {
+        output::check_writable(path, "--csv")?;
+    }
+    if let Some(path) = &args.plot {
+        plot::check_path(path)?;
+        output::check_writable(path, "--plot")?;
+    }
     let input = TraceInput::from_args(&args.trace, GroupMap::default())?;
 
     let mut exact = MrcTracker::exact(unit);
@@ -112,11 +133,26 @@ pub fn run(args: &MrcArgs, quiet: bool) -> Result<()> {
     }
     bar.finish();
 
+    if exact.observed() == 0 {
+        return Err(input.nothing_to_replay());
+    }
     let histogram = exact.finish();
-    let sizes = even_sizes(
-        args.max.unwrap_or(histogram.max_distance().max(1)),
-        args.points,
-    );
+    if histogram.cold <= 1.0 {
+        bail!(
+            "trace {} has one distinct key: every access after the first hits in a cache of \
+             one, so there is no curve to draw{}",
+            input.name(),
+            input.unit_hint()
+        );
+    }
+    if max.is_none() && histogram.max_distance() == 0 {
+        bail!(
+            "trace {}: no key is accessed twice, so every access misses at every size; \
+             there is no curve to draw (give --max to print the flat line anyway)",
+            input.name()
+        );
+    }
+    let sizes = even_sizes(max.unwrap_or(histogram.max_distance()), args.points);
     let exact_curve = histogram.miss_ratios(&sizes);
     let mut columns = vec![("lru-exact".to_owned(), exact_curve.clone())];
     let mut errors = Vec::new();

@@ -11,8 +11,8 @@ use cairn_sim::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::input::{TraceArgs, TraceInput};
-use crate::output::{Destination, csv_field, table};
+use crate::input::{self, TraceArgs, TraceInput};
+use crate::output::{self, Destination, csv_field, table};
 use crate::plot;
 use crate::policy_spec;
 use crate::progress::Bar;
@@ -31,8 +31,15 @@ the miss ratio of each as a table (rows: policies, columns: sizes).
 The trace is read once: a reader thread splits requests into accesses and hands
 chunks of them to one worker per core, each owning some of the simulated caches.
 Sizes given as fractions of the working set (10%, 0.1) need a first pass over
-the trace to count distinct objects (or bytes, with --capacity bytes); the size
-is then (uint64)(working_set × fraction), exactly as libCacheSim computes it.
+the trace to count distinct keys (or their bytes, with --capacity bytes); the
+size is then (uint64)(working_set × fraction), exactly as libCacheSim computes
+it. A size with a byte unit (64MiB) counts capacity in bytes.
+
+What a key is follows the trace (--unit auto): a block trace (vscsi,
+cloudphysics, msr) is keyed by disk and start sector, as libCacheSim reads
+VSCSI; an object trace (oracle, text, csv) by object. An empty trace, a filter
+that keeps nothing, or a size that rounds down to 0 is an error; output
+arguments (--csv, --json, --plot) are checked before the run.
 
 With no arguments, replays the CloudPhysics sample trace embedded in the binary
 against the default policies (lru fifo clock lfu arc s3fifo sieve opt, those
@@ -49,16 +56,21 @@ const EXAMPLES: &str = "\
 Examples:
   cairn sim
       The sample trace, default policies, 1% 5% 10% 20% of the working set.
-  cairn sim --trace w44.oracleGeneral.bin --policy lru --policy fifo --size 0.01,0.1
-      Two policies at 1% and 10% of the trace's distinct objects.
-  cairn sim --capacity bytes --size 64MiB --size 1GiB --policy lru
-      Byte capacity, absolute sizes.
+  cairn sim --trace zipf.oracleGeneral.bin --policy lru --policy fifo --size 0.01,0.1
+      Two policies at 1% and 10% of the trace's distinct objects (the trace
+      `cairn trace gen --help` writes first).
+  cairn sim --trace uniform.vscsi.zst -p lru -p s3fifo -s 1%,10%
+      A block trace, keyed by start sector (--unit auto), as libCacheSim reads
+      VSCSI; 1% and 10% of its distinct start sectors.
+  cairn sim --size 64MiB --size 1GiB --policy lru
+      Absolute sizes: a byte unit counts capacity in bytes.
   cairn sim --unit block:4KiB --op read --csv -
       Block mode (4 KiB blocks), reads only, CSV on stdout.
-  cairn sim --policy 'lru' --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
+  cairn sim --policy lru --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
       Miss ratio against size, plotted.
   cairn sim --cost ssd-hdd.toml --metric throughput --json run.json
-      Modelled throughput under a custom cost model (see docs/simulator.md).
+      Modelled throughput under a custom cost model (ssd-hdd.toml as in
+      docs/simulator.md).
   cairn sim --policy lru --policy s3fifo --admission nhit:threshold=3
       Both policies behind Open CAS's nhit filter: a block enters on its
       third miss (rows are labelled lru+nhit:threshold=3, ...).";
@@ -115,14 +127,17 @@ pub struct SimArgs {
     admission: Option<String>,
 
     /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
-    /// (objects or bytes, per --capacity) or `64MiB`. Repeat, or separate with
-    /// commas. Default: 1%,5%,10%,20%.
+    /// (a count of objects, or bytes with --capacity bytes) or a size in bytes
+    /// with its unit (`64MiB`, `1GB`, `4096B`), which counts capacity in bytes.
+    /// Repeat, or separate with commas. Default: 1%,5%,10%,20%.
     #[arg(long = "size", short = 's', value_name = "SIZE", value_delimiter = ',')]
     sizes: Vec<String>,
 
-    /// How cache capacity is counted.
-    #[arg(long, value_enum, value_name = "UNIT", default_value = "objects")]
-    capacity: CapacityArg,
+    /// How cache capacity is counted: `objects` (resident units, whatever
+    /// their size) or `bytes` (the sum of their sizes). Default: bytes when a
+    /// --size carries a byte unit (64MiB), objects otherwise.
+    #[arg(long, value_enum, value_name = "UNIT")]
+    capacity: Option<CapacityArg>,
 
     /// What the table on stdout shows.
     #[arg(long, value_enum, value_name = "METRIC", default_value = "miss-ratio")]
@@ -166,6 +181,51 @@ struct CostFile {
     /// What each group costs.
     #[serde(default)]
     cost: CostModel,
+}
+
+/// Whether a size as typed carries a byte unit (`64MiB`, `1GB`, `4096B`):
+/// not a fraction, not a bare count.
+pub fn has_byte_unit(text: &str) -> bool {
+    let text = text.trim();
+    !text.ends_with('%') && !text.contains('.') && text.ends_with(|c: char| c.is_ascii_alphabetic())
+}
+
+/// How capacity is counted, from `--capacity` and the sizes as typed
+/// (`flag` names them in errors): a byte unit means bytes; under
+/// `--capacity objects` it is refused, and beside a bare count it is
+/// ambiguous, so refused too.
+pub fn capacity_unit(
+    given: Option<CapacityArg>,
+    sizes: &[&str],
+    flag: &str,
+) -> Result<CapacityUnit> {
+    let in_bytes: Vec<&str> = sizes.iter().copied().filter(|t| has_byte_unit(t)).collect();
+    let Some(&first) = in_bytes.first() else {
+        return Ok(given.unwrap_or(CapacityArg::Objects).into());
+    };
+    match given {
+        Some(CapacityArg::Bytes) => Ok(CapacityUnit::Bytes),
+        Some(CapacityArg::Objects) => bail!(
+            "{flag} {first}: a size in bytes, but --capacity objects counts objects; \
+             give a count (e.g. {flag} 16384) or a fraction (e.g. {flag} 10%), \
+             or drop --capacity objects to count bytes"
+        ),
+        None => {
+            let counts: Vec<&str> = sizes
+                .iter()
+                .copied()
+                .filter(|t| !has_byte_unit(t) && !t.contains('%') && !t.contains('.'))
+                .collect();
+            if let Some(count) = counts.first() {
+                bail!(
+                    "{flag} {count} beside {flag} {first}: {first} counts capacity in bytes, \
+                     so {count} is ambiguous; write {count}B for bytes, or give --capacity \
+                     objects and no byte units"
+                );
+            }
+            Ok(CapacityUnit::Bytes)
+        }
+    }
 }
 
 /// The validated run.
@@ -229,6 +289,20 @@ impl SimConfig {
                 Ok((text, size))
             })
             .collect::<Result<Vec<_>>>()?;
+        for (flag, path) in [("--csv", &args.csv), ("--json", &args.json)] {
+            if let Some(path) = path {
+                output::check_writable(path, flag)?;
+            }
+        }
+        if let Some(path) = &args.plot {
+            plot::check_path(path)?;
+            output::check_writable(path, "--plot")?;
+        }
+        let unit = capacity_unit(
+            args.capacity,
+            &sizes.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+            "--size",
+        )?;
         let outputs_to_stdout = [&args.csv, &args.json]
             .iter()
             .filter(|d| d.as_deref().is_some_and(|p| p.as_os_str() == "-"))
@@ -241,7 +315,7 @@ impl SimConfig {
             policies,
             admission,
             sizes,
-            unit: args.capacity.into(),
+            unit,
             metric: args.metric,
             csv: args.csv.as_deref().map(Destination::parse),
             json: args.json.as_deref().map(Destination::parse),
@@ -256,6 +330,7 @@ impl SimConfig {
 #[derive(Serialize)]
 struct JsonRun<'a> {
     trace: String,
+    unit: String,
     accesses: Option<u64>,
     working_set: Option<WorkingSet>,
     capacity_unit: CapacityUnit,
@@ -293,19 +368,37 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
         } else {
             next_times = pass.next_times;
         }
+        if pass.accesses == 0 {
+            return Err(config.input.nothing_to_replay());
+        }
         working_set = Some(pass.working_set);
         accesses_total = Some(pass.accesses);
     }
 
+    for (text, size) in &config.sizes {
+        let working_set = working_set.unwrap_or_default();
+        if size.resolve(config.unit, working_set).limit() == 0 {
+            let (count, unit) = match config.unit {
+                CapacityUnit::Objects => (
+                    working_set.objects,
+                    input::plural(working_set.objects, "object", "objects"),
+                ),
+                CapacityUnit::Bytes => (
+                    working_set.bytes,
+                    input::plural(working_set.bytes, "byte", "bytes"),
+                ),
+            };
+            bail!(
+                "--size {text}: {text} of the working set ({count} {unit}) rounds down to 0, \
+                 a cache that holds nothing; give a larger fraction or an absolute size{}",
+                config.input.unit_hint()
+            );
+        }
+    }
     let mut configurations = Vec::new();
     for (label, policy) in &config.policies {
         for (text, size) in &config.sizes {
             let capacity = size.resolve(config.unit, working_set.unwrap_or_default());
-            if capacity.limit() == 0 {
-                tracing::warn!(
-                    "{label} at {text}: the capacity resolves to 0; every access misses"
-                );
-            }
             configurations.push(Configuration {
                 label: label.clone(),
                 policy: policy.clone(),
@@ -334,6 +427,9 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
     let started = std::time::Instant::now();
     let reports = replay(&configurations, stream, &options, &bar)?;
     bar.finish();
+    if reports.first().is_some_and(|r| r.metrics.requests == 0) {
+        return Err(config.input.nothing_to_replay());
+    }
     tracing::info!(seconds = started.elapsed().as_secs_f64(), "replay done");
 
     write_outputs(&config, &reports, working_set, accesses_total)
@@ -372,6 +468,7 @@ fn write_outputs(
     if let Some(destination) = &config.json {
         let run = JsonRun {
             trace: config.input.name(),
+            unit: input::unit_name(config.input.stream.unit),
             accesses,
             working_set,
             capacity_unit: config.unit,

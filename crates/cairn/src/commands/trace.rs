@@ -7,7 +7,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use cairn_trace::generate::GeneratorConfig;
 use cairn_trace::read::{self, Format};
 use cairn_trace::stats::TraceStats;
-use cairn_trace::write::{self, ObjectKey, OracleGeneralWriter, TraceWriter};
+use cairn_trace::write::{self, ObjectKey};
 use serde::Deserialize;
 
 use crate::output::outln;
@@ -29,11 +29,13 @@ const PACE_KEYS: &[&str] = &[
 #[derive(clap::Subcommand, Debug)]
 pub enum TraceCommand {
     /// Generate a synthetic trace (seeded, deterministic).
-    #[command(long_about = GEN_ABOUT)]
+    #[command(long_about = GEN_ABOUT, after_long_help = GEN_EXAMPLES)]
     Gen(GenArgs),
     /// Print a trace's statistics: requests, read/write mix, working set, sizes, time span.
+    #[command(long_about = STATS_ABOUT, after_long_help = STATS_EXAMPLES)]
     Stats(StatsArgs),
-    /// Convert a trace from any readable format to oracleGeneral, CSV or text.
+    /// Convert a trace from any readable format to oracleGeneral, CSV, text or VSCSI.
+    #[command(long_about = CONVERT_ABOUT, after_long_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
 }
 
@@ -47,10 +49,52 @@ workloads). Parameters are KEY=VALUE pairs naming the generator's config fields
 write_fraction, interval_us and seed may be given flat. --config FILE.toml
 gives the same fields as a file; pairs override it.
 
+The output's name says its format, as the readers detect it: NAME.oracleGeneral.bin
+or NAME.oracle (oracleGeneral), NAME.csv (canonical CSV), NAME.txt (text ids),
+NAME.vscsi (VSCSI v1: one disk, so layout=\"blocks\"), each optionally followed by
+.zst for zstd compression. Any other name is refused.";
+
+const GEN_EXAMPLES: &str = "\
 Examples:
-  cairn trace gen zipf items=1000000 alpha=1.0 requests=10000000 seed=42 -o zipf.bin
-  cairn trace gen scan blocks=4096 requests=100000 -o scan.csv
-  cairn trace gen hotspot --config hotspot.toml -o hot.bin";
+  cairn trace gen zipf items=100000 alpha=1.0 requests=1000000 seed=42 -o zipf.oracleGeneral.bin
+      A million Zipf requests over 100,000 objects, in libCacheSim's format.
+  cairn trace gen scan items=4096 requests=100000 -o scan.csv
+      A loop over 4096 blocks, as CSV.
+  cairn trace gen uniform items=65536 requests=100000 write_fraction=0.3 -o uniform.vscsi.zst
+      Uniform random 4 KiB block requests, 30 % writes, as zstd-compressed VSCSI.
+  cairn trace gen hotspot --config hotspot.toml -o hot.oracleGeneral.bin
+      The hot-spot mix with the fields in hotspot.toml (e.g. `items = 65536`).";
+
+const STATS_ABOUT: &str = "\
+Print a trace's statistics: requests, the read/write mix and bytes, the working
+set, the time span and the request sizes (with a log2 histogram).
+
+The working set is counted in the unit `cairn sim` keys the trace by by default
+(--unit auto): distinct start sectors for block traces (vscsi, cloudphysics,
+msr), whose object is the disk; distinct objects for object traces. Distinct
+blocks of --block-size are counted too.";
+
+const STATS_EXAMPLES: &str = "\
+Examples:
+  cairn trace stats zipf.oracleGeneral.bin
+      Counts of the trace `cairn trace gen` wrote above.
+  cairn trace stats uniform.vscsi.zst --block-size 64KiB --json
+      A compressed block trace, blocks of 64 KiB, as JSON.";
+
+const CONVERT_ABOUT: &str = "\
+Convert a trace from any readable format to oracleGeneral, CSV, text or VSCSI.
+The output's name says the format to write, as for `trace gen`
+(NAME.oracleGeneral.bin or NAME.oracle, NAME.csv, NAME.txt, NAME.vscsi, each
+optionally followed by .zst); --to may name it for another name, and must agree
+with a name that says one.";
+
+const CONVERT_EXAMPLES: &str = "\
+Examples:
+  cairn trace convert zipf.oracleGeneral.bin zipf.csv
+      libCacheSim's binary to the canonical CSV.
+  cairn trace convert uniform.vscsi.zst uniform.oracleGeneral.bin.zst --oracle-key start-sector
+      A block trace to zstd-compressed oracleGeneral keyed by start sector, as
+      libCacheSim converts block traces.";
 
 /// `cairn trace gen` flags.
 #[derive(clap::Args, Debug)]
@@ -62,11 +106,11 @@ pub struct GenArgs {
     /// A TOML file with the generator's fields.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
-    /// Output file.
+    /// Output file; its name says the format (see above).
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Output format: oracle, csv or text. Default: from the output's extension
-    /// (.csv → csv, .txt → text, anything else → oracle).
+    /// Output format: oracle, csv, text or vscsi. Default: from the output's
+    /// name; must agree with a name that says one.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
 }
@@ -97,7 +141,8 @@ pub struct ConvertArgs {
     /// Input format (auto, oracle, msr, vscsi, cloudphysics, text, csv).
     #[arg(long, default_value = "auto")]
     pub from: String,
-    /// Output format (oracle, csv, text). Default: from the output's extension.
+    /// Output format (oracle, csv, text, vscsi). Default: from the output's
+    /// name; must agree with a name that says one.
     #[arg(long)]
     pub to: Option<String>,
     /// oracleGeneral object ids: `object` (the request's object) or
@@ -122,16 +167,37 @@ fn input_format(text: &str, path: &Path) -> Result<Format> {
     text.parse::<Format>().map_err(|e| anyhow!("{e}"))
 }
 
-fn output_format(text: Option<&str>, path: &Path) -> Result<Format> {
-    let name = text.unwrap_or_else(|| match path.extension().and_then(|e| e.to_str()) {
-        Some("csv") => "csv",
-        Some("txt") => "text",
-        _ => "oracle",
-    });
-    match name.parse::<Format>().map_err(|e| anyhow!("{e}"))? {
-        format @ (Format::OracleGeneral | Format::Csv(_) | Format::Text) => Ok(format),
-        other => bail!("cannot write {other} traces: choose oracle, csv or text"),
+/// The format to write at `path`: the one its name says, or `--format`/`--to`
+/// (`flag`) when the name says none; a name and a flag that disagree are
+/// refused, since the readers go by the name.
+fn output_format(given: Option<&str>, path: &Path, flag: &str) -> Result<Format> {
+    let by_name = write::format_of_name(path);
+    let Some(text) = given else {
+        return by_name.ok_or_else(|| {
+            anyhow!(
+                "{}: cannot tell the format to write from the name; name it {}",
+                path.display(),
+                write::OUTPUT_NAMES
+            )
+        });
+    };
+    let format = match text.parse::<Format>().map_err(|e| anyhow!("{e}"))? {
+        Format::Csv(_) => Format::Csv(read::CsvConfig::canonical()),
+        format @ (Format::OracleGeneral | Format::Text | Format::Vscsi) => format,
+        other => {
+            bail!("{flag} {other}: cannot write {other} traces; choose oracle, csv, text or vscsi")
+        }
+    };
+    if let Some(named) = by_name
+        && named.name() != format.name()
+    {
+        bail!(
+            "{flag} {format}, but the name {} says {named}, which is how it would be read \
+             back; rename it or drop {flag}",
+            path.display()
+        );
     }
+    Ok(format)
 }
 
 fn generate(args: &GenArgs, quiet: bool) -> Result<()> {
@@ -184,7 +250,7 @@ fn generate(args: &GenArgs, quiet: bool) -> Result<()> {
                 .as_integer()
         })
         .map(|n| n as u64);
-    let format = output_format(args.format.as_deref(), &args.output)?;
+    let format = output_format(args.format.as_deref(), &args.output, "--format")?;
     let mut writer = write::create(&args.output, &format)?;
     let bar = Bar::new(total, "generating", quiet);
     let mut count = 0u64;
@@ -198,7 +264,8 @@ fn generate(args: &GenArgs, quiet: bool) -> Result<()> {
     writer.finish()?;
     bar.finish();
     outln!(
-        "wrote {count} requests to {} ({format})",
+        "wrote {count} {} to {} ({format})",
+        crate::input::plural(count, "request", "requests"),
         args.output.display()
     )?;
     Ok(())
@@ -214,7 +281,7 @@ fn stats(args: &StatsArgs) -> Result<()> {
         return Ok(());
     }
     let mut out = BufWriter::new(crate::output::stdout());
-    let rows: Vec<(&str, String)> = vec![
+    let mut rows: Vec<(&str, String)> = vec![
         ("trace", format!("{} ({format})", args.trace.display())),
         ("requests", stats.requests.to_string()),
         (
@@ -225,11 +292,23 @@ fn stats(args: &StatsArgs) -> Result<()> {
             "writes",
             format!("{} ({} bytes)", stats.writes, stats.bytes_written),
         ),
-        ("distinct objects", stats.objects.to_string()),
-        (
+    ];
+    if crate::input::is_block_format(&format) {
+        // What `cairn sim --unit auto` keys a block trace by; its objects are disks.
+        rows.push(("distinct disks", stats.objects.to_string()));
+        rows.push(("distinct start sectors", stats.start_sectors.to_string()));
+        rows.push((
+            "start-sector working set",
+            format!("{} bytes", stats.start_sector_bytes),
+        ));
+    } else {
+        rows.push(("distinct objects", stats.objects.to_string()));
+        rows.push((
             "object working set",
             format!("{} bytes", stats.object_bytes),
-        ),
+        ));
+    }
+    rows.extend([
         (
             "distinct blocks",
             format!("{} of {} bytes", stats.blocks, stats.block_size_bytes),
@@ -248,9 +327,9 @@ fn stats(args: &StatsArgs) -> Result<()> {
                 stats.size_max_bytes
             ),
         ),
-    ];
+    ]);
     for (name, value) in rows {
-        writeln!(out, "{name:<20} {value}")?;
+        writeln!(out, "{name:<24} {value}")?;
     }
     writeln!(out, "sizes (log2 buckets, bytes ≤ bound: requests)")?;
     for (i, count) in stats
@@ -266,31 +345,31 @@ fn stats(args: &StatsArgs) -> Result<()> {
 
 fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
     let from = input_format(&args.from, &args.input)?;
-    let to = output_format(args.to.as_deref(), &args.output)?;
+    let to = output_format(args.to.as_deref(), &args.output, "--to")?;
     let key = match args.oracle_key.as_str() {
         "object" => ObjectKey::Object,
         "start-sector" => ObjectKey::StartSector,
         other => bail!("--oracle-key `{other}`: expected object or start-sector"),
     };
+    if key == ObjectKey::StartSector && to != Format::OracleGeneral {
+        bail!("--oracle-key start-sector goes with oracleGeneral output");
+    }
+    if let (Ok(input), Ok(output)) = (args.input.canonicalize(), args.output.canonicalize())
+        && input == output
+    {
+        bail!(
+            "{}: the input and the output are one file; name another output",
+            args.output.display()
+        );
+    }
     let reader = read::open(&args.input, &from)?;
-    let mut writer: Box<dyn TraceWriter> = match (&to, key) {
-        (Format::OracleGeneral, ObjectKey::StartSector) => {
-            let file = std::fs::File::create(&args.output)
-                .with_context(|| format!("creating {}", args.output.display()))?;
-            Box::new(OracleGeneralWriter::new(
-                BufWriter::with_capacity(1 << 20, file),
-                &args.output,
-                key,
-            ))
-        }
-        (_, ObjectKey::StartSector) => bail!("--oracle-key start-sector goes with oracle output"),
-        _ => write::create(&args.output, &to)?,
-    };
+    let mut writer = write::create_keyed(&args.output, &to, key)?;
     let bar = Bar::new(None, "converting", quiet);
     let count = write::convert(reader, writer.as_mut())?;
     bar.finish();
     outln!(
-        "converted {count} requests: {} ({from}) -> {} ({to})",
+        "converted {count} {}: {} ({from}) -> {} ({to})",
+        crate::input::plural(count, "request", "requests"),
         args.input.display(),
         args.output.display()
     )?;

@@ -14,6 +14,7 @@ use cairn_nbd::proto::{
     CMD_DISC, CMD_READ, FLAG_C_FIXED_NEWSTYLE, FLAG_C_NO_ZEROES, OPT_GO, REP_ACK,
 };
 
+pub mod examples;
 pub mod metrics;
 
 #[path = "../../../cairn-nbd/tests/common/certificates.rs"]

@@ -1,0 +1,43 @@
+//! Running the examples a `--help` prints, as a user pastes them into a shell.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use super::cairn;
+
+/// `bash -c script` in `dir` with `HOME=dir` and the built `cairn` first on
+/// PATH, as a user's shell would run a line pasted from `--help`.
+pub fn bash(script: &str, dir: &Path) -> Output {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(bin.to_path_buf())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    Command::new("bash")
+        .args(["-c", script])
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("PATH", path)
+        .output()
+        .unwrap()
+}
+
+/// Bytes as text, lossily.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The command lines of a `--help`'s examples: the lines after `Examples:`
+/// indented two spaces (their descriptions are indented six).
+pub fn examples(args: &[&str]) -> Vec<String> {
+    let help = text(&cairn().args(args).output().unwrap().stdout);
+    let (_, examples) = help
+        .split_once("Examples:\n")
+        .unwrap_or_else(|| panic!("no examples in `cairn {}`", args.join(" ")));
+    examples
+        .lines()
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .map(|line| line.trim().to_owned())
+        .collect()
+}
