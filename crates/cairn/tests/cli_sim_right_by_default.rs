@@ -178,11 +178,13 @@ fn the_sample_vscsi_trace_agrees_with_libcachesim() {
         ("objects", "clock", [0.8372, 0.8240, 0.8044, 0.7483]),
         ("objects", "arc", [0.8275, 0.8114, 0.7728, 0.7026]),
         ("objects", "sieve", [0.8292, 0.8172, 0.7907, 0.7162]),
+        ("objects", "s3fifo", [0.8305, 0.8130, 0.7553, 0.6663]),
         ("bytes", "lru", [0.8332, 0.8214, 0.8038, 0.7297]),
         ("bytes", "fifo", [0.8361, 0.8218, 0.7999, 0.7404]),
         ("bytes", "clock", [0.8320, 0.8209, 0.8028, 0.7238]),
         ("bytes", "arc", [0.8215, 0.7973, 0.7440, 0.6828]),
         ("bytes", "sieve", [0.8227, 0.8088, 0.7846, 0.6800]),
+        ("bytes", "s3fifo", [0.8229, 0.8005, 0.7403, 0.6491]),
     ];
     for capacity in ["objects", "bytes"] {
         let mut args = vec!["sim", "-q", "--trace", trace, "--capacity", capacity];
