@@ -157,20 +157,32 @@ fn access_of(request: &Bound<'_, PyAny>, obj_size: u32, time: u64) -> PyResult<A
     Ok(access)
 }
 
+fn trace_format(path: &Path, format: Option<&str>) -> PyResult<Format> {
+    match format {
+        Some(name) => name.parse::<Format>().map_err(value_error),
+        None => Format::detect(path).map_err(|e| PyIOError::new_err(e.to_string())),
+    }
+}
+
 fn open_trace(path: &Path, format: Option<&str>) -> PyResult<cairn_trace::read::Reader> {
-    let format = match format {
-        Some(name) => name.parse::<Format>().map_err(value_error)?,
-        None => Format::detect(path).map_err(|e| PyIOError::new_err(e.to_string()))?,
-    };
+    let format = trace_format(path, format)?;
     read::open(path, &format).map_err(|e| PyIOError::new_err(e.to_string()))
 }
 
-/// Every access of a trace (one per request, keyed by object id, as
-/// libCacheSim reads object traces), with next-access times filled in.
+/// Every access of a trace, one per request, with next-access times filled
+/// in. Keyed as `cairn sim --unit auto` keys them, and as libCacheSim reads
+/// each format: block traces (VSCSI, CloudPhysics, MSR) by disk and start
+/// sector, the others by object id.
 fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
-    let mut splitter = Splitter::new(Unit::Object);
+    let parsed = trace_format(path, format)?;
+    let unit = match parsed {
+        Format::Vscsi | Format::CloudPhysics | Format::Msr => Unit::StartSector,
+        _ => Unit::Object,
+    };
+    let mut splitter = Splitter::new(unit);
     let mut accesses = Vec::new();
-    for request in open_trace(path, format)? {
+    let reader = read::open(path, &parsed).map_err(|e| PyIOError::new_err(e.to_string()))?;
+    for request in reader {
         let request = request.map_err(|e| PyIOError::new_err(e.to_string()))?;
         splitter.split(&request, &mut accesses);
     }
