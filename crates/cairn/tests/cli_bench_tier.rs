@@ -141,9 +141,14 @@ fn bench_tier_warm_scan_and_dram_judge_their_bars() {
     let on = row(&out, "s3fifo    4MiB");
     let ratio: f64 = on[2].parse().unwrap();
     assert!(ratio >= 0.90 && on[3] == "yes", "{on:?}\n{out}");
+    // Without it most of the 32 MiB scan is promoted (all of it under
+    // s3fifo-v0; the current S3-FIFO's small FIFO drops some of a 1 MiB
+    // request's blocks before they are installed), many times what the
+    // cutoff lets in.
+    let mib = |cell: &str| -> u64 { cell.trim_end_matches("MiB").parse().unwrap() };
     let off = row(&out, "s3fifo     off");
-    assert_eq!(
-        off[4], "32MiB",
+    assert!(
+        mib(off[4]) >= 16 && mib(off[4]) >= 4 * mib(on[4]).max(1),
         "the scan is promoted without the cutoff:\n{out}"
     );
     // DRAM: every block cached, a positive cost within reason.
