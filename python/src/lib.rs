@@ -175,9 +175,10 @@ fn open_trace(path: &Path, format: Option<&str>) -> PyResult<cairn_trace::read::
 /// sector, the others by object id.
 fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
     let parsed = trace_format(path, format)?;
-    let unit = match parsed {
-        Format::Vscsi | Format::CloudPhysics | Format::Msr => Unit::StartSector,
-        _ => Unit::Object,
+    let unit = if parsed.is_block() {
+        Unit::StartSector
+    } else {
+        Unit::Object
     };
     let mut splitter = Splitter::new(unit);
     let mut accesses = Vec::new();
@@ -199,15 +200,16 @@ fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
     Ok(accesses)
 }
 
-fn working_set(accesses: &[Access]) -> WorkingSet {
-    let mut sizes: HashMap<u64, u32> = HashMap::new();
-    for access in accesses {
-        sizes.entry(access.key).or_insert(access.size);
-    }
-    WorkingSet {
-        objects: sizes.len() as u64,
-        bytes: sizes.values().map(|&s| u64::from(s)).sum(),
-    }
+/// The working set as `cairn sim` and libCacheSim count it (the first pass).
+fn working_set(accesses: &[Access]) -> PyResult<WorkingSet> {
+    cairn_sim::prepass(
+        FromIter(accesses.iter().copied().map(Ok)),
+        false,
+        1,
+        &NoProgress,
+    )
+    .map(|first| first.working_set)
+    .map_err(|e| PyIOError::new_err(e.to_string()))
 }
 
 /// A float in (0, 1] is a fraction of the working set; an int is absolute.
@@ -694,7 +696,7 @@ fn sim<'py>(
     let unit = capacity_unit(unit)?;
     let sizes = sizes.iter().map(cache_size).collect::<PyResult<Vec<_>>>()?;
     let accesses = load_accesses(&trace, format)?;
-    let working_set = working_set(&accesses);
+    let working_set = working_set(&accesses)?;
     enum Entry {
         Native(String, PolicyConfig),
         Plugin(Arc<Hooks>),
@@ -810,7 +812,7 @@ fn mrc(
         return Err(value_error("points must be at least 1"));
     }
     let accesses = load_accesses(&trace, format)?;
-    let working_set = working_set(&accesses);
+    let working_set = working_set(&accesses)?;
     Ok(py.detach(|| {
         let mut tracker = MrcTracker::exact(unit);
         for access in &accesses {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use hashbrown::HashMap;
 
 use crate::error::TraceError;
-use crate::read::{CsvConfig, Format, Reader, oracle_general, vscsi};
+use crate::read::{Format, Reader, oracle_general, vscsi};
 use crate::split::start_sector_key;
 use crate::{NEVER, Op, Request, Result};
 
@@ -293,23 +293,7 @@ pub const OUTPUT_NAMES: &str = "NAME.oracleGeneral.bin or NAME.oracle (oracleGen
 /// ending `.oracle` → oracleGeneral; `.txt` → text; `.csv` → the canonical CSV.
 /// `None` for any other name (`zipf.bin`): a reader could not tell it.
 pub fn format_of_name(path: &Path) -> Option<Format> {
-    let name = path.file_name()?.to_string_lossy().into_owned();
-    let base = name
-        .strip_suffix(".zst")
-        .or_else(|| name.strip_suffix(".zstd"))
-        .unwrap_or(&name);
-    let extension = base.rsplit_once('.').map_or("", |(_, e)| e);
-    if extension.eq_ignore_ascii_case("vscsi") {
-        Some(Format::Vscsi)
-    } else if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
-        Some(Format::OracleGeneral)
-    } else if extension.eq_ignore_ascii_case("txt") {
-        Some(Format::Text)
-    } else if extension.eq_ignore_ascii_case("csv") {
-        Some(Format::Csv(CsvConfig::canonical()))
-    } else {
-        None
-    }
+    Format::named(path)
 }
 
 /// Whether a file's name asks for zstd compression (`.zst` or `.zstd`).

@@ -97,19 +97,10 @@ impl UnitArg {
     pub fn resolve(self, format: &read::Format) -> Unit {
         match self {
             UnitArg::Fixed(unit) => unit,
-            UnitArg::Auto if is_block_format(format) => Unit::StartSector,
+            UnitArg::Auto if format.is_block() => Unit::StartSector,
             UnitArg::Auto => Unit::Object,
         }
     }
-}
-
-/// Whether `format` is a block trace (requests address sectors of a disk),
-/// whose object is the disk: keyed by object, all of it would be one key.
-pub fn is_block_format(format: &read::Format) -> bool {
-    matches!(
-        format,
-        read::Format::Vscsi | read::Format::CloudPhysics | read::Format::Msr
-    )
 }
 
 /// The name `--unit` takes for `unit`.
@@ -182,7 +173,7 @@ impl TraceInput {
                 format = %format,
                 unit = %unit_name(unit),
                 "--unit auto: {}",
-                if is_block_format(&format) {
+                if format.is_block() {
                     "a block trace, keyed by disk and start sector"
                 } else {
                     "an object trace, keyed by object"
@@ -264,7 +255,7 @@ impl TraceInput {
     /// A hint for a working set too small to hold a cache, when the unit
     /// explains it: a block trace read as objects is one object per disk.
     pub fn unit_hint(&self) -> &'static str {
-        if self.stream.unit == Unit::Object && is_block_format(&self.format) {
+        if self.stream.unit == Unit::Object && self.format.is_block() {
             " (--unit object reads this block trace as one object per disk: leave --unit \
              at auto to key it by start sector, or use --unit block:4KiB)"
         } else {

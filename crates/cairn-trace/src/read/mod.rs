@@ -67,6 +67,36 @@ impl Format {
         }
     }
 
+    /// Whether requests of this format address sectors of a disk (VSCSI,
+    /// `CloudPhysics`, MSR): keyed by object, a whole disk would be one key.
+    pub fn is_block(&self) -> bool {
+        matches!(self, Format::Vscsi | Format::CloudPhysics | Format::Msr)
+    }
+
+    /// The format a file's name says, after dropping `.zst`/`.zstd`: `.vscsi`
+    /// → VSCSI; a name containing `oracleGeneral`, or ending `.oracle` →
+    /// oracleGeneral; `.txt` → text; `.csv` → the canonical CSV (a reader
+    /// still looks at the header). `None` for any other name (`zipf.bin`).
+    pub fn named(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_string_lossy().into_owned();
+        let base = name
+            .strip_suffix(".zst")
+            .or_else(|| name.strip_suffix(".zstd"))
+            .unwrap_or(&name);
+        let extension = base.rsplit_once('.').map_or("", |(_, e)| e);
+        if extension.eq_ignore_ascii_case("vscsi") {
+            Some(Format::Vscsi)
+        } else if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
+            Some(Format::OracleGeneral)
+        } else if extension.eq_ignore_ascii_case("txt") {
+            Some(Format::Text)
+        } else if extension.eq_ignore_ascii_case("csv") {
+            Some(Format::Csv(CsvConfig::canonical()))
+        } else {
+            None
+        }
+    }
+
     /// Guesses the format of the file at `path`: by extension first (after
     /// stripping `.zst`), then by the content of its first line or record.
     ///
@@ -77,23 +107,8 @@ impl Format {
     /// `Read`/`Write` fourth. Any other CSV needs its column map, so it is
     /// never guessed.
     pub fn detect(path: &Path) -> Result<Format> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let base = name
-            .strip_suffix(".zst")
-            .or_else(|| name.strip_suffix(".zstd"))
-            .unwrap_or(&name);
-        let extension = base.rsplit_once('.').map_or("", |(_, e)| e);
-        if extension.eq_ignore_ascii_case("vscsi") {
-            return Ok(Format::Vscsi);
-        }
-        if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
-            return Ok(Format::OracleGeneral);
-        }
-        if extension.eq_ignore_ascii_case("txt") {
-            return Ok(Format::Text);
+        if let Some(format) = Format::named(path).filter(|f| !matches!(f, Format::Csv(_))) {
+            return Ok(format);
         }
         let mut source = open_source(path)?;
         let head = source.fill_buf().map_err(|source| TraceError::Io {

@@ -293,7 +293,7 @@ fn stats(args: &StatsArgs) -> Result<()> {
             format!("{} ({} bytes)", stats.writes, stats.bytes_written),
         ),
     ];
-    if crate::input::is_block_format(&format) {
+    if format.is_block() {
         // What `cairn sim --unit auto` keys a block trace by; its objects are disks.
         rows.push(("distinct disks", stats.objects.to_string()));
         rows.push(("distinct start sectors", stats.start_sectors.to_string()));
