@@ -57,3 +57,15 @@ pub use policy::{Ahead, Policy};
 
 /// The hash map every policy uses for its key index: hashbrown with foldhash.
 pub type KeyMap<V> = hashbrown::HashMap<u64, V>;
+
+/// A fixed 64-bit mixer (the splitmix64 finaliser): a hash of a key that is
+/// the same on every machine and in every run (the `bloom` filter's hashes,
+/// the simulator's SHARDS sampling and device maps).
+#[inline]
+pub fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}

@@ -11,16 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Result, SimError};
 
-/// A fixed 64-bit mixer (the splitmix64 finaliser): a hash of a key that is
-/// the same on every machine and in every run.
-#[inline]
-pub fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+pub use cairn_policy::mix64;
 
 /// How objects map onto devices.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

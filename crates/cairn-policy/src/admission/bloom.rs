@@ -27,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Admission, Occupancy, expected_units};
-use crate::{Access, Capacity, ConfigError};
+use crate::{Access, Capacity, ConfigError, mix64};
 
 /// The most keys one generation may be sized for (2^32).
 pub const MAX_KEYS: u64 = 1 << 32;
@@ -113,14 +113,6 @@ pub struct Bloom {
     keys: u64,
 }
 
-fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 impl Generation {
     fn new(words: usize) -> Self {
         Self {
@@ -180,11 +172,9 @@ impl Bloom {
         self.positions(key).all(|at| generation.bit(at))
     }
 
-    /// Records `key` in the current generation, rotating when it is full.
+    /// Records `key`, not in the current generation, there, rotating first
+    /// when it is full.
     fn record_key(&mut self, key: u64) {
-        if self.in_generation(&self.current, key) {
-            return;
-        }
         if self.current.inserted >= self.keys {
             std::mem::swap(&mut self.current, &mut self.previous);
             self.current.words.fill(0);
@@ -203,8 +193,10 @@ impl Admission for Bloom {
     }
 
     fn admit(&mut self, access: &Access, _occupancy: Occupancy) -> bool {
-        let seen = self.in_generation(&self.current, access.key)
-            || self.in_generation(&self.previous, access.key);
+        if self.in_generation(&self.current, access.key) {
+            return true;
+        }
+        let seen = self.in_generation(&self.previous, access.key);
         self.record_key(access.key);
         seen
     }
