@@ -18,6 +18,7 @@
 mod files;
 mod hotspot;
 mod pace;
+mod runs;
 mod scan;
 mod streams;
 mod uniform;
@@ -26,6 +27,7 @@ mod zipf;
 pub use files::{FileWorkload, FileWorkloadConfig, TableOneWorkload};
 pub use hotspot::{HotSpot, HotSpotConfig, Region};
 pub use pace::{Layout, Pace};
+pub use runs::{Runs, RunsConfig};
 pub use scan::{Scan, ScanConfig};
 pub use streams::{StreamMode, Streams, StreamsConfig};
 pub use uniform::{Uniform, UniformConfig};
@@ -36,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Request, Result};
 
 /// Any generator's config, for a CLI or an experiment file to choose one by
-/// name (`zipf`, `uniform`, `scan`, `hotspot`, `streams`, `files`), e.g. in
+/// name (`zipf`, `uniform`, `scan`, `hotspot`, `streams`, `files`, `runs`), e.g. in
 /// TOML `[workload.zipf]` then the generator's own knobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
@@ -53,6 +55,8 @@ pub enum GeneratorConfig {
     Streams(StreamsConfig),
     /// [`FileWorkloadConfig`].
     Files(FileWorkloadConfig),
+    /// [`RunsConfig`].
+    Runs(RunsConfig),
 }
 
 /// A boxed stream of generated requests.
@@ -68,6 +72,7 @@ impl GeneratorConfig {
             GeneratorConfig::HotSpot(c) => Box::new(c.generator()?),
             GeneratorConfig::Streams(c) => Box::new(c.generator()?),
             GeneratorConfig::Files(c) => Box::new(c.generator()?),
+            GeneratorConfig::Runs(c) => Box::new(c.generator()?),
         })
     }
 

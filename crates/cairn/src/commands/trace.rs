@@ -15,7 +15,9 @@ use crate::policy_spec;
 use crate::progress::Bar;
 
 /// Generators `cairn trace gen` knows.
-const KINDS: &[&str] = &["zipf", "uniform", "scan", "hotspot", "streams", "files"];
+const KINDS: &[&str] = &[
+    "zipf", "uniform", "scan", "hotspot", "streams", "files", "runs",
+];
 /// Knobs every generator shares, kept in its nested `pace` table.
 const PACE_KEYS: &[&str] = &[
     "requests",
@@ -43,7 +45,8 @@ const GEN_ABOUT: &str = "\
 Generate a synthetic trace (seeded, deterministic) and write it to a file.
 
 KIND is one of zipf, uniform, scan, hotspot, streams, files (papers/001's file
-workloads). Parameters are KEY=VALUE pairs naming the generator's config fields
+workloads), runs (extents read front to back between random blocks, for
+prefetchers). Parameters are KEY=VALUE pairs naming the generator's config fields
 (docs/traces.md lists them with defaults); values are TOML (numbers, true,
 [lists], \"strings\"). The shared pace knobs requests, size_bytes,
 write_fraction, interval_us and seed may be given flat. --config FILE.toml
@@ -63,7 +66,10 @@ Examples:
   cairn trace gen uniform items=65536 requests=100000 write_fraction=0.3 -o uniform.vscsi.zst
       Uniform random 4 KiB block requests, 30 % writes, as zstd-compressed VSCSI.
   cairn trace gen hotspot --config hotspot.toml -o hot.oracleGeneral.bin
-      The hot-spot mix with the fields in hotspot.toml (e.g. `items = 65536`).";
+      The hot-spot mix with the fields in hotspot.toml (e.g. `items = 65536`).
+  cairn trace gen runs items=65536 runs=256 requests=100000 seed=7 -o runs.vscsi
+      256 extents of 8 to 64 blocks read front to back, Zipf-popular, between
+      random blocks: a workload for `cairn sim --prefetch`.";
 
 const STATS_ABOUT: &str = "\
 Print a trace's statistics: requests, the read/write mix and bytes, the working
@@ -99,7 +105,7 @@ Examples:
 /// `cairn trace gen` flags.
 #[derive(clap::Args, Debug)]
 pub struct GenArgs {
-    /// Generator: zipf, uniform, scan, hotspot, streams, files.
+    /// Generator: zipf, uniform, scan, hotspot, streams, files, runs.
     pub kind: String,
     /// Generator parameters, KEY=VALUE.
     pub params: Vec<String>,
