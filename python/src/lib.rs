@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cairn_policy::{Access, AdmissionConfig, Capacity, Op, Policy, PolicyConfig};
+use cairn_policy::{Access, AdmissionConfig, Capacity, Op, Policy, PolicyConfig, PrefetchConfig};
 use cairn_sim::mrc::MrcTracker;
 use cairn_sim::{
     CacheSize, CapacityUnit, Configuration, FromIter, Metrics, NoProgress, ReplayOptions,
@@ -70,24 +70,64 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
 
 /// The policy `name` with its defaults overridden by `params`.
 fn policy_config(name: &str, params: Option<&Bound<'_, PyDict>>) -> PyResult<PolicyConfig> {
-    let defaults = PolicyConfig::default_for(name).ok_or_else(|| {
+    named_config(
+        ("policy", "policy"),
+        name,
+        params,
+        PolicyConfig::default_for,
+        PolicyConfig::NAMES,
+    )
+}
+
+/// A config enum tagged `tag` (`(kind, tag)`: `("prefetcher",
+/// "prefetcher")`) from a name and optional parameters over its defaults.
+fn named_config<T: serde::Serialize + serde::de::DeserializeOwned>(
+    (kind, tag): (&str, &str),
+    name: &str,
+    params: Option<&Bound<'_, PyDict>>,
+    default_for: fn(&str) -> Option<T>,
+    names: &[&str],
+) -> PyResult<T> {
+    let defaults = default_for(name).ok_or_else(|| {
         value_error(format!(
-            "unknown policy `{name}` (known: {})",
-            PolicyConfig::NAMES.join(", ")
+            "unknown {kind} `{name}` (known: {})",
+            names.join(", ")
         ))
     })?;
     let mut value = serde_json::to_value(defaults).map_err(value_error)?;
     if let Some(params) = params {
         for (key, item) in params.iter() {
             let key: String = key.extract()?;
-            if key == "policy" {
-                return Err(value_error("`policy` is the name, not a parameter"));
+            if key == tag {
+                return Err(value_error(format!("`{tag}` is the name, not a parameter")));
             }
             value[key] = to_json(&item)?;
         }
     }
     serde_json::from_value(value)
-        .map_err(|e| value_error(format!("policy `{name}`: invalid parameters: {e}")))
+        .map_err(|e| value_error(format!("{kind} `{name}`: invalid parameters: {e}")))
+}
+
+/// An optional `name` or `(name, {param: value})` argument as a config.
+fn optional_config<'py, T: serde::Serialize + serde::de::DeserializeOwned>(
+    spec: Option<&Bound<'py, PyAny>>,
+    (kind, tag): (&str, &str),
+    default_for: fn(&str) -> Option<T>,
+    names: &[&str],
+) -> PyResult<Option<T>> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let (name, params) = if let Ok(name) = spec.extract::<String>() {
+        (name, None)
+    } else if let Ok((name, params)) = spec.extract::<(String, Bound<'py, PyDict>)>() {
+        (name, Some(params))
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{kind} {spec}: expected a name or a (name, params) pair"
+        )));
+    };
+    named_config((kind, tag), &name, params.as_ref(), default_for, names).map(Some)
 }
 
 /// One request, as libCacheSim's `Request`: `obj_id`, `obj_size`, `op`
@@ -665,22 +705,30 @@ fn row<'py>(
     row.set_item("hits", metrics.hits)?;
     row.set_item("misses", metrics.misses)?;
     row.set_item("evictions", metrics.evictions)?;
+    row.set_item("prefetched", metrics.prefetched)?;
+    row.set_item("prefetch_hits", metrics.prefetch_hits)?;
     Ok(row)
 }
 
 /// Simulates every policy at every size over a trace; returns one dict per
 /// (policy, size) with ``policy``, ``size``, ``capacity``, ``unit``,
 /// ``miss_ratio``, ``byte_miss_ratio``, ``requests``, ``hits``, ``misses``,
-/// ``evictions``.
+/// ``evictions``, ``prefetched``, ``prefetch_hits``.
 ///
 /// A policy is a name (``"lru"``), a ``(name, {param: value})`` pair, or a
 /// `PluginCache`. A size is an int (objects, or bytes with
 /// ``unit="bytes"``) or a float in (0, 1], a fraction of the working set
 /// computed as libCacheSim does. Cairn's policies run in Rust on ``threads``
 /// threads (0: every core) without the GIL; Python policies run after them,
-/// in this thread.
+/// in this thread. ``admission`` (an admission filter: ``"bloom"``, or
+/// ``("nhit", {"threshold": 3})``) and ``prefetch`` (a prefetcher: ``"obl"``,
+/// ``("pg", {"lookahead_range": 10})``) go beside every Cairn policy, as
+/// ``cairn sim --admission/--prefetch`` put them; Python policies run
+/// without them.
 #[pyfunction]
-#[pyo3(signature = (trace, policies, sizes, unit = "objects", format = None, threads = 0))]
+#[pyo3(signature = (trace, policies, sizes, unit = "objects", format = None, threads = 0,
+                    admission = None, prefetch = None))]
+#[allow(clippy::too_many_arguments)]
 fn sim<'py>(
     py: Python<'py>,
     trace: PathBuf,
@@ -689,9 +737,28 @@ fn sim<'py>(
     unit: &str,
     format: Option<&str>,
     threads: usize,
+    admission: Option<Bound<'py, PyAny>>,
+    prefetch: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     if policies.is_empty() || sizes.is_empty() {
         return Err(value_error("sim needs at least one policy and one size"));
+    }
+    let admission = optional_config(
+        admission.as_ref(),
+        ("admission filter", "filter"),
+        AdmissionConfig::default_for,
+        AdmissionConfig::NAMES,
+    )?
+    .unwrap_or_default();
+    let prefetch = optional_config(
+        prefetch.as_ref(),
+        ("prefetcher", "prefetcher"),
+        PrefetchConfig::default_for,
+        PrefetchConfig::NAMES,
+    )?;
+    admission.validate().map_err(value_error)?;
+    if let Some(prefetch) = &prefetch {
+        prefetch.validate().map_err(value_error)?;
     }
     let unit = capacity_unit(unit)?;
     let sizes = sizes.iter().map(cache_size).collect::<PyResult<Vec<_>>>()?;
@@ -734,7 +801,8 @@ fn sim<'py>(
                 configurations.push(Configuration {
                     label: label.clone(),
                     policy: config.clone(),
-                    admission: AdmissionConfig::default(),
+                    admission: admission.clone(),
+                    prefetch: prefetch.clone(),
                     size: size.to_string(),
                     capacity: resolve(size)?,
                 });

@@ -54,6 +54,24 @@ def test_policy_parameters_and_the_older_s3fifo():
     assert cairn.Cache("s3fifo", 1000, small_size_ratio=0.2).capacity == 1000
 
 
+def test_admission_and_prefetch_go_beside_every_policy():
+    # libCacheSim 0.3.5's BloomFilterAdmissioner behind LRU (an exact table;
+    # ours sized for every key), as in libcachesim_agreement.rs.
+    bloom = ("bloom", {"keys_per_unit": 128, "false_positive_rate": 1e-9})
+    rows = cairn.sim(TRACE, ["lru"], [0.01, 0.2], admission=bloom)
+    assert [row["misses"] for row in rows] == [96657, 87337]
+    # What `cairn sim -p lru -s 10% --prefetch P` prints for the sample trace.
+    rows = {p: cairn.sim(TRACE, ["lru"], [0.1], prefetch=p)[0] for p in [None, "obl", "pg"]}
+    assert rows[None]["misses"] == 91657 and rows[None]["prefetched"] == 0
+    assert (rows["obl"]["misses"], rows["obl"]["prefetched"], rows["obl"]["prefetch_hits"]) == (90422, 1243, 1235)
+    assert (rows["pg"]["misses"], rows["pg"]["prefetched"], rows["pg"]["prefetch_hits"]) == (91577, 286, 87)
+    assert all(row["hits"] + row["misses"] == REQUESTS for row in rows.values())
+    with pytest.raises(ValueError, match="unknown prefetcher `nosuch`"):
+        cairn.sim(TRACE, ["lru"], [0.1], prefetch="nosuch")
+    with pytest.raises(ValueError, match="sequential_confidence_k"):
+        cairn.sim(TRACE, ["lru"], [0.1], prefetch=("obl", {"sequential_confidence_k": 0}))
+
+
 def test_process_trace_matches_sim():
     cache = cairn.Cache("lru", 4897)
     miss_ratio, byte_miss_ratio = cache.process_trace(TRACE)

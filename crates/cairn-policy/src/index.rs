@@ -118,7 +118,7 @@ impl KeyIndex {
     #[inline]
     pub fn prefetch_slots(&self, key: u64) {
         let at = self.home(self.tag(key));
-        crate::prefetch::prefetch(&self.slots[at]);
+        crate::hint::prefetch(&self.slots[at]);
     }
 
     /// Near hint: reads `key`'s slots (ideally already loaded by

@@ -9,6 +9,8 @@
 //! names them all and builds any of them. Admission filters ([`admission`]:
 //! `always`, `nhit`, `frequency`) decide which misses enter at all;
 //! [`AdmissionConfig`] names them and [`Filtered`] puts any policy behind one.
+//! Prefetchers ([`prefetch`]: `obl`, `pg`) name units to load ahead of their
+//! first access; [`PrefetchConfig`] names them.
 //!
 //! What this crate is not: a cache of values (see `cairn-store`), or
 //! thread-safe (the engine shards policies and locks each shard).
@@ -20,10 +22,10 @@ pub mod bytes;
 mod capacity;
 mod config;
 mod error;
+pub mod hint;
 pub mod index;
 pub mod list;
 mod policy;
-pub mod prefetch;
 #[cfg(test)]
 pub(crate) mod testing;
 
@@ -41,6 +43,7 @@ pub mod lirs;
 pub mod lru;
 pub mod ons;
 pub mod opt;
+pub mod prefetch;
 pub mod s3fifo;
 pub mod sieve;
 pub mod slru;
@@ -54,6 +57,7 @@ pub use capacity::Capacity;
 pub use config::PolicyConfig;
 pub use error::ConfigError;
 pub use policy::{Ahead, Policy};
+pub use prefetch::{PrefetchConfig, Prefetcher};
 
 /// The hash map every policy uses for its key index: hashbrown with foldhash.
 pub type KeyMap<V> = hashbrown::HashMap<u64, V>;

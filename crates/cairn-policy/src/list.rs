@@ -152,7 +152,7 @@ impl<T> Slab<T> {
     #[inline]
     pub fn prefetch(&self, index: Index) {
         if let Some(node) = self.nodes.get(index as usize) {
-            crate::prefetch::prefetch(node);
+            crate::hint::prefetch(node);
         }
     }
 

@@ -44,8 +44,15 @@ pub struct Metrics {
     pub read_hits: u64,
     /// Write accesses that hit.
     pub write_hits: u64,
-    /// Units the policy evicted.
+    /// Units the policy evicted (for demand accesses and prefetches).
     pub evictions: u64,
+    /// Units a prefetcher loaded (not resident when it named them).
+    #[serde(default)]
+    pub prefetched: u64,
+    /// Demand accesses that hit a unit a prefetcher loaded, before anything
+    /// else touched it (each prefetched unit counts at most once).
+    #[serde(default)]
+    pub prefetch_hits: u64,
     /// Counters per cost group, indexed by `Access::group`.
     pub groups: Vec<GroupCounts>,
 }

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use cairn_policy::prefetch::prefetch;
+use cairn_policy::hint::prefetch;
 use cairn_policy::{Access, KeyMap, NEVER};
 use cairn_trace::TraceError;
 use hashbrown::DefaultHashBuilder;

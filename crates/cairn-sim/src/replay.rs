@@ -26,7 +26,10 @@
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use cairn_policy::{Access, AdmissionConfig, Ahead, Capacity, Policy, PolicyConfig};
+use cairn_policy::{
+    Access, AdmissionConfig, Ahead, Capacity, KeyMap, Op, Policy, PolicyConfig, PrefetchConfig,
+    Prefetcher,
+};
 use cairn_trace::TraceError;
 
 use crate::cost::CostModel;
@@ -43,6 +46,9 @@ pub struct Configuration {
     pub policy: PolicyConfig,
     /// The admission filter in front of the policy (`always`: none).
     pub admission: AdmissionConfig,
+    /// The prefetcher beside the policy (`None`: none). Units it names are
+    /// loaded after each access (see [`cairn_policy::prefetch`]).
+    pub prefetch: Option<PrefetchConfig>,
     /// The cache size as given (`10%`), for reports.
     pub size: String,
     /// The resolved capacity.
@@ -118,7 +124,69 @@ const PREFETCH_AHEAD: usize = 6;
 struct Slot {
     index: usize,
     policy: Box<dyn Policy>,
+    prefetch: Option<Prefetching>,
     metrics: Metrics,
+}
+
+/// A prefetcher beside a policy, and what it loaded.
+struct Prefetching {
+    prefetcher: Box<dyn Prefetcher>,
+    /// The units it named after the current access (reused).
+    wanted: Vec<u64>,
+    /// Units it loaded that no demand access has touched yet.
+    unused: KeyMap<()>,
+}
+
+impl Prefetching {
+    /// After `access` was served (`hit`; the policy evicted `victims` for
+    /// it): tells the prefetcher, then loads what it names that is not
+    /// resident, as units of the access's size (libCacheSim's order).
+    fn after(
+        &mut self,
+        policy: &mut dyn Policy,
+        access: &Access,
+        hit: bool,
+        victims: &mut Vec<u64>,
+        metrics: &mut Metrics,
+    ) {
+        if self.unused.remove(&access.key).is_some() && hit {
+            metrics.prefetch_hits += 1;
+        }
+        self.evicted(victims);
+        self.wanted.clear();
+        self.prefetcher.access(access.key, hit, &mut self.wanted);
+        for at in 0..self.wanted.len() {
+            let key = self.wanted[at];
+            if policy.contains(key) {
+                continue;
+            }
+            let unit = Access {
+                key,
+                op: Op::Read,
+                object: key,
+                block: key,
+                next: cairn_policy::NEVER,
+                ..*access
+            };
+            victims.clear();
+            // A miss, as the engine's block cache sees a prefetched block:
+            // looked up (policies with history record it), then admitted.
+            let resident = policy.lookup(&unit);
+            debug_assert!(!resident);
+            if policy.admit(&unit, victims) {
+                metrics.prefetched += 1;
+                self.unused.insert(key, ());
+            }
+            metrics.evictions += victims.len() as u64;
+            self.evicted(victims);
+        }
+    }
+
+    fn evicted(&mut self, victims: &[u64]) {
+        for &victim in victims {
+            self.unused.remove(&victim);
+        }
+    }
 }
 
 impl Slot {
@@ -136,6 +204,9 @@ impl Slot {
             victims.clear();
             let hit = self.policy.access(access, victims);
             self.metrics.record(access, hit, victims.len());
+            if let Some(prefetch) = &mut self.prefetch {
+                prefetch.after(&mut *self.policy, access, hit, victims, &mut self.metrics);
+            }
         }
     }
 }
@@ -166,9 +237,24 @@ pub fn replay(
                 label: configuration.label.clone(),
                 source,
             })?;
+        let prefetch = configuration
+            .prefetch
+            .as_ref()
+            .map(|config| config.build(configuration.capacity))
+            .transpose()
+            .map_err(|source| SimError::Policy {
+                label: configuration.label.clone(),
+                source,
+            })?
+            .map(|prefetcher| Prefetching {
+                prefetcher,
+                wanted: Vec::new(),
+                unused: KeyMap::default(),
+            });
         owned[index % workers].push(Slot {
             index,
             policy,
+            prefetch,
             metrics: Metrics::default(),
         });
     }

@@ -23,6 +23,7 @@ fn configurations() -> Vec<Configuration> {
                 label: (*name).to_string(),
                 policy: PolicyConfig::default_for(name).unwrap(),
                 admission: cairn_policy::AdmissionConfig::default(),
+                prefetch: None,
                 size: capacity.limit().to_string(),
                 capacity,
             });

@@ -98,6 +98,7 @@ fn progress_adds_up_and_the_cost_model_charges_every_access() {
         label: "lru".into(),
         policy: PolicyConfig::default_for("lru").unwrap(),
         admission: cairn_policy::AdmissionConfig::default(),
+        prefetch: None,
         size: "2".into(),
         capacity: Capacity::Objects(2),
     }];

@@ -1,10 +1,11 @@
 //! The cache is invisible: any sequence of reads, writes and discards through
 //! it returns what the same sequence returns on a plain byte array, whatever
-//! the policy, write mode, block size and readahead, with a cache small
-//! enough to evict all the time.
+//! the policy, write mode, block size and readahead or prefetcher, with a
+//! cache small enough to evict all the time.
 #![allow(clippy::unwrap_used)]
 
-use cairn_policy::PolicyConfig;
+use cairn_policy::prefetch::obl::OblConfig;
+use cairn_policy::{PolicyConfig, PrefetchConfig};
 use cairn_store::{BlockCache, CacheConfig, Device, MemoryDevice, WriteMode};
 use proptest::prelude::*;
 
@@ -40,6 +41,7 @@ proptest! {
         policy in prop::sample::select(vec!["lru", "lfu", "ons", "cost", "s3fifo", "arc", "tinylfu"]),
         mode in prop::sample::select(vec![WriteMode::Update, WriteMode::Invalidate, WriteMode::Allocate]),
         readahead in any::<bool>(),
+        prefetch in prop::sample::select(vec!["", "obl", "pg"]),
         block_shift in 12u32..=13,
     ) {
         let block = 1u64 << block_shift;
@@ -52,6 +54,13 @@ proptest! {
                 shards: 1,
                 write_mode: mode,
                 readahead_bytes: if readahead { 2 * block } else { 0 },
+                prefetch: PrefetchConfig::default_for(prefetch).map(|config| match config {
+                    // Fire at once on a short run, so a 60-op test prefetches.
+                    PrefetchConfig::Obl(_) => PrefetchConfig::Obl(OblConfig {
+                        sequential_confidence_k: 1,
+                    }),
+                    other => other,
+                }),
                 ..CacheConfig::default()
             },
         )

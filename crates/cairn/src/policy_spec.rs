@@ -7,7 +7,7 @@
 //! is not valid TOML is taken as a string.
 
 use anyhow::{Context, Result, anyhow, bail};
-use cairn_policy::{AdmissionConfig, PolicyConfig};
+use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use serde::Deserialize;
 
 /// Parses one spec.
@@ -45,33 +45,59 @@ pub fn parse(spec: &str) -> Result<PolicyConfig> {
         .with_context(|| format!("policy spec `{spec}`: invalid parameters for `{name}`"))
 }
 
-/// Parses one admission filter spec (`nhit`, `nhit:threshold=3`).
+/// Parses an admission filter spec: `name` or `name:key=value,...`.
 pub fn parse_admission(spec: &str) -> Result<AdmissionConfig> {
-    let (name, pairs) = spec.split_once(':').unwrap_or((spec, ""));
-    let name = name.trim();
-    let defaults = AdmissionConfig::default_for(name).ok_or_else(|| {
-        anyhow!(
-            "admission spec `{spec}`: unknown filter `{name}` (known: {})",
-            AdmissionConfig::NAMES.join(", ")
-        )
-    })?;
-    let toml::Value::Table(mut table) = toml::Value::try_from(defaults)
-        .with_context(|| format!("filter `{name}`: encoding its defaults"))?
-    else {
-        bail!("filter `{name}`: defaults are not a table");
-    };
-    overlay(
-        &mut table,
-        pairs,
-        &format!("admission spec `{spec}`"),
-        &["filter"],
+    let config: AdmissionConfig = parse_tagged(
+        spec,
+        ("admission", "filter"),
+        AdmissionConfig::default_for,
+        AdmissionConfig::NAMES,
     )?;
-    let config = AdmissionConfig::deserialize(toml::Value::Table(table))
-        .with_context(|| format!("admission spec `{spec}`: invalid parameters for `{name}`"))?;
     config
         .validate()
         .with_context(|| format!("admission spec `{spec}`"))?;
     Ok(config)
+}
+
+/// Parses a prefetcher spec: `name` or `name:key=value,...` (`obl`,
+/// `obl:sequential_confidence_k=2`, `pg:lookahead_range=10`).
+pub fn parse_prefetch(spec: &str) -> Result<PrefetchConfig> {
+    let config: PrefetchConfig = parse_tagged(
+        spec,
+        ("prefetch", "prefetcher"),
+        PrefetchConfig::default_for,
+        PrefetchConfig::NAMES,
+    )?;
+    config
+        .validate()
+        .with_context(|| format!("prefetch spec `{spec}`"))?;
+    Ok(config)
+}
+
+/// `name` or `name:key=value,...` over the defaults of `name`, for a config
+/// enum tagged `tag` (`(kind, tag)`: `("admission", "filter")`).
+fn parse_tagged<T: serde::Serialize + serde::de::DeserializeOwned>(
+    spec: &str,
+    (kind, tag): (&str, &str),
+    default_for: fn(&str) -> Option<T>,
+    names: &[&str],
+) -> Result<T> {
+    let (name, pairs) = spec.split_once(':').unwrap_or((spec, ""));
+    let name = name.trim();
+    let defaults = default_for(name).ok_or_else(|| {
+        anyhow!(
+            "{kind} spec `{spec}`: unknown {tag} `{name}` (known: {})",
+            names.join(", ")
+        )
+    })?;
+    let toml::Value::Table(mut table) = toml::Value::try_from(defaults)
+        .with_context(|| format!("{tag} `{name}`: encoding its defaults"))?
+    else {
+        bail!("{tag} `{name}`: defaults are not a table");
+    };
+    overlay(&mut table, pairs, &format!("{kind} spec `{spec}`"), &[tag])?;
+    T::deserialize(toml::Value::Table(table))
+        .with_context(|| format!("{kind} spec `{spec}`: invalid parameters for `{name}`"))
 }
 
 /// Sets `key=value` pairs (separated by commas outside brackets, so lists such

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cairn_policy::{ConfigError, PolicyConfig};
+use cairn_policy::{ConfigError, PolicyConfig, PrefetchConfig};
 
 use super::groups::{Placement, SingleDevice};
 
@@ -44,8 +44,12 @@ pub struct CacheConfig {
     /// What writes do to cached copies. Default [`WriteMode::Update`].
     pub write_mode: WriteMode,
     /// How far past a sequential request to read, bytes (rounded up to whole
-    /// blocks; 0 turns readahead off). Default 1 MiB.
+    /// blocks; 0 turns readahead off). Default 1 MiB. Ignored (readahead is
+    /// off) when [`prefetch`](Self::prefetch) names a prefetcher.
     pub readahead_bytes: u64,
+    /// A prefetcher of `cairn-policy` in place of readahead (`None`: the
+    /// stream readahead above). Default `None`.
+    pub prefetch: Option<PrefetchConfig>,
     /// Weight of each new service-time sample in a cost group's moving
     /// average, in (0, 1]; 0 turns online cost estimation off (the `cost`
     /// policy then keeps the costs it was configured with). Default 0.1.
@@ -64,6 +68,7 @@ impl Default for CacheConfig {
             shards: 0,
             write_mode: WriteMode::Update,
             readahead_bytes: 1 << 20,
+            prefetch: None,
             cost_smoothing: 0.1,
             placement: Arc::new(SingleDevice),
         }
@@ -79,6 +84,7 @@ impl std::fmt::Debug for CacheConfig {
             .field("shards", &self.shards)
             .field("write_mode", &self.write_mode)
             .field("readahead_bytes", &self.readahead_bytes)
+            .field("prefetch", &self.prefetch)
             .field("cost_smoothing", &self.cost_smoothing)
             .field("devices", &self.placement.devices())
             .finish()
@@ -121,6 +127,9 @@ pub enum CacheError {
     /// The policy cannot be built with a shard's capacity.
     #[error("policy: {0}")]
     Policy(#[from] ConfigError),
+    /// The prefetcher's parameters are out of range.
+    #[error("prefetch: {0}")]
+    Prefetch(ConfigError),
 }
 
 impl CacheConfig {
@@ -136,6 +145,9 @@ impl CacheConfig {
         }
         if self.placement.devices() == 0 {
             return Err(CacheError::Placement);
+        }
+        if let Some(prefetch) = &self.prefetch {
+            prefetch.validate().map_err(CacheError::Prefetch)?;
         }
         let blocks = self.capacity_bytes / block;
         let shards = if self.shards == 0 {

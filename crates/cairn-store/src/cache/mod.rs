@@ -25,6 +25,13 @@
 //!   stream a second time or more (`streams.rs`),
 //!   [`CacheConfig::readahead_bytes`] further, and
 //!   reads the run with one `read_vectored_at` into the run's frames.
+//! - **Prefetchers** ([`CacheConfig::prefetch`]): in place of readahead,
+//!   any prefetcher of `cairn-policy` (`obl`, `pg`), the objects `cairn sim
+//!   --prefetch` runs. After a request's blocks are served the prefetcher
+//!   sees each of them (hit or not) and names blocks to load; those absent
+//!   are loaded before the request returns (one device read each, counted as
+//!   prefetched, admitted as misses are). The prefetcher is one mutex taken
+//!   once per run of blocks, only when one is configured.
 //! - **Writes** ([`WriteMode`]): the device is written first, then the cached
 //!   copy is replaced (update; allocate also caches whole blocks written
 //!   that were not cached) or dropped (invalidate). A load in flight when
@@ -61,8 +68,8 @@ pub use groups::{Placement, SingleDevice, group_of};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_policy::PolicyConfig;
 use cairn_policy::cost::{Cost, CostTable};
+use cairn_policy::{PolicyConfig, Prefetcher};
 
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
 use groups::GroupTracker;
@@ -88,9 +95,16 @@ pub struct BlockCache<D> {
     streams: StreamTable,
     groups: GroupTracker,
     readahead_blocks: u64,
+    prefetch: Option<Mutex<Prefetching>>,
     write_mode: WriteMode,
     policy_name: &'static str,
     capacity_bytes: u64,
+}
+
+/// A configured prefetcher and the blocks it last named.
+struct Prefetching {
+    prefetcher: Box<dyn Prefetcher>,
+    wanted: Vec<u64>,
 }
 
 /// What the stream table knows of a request, looked up lazily: a hit on a
@@ -233,7 +247,21 @@ impl<D: Device> BlockCache<D> {
                 groups_count,
             ))));
         }
-        let readahead_blocks = config.readahead_bytes.div_ceil(block);
+        let capacity_bytes = per_shard_blocks * block * shards as u64;
+        let prefetch = match &config.prefetch {
+            Some(prefetch) => Some(Mutex::new(Prefetching {
+                prefetcher: prefetch
+                    .build(cairn_policy::Capacity::Bytes(capacity_bytes))
+                    .map_err(CacheError::Prefetch)?,
+                wanted: Vec::new(),
+            })),
+            None => None,
+        };
+        let readahead_blocks = if prefetch.is_some() {
+            0
+        } else {
+            config.readahead_bytes.div_ceil(block)
+        };
         Ok(Self {
             device,
             block_shift: block.trailing_zeros(),
@@ -251,9 +279,10 @@ impl<D: Device> BlockCache<D> {
                 block,
             ),
             readahead_blocks,
+            prefetch,
             write_mode: config.write_mode,
             policy_name,
-            capacity_bytes: per_shard_blocks * block * shards as u64,
+            capacity_bytes,
         })
     }
 
@@ -280,6 +309,13 @@ impl<D: Device> BlockCache<D> {
     /// The policy's short name.
     pub fn policy_name(&self) -> &'static str {
         self.policy_name
+    }
+
+    /// The prefetcher's short name, if one replaces readahead.
+    pub fn prefetcher_name(&self) -> Option<&'static str> {
+        self.prefetch
+            .as_ref()
+            .map(|prefetch| lock(prefetch).prefetcher.name())
     }
 
     /// The cost table the `cost` policy reads (live estimates).
@@ -325,10 +361,12 @@ impl<D: Device> BlockCache<D> {
             first: block,
             end: block + 1,
         };
-        self.fetch(block, block + 1, &mut stream, &mut |handle| {
+        let (_, hit) = self.fetch(block, block + 1, &mut stream, &mut |handle| {
             got = Some(handle);
         })?;
-        Ok(got.expect("fetch delivers the block asked for"))
+        let got = got.expect("fetch delivers the block asked for");
+        self.prefetch_after(block, 1, hit);
+        Ok(got)
     }
 
     /// Handles to the bytes `offset..offset + len`, block by block, appended
@@ -369,15 +407,59 @@ impl<D: Device> BlockCache<D> {
         let end = offset + len;
         let mut block = first;
         while block <= last {
-            block += self.fetch(block, last + 1, &mut stream, &mut |handle| {
+            let (delivered, hit) = self.fetch(block, last + 1, &mut stream, &mut |handle| {
                 let start = (at - (at >> self.block_shift << self.block_shift)) as usize;
                 let n = (handle.len() - start).min((end - at) as usize);
                 f(handle, start..start + n);
                 at += n as u64;
             })?;
+            self.prefetch_after(block, delivered, hit);
+            block += delivered;
         }
         debug_assert_eq!(at, end);
         Ok(())
+    }
+
+    /// Shows the prefetcher (if any) `count` demand accesses from block
+    /// `first` (`hit`: served without a device read of this caller's), then
+    /// loads the blocks it names that are absent. A failed load is dropped:
+    /// a prefetch is a guess, and a reader of that block will see the error.
+    fn prefetch_after(&self, first: u64, count: u64, hit: bool) {
+        let Some(prefetch) = &self.prefetch else {
+            return;
+        };
+        let mut wanted = {
+            let mut prefetch = lock(prefetch);
+            let Prefetching { prefetcher, wanted } = &mut *prefetch;
+            wanted.clear();
+            for block in first..first + count {
+                prefetcher.access(block, hit, wanted);
+            }
+            if wanted.is_empty() {
+                return;
+            }
+            // Loaded without the lock; another request meanwhile gets a
+            // fresh list.
+            std::mem::take(wanted)
+        };
+        for &block in &wanted {
+            if block >= self.blocks {
+                continue;
+            }
+            let mut shard = lock(self.shard_of(block));
+            if shard.map.contains_key(&block) {
+                continue;
+            }
+            let group = self.groups.group(block << self.block_shift, false);
+            let claim = shard.claim(block, group, true);
+            drop(shard);
+            let _ = self.load(claim, block, false, false, &mut |_| {});
+        }
+        wanted.clear();
+        let mut prefetch = lock(prefetch);
+        if prefetch.wanted.capacity() < wanted.capacity() {
+            prefetch.wanted = wanted;
+        }
     }
 
     /// The hit path, or waiting for a load, or leading one. `request_end`:
@@ -386,14 +468,16 @@ impl<D: Device> BlockCache<D> {
     /// first miss.
     /// Hands `deliver` the block and, when this call led a run, the run's
     /// following blocks up to `request_end`, in order; returns how many it
-    /// delivered (each is one access: the policy sees it once).
+    /// delivered (each is one access: the policy sees it once) and whether
+    /// they were served without a device read of this call's (a hit, or a
+    /// wait for another reader's load).
     fn fetch(
         &self,
         block: u64,
         request_end: u64,
         stream: &mut Stream,
         deliver: &mut dyn FnMut(BlockRef),
-    ) -> Result<u64, DeviceError> {
+    ) -> Result<(u64, bool), DeviceError> {
         loop {
             let mut shard = lock(self.shard_of(block));
             match shard.map.get(&block) {
@@ -402,7 +486,7 @@ impl<D: Device> BlockCache<D> {
                     shard.hit(block, group);
                     drop(shard);
                     deliver(BlockRef::new(frame, self.block_len(block) as u32));
-                    return Ok(1);
+                    return Ok((1, true));
                 }
                 Some(shard::Slot::Loading { flight, group }) => {
                     let (flight, group) = (Arc::clone(flight), *group);
@@ -412,7 +496,7 @@ impl<D: Device> BlockCache<D> {
                     };
                     lock(self.shard_of(block)).coalesced(block, group, &frame);
                     deliver(BlockRef::new(frame, self.block_len(block) as u32));
-                    return Ok(1);
+                    return Ok((1, true));
                 }
                 None => {
                     let run = stream.resolve(&self.streams);
@@ -420,7 +504,9 @@ impl<D: Device> BlockCache<D> {
                     let claim = shard.claim(block, group, false);
                     drop(shard);
                     // Read ahead from a stream's second continuation on.
-                    return self.load(claim, request_end, run >= 2, run > 0, deliver);
+                    return self
+                        .load(claim, request_end, run >= 2, run > 0, deliver)
+                        .map(|delivered| (delivered, false));
                 }
             }
         }
@@ -503,7 +589,9 @@ impl<D: Device> BlockCache<D> {
                 if several {
                     // Perhaps only a block read ahead is unreadable: retry
                     // the one block asked for on its own.
-                    return self.fetch(start, start + 1, &mut Stream::Run(0), deliver);
+                    return self
+                        .fetch(start, start + 1, &mut Stream::Run(0), deliver)
+                        .map(|(delivered, _)| delivered);
                 }
                 Err(error)
             }

@@ -554,6 +554,12 @@ pub struct CacheSpec {
     /// Default 1MiB.
     #[serde(default = "default_readahead")]
     pub readahead: Bytes,
+    /// What loads blocks ahead of their first read: `"readahead"` (the
+    /// stream readahead above), or a prefetcher of `cairn sim --prefetch`
+    /// (`"obl"`, `"pg"`, or a table with its parameters), which turns
+    /// readahead off. Default `"readahead"`.
+    #[serde(default)]
+    pub prefetch: CachePrefetch,
     /// Number of shards (a power of two); 0 chooses from the core count.
     /// Default 0.
     #[serde(default)]
@@ -607,33 +613,104 @@ impl Serialize for CachePolicy {
 
 impl<'de> Deserialize<'de> for CachePolicy {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = CachePolicy;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a policy name or a table with `policy = \"name\"` and its parameters")
-            }
-            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<CachePolicy, E> {
+        name_or_table(
+            deserializer,
+            "a policy name or a table with `policy = \"name\"` and its parameters",
+            |name| {
                 cairn_policy::PolicyConfig::default_for(name)
                     .map(CachePolicy)
                     .ok_or_else(|| {
-                        E::custom(format!(
+                        format!(
                             "unknown policy `{name}` (known: {})",
                             cairn_policy::PolicyConfig::NAMES.join(", ")
-                        ))
+                        )
                     })
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<CachePolicy, A::Error> {
-                cairn_policy::PolicyConfig::deserialize(
-                    serde::de::value::MapAccessDeserializer::new(map),
-                )
-                .map(CachePolicy)
-            }
+            },
+            CachePolicy,
+        )
+    }
+}
+
+/// Deserializes a config written as a name (`named` gives its value, or the
+/// error) or as a table of type `U` (`table` wraps it).
+fn name_or_table<'de, D, U, T>(
+    deserializer: D,
+    expecting: &'static str,
+    named: fn(&str) -> Result<T, String>,
+    table: fn(U) -> T,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    U: Deserialize<'de>,
+{
+    struct Visitor<U, T> {
+        expecting: &'static str,
+        named: fn(&str) -> Result<T, String>,
+        table: fn(U) -> T,
+    }
+    impl<'de, U: Deserialize<'de>, T> serde::de::Visitor<'de> for Visitor<U, T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(self.expecting)
         }
-        deserializer.deserialize_any(Visitor)
+        fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<T, E> {
+            (self.named)(name).map_err(E::custom)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            U::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(self.table)
+        }
+    }
+    deserializer.deserialize_any(Visitor {
+        expecting,
+        named,
+        table,
+    })
+}
+
+/// A cache's prefetching: `"readahead"` (`None`: the stream readahead sized
+/// by `readahead`), a prefetcher's name (`"obl"`, `"pg"`, with its defaults)
+/// or a table of its parameters (`{ prefetcher = "obl",
+/// sequential_confidence_k = 2 }`); written back as a name when it has its
+/// defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachePrefetch(pub Option<cairn_policy::PrefetchConfig>);
+
+impl Serialize for CachePrefetch {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            None => serializer.serialize_str("readahead"),
+            Some(config)
+                if cairn_policy::PrefetchConfig::default_for(config.name()).as_ref()
+                    == Some(config) =>
+            {
+                serializer.serialize_str(config.name())
+            }
+            Some(config) => config.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachePrefetch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        name_or_table(
+            deserializer,
+            "`readahead`, a prefetcher name or a table with `prefetcher = \"name\"` and its \
+             parameters",
+            |name| {
+                if name == "readahead" {
+                    return Ok(CachePrefetch(None));
+                }
+                cairn_policy::PrefetchConfig::default_for(name)
+                    .map(|config| CachePrefetch(Some(config)))
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown prefetcher `{name}` (known: readahead, {})",
+                            cairn_policy::PrefetchConfig::NAMES.join(", ")
+                        )
+                    })
+            },
+            |config| CachePrefetch(Some(config)),
+        )
     }
 }
 
@@ -1096,35 +1173,20 @@ impl Serialize for Admission {
 
 impl<'de> Deserialize<'de> for Admission {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Admission;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(
-                    "an admission filter name or a table with `filter = \"name\"` and its \
-                     parameters",
-                )
-            }
-            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Admission, E> {
+        name_or_table(
+            deserializer,
+            "an admission filter name or a table with `filter = \"name\"` and its parameters",
+            |name| {
                 cairn_policy::AdmissionConfig::default_for(name)
                     .map(Admission)
                     .ok_or_else(|| {
-                        E::custom(format!(
+                        format!(
                             "unknown admission filter `{name}` (known: {})",
                             cairn_policy::AdmissionConfig::NAMES.join(", ")
-                        ))
+                        )
                     })
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<Admission, A::Error> {
-                cairn_policy::AdmissionConfig::deserialize(
-                    serde::de::value::MapAccessDeserializer::new(map),
-                )
-                .map(Admission)
-            }
-        }
-        deserializer.deserialize_any(Visitor)
+            },
+            Admission,
+        )
     }
 }

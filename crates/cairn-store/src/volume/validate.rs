@@ -587,6 +587,7 @@ pub(super) fn cache_config(c: &CacheSpec, placement: Arc<dyn Placement>) -> Cach
         shards: c.shards,
         write_mode: c.write_mode.into(),
         readahead_bytes: c.readahead.get(),
+        prefetch: c.prefetch.0.clone(),
         cost_smoothing: c.cost_smoothing,
         placement,
     }
@@ -600,6 +601,7 @@ pub(super) fn cache_error(name: &str, e: &CacheError) -> VolumeError {
         CacheError::Capacity { .. } => "size",
         CacheError::Smoothing(_) => "cost_smoothing",
         CacheError::Policy(_) => "policy",
+        CacheError::Prefetch(_) => "prefetch",
         _ => "over",
     };
     VolumeError::new(format!("device.{name}.{field}"), e.to_string())

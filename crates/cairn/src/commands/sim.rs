@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use cairn_policy::{AdmissionConfig, PolicyConfig};
+use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use cairn_sim::{
     CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, ReplayOptions, Report, WorkingSet,
     policy_name, prepass, replay,
@@ -73,7 +73,10 @@ Examples:
       docs/simulator.md).
   cairn sim --policy lru --policy s3fifo --admission nhit:threshold=3
       Both policies behind Open CAS's nhit filter: a block enters on its
-      third miss (rows are labelled lru+nhit:threshold=3, ...).";
+      third miss (rows are labelled lru+nhit:threshold=3, ...).
+  cairn sim --trace runs.vscsi --unit block:4KiB -p lru --prefetch obl -s 1%,10%
+      LRU with one-block lookahead on the runs trace of `trace gen --help`:
+      after four sequential blocks the next is loaded (rows: lru>obl).";
 
 /// Which number the stdout table shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -125,6 +128,15 @@ pub struct SimArgs {
     /// (`always`).
     #[arg(long, value_name = "SPEC")]
     admission: Option<String>,
+
+    /// A prefetcher beside every policy: `name` or `name:key=value,...`
+    /// (`obl`, `obl:sequential_confidence_k=2`, `pg`, `pg:lookahead_range=10`;
+    /// see docs/policies.md). After each access it names units to load; those
+    /// not resident are admitted as misses would be. Rows are labelled
+    /// `POLICY>SPEC`; the prefetched and prefetch-hit counts go to --csv and
+    /// --json. Default: none.
+    #[arg(long, value_name = "SPEC")]
+    prefetch: Option<String>,
 
     /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
     /// (a count of objects, or bytes with --capacity bytes) or a size in bytes
@@ -233,6 +245,7 @@ struct SimConfig {
     input: TraceInput,
     policies: Vec<(String, PolicyConfig)>,
     admission: AdmissionConfig,
+    prefetch: Option<PrefetchConfig>,
     sizes: Vec<(String, CacheSize)>,
     unit: CapacityUnit,
     metric: Metric,
@@ -269,9 +282,20 @@ impl SimConfig {
             Some(spec) => policy_spec::parse_admission(spec)?,
             None => AdmissionConfig::default(),
         };
-        let label = |spec: String| match &args.admission {
-            Some(filter) => format!("{spec}+{filter}"),
-            None => spec,
+        let prefetch = args
+            .prefetch
+            .as_deref()
+            .map(policy_spec::parse_prefetch)
+            .transpose()?;
+        let label = |spec: String| {
+            let mut label = match &args.admission {
+                Some(filter) => format!("{spec}+{filter}"),
+                None => spec,
+            };
+            if let Some(prefetcher) = &args.prefetch {
+                label = format!("{label}>{prefetcher}");
+            }
+            label
         };
         let policies = specs
             .into_iter()
@@ -314,6 +338,7 @@ impl SimConfig {
             input: TraceInput::from_args(&args.trace, cost_file.group_map)?,
             policies,
             admission,
+            prefetch,
             sizes,
             unit,
             metric: args.metric,
@@ -403,6 +428,7 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
                 label: label.clone(),
                 policy: policy.clone(),
                 admission: config.admission.clone(),
+                prefetch: config.prefetch.clone(),
                 size: text.clone(),
                 capacity,
             });
@@ -531,13 +557,14 @@ fn write_csv(out: &mut dyn Write, reports: &[Report]) -> std::io::Result<()> {
     writeln!(
         out,
         "label,policy,size,capacity,capacity_unit,requests,hits,misses,miss_ratio,bytes,miss_bytes,\
-         byte_miss_ratio,reads,writes,read_hits,write_hits,evictions,modelled_seconds,modelled_throughput_mb_s"
+         byte_miss_ratio,reads,writes,read_hits,write_hits,evictions,modelled_seconds,modelled_throughput_mb_s,\
+         prefetched,prefetch_hits"
     )?;
     for r in reports {
         let m = &r.metrics;
         writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3}",
+            "{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3},{},{}",
             csv_field(&r.label),
             csv_field(&r.policy),
             csv_field(&r.size),
@@ -557,6 +584,8 @@ fn write_csv(out: &mut dyn Write, reports: &[Report]) -> std::io::Result<()> {
             m.evictions,
             r.modelled_seconds,
             r.modelled_throughput_mb_s,
+            m.prefetched,
+            m.prefetch_hits,
         )?;
     }
     Ok(())

@@ -161,6 +161,7 @@ pub fn run(args: &CostArgs, quiet: bool) -> Result<Vec<Claim>> {
                     label: label.clone(),
                     policy: policy.clone(),
                     admission: cairn_policy::AdmissionConfig::default(),
+                    prefetch: None,
                     size: spec.sizes[s].clone(),
                     capacity,
                 });

@@ -170,6 +170,7 @@ pub fn run(args: &OnsArgs, quiet: bool) -> Result<Vec<Claim>> {
                     label: label.clone(),
                     policy: policy.clone(),
                     admission: cairn_policy::AdmissionConfig::default(),
+                    prefetch: None,
                     size: cache_blocks.to_string(),
                     capacity: Capacity::Objects(cache_blocks),
                 })
