@@ -724,10 +724,11 @@ fn row<'py>(
 /// ``("nhit", {"threshold": 3})``) and ``prefetch`` (a prefetcher: ``"obl"``,
 /// ``("pg", {"lookahead_range": 10})``) go beside every Cairn policy, as
 /// ``cairn sim --admission/--prefetch`` put them; Python policies run
-/// without them.
+/// without them. The first ``warmup`` accesses warm every cache and are not
+/// counted.
 #[pyfunction]
 #[pyo3(signature = (trace, policies, sizes, unit = "objects", format = None, threads = 0,
-                    admission = None, prefetch = None))]
+                    admission = None, prefetch = None, warmup = 0))]
 #[allow(clippy::too_many_arguments)]
 fn sim<'py>(
     py: Python<'py>,
@@ -739,6 +740,7 @@ fn sim<'py>(
     threads: usize,
     admission: Option<Bound<'py, PyAny>>,
     prefetch: Option<Bound<'py, PyAny>>,
+    warmup: u64,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     if policies.is_empty() || sizes.is_empty() {
         return Err(value_error("sim needs at least one policy and one size"));
@@ -813,6 +815,7 @@ fn sim<'py>(
     if !configurations.is_empty() {
         let options = ReplayOptions {
             threads,
+            warmup_accesses: warmup,
             ..ReplayOptions::default()
         };
         let reports = py
@@ -843,7 +846,10 @@ fn sim<'py>(
                 let mut policy = PythonPolicy::new(Arc::clone(hooks), capacity)?;
                 let mut metrics = Metrics::default();
                 let mut victims = Vec::new();
-                for access in &accesses {
+                for (at, access) in accesses.iter().enumerate() {
+                    if at as u64 == warmup {
+                        metrics = Metrics::default();
+                    }
                     victims.clear();
                     let hit = policy.access(access, &mut victims);
                     metrics.record(access, hit, victims.len());

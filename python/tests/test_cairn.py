@@ -72,6 +72,12 @@ def test_admission_and_prefetch_go_beside_every_policy():
         cairn.sim(TRACE, ["lru"], [0.1], prefetch=("obl", {"sequential_confidence_k": 0}))
 
 
+def test_warmup_is_replayed_but_not_counted():
+    rows = cairn.sim(TRACE, ["lru", lru_in_python()], [0.1], warmup=20_000)
+    assert [row["requests"] for row in rows] == [REQUESTS - 20_000] * 2
+    assert rows[0]["misses"] == rows[1]["misses"] < 91657
+
+
 def test_process_trace_matches_sim():
     cache = cairn.Cache("lru", 4897)
     miss_ratio, byte_miss_ratio = cache.process_trace(TRACE)

@@ -82,6 +82,10 @@ pub struct ReplayOptions {
     pub queue_chunks: usize,
     /// The device cost model applied to the counters.
     pub cost: CostModel,
+    /// Accesses that warm the caches before counting starts: every
+    /// configuration replays them, and its counters are zeroed after the
+    /// last. Default 0.
+    pub warmup_accesses: u64,
 }
 
 impl Default for ReplayOptions {
@@ -91,6 +95,7 @@ impl Default for ReplayOptions {
             chunk_accesses: 1 << 16,
             queue_chunks: 4,
             cost: CostModel::default(),
+            warmup_accesses: 0,
         }
     }
 }
@@ -120,12 +125,20 @@ const BLOCKS_PER_REQUEST_SLACK: usize = 256;
 /// memory access (~100 ns) behind the work of the accesses in between.
 const PREFETCH_AHEAD: usize = 6;
 
+/// The fewest resident keys at which a replay gives a policy its
+/// [`Policy::prefetch`] hints: below it the policy's index and nodes (about
+/// 64 bytes a key) fit in the CPU's caches and the hints are pure cost.
+const HINTS_FROM_KEYS: usize = 1 << 16;
+
 /// One policy instance and its counters, owned by one worker.
 struct Slot {
     index: usize,
     policy: Box<dyn Policy>,
     prefetch: Option<Prefetching>,
     metrics: Metrics,
+    /// Accesses replayed so far, and how many of them warm up.
+    seen: u64,
+    warmup: u64,
 }
 
 /// A prefetcher beside a policy, and what it loaded.
@@ -191,16 +204,26 @@ impl Prefetching {
 
 impl Slot {
     fn run(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
+        // A policy this small stays in the CPU's caches: hints would only
+        // cost their own work.
+        let hints = self.policy.len() >= HINTS_FROM_KEYS;
         for (at, access) in chunk.iter().enumerate() {
-            if let Some(far) = chunk.get(at + 3 * PREFETCH_AHEAD) {
-                self.policy.prefetch(far.key, Ahead::Far);
+            if hints {
+                if let Some(far) = chunk.get(at + 3 * PREFETCH_AHEAD) {
+                    self.policy.prefetch(far.key, Ahead::Far);
+                }
+                if let Some(near) = chunk.get(at + 2 * PREFETCH_AHEAD) {
+                    self.policy.prefetch(near.key, Ahead::Near);
+                }
+                if let Some(next) = chunk.get(at + PREFETCH_AHEAD) {
+                    self.policy.prefetch(next.key, Ahead::Next);
+                }
             }
-            if let Some(near) = chunk.get(at + 2 * PREFETCH_AHEAD) {
-                self.policy.prefetch(near.key, Ahead::Near);
+            if self.seen == self.warmup {
+                // Warmed up: count from here.
+                self.metrics = Metrics::default();
             }
-            if let Some(next) = chunk.get(at + PREFETCH_AHEAD) {
-                self.policy.prefetch(next.key, Ahead::Next);
-            }
+            self.seen += 1;
             victims.clear();
             let hit = self.policy.access(access, victims);
             self.metrics.record(access, hit, victims.len());
@@ -256,6 +279,8 @@ pub fn replay(
             policy,
             prefetch,
             metrics: Metrics::default(),
+            seen: 0,
+            warmup: options.warmup_accesses,
         });
     }
     let chunk_accesses = options.chunk_accesses.max(1);
@@ -274,7 +299,11 @@ pub fn replay(
         )?
     };
     let mut reports: Vec<Option<Report>> = vec![None; configurations.len()];
-    for slot in slots {
+    for mut slot in slots {
+        if slot.seen <= slot.warmup {
+            // The trace ended within the warm-up: nothing counted.
+            slot.metrics = Metrics::default();
+        }
         let configuration = &configurations[slot.index];
         reports[slot.index] = Some(report(
             configuration,

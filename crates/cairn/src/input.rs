@@ -67,6 +67,11 @@ pub struct TraceArgs {
     /// before splitting into accesses.
     #[arg(long, value_enum, value_name = "OP", default_value = "all")]
     pub op: OpArg,
+
+    /// Read only the first N requests of the trace (before --op filters
+    /// them), as libCacheSim's --num-req. Default: all of them.
+    #[arg(long, value_name = "N")]
+    pub requests: Option<u64>,
 }
 
 impl Default for TraceArgs {
@@ -79,6 +84,7 @@ impl Default for TraceArgs {
             csv_map: None,
             unit: UnitArg::Auto,
             op: OpArg::All,
+            requests: None,
         }
     }
 }
@@ -144,6 +150,8 @@ enum Source {
 pub struct TraceInput {
     source: Source,
     format: read::Format,
+    /// At most this many requests are read (`--requests`).
+    max_requests: Option<u64>,
     /// How requests become accesses.
     pub stream: StreamOptions,
 }
@@ -185,9 +193,15 @@ impl TraceInput {
             OpArg::Write => OpFilter::Write,
             OpArg::All => OpFilter::All,
         };
+        if args.requests == Some(0) {
+            bail!(
+                "--requests 0 reads nothing: give at least 1, or leave it out to read the whole trace"
+            );
+        }
         Ok(Self {
             source,
             format,
+            max_requests: args.requests,
             stream: StreamOptions { unit, ops, groups },
         })
     }
@@ -223,6 +237,7 @@ impl TraceInput {
                     .map(|n| n / oracle_general::RECORD_BYTES as u64)
             })
             .flatten()
+            .map(|n| self.max_requests.map_or(n, |max| n.min(max)))
     }
 
     /// libCacheSim's working-set sampling factor for this trace file's size
@@ -243,12 +258,16 @@ impl TraceInput {
 
     /// Opens the trace as a stream of requests.
     pub fn requests(&self) -> Result<Reader> {
-        Ok(match &self.source {
+        let reader: Reader = match &self.source {
             Source::Embedded(bytes) => Box::new(oracle_general::OracleGeneralReader::new(
                 Cursor::new(Arc::clone(bytes)),
                 Path::new(SAMPLE_TRACE_NAME),
             )),
             Source::File(path) => read::open(path, &self.format)?,
+        };
+        Ok(match self.max_requests {
+            Some(max) => Box::new(reader.take(usize::try_from(max).unwrap_or(usize::MAX))),
+            None => reader,
         })
     }
 

@@ -10,8 +10,11 @@
 //! (`cairn sim --unit block`, or the block cache's blocks): on object traces
 //! consecutive ids mean nothing and OBL rarely fires.
 //!
-//! State: the last `k` units in a ring. One access compares `k` entries and
-//! writes one; nothing is allocated after construction.
+//! State: the last unit and the length of the run of consecutive units
+//! ending at it, which says the same as libCacheSim's ring of the last `k`
+//! units (the previous `k` accesses were `u - k … u - 1` exactly when the
+//! last was `u - 1` and ended a run of at least `k`) in two compares and no
+//! division. Nothing is allocated.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,10 +57,13 @@ impl OblConfig {
 /// The OBL prefetcher. See the module docs.
 #[derive(Debug)]
 pub struct Obl {
-    /// The last `k` units; `last` indexes the newest, `last + 1` (mod `k`)
-    /// the oldest. Empty entries hold `u64::MAX`.
-    recent: Box<[u64]>,
-    last: usize,
+    k: u64,
+    /// The last unit accessed; before the first, `u64::MAX` (libCacheSim's
+    /// empty entries, which a run ending at `u64::MAX` matches, as there).
+    last: u64,
+    /// How many accesses in a row, `last` included, were each one unit
+    /// above the one before (1: `last` continues nothing).
+    run: u64,
 }
 
 impl Obl {
@@ -65,8 +71,9 @@ impl Obl {
     pub fn new(config: &OblConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
-            recent: vec![u64::MAX; config.sequential_confidence_k as usize].into_boxed_slice(),
-            last: 0,
+            k: u64::from(config.sequential_confidence_k),
+            last: u64::MAX,
+            run: 1,
         })
     }
 }
@@ -76,19 +83,19 @@ impl Prefetcher for Obl {
         "obl"
     }
 
+    #[inline]
     fn access(&mut self, key: u64, _hit: bool, out: &mut Vec<u64>) {
-        let k = self.recent.len();
-        // Oldest first: entry i (from the oldest) must be `key - k + i`
-        // (wrapping, as libCacheSim's unsigned ids do).
-        let sequential = (0..k).all(|i| {
-            self.recent[(self.last + 1 + i) % k]
-                == key.wrapping_sub(k as u64).wrapping_add(i as u64)
-        });
-        self.last = (self.last + 1) % k;
-        self.recent[self.last] = key;
-        if sequential {
+        // Units wrap, as libCacheSim's unsigned ids do.
+        let continues = key == self.last.wrapping_add(1);
+        if continues && self.run >= self.k {
             out.push(key.wrapping_add(1));
         }
+        self.run = if continues {
+            self.run.saturating_add(1)
+        } else {
+            1
+        };
+        self.last = key;
     }
 }
 

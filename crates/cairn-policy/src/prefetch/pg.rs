@@ -112,6 +112,22 @@ impl PgConfig {
     }
 }
 
+/// The least count `c` with `c / total > threshold` in `f64`, as libCacheSim
+/// tests each arc (so rounding decides exactly as there), found from
+/// `threshold × total` in at most a few steps; one per access instead of a
+/// division per arc.
+fn least_count(total: u64, threshold: f64) -> u64 {
+    let likely = |count: u64| count as f64 / total as f64 > threshold;
+    let mut count = (threshold * total as f64).floor() as u64;
+    while count > 0 && likely(count - 1) {
+        count -= 1;
+    }
+    while !likely(count) {
+        count += 1;
+    }
+    count
+}
+
 /// A capacity in bytes, counting `unit_bytes` an object.
 fn capacity_bytes(capacity: Capacity, unit_bytes: u64) -> u64 {
     match capacity {
@@ -124,8 +140,14 @@ fn capacity_bytes(capacity: Capacity, unit_bytes: u64) -> u64 {
 struct Node {
     /// Window slots this node's windows held (the denominator).
     total: u64,
-    /// Successor → how many of those slots it filled.
-    arcs: KeyMap<u64>,
+    /// The largest count of `arcs`: when even it is not likely enough, the
+    /// arcs need no scan.
+    max: u64,
+    /// (successor, how many of those slots it filled), dense, so a scan for
+    /// the likely ones reads one array.
+    arcs: Vec<(u64, u64)>,
+    /// Successor → its place in `arcs`.
+    places: KeyMap<u32>,
 }
 
 /// The PG prefetcher. See the module docs.
@@ -189,10 +211,14 @@ impl Pg {
         };
         for &successor in &*self.window {
             node.total += 1;
-            if let Some(count) = node.arcs.get_mut(&successor) {
+            if let Some(&place) = node.places.get(&successor) {
+                let count = &mut node.arcs[place as usize].1;
                 *count += 1;
+                node.max = node.max.max(*count);
             } else if self.recording {
-                node.arcs.insert(successor, 1);
+                node.places.insert(successor, node.arcs.len() as u32);
+                node.arcs.push((successor, 1));
+                node.max = node.max.max(1);
                 self.spent += ENTRY_BYTES;
             } else {
                 // libCacheSim stops at the first arc it has no room for.
@@ -215,13 +241,16 @@ impl Prefetcher for Pg {
         let Some(node) = self.graph.get(&key) else {
             return;
         };
-        let total = node.total as f64;
+        let least = least_count(node.total, self.threshold);
+        if node.max < least {
+            return;
+        }
         self.candidates.clear();
         self.candidates.extend(
             node.arcs
                 .iter()
-                .filter(|&(_, &count)| count as f64 / total > self.threshold)
-                .map(|(&successor, &count)| (count, successor)),
+                .filter(|&&(_, count)| count >= least)
+                .map(|&(successor, count)| (count, successor)),
         );
         // Least likely first, so the most likely enters the cache last.
         self.candidates.sort_unstable();
@@ -293,6 +322,22 @@ mod tests {
             out.clear();
             pg.access(1, true, &mut out);
             assert_eq!(out, expected, "threshold {threshold}");
+        }
+    }
+
+    #[test]
+    fn the_least_count_decides_as_a_division_per_arc_does() {
+        for total in 1..2000u64 {
+            for threshold in [0.05, 0.01, 0.1, 1.0 / 3.0, 0.5, 0.999, 1e-9] {
+                let least = least_count(total, threshold);
+                for count in least.saturating_sub(3)..least + 3 {
+                    assert_eq!(
+                        count >= least,
+                        count as f64 / total as f64 > threshold,
+                        "total {total} threshold {threshold} count {count}"
+                    );
+                }
+            }
         }
     }
 

@@ -74,6 +74,9 @@ Examples:
   cairn sim --policy lru --policy s3fifo --admission nhit:threshold=3
       Both policies behind Open CAS's nhit filter: a block enters on its
       third miss (rows are labelled lru+nhit:threshold=3, ...).
+  cairn sim --requests 100000 --warmup 20000 -p lru -p s3fifo
+      The first 100,000 requests of the sample trace, counting from the
+      20,001st (the first 20,000 only warm the caches).
   cairn sim --trace runs.vscsi --unit block:4KiB -p lru --prefetch obl -s 1%,10%
       LRU with one-block lookahead on the runs trace of `trace gen --help`:
       after four sequential blocks the next is loaded (rows: lru>obl).";
@@ -181,6 +184,13 @@ pub struct SimArgs {
     /// single-threaded mode, for comparisons with single-threaded simulators.
     #[arg(long, value_name = "N", default_value_t = 0)]
     threads: usize,
+
+    /// Accesses that only warm the caches: every configuration replays them,
+    /// and counting starts after the last (libCacheSim's warm-up, counted in
+    /// accesses: requests in object and start-sector mode, blocks in block
+    /// mode). Default 0.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    warmup: u64,
 }
 
 /// The cost file's shape.
@@ -254,6 +264,7 @@ struct SimConfig {
     plot: Option<PathBuf>,
     cost: CostModel,
     threads: usize,
+    warmup: u64,
 }
 
 impl SimConfig {
@@ -347,6 +358,7 @@ impl SimConfig {
             plot: args.plot,
             cost: cost_file.cost,
             threads: args.threads,
+            warmup: args.warmup,
         })
     }
 }
@@ -438,6 +450,7 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
     let options = ReplayOptions {
         threads: config.threads,
         cost: config.cost.clone(),
+        warmup_accesses: config.warmup,
         ..ReplayOptions::default()
     };
     tracing::info!(
@@ -454,6 +467,13 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
     let reports = replay(&configurations, stream, &options, &bar)?;
     bar.finish();
     if reports.first().is_some_and(|r| r.metrics.requests == 0) {
+        if config.warmup > 0 {
+            bail!(
+                "--warmup {}: the trace has no more accesses than that, so nothing was \
+                 counted; give a smaller --warmup",
+                config.warmup
+            );
+        }
         return Err(config.input.nothing_to_replay());
     }
     tracing::info!(seconds = started.elapsed().as_secs_f64(), "replay done");
