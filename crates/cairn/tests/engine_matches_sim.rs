@@ -256,6 +256,13 @@ fn the_block_cache_prefetches_what_the_simulator_says() {
         assert_eq!(engine.misses(), count("misses"), "{label}: misses");
         assert_eq!(prefetched, count("prefetched"), "{label}: prefetched");
         assert_eq!(cache.prefetcher_name(), Some(name));
+        assert!(
+            cache
+                .describe()
+                .contains(&format!("1 shards, prefetch {name})")),
+            "{}",
+            cache.describe()
+        );
         prefetched_somewhere += prefetched;
         assert!(
             prefetched > 100,

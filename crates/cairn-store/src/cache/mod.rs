@@ -829,8 +829,11 @@ impl<D: Device> Device for BlockCache<D> {
     }
 
     fn describe(&self) -> String {
+        let prefetch = self
+            .prefetcher_name()
+            .map_or(String::new(), |name| format!(", prefetch {name}"));
         format!(
-            "block cache ({}, {} B, {} B blocks, {} shards) over {}",
+            "block cache ({}, {} B, {} B blocks, {} shards{prefetch}) over {}",
             self.policy_name,
             self.capacity_bytes,
             self.block_size(),
