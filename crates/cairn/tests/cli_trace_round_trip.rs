@@ -120,3 +120,90 @@ fn bad_generator_format_or_key_is_named() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `trace convert --sample` keeps whole keys (every request of a kept key,
+/// none of the others), about the rate asked, the same ones every time;
+/// `--op` keeps one operation; bad values are errors.
+#[test]
+fn convert_samples_whole_keys_and_filters_by_operation() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let original = path(dir.path(), "u.csv");
+    ok(&[
+        "-q",
+        "trace",
+        "gen",
+        "zipf",
+        "items=20000",
+        "alpha=0.8",
+        "requests=200000",
+        "write_fraction=0.25",
+        "seed=5",
+        "-o",
+        &original,
+    ]);
+    let read = |file: &str| -> Vec<(u64, bool)> {
+        std::fs::read_to_string(file)
+            .expect("a CSV")
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let cells: Vec<&str> = line.split(',').collect();
+                (cells[1].parse().expect("an object"), cells[4] == "w")
+            })
+            .collect()
+    };
+    let all = read(&original);
+    let sampled = path(dir.path(), "s.csv");
+    let out = ok(&["trace", "convert", &original, &sampled, "--sample", "0.1"]);
+    let kept = read(&sampled);
+    assert!(
+        out.contains(&format!("converted {} of 200000 requests", kept.len())),
+        "{out}"
+    );
+    let keys: std::collections::HashSet<u64> = kept.iter().map(|&(k, _)| k).collect();
+    let whole: Vec<_> = all
+        .iter()
+        .filter(|(k, _)| keys.contains(k))
+        .copied()
+        .collect();
+    assert_eq!(
+        whole, kept,
+        "every request of a kept key, in order, and no other"
+    );
+    let distinct = all
+        .iter()
+        .map(|&(k, _)| k)
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let share = keys.len() as f64 / distinct as f64;
+    assert!(
+        (0.08..0.12).contains(&share),
+        "{} of {distinct} keys",
+        keys.len()
+    );
+    let again = path(dir.path(), "s2.csv");
+    ok(&[
+        "-q", "trace", "convert", &original, &again, "--sample", "0.1",
+    ]);
+    assert_eq!(read(&again), kept, "the same keys every time");
+    let writes = path(dir.path(), "w.csv");
+    ok(&[
+        "-q", "trace", "convert", &original, &writes, "--op", "write",
+    ]);
+    let expected: Vec<_> = all.iter().filter(|&&(_, w)| w).copied().collect();
+    assert!(!expected.is_empty());
+    assert_eq!(read(&writes), expected);
+    for bad in [
+        &["--sample", "0"][..],
+        &["--sample", "1.5"],
+        &["--op", "trim"],
+    ] {
+        let mut args = vec!["trace", "convert", &original, &again];
+        args.extend_from_slice(bad);
+        let (success, _, stderr) = cairn(&args);
+        assert!(
+            !success && stderr.contains(bad[0]) && !stderr.contains("panicked"),
+            "{bad:?}: {stderr}"
+        );
+    }
+}

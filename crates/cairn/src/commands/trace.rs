@@ -3,7 +3,12 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use anyhow::{Context, Result, anyhow, bail};
+use cairn_policy::mix64;
+use cairn_sim::mrc::SHARDS_MODULUS;
 use cairn_trace::generate::GeneratorConfig;
 use cairn_trace::read::{self, Format};
 use cairn_trace::stats::TraceStats;
@@ -100,7 +105,11 @@ Examples:
       libCacheSim's binary to the canonical CSV.
   cairn trace convert uniform.vscsi.zst uniform.oracleGeneral.bin.zst --oracle-key start-sector
       A block trace to zstd-compressed oracleGeneral keyed by start sector, as
-      libCacheSim converts block traces.";
+      libCacheSim converts block traces.
+  cairn trace convert zipf.oracleGeneral.bin zipf-sample.oracleGeneral.bin --sample 0.01
+      The requests of 1 % of the objects (spatial sampling, as SHARDS): a
+      trace a hundred times smaller whose miss ratios at 1/100 the cache size
+      approximate the whole one's.";
 
 /// `cairn trace gen` flags.
 #[derive(clap::Args, Debug)]
@@ -155,6 +164,17 @@ pub struct ConvertArgs {
     /// `start-sector` (the first 512-byte sector, as libCacheSim keys block traces).
     #[arg(long, default_value = "object", value_name = "KEY")]
     pub oracle_key: String,
+    /// Keep only the requests of a RATE share of the keys (0 < RATE ≤ 1), by
+    /// spatial sampling as SHARDS and `cairn mrc --shards` do: a request
+    /// stays when its key's hash falls under RATE, so a key keeps all its
+    /// requests or none and reuse survives. Keys as `cairn sim --unit auto`
+    /// makes them: start sectors for block traces (vscsi, cloudphysics,
+    /// msr), objects otherwise.
+    #[arg(long, value_name = "RATE")]
+    pub sample: Option<f64>,
+    /// Keep only `read` or `write` requests (default: `all`).
+    #[arg(long, value_name = "OP", default_value = "all")]
+    pub op: String,
 }
 
 /// Runs `cairn trace …`.
@@ -368,13 +388,48 @@ fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
             args.output.display()
         );
     }
-    let reader = read::open(&args.input, &from)?;
+    let keep_op = match args.op.as_str() {
+        "all" => None,
+        "read" => Some(cairn_trace::Op::Read),
+        "write" => Some(cairn_trace::Op::Write),
+        other => bail!("--op `{other}`: expected read, write or all"),
+    };
+    let threshold = match args.sample {
+        None => None,
+        Some(rate) if rate > 0.0 && rate <= 1.0 => {
+            Some(((rate * SHARDS_MODULUS as f64) as u64).max(1))
+        }
+        Some(rate) => bail!("--sample {rate}: a share of the keys, more than 0 and at most 1"),
+    };
+    let block = from.is_block();
+    let kept = move |request: &cairn_trace::Request| {
+        keep_op.is_none_or(|op| request.op == op)
+            && threshold.is_none_or(|threshold| {
+                let key = if block {
+                    cairn_trace::split::start_sector_key(request)
+                } else {
+                    request.object
+                };
+                mix64(key) % SHARDS_MODULUS < threshold
+            })
+    };
+    let read_count = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&read_count);
+    let reader: read::Reader = Box::new(read::open(&args.input, &from)?.filter(move |r| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        r.as_ref().map_or(true, &kept)
+    }));
     let mut writer = write::create_keyed(&args.output, &to, key)?;
     let bar = Bar::new(None, "converting", quiet);
     let count = write::convert(reader, writer.as_mut())?;
     bar.finish();
+    let of = if args.sample.is_some() || keep_op.is_some() {
+        format!(" of {}", read_count.load(Ordering::Relaxed))
+    } else {
+        String::new()
+    };
     outln!(
-        "converted {count} {}: {} ({from}) -> {} ({to})",
+        "converted {count}{of} {}: {} ({from}) -> {} ({to})",
         crate::input::plural(count, "request", "requests"),
         args.input.display(),
         args.output.display()
