@@ -205,24 +205,16 @@ fn the_block_cache_prefetches_what_the_simulator_says() {
         };
         // The engine's side, configured as a volume spec configures it.
         let (name, pairs) = prefetch.split_once(':').unwrap_or((prefetch, ""));
-        let spec: CachePrefetch = if pairs.is_empty() {
-            toml::from_str::<toml::Table>(&format!("prefetch = \"{name}\""))
-                .unwrap()
-                .remove("prefetch")
-                .unwrap()
-                .try_into()
-                .unwrap()
-        } else {
-            let (key, value) = pairs.split_once('=').unwrap();
-            toml::from_str::<toml::Table>(&format!(
-                "prefetch = {{ prefetcher = \"{name}\", {key} = {value} }}"
-            ))
+        let value = match pairs.split_once('=') {
+            None => format!("\"{name}\""),
+            Some((key, value)) => format!("{{ prefetcher = \"{name}\", {key} = {value} }}"),
+        };
+        let spec: CachePrefetch = toml::from_str::<toml::Table>(&format!("prefetch = {value}"))
             .unwrap()
             .remove("prefetch")
             .unwrap()
             .try_into()
-            .unwrap()
-        };
+            .unwrap();
         let cache = BlockCache::new(
             MemoryDevice::new(4096 * 4096),
             &CacheConfig {
