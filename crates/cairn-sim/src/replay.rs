@@ -162,7 +162,9 @@ impl Prefetching {
         victims: &mut Vec<u64>,
         metrics: &mut Metrics,
     ) {
-        if self.unused.remove(&access.key).is_some() && hit {
+        // Only a hit can touch a prefetched unit: `unused` holds resident
+        // units only, so a miss needs no lookup.
+        if hit && self.unused.remove(&access.key).is_some() {
             metrics.prefetch_hits += 1;
         }
         self.evicted(victims);
