@@ -722,7 +722,7 @@ fn row<'py>(
 /// threads (0: every core) without the GIL; Python policies run after them,
 /// in this thread. ``admission`` (an admission filter: ``"bloom"``, or
 /// ``("nhit", {"threshold": 3})``) and ``prefetch`` (a prefetcher: ``"obl"``,
-/// ``("pg", {"lookahead_range": 10})``) go beside every Cairn policy, as
+/// ``("pg", {"lookahead_range": 10})``, ``"mithril"``) go beside every Cairn policy, as
 /// ``cairn sim --admission/--prefetch`` put them; Python policies run
 /// without them. The first ``warmup`` accesses warm every cache and are not
 /// counted.

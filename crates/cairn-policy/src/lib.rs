@@ -9,7 +9,7 @@
 //! names them all and builds any of them. Admission filters ([`admission`]:
 //! `always`, `nhit`, `frequency`) decide which misses enter at all;
 //! [`AdmissionConfig`] names them and [`Filtered`] puts any policy behind one.
-//! Prefetchers ([`prefetch`]: `obl`, `pg`) name units to load ahead of their
+//! Prefetchers ([`prefetch`]: `obl`, `pg`, `mithril`) name units to load ahead of their
 //! first access; [`PrefetchConfig`] names them.
 //!
 //! What this crate is not: a cache of values (see `cairn-store`), or

@@ -248,6 +248,17 @@ const LIBCACHESIM_AA0FC40_PREFETCH: &[(&str, &str, [u64; 4])] = &[
     // first, ties by id. And `current_req_lbl[0]` is read uninitialised in
     // `_PG_add_to_graph`; here it is 0.
     ("lru", r#"{"prefetcher":"pg","unit_bytes":4096}"#, [175_024, 123_869, 98741, 70844]),
+    // --prefetch Mithril --prefetch-params block-size=4096,cycle-time=1:
+    // libCacheSim's default cycle-time=2 re-inserts an evicted, unused
+    // prefetched unit once from inside the eviction (139657 / 92854 / 31043
+    // / 27757), which `Policy` has no hook for; see docs/policies.md.
+    ("lru", r#"{"prefetcher":"mithril","unit_bytes":4096}"#, [139_660, 92728, 31071, 27839]),
+    // ... with lookahead-range=10,pf-list-size=4 / min-support=1 /
+    // max-support=12,min-support=3,confidence=2 added.
+    ("lru", r#"{"prefetcher":"mithril","lookahead_range":10,"pf_list_size":4}"#, [139_714, 92775, 57060, 27855]),
+    ("lru", r#"{"prefetcher":"mithril","min_support":1}"#, [99587, 83681, 33082, 13189]),
+    ("fifo", r#"{"prefetcher":"mithril"}"#, [146_688, 100_052, 34255, 27695]),
+    ("clock", r#"{"prefetcher":"mithril","max_support":12,"min_support":3,"confidence":2}"#, [180_311, 90581, 36707, 33546]),
 ];
 
 #[test]
@@ -280,6 +291,11 @@ fn prefetchers_equal_libcachesim_aa0fc40_on_a_runs_trace() {
             &cairn_sim::NoProgress,
         )
         .expect("the replay runs");
+        assert!(
+            reports.iter().any(|report| report.metrics.prefetched > 0),
+            "the trace makes {} prefetch",
+            prefetch.name()
+        );
         for (report, expected) in reports.iter().zip(expected) {
             let m = &report.metrics;
             println!(
@@ -288,11 +304,6 @@ fn prefetchers_equal_libcachesim_aa0fc40_on_a_runs_trace() {
                 report.capacity,
                 m.misses,
                 m.prefetched
-            );
-            assert!(
-                m.prefetched > 0,
-                "the trace makes {} prefetch",
-                prefetch.name()
             );
             if m.misses != expected {
                 differences.push(format!(

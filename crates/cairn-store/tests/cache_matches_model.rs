@@ -41,7 +41,7 @@ proptest! {
         policy in prop::sample::select(vec!["lru", "lfu", "ons", "cost", "s3fifo", "arc", "tinylfu"]),
         mode in prop::sample::select(vec![WriteMode::Update, WriteMode::Invalidate, WriteMode::Allocate]),
         readahead in any::<bool>(),
-        prefetch in prop::sample::select(vec!["", "obl", "pg"]),
+        prefetch in prop::sample::select(vec!["", "obl", "pg", "mithril"]),
         block_shift in 12u32..=13,
     ) {
         let block = 1u64 << block_shift;

@@ -6,7 +6,7 @@
 //!   within half a percentage point (the bar; it is exact when
 //!   nothing races);
 //! - the DRAM block cache with a prefetcher chosen as a volume spec chooses
-//!   it (`prefetch = "obl"`, `"pg"`) hits, misses and prefetches exactly the
+//!   it (`prefetch = "obl"`, `"pg"`, `"mithril"`) hits, misses and prefetches exactly the
 //!   blocks `cairn sim --prefetch` counts on the same trace.
 
 #![allow(clippy::unwrap_used)]
@@ -192,6 +192,8 @@ fn the_block_cache_prefetches_what_the_simulator_says() {
         ("s3fifo", "obl"),
         ("arc", "pg"),
         ("lru", "obl:sequential_confidence_k=1"),
+        ("lru", "mithril:mining_threshold=256"),
+        ("s3fifo", "mithril:min_support=1"),
     ] {
         // In bytes, as the cache counts its capacity (S3-FIFO's 10 % small
         // queue of 512 objects is 51 objects, of 2 MiB 51.2 blocks).

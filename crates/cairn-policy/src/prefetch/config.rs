@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Prefetcher;
+use super::mithril::{Mithril, MithrilConfig};
 use super::obl::{Obl, OblConfig};
 use super::pg::{Pg, PgConfig};
 use crate::{Capacity, ConfigError};
@@ -18,17 +19,20 @@ pub enum PrefetchConfig {
     Obl(OblConfig),
     /// The probability graph.
     Pg(PgConfig),
+    /// Mined associations between units missed together.
+    Mithril(MithrilConfig),
 }
 
 impl PrefetchConfig {
     /// Every prefetcher name.
-    pub const NAMES: &'static [&'static str] = &["obl", "pg"];
+    pub const NAMES: &'static [&'static str] = &["obl", "pg", "mithril"];
 
     /// The default configuration of the prefetcher called `name`.
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "obl" => Self::Obl(OblConfig::default()),
             "pg" => Self::Pg(PgConfig::default()),
+            "mithril" => Self::Mithril(MithrilConfig::default()),
             _ => return None,
         })
     }
@@ -38,6 +42,7 @@ impl PrefetchConfig {
         match self {
             Self::Obl(_) => "obl",
             Self::Pg(_) => "pg",
+            Self::Mithril(_) => "mithril",
         }
     }
 
@@ -46,15 +51,17 @@ impl PrefetchConfig {
         match self {
             Self::Obl(c) => c.validate(),
             Self::Pg(c) => c.validate(),
+            Self::Mithril(c) => c.validate(),
         }
     }
 
     /// Builds the prefetcher for a cache of `capacity` (which bounds PG's
-    /// graph).
+    /// graph and Mithril's tables).
     pub fn build(&self, capacity: Capacity) -> Result<Box<dyn Prefetcher>, ConfigError> {
         Ok(match self {
             Self::Obl(c) => Box::new(Obl::new(c)?),
             Self::Pg(c) => Box::new(Pg::new(capacity, c)?),
+            Self::Mithril(c) => Box::new(Mithril::new(capacity, c)?),
         })
     }
 }

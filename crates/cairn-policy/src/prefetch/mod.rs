@@ -13,6 +13,9 @@
 //! - [`pg`]: the probability graph of Griffioen & Appleton (1994): units that
 //!   followed a unit within a window, often enough, are loaded with it
 //!   (libCacheSim's `PG`).
+//! - [`mithril`]: mined associations between units that are missed close
+//!   together, again and again (Yang et al., `SoCC` 2017; libCacheSim's
+//!   `Mithril`).
 //!
 //! # Who calls what
 //! For each demand access the cache looks the unit up and serves it (a miss
@@ -22,12 +25,14 @@
 //! the triggering access's size, admitting each into its policy as a miss
 //! would (so they can evict). This is libCacheSim's order (`find`, `insert`,
 //! then `prefetch`), so miss counts agree with it. (libCacheSim also tells
-//! its prefetchers of evictions; neither of these needs them.)
+//! its prefetchers of evictions: Mithril's default gives an evicted, unused
+//! prefetched unit a second chance there; see [`mithril`].)
 //!
 //! Prefetchers are pure (no I/O, keys only), not thread-safe (the engine
 //! locks the one it has), and allocate only as their history grows.
 
 mod config;
+pub mod mithril;
 pub mod obl;
 pub mod pg;
 
@@ -35,7 +40,7 @@ pub use config::PrefetchConfig;
 
 /// A prefetcher: after each demand access, which units to load now?
 pub trait Prefetcher: Send {
-    /// Short name (`obl`, `pg`).
+    /// Short name (`obl`, `pg`, `mithril`).
     fn name(&self) -> &'static str;
 
     /// Sees one demand access to `key` after the cache served it (`hit`:

@@ -26,7 +26,7 @@
 //!   [`CacheConfig::readahead_bytes`] further, and
 //!   reads the run with one `read_vectored_at` into the run's frames.
 //! - **Prefetchers** ([`CacheConfig::prefetch`]): in place of readahead,
-//!   any prefetcher of `cairn-policy` (`obl`, `pg`), the objects `cairn sim
+//!   any prefetcher of `cairn-policy` (`obl`, `pg`, `mithril`), the objects `cairn sim
 //!   --prefetch` runs. After a request's blocks are served the prefetcher
 //!   sees each of them (hit or not) and names blocks to load; those absent
 //!   are loaded before the request returns (one device read each, counted as

@@ -556,7 +556,7 @@ pub struct CacheSpec {
     pub readahead: Bytes,
     /// What loads blocks ahead of their first read: `"readahead"` (the
     /// stream readahead above), or a prefetcher of `cairn sim --prefetch`
-    /// (`"obl"`, `"pg"`, or a table with its parameters), which turns
+    /// (`"obl"`, `"pg"`, `"mithril"`, or a table with its parameters), which turns
     /// readahead off. Default `"readahead"`.
     #[serde(default)]
     pub prefetch: CachePrefetch,
@@ -668,7 +668,8 @@ where
 }
 
 /// A cache's prefetching: `"readahead"` (`None`: the stream readahead sized
-/// by `readahead`), a prefetcher's name (`"obl"`, `"pg"`, with its defaults)
+/// by `readahead`), a prefetcher's name (`"obl"`, `"pg"`, `"mithril"`, with its
+/// defaults)
 /// or a table of its parameters (`{ prefetcher = "obl",
 /// sequential_confidence_k = 2 }`); written back as a name when it has its
 /// defaults.

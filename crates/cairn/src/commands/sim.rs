@@ -133,8 +133,8 @@ pub struct SimArgs {
     admission: Option<String>,
 
     /// A prefetcher beside every policy: `name` or `name:key=value,...`
-    /// (`obl`, `obl:sequential_confidence_k=2`, `pg`, `pg:lookahead_range=10`;
-    /// see docs/policies.md). After each access it names units to load; those
+    /// (`obl`, `obl:sequential_confidence_k=2`, `pg`, `pg:lookahead_range=10`,
+    /// `mithril`, `mithril:min_support=1`; see docs/policies.md). After each access it names units to load; those
     /// not resident are admitted as misses would be. Rows are labelled
     /// `POLICY>SPEC`; the prefetched and prefetch-hit counts go to --csv and
     /// --json. Default: none.
