@@ -7,13 +7,20 @@
 //!   nothing races);
 //! - the DRAM block cache with a prefetcher chosen as a volume spec chooses
 //!   it (`prefetch = "obl"`, `"pg"`, `"mithril"`) hits, misses and prefetches exactly the
-//!   blocks `cairn sim --prefetch` counts on the same trace.
+//!   blocks `cairn sim --prefetch` counts on the same trace;
+//! - so does `cairn serve` with such a volume, read by `qemu-io` over NBD
+//!   (OBL and Mithril), as `cairn stats` reports it.
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cairn_policy::PolicyConfig;
 use cairn_store::device::{FileDevice, FileOptions, SharedDevice};
@@ -264,4 +271,138 @@ fn the_block_cache_prefetches_what_the_simulator_says() {
         );
     }
     assert!(prefetched_somewhere > 0);
+}
+
+/// A counter of the cache layer in `cairn stats --json`.
+fn cache_counter(stats: &serde_json::Value, name: &str) -> u64 {
+    stats["exports"][0]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|layer| layer["kind"] == "cache")
+        .and_then(|layer| {
+            layer["metrics"]
+                .as_array()?
+                .iter()
+                .find(|metric| metric["name"] == name)?["value"]
+                .as_u64()
+        })
+        .unwrap_or_else(|| panic!("no cache counter {name} in {stats}"))
+}
+
+#[test]
+fn the_server_prefetches_what_the_simulator_says() {
+    let qemu_io = common::tool("qemu-io").expect("qemu-io (qemu-utils; ./test.sh installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = prefetch_trace(6000);
+    let trace = dir.path().join("prefetch.vscsi");
+    let mut writer = cairn_trace::write::create(&trace, &cairn_trace::read::Format::Vscsi).unwrap();
+    let mut commands = String::new();
+    for (at, &block) in blocks.iter().enumerate() {
+        writer
+            .write(&Request {
+                time_us: at as u64,
+                object: 0,
+                offset: block * 4096,
+                size: 4096,
+                op: Op::Read,
+                next: cairn_trace::NEVER,
+            })
+            .unwrap();
+        commands.push_str(&format!("read {} 4096\n", block * 4096));
+    }
+    writer.finish().unwrap();
+    for (prefetch, table) in [
+        (
+            "obl:sequential_confidence_k=2",
+            "{ prefetcher = \"obl\", sequential_confidence_k = 2 }",
+        ),
+        (
+            "mithril:mining_threshold=64",
+            "{ prefetcher = \"mithril\", mining_threshold = 64 }",
+        ),
+    ] {
+        let run = dir.path().join(prefetch.replace([':', '='], "-"));
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(
+            run.join("spec.toml"),
+            format!(
+                "[[export]]\nname = \"pf\"\ndevice = \"dram\"\n\n\
+                 [device.dram]\nkind = \"cache\"\nover = \"ram\"\nsize = \"{}KiB\"\n\
+                 block_size = \"4KiB\"\npolicy = \"lru\"\nshards = 1\nprefetch = {table}\n\n\
+                 [device.ram]\nkind = \"memory\"\nsize = \"16MiB\"\n",
+                CAPACITY * 4
+            ),
+        )
+        .unwrap();
+        let mut server = common::Server(Some(
+            common::cairn()
+                .current_dir(&run)
+                .args(["-q", "serve", "--config", "spec.toml"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for socket in ["cairn-data/cairn.sock", "cairn-data/cairn.ctl"] {
+            while UnixStream::connect(run.join(socket)).is_err() {
+                assert!(Instant::now() < deadline, "{socket} never answered");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // One qemu-io, one read at a time, in the trace's order.
+        let mut client = Command::new(&qemu_io)
+            .current_dir(&run)
+            .args(["-f", "raw", "nbd+unix:///pf?socket=cairn-data/cairn.sock"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        client
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(commands.as_bytes())
+            .unwrap();
+        assert!(client.wait().unwrap().success(), "qemu-io failed");
+        let out = common::cairn()
+            .current_dir(&run)
+            .args(["stats", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        common::terminate(server.take());
+        assert_eq!(stats["exports"][0]["io"]["reads"], blocks.len() as u64);
+
+        let size = format!("{}B", CAPACITY * 4096);
+        let report = simulate("lru", &size, &trace, &["--prefetch", prefetch]);
+        let sim = |field: &str| report["metrics"][field].as_u64().unwrap();
+        let served = |name: &str| cache_counter(&stats, name);
+        eprintln!(
+            "cairn serve, lru, prefetch {prefetch}: hits {} misses {} prefetched {}; \
+             cairn sim: hits {} misses {} prefetched {}",
+            served("hits"),
+            served("misses"),
+            served("prefetched_blocks"),
+            sim("hits"),
+            sim("misses"),
+            sim("prefetched"),
+        );
+        assert_eq!(served("hits"), sim("hits"), "{prefetch}: hits");
+        assert_eq!(served("misses"), sim("misses"), "{prefetch}: misses");
+        assert_eq!(
+            served("prefetched_blocks"),
+            sim("prefetched"),
+            "{prefetch}: prefetched"
+        );
+        assert!(
+            sim("prefetched") > 100,
+            "{prefetch}: the trace gives it work"
+        );
+    }
 }
