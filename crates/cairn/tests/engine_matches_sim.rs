@@ -297,7 +297,7 @@ fn the_server_prefetches_what_the_simulator_says() {
     let blocks = prefetch_trace(6000);
     let trace = dir.path().join("prefetch.vscsi");
     let mut writer = cairn_trace::write::create(&trace, &cairn_trace::read::Format::Vscsi).unwrap();
-    let mut commands = String::new();
+    let mut commands = Vec::new();
     for (at, &block) in blocks.iter().enumerate() {
         writer
             .write(&Request {
@@ -309,7 +309,7 @@ fn the_server_prefetches_what_the_simulator_says() {
                 next: cairn_trace::NEVER,
             })
             .unwrap();
-        commands.push_str(&format!("read {} 4096\n", block * 4096));
+        writeln!(commands, "read {} 4096", block * 4096).unwrap();
     }
     writer.finish().unwrap();
     for (prefetch, table) in [
@@ -358,12 +358,7 @@ fn the_server_prefetches_what_the_simulator_says() {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        client
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(commands.as_bytes())
-            .unwrap();
+        client.stdin.take().unwrap().write_all(&commands).unwrap();
         assert!(client.wait().unwrap().success(), "qemu-io failed");
         let out = common::cairn()
             .current_dir(&run)
