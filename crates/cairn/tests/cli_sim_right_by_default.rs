@@ -249,6 +249,57 @@ fn a_size_with_a_byte_unit_counts_bytes() {
     assert!(stderr.contains("a size in bytes"), "{stderr}");
 }
 
+/// `--size auto` chooses the sizes `cachesim TRACE oracleGeneral lru auto`
+/// (libCacheSim aa0fc40) prints for the sample trace, with its miss ratios.
+#[test]
+fn size_auto_is_libcachesims_automatic_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = |extra: &[&str]| {
+        let mut args = vec!["sim", "-q", "-p", "lru", "-s", "auto", "--json", "-"];
+        args.extend_from_slice(extra);
+        let stdout = ok(&run(dir.path(), &args), "sim -s auto");
+        let run_json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        run_json["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let ratio = r["miss_ratio"].as_f64().unwrap();
+                (
+                    r["capacity"].as_u64().unwrap(),
+                    (ratio * 1e4).round() as u64,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // cachesim … lru auto --ignore-obj-size 1: 48 0.9030, 146 0.8675, …
+    assert_eq!(
+        sizes(&[]),
+        [
+            (48, 9030),
+            (146, 8675),
+            (489, 8380),
+            (1469, 8303),
+            (4897, 8049),
+            (9794, 7249),
+            (19589, 6328),
+            (39179, 4303),
+        ]
+    );
+    // Counting bytes it drops 0.1 % (48 objects' worth, under 100): seven
+    // sizes, from 5 MiB (cachesim: 5MiB, miss ratio 0.84034706 … 1548MiB,
+    // 0.43028137).
+    let bytes = sizes(&["--capacity", "bytes"]);
+    assert_eq!(bytes.len(), 7, "{bytes:?}");
+    assert_eq!((bytes[0].0 >> 20, bytes[0].1), (5, 8403));
+    assert_eq!((bytes[6].0 >> 20, bytes[6].1), (1548, 4303));
+    let stderr = refused(
+        &run(dir.path(), &["sim", "-p", "lru", "-s", "auto,1%"]),
+        "-s auto,1%",
+    );
+    assert!(stderr.contains("give it alone"), "{stderr}");
+}
+
 #[test]
 fn nothing_to_simulate_is_an_error_that_says_what_to_do() {
     let dir = tempfile::tempdir().unwrap();

@@ -23,6 +23,10 @@ const DEFAULT_POLICIES: &[&str] = &[
 ];
 /// The default sizes: fractions of the working set.
 const DEFAULT_SIZES: &[&str] = &["1%", "5%", "10%", "20%"];
+/// `--size auto`: libCacheSim's automatic sizes (`cachesim … auto`,
+/// `set_cache_size`), fractions of the working set, each kept when it holds
+/// more than 4 objects (at least 100 with --capacity bytes).
+const AUTO_SIZES: &[&str] = &["0.1%", "0.3%", "1%", "3%", "10%", "20%", "40%", "80%"];
 
 const LONG_ABOUT: &str = "\
 Replay a trace against every combination of policy and cache size, and print
@@ -68,6 +72,9 @@ Examples:
       Block mode (4 KiB blocks), reads only, CSV on stdout.
   cairn sim --policy lru --size 1%,2%,5%,10%,20%,50% --plot mrc.svg
       Miss ratio against size, plotted.
+  cairn sim -p lru -p s3fifo --size auto
+      libCacheSim's automatic sizes: 0.1% to 80% of the working set, less
+      those too small to mean anything.
   cairn sim --cost ssd-hdd.toml --metric throughput --json run.json
       Modelled throughput under a custom cost model (ssd-hdd.toml as in
       docs/simulator.md).
@@ -143,8 +150,11 @@ pub struct SimArgs {
 
     /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
     /// (a count of objects, or bytes with --capacity bytes) or a size in bytes
-    /// with its unit (`64MiB`, `1GB`, `4096B`), which counts capacity in bytes.
-    /// Repeat, or separate with commas. Default: 1%,5%,10%,20%.
+    /// with its unit (`64MiB`, `1GB`, `4096B`), which counts capacity in bytes;
+    /// or `auto`: libCacheSim's eight sizes, 0.1% 0.3% 1% 3% 10% 20% 40% 80%,
+    /// less those that hold 4 objects or fewer (fewer than 100 distinct
+    /// objects' worth with --capacity bytes). Repeat, or separate with commas.
+    /// Default: 1%,5%,10%,20%.
     #[arg(long = "size", short = 's', value_name = "SIZE", value_delimiter = ',')]
     sizes: Vec<String>,
 
@@ -257,6 +267,8 @@ struct SimConfig {
     admission: AdmissionConfig,
     prefetch: Option<PrefetchConfig>,
     sizes: Vec<(String, CacheSize)>,
+    /// `--size auto`: drop the sizes too small for the working set.
+    auto_sizes: bool,
     unit: CapacityUnit,
     metric: Metric,
     csv: Option<Destination>,
@@ -312,8 +324,17 @@ impl SimConfig {
             .into_iter()
             .map(|spec| Ok((label(spec.clone()), policy_spec::parse(&spec)?)))
             .collect::<Result<Vec<_>>>()?;
+        let auto_sizes = args
+            .sizes
+            .iter()
+            .any(|s| s.trim().eq_ignore_ascii_case("auto"));
+        if auto_sizes && args.sizes.len() > 1 {
+            bail!("--size auto: give it alone; it chooses every size");
+        }
         let sizes: Vec<String> = if args.sizes.is_empty() {
             DEFAULT_SIZES.iter().map(|s| (*s).to_owned()).collect()
+        } else if auto_sizes {
+            AUTO_SIZES.iter().map(|s| (*s).to_owned()).collect()
         } else {
             args.sizes
         };
@@ -351,6 +372,7 @@ impl SimConfig {
             admission,
             prefetch,
             sizes,
+            auto_sizes,
             unit,
             metric: args.metric,
             csv: args.csv.as_deref().map(Destination::parse),
@@ -361,6 +383,22 @@ impl SimConfig {
             warmup: args.warmup,
         })
     }
+}
+
+/// Keeps the `--size auto` sizes libCacheSim keeps for a working set of
+/// `objects` distinct objects: `(long)(objects × fraction)` above 4 when
+/// counting objects, at least 100 when counting bytes.
+fn keep_auto_sizes(sizes: &mut Vec<(String, CacheSize)>, unit: CapacityUnit, objects: u64) {
+    sizes.retain(|(_, size)| {
+        let CacheSize::Fraction(fraction) = *size else {
+            return true;
+        };
+        let held = (objects as f64 * fraction) as i64;
+        match unit {
+            CapacityUnit::Objects => held > 4,
+            CapacityUnit::Bytes => held >= 100,
+        }
+    });
 }
 
 /// What the JSON output holds.
@@ -377,7 +415,7 @@ struct JsonRun<'a> {
 
 /// Runs `cairn sim`.
 pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
-    let config = SimConfig::from_args(args)?;
+    let mut config = SimConfig::from_args(args)?;
     let has_opt = config.policies.iter().any(|(_, p)| policy_name(p) == "opt");
     let needs_working_set = config.sizes.iter().any(|(_, s)| s.needs_working_set());
 
@@ -410,6 +448,18 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
         }
         working_set = Some(pass.working_set);
         accesses_total = Some(pass.accesses);
+    }
+    if config.auto_sizes {
+        let objects = working_set.unwrap_or_default().objects;
+        keep_auto_sizes(&mut config.sizes, config.unit, objects);
+        if config.sizes.is_empty() {
+            bail!(
+                "--size auto: the working set ({objects} {}) is too small for any of \
+                 libCacheSim's automatic sizes; give sizes with --size{}",
+                input::plural(objects, "object", "objects"),
+                config.input.unit_hint()
+            );
+        }
     }
 
     for (text, size) in &config.sizes {
