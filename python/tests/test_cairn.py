@@ -61,10 +61,15 @@ def test_admission_and_prefetch_go_beside_every_policy():
     rows = cairn.sim(TRACE, ["lru"], [0.01, 0.2], admission=bloom)
     assert [row["misses"] for row in rows] == [96657, 87337]
     # What `cairn sim -p lru -s 10% --prefetch P` prints for the sample trace.
-    rows = {p: cairn.sim(TRACE, ["lru"], [0.1], prefetch=p)[0] for p in [None, "obl", "pg"]}
+    rows = {p: cairn.sim(TRACE, ["lru"], [0.1], prefetch=p)[0] for p in [None, "obl", "pg", "mithril"]}
     assert rows[None]["misses"] == 91657 and rows[None]["prefetched"] == 0
     assert (rows["obl"]["misses"], rows["obl"]["prefetched"], rows["obl"]["prefetch_hits"]) == (90422, 1243, 1235)
     assert (rows["pg"]["misses"], rows["pg"]["prefetched"], rows["pg"]["prefetch_hits"]) == (91577, 286, 87)
+    assert (rows["mithril"]["misses"], rows["mithril"]["prefetched"], rows["mithril"]["prefetch_hits"]) == (
+        79647,
+        13671,
+        12253,
+    )
     assert all(row["hits"] + row["misses"] == REQUESTS for row in rows.values())
     with pytest.raises(ValueError, match="unknown prefetcher `nosuch`"):
         cairn.sim(TRACE, ["lru"], [0.1], prefetch="nosuch")
