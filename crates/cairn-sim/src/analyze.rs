@@ -503,46 +503,77 @@ pub fn analyze(
     analyzer.finish()
 }
 
-/// The time `requests` span, latest minus first request time in µs (a pass
-/// that only reads times, for [`default_window_us`]); 0 when empty.
-pub fn time_span_us(
-    requests: impl IntoIterator<Item = cairn_trace::Result<Request>>,
-) -> Result<u64> {
-    let mut span: Option<(u64, u64)> = None;
-    for request in requests {
-        let time = request?.time_us;
-        let (_, last) = span.get_or_insert((time, time));
-        *last = (*last).max(time);
-    }
-    Ok(span.map_or(0, |(first, last)| last - first))
+/// When a trace's requests happen: what [`default_window_us`] needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeSpan {
+    /// Latest minus first request time, µs.
+    pub span_us: u64,
+    /// The greatest common divisor of the times after the first, µs: the
+    /// trace's clock tick (1 s for oracleGeneral, whose times are whole
+    /// seconds); 0 when every request has the first's time.
+    pub tick_us: u64,
 }
 
-/// A round window length cutting `span_us` into at most about
-/// [`DEFAULT_WINDOWS`] windows: 1, 2 or 5 × 10^k µs under a second; 1, 2, 5,
-/// 10, 15 or 30 s, 1, 2, 5, 10, 15 or 30 min, 1, 2, 3, 6 or 12 h, or whole
-/// days above.
-pub fn default_window_us(span_us: u64) -> u64 {
+/// The [`TimeSpan`] of `requests`: a pass that only reads times.
+pub fn time_span(
+    requests: impl IntoIterator<Item = cairn_trace::Result<Request>>,
+) -> Result<TimeSpan> {
+    let mut first = None;
+    let mut span = TimeSpan::default();
+    for request in requests {
+        let time = request?.time_us;
+        let first = *first.get_or_insert(time);
+        let offset = time.saturating_sub(first);
+        span.span_us = span.span_us.max(offset);
+        if span.tick_us != 1 {
+            span.tick_us = gcd(span.tick_us, offset);
+        }
+    }
+    Ok(span)
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A round window length cutting `span` into at most about
+/// [`DEFAULT_WINDOWS`] windows, and no shorter than its clock tick: 1, 2 or
+/// 5 × 10^k µs under a second; 1, 2, 5, 10, 15 or 30 s, 1, 2, 5, 10, 15 or
+/// 30 min, 1, 2, 3, 6 or 12 h, or whole days above. A tick that is not
+/// round itself is taken as is.
+pub fn default_window_us(span: TimeSpan) -> u64 {
     const SECOND: u64 = 1_000_000;
     const ROUND_S: [u64; 17] = [
         1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200,
     ];
-    let target = span_us.div_ceil(DEFAULT_WINDOWS).max(1);
-    if target < SECOND {
+    let target = span.span_us.div_ceil(DEFAULT_WINDOWS).max(1);
+    let round = if target < SECOND {
         let mut decade = 1;
-        loop {
+        'found: loop {
             for step in [1, 2, 5] {
                 if step * decade >= target {
-                    return step * decade;
+                    break 'found step * decade;
                 }
             }
             decade *= 10;
         }
+    } else {
+        ROUND_S
+            .iter()
+            .map(|s| s * SECOND)
+            .find(|&w| w >= target)
+            .unwrap_or_else(|| target.div_ceil(86_400 * SECOND) * 86_400 * SECOND)
+    };
+    if round.is_multiple_of(span.tick_us.max(1)) {
+        round
+    } else if span.tick_us > round {
+        span.tick_us
+    } else {
+        round.div_ceil(span.tick_us) * span.tick_us
     }
-    ROUND_S
-        .iter()
-        .map(|s| s * SECOND)
-        .find(|&w| w >= target)
-        .unwrap_or_else(|| target.div_ceil(86_400 * SECOND) * 86_400 * SECOND)
 }
 
 #[cfg(test)]
@@ -631,16 +662,41 @@ mod tests {
 
     #[test]
     fn default_windows_are_round_and_about_a_hundredth_of_the_span() {
-        assert_eq!(default_window_us(0), 1);
-        assert_eq!(default_window_us(9_000_000), 100_000);
-        assert_eq!(default_window_us(7_200_000_000), 120_000_000);
+        let us = |span_us| TimeSpan {
+            span_us,
+            tick_us: 1,
+        };
+        assert_eq!(default_window_us(TimeSpan::default()), 1);
+        assert_eq!(default_window_us(us(9_000_000)), 100_000);
+        assert_eq!(default_window_us(us(7_200_000_000)), 120_000_000);
         let day = 86_400_000_000;
-        assert_eq!(default_window_us(30 * day), day / 2);
-        assert_eq!(default_window_us(365 * day), 4 * day);
+        assert_eq!(default_window_us(us(30 * day)), day / 2);
+        assert_eq!(default_window_us(us(365 * day)), 4 * day);
         for span in [1, 999, 12_345_678, 1 << 40] {
-            let window = default_window_us(span);
+            let window = default_window_us(us(span));
             assert!(span / window <= DEFAULT_WINDOWS, "{span}: {window}");
         }
+        // Whole seconds (oracleGeneral) over 9 s: 1 s, not 100 ms.
+        let seconds = TimeSpan {
+            span_us: 9_000_000,
+            tick_us: 1_000_000,
+        };
+        assert_eq!(default_window_us(seconds), 1_000_000);
+        // A 3 µs tick rounds a 2 µs window up to 3, a 20 µs one to 21.
+        let odd = |span_us| TimeSpan {
+            span_us,
+            tick_us: 3,
+        };
+        assert_eq!(default_window_us(odd(150)), 3);
+        assert_eq!(default_window_us(odd(2000)), 21);
+        let times = [5, 8, 11, 20].map(|t| Ok(request(t, 1, Op::Read)));
+        assert_eq!(
+            time_span(times).unwrap(),
+            TimeSpan {
+                span_us: 15,
+                tick_us: 3
+            }
+        );
     }
 
     #[test]

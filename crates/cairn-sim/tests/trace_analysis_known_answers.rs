@@ -4,7 +4,8 @@
 //! trace, where every quantity libCacheSim also defines equals libCacheSim
 //! 0.3.5's `TraceAnalyzer` (request and object counts, X-hit counts, the top
 //! ten frequencies, the Zipf fit over all ranks and its R², object and request
-//! size distributions), the reuse distances equal the ones libCacheSim's
+//! size distributions, the least and most requests and objects in a 60 s
+//! window), the reuse distances equal the ones libCacheSim's
 //! converter wrote into the trace's next-access field, and the stack
 //! distances equal libCacheSim's LRU: below 2^k exactly as many as
 //! `LRU(cache_size = 2^k).process_trace` hits.
