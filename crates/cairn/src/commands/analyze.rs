@@ -32,11 +32,12 @@ rank; the Zipf α is the least-squares slope of ln(count) on ln(rank) over every
 rank, as libCacheSim's analyzer fits it, with its R². A one-hit key is accessed
 exactly once (in the trace, or in a window).
 
-Windows are --window seconds long from the first request; without it a first,
+Windows are --window seconds long from the first request. Without it a first,
 quick pass reads the trace's span and clock tick and picks a round length giving
 at most about 100 windows, no shorter than a tick (1 s for oracleGeneral, whose
-times are whole seconds). Shares per window are over windows with requests. --csv DIR writes the tables, --plot DIR the figures (created if
-missing; checked before the pass). An empty trace is an error.";
+times are whole seconds). Shares per window are over windows with requests.
+--csv DIR writes the tables, --plot DIR the figures (both created if missing
+and checked before the pass). An empty trace is an error.";
 
 pub const EXAMPLES: &str = "\
 Examples:
