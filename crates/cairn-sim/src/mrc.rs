@@ -160,22 +160,35 @@ impl<V: Default> StackDistances<V> {
     }
 
     /// Renumbers the live marks `0..live` in time order, in a table with at
-    /// least as many free slots as live ones.
+    /// least as many free slots as live ones. Linear: a position's new number
+    /// is the count of live positions before it, read off a table indexed by
+    /// old position (no sort, no search, one write per key).
     fn compact(&mut self) {
-        let mut live: Vec<usize> = self.last.values().map(|&(at, _)| at).collect();
-        live.sort_unstable();
-        let capacity = (live.len() * 2).max(1024);
+        const DEAD: usize = usize::MAX;
+        let mut renumber = vec![DEAD; self.marks.len()];
+        for &(at, _) in self.last.values() {
+            renumber[at] = 0;
+        }
+        let mut live = 0;
+        for slot in &mut renumber {
+            if *slot != DEAD {
+                *slot = live;
+                live += 1;
+            }
+        }
+        let capacity = (live * 2).max(1024);
         let mut marks = vec![0u64; capacity];
-        for (new, &old) in live.iter().enumerate() {
-            marks[new] = self.marks[old];
+        for (old, &new) in renumber.iter().enumerate() {
+            if new != DEAD {
+                marks[new] = self.marks[old];
+            }
         }
         for (at, _) in self.last.values_mut() {
-            // Positions are distinct, so each is found exactly.
-            *at = live.binary_search(at).unwrap_or(*at);
+            *at = renumber[*at];
         }
         self.tree = Fenwick::from_values(&marks);
         self.marks = marks;
-        self.next = live.len();
+        self.next = live;
     }
 
     /// Distinct keys currently tracked.
