@@ -1,7 +1,8 @@
 //! `cairn`, the Python module: Cairn's policies, trace readers and simulator
 //! with an API a libCacheSim user recognises (`Cache.get`/`find`,
-//! `process_trace`, `TraceReader`, `PluginCache` hooks), and `sim`, which runs
-//! many configurations in Rust on every core.
+//! `process_trace`, `TraceReader`, `PluginCache` hooks), `sim`, which runs
+//! many configurations in Rust on every core, `mrc`, and `analyze`, the trace
+//! analyzer of `cairn trace analyze`.
 //!
 //! Nothing here simulates: policies are `cairn-policy`'s, traces are read by
 //! `cairn-trace`, and `sim` calls `cairn_sim::replay`, so a miss ratio from
@@ -899,6 +900,98 @@ fn mrc(
     }))
 }
 
+/// The unit `analyze` keys a trace in `format` by: `auto`, `object`,
+/// `start-sector` or `block:SIZE`, as `cairn trace analyze --unit`.
+fn analysis_unit(unit: &str, format: &Format) -> PyResult<Unit> {
+    match unit {
+        "auto" if format.is_block() => Ok(Unit::StartSector),
+        "auto" | "object" => Ok(Unit::Object),
+        "start-sector" => Ok(Unit::StartSector),
+        other => {
+            let size = other.strip_prefix("block:").ok_or_else(|| {
+                value_error(format!(
+                    "unit `{other}`: expected \"auto\", \"object\", \"start-sector\" or \"block:SIZE\""
+                ))
+            })?;
+            let bytes = cairn_sim::parse_bytes(size).map_err(value_error)?;
+            match u32::try_from(bytes) {
+                Ok(block_size) if block_size > 0 => Ok(Unit::Block { block_size }),
+                _ => Err(value_error(format!(
+                    "unit `{other}`: the block size must be 1 B to 4 GiB - 1"
+                ))),
+            }
+        }
+    }
+}
+
+/// An analysis error as Python's: unreadable traces are `OSError`, the rest
+/// (an empty trace, a window too short) `ValueError`.
+fn analysis_error(error: cairn_sim::SimError) -> PyErr {
+    match error {
+        cairn_sim::SimError::Trace(e) => PyIOError::new_err(e.to_string()),
+        other => value_error(other),
+    }
+}
+
+/// Analyzes a trace in one pass, as ``cairn trace analyze --json``: a dict
+/// with the counts (``requests``, ``reads``, ``writes``, ``bytes_read``,
+/// ``bytes_written``, ``accesses``, ``keys``), the ``reuse_distance`` and
+/// ``stack_distance`` histograms (``counts`` in powers of two, ``total``,
+/// ``mean``, ``max``), ``frequencies`` (rank-frequency table), ``zipf``
+/// (``alpha``, ``intercept``, ``r2``, ``ranks``), ``one_hit_keys`` and
+/// ``one_hit_fraction``, ``request_sizes`` and ``object_sizes`` (log2
+/// buckets), and ``windows`` (one dict per window of ``window`` seconds;
+/// default: a round length giving at most about 100). Keys are made as
+/// ``cairn sim --unit`` makes them (``unit="auto"``: start sectors for block
+/// traces, objects otherwise).
+#[pyfunction]
+#[pyo3(signature = (trace, format = None, unit = "auto", window = None))]
+fn analyze<'py>(
+    py: Python<'py>,
+    trace: PathBuf,
+    format: Option<&str>,
+    unit: &str,
+    window: Option<f64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use cairn_sim::analyze::{analyze, default_window_us, time_span};
+    let parsed = trace_format(&trace, format)?;
+    let unit = analysis_unit(unit, &parsed)?;
+    let window_us = match window {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 && (s * 1e6).round() >= 1.0 => {
+            Some((s * 1e6).round() as u64)
+        }
+        Some(s) => {
+            return Err(value_error(format!(
+                "window {s}: a length in seconds, at least 0.000001 (1 µs)"
+            )));
+        }
+    };
+    let open = || read::open(&trace, &parsed).map_err(cairn_sim::SimError::from);
+    let analysis = py
+        .detach(|| {
+            let window_us = match window_us {
+                Some(w) => w,
+                None => default_window_us(time_span(open()?)?),
+            };
+            analyze(open()?, unit, window_us)
+        })
+        .map_err(analysis_error)?;
+    let mut value = serde_json::to_value(&analysis).map_err(value_error)?;
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("trace".into(), trace.display().to_string().into());
+        map.insert("format".into(), parsed.name().into());
+        let unit = match unit {
+            Unit::Object => "object".to_owned(),
+            Unit::StartSector => "start-sector".to_owned(),
+            Unit::Block { block_size } => format!("block:{block_size}"),
+        };
+        map.insert("unit".into(), unit.into());
+    }
+    py.import("json")?
+        .call_method1("loads", (value.to_string(),))
+}
+
 /// Cairn's cache policies, trace readers and simulator.
 #[pymodule]
 fn cairn(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -908,6 +1001,7 @@ fn cairn(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<TraceReader>()?;
     module.add_function(wrap_pyfunction!(sim, module)?)?;
     module.add_function(wrap_pyfunction!(mrc, module)?)?;
+    module.add_function(wrap_pyfunction!(analyze, module)?)?;
     module.add("POLICIES", PolicyConfig::NAMES.to_vec())?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

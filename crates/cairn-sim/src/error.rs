@@ -48,6 +48,12 @@ pub enum SimError {
         /// What would be accepted.
         expected: &'static str,
     },
+    /// A trace cannot be analyzed: no requests, or a window too short.
+    #[error("trace analysis: {reason}")]
+    Analysis {
+        /// What is wrong, and what to do.
+        reason: String,
+    },
     /// Nothing to simulate.
     #[error("no configurations to simulate")]
     NoConfigurations,

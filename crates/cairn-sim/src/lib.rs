@@ -9,6 +9,8 @@
 //!   giving modelled time and throughput, as papers/004 measures.
 //! - [`groups`]: cost groups by device and sequential/random pattern.
 //! - [`mrc`]: exact LRU miss-ratio curves in one pass, and SHARDS sampling.
+//! - [`analyze`]: a trace's reuse and stack distances, popularity (Zipf fit),
+//!   one-hit wonders, sizes and per-window rates in one pass.
 //!
 //! Input is any `cairn_trace::read::Reader` (a boxed iterator of requests)
 //! turned into accesses by [`AccessStream`].
@@ -21,6 +23,7 @@
 
 mod error;
 
+pub mod analyze;
 pub mod cost;
 pub mod groups;
 pub mod metrics;

@@ -80,12 +80,14 @@ impl Fenwick {
     }
 }
 
-/// Stack distances of a stream of keys, in objects or bytes.
+/// Stack distances of a stream of keys, in objects or bytes, with a value
+/// `V` kept beside each key (the trace analyzer's per-key counters; none for
+/// the MRC), so a caller needing both looks a key up once.
 #[derive(Debug)]
-pub struct StackDistances {
+pub struct StackDistances<V = ()> {
     unit: CapacityUnit,
-    /// Key → position of its latest access.
-    last: KeyMap<usize>,
+    /// Key → position of its latest access, and the caller's value.
+    last: KeyMap<(usize, V)>,
     /// The mark (weight) at each position; 0 where no key's latest access is.
     marks: Vec<u64>,
     tree: Fenwick,
@@ -94,7 +96,7 @@ pub struct StackDistances {
     next: usize,
 }
 
-impl StackDistances {
+impl<V: Default> StackDistances<V> {
     /// No accesses yet.
     pub fn new(unit: CapacityUnit) -> Self {
         Self {
@@ -108,8 +110,15 @@ impl StackDistances {
     }
 
     /// Records an access and returns its stack distance, or `None` on a first
-    /// access (a cold miss at every size).
+    /// access (a cold miss at every size). The distance counts the key itself:
+    /// an LRU cache of `d` units holds it.
     pub fn access(&mut self, key: u64, size: u32) -> Option<u64> {
+        self.access_with(key, size).0
+    }
+
+    /// [`Self::access`], also handing back the key's value (`V::default()`
+    /// on a first access) to update in place.
+    pub fn access_with(&mut self, key: u64, size: u32) -> (Option<u64>, &mut V) {
         if self.next == self.marks.len() {
             self.compact();
         }
@@ -119,23 +128,30 @@ impl StackDistances {
         };
         let now = self.next;
         self.next += 1;
-        let distance = self.last.insert(key, now).map(|previous| {
-            let old = self.marks[previous];
-            let distance = self.total.wrapping_sub(self.tree.prefix(previous));
-            self.marks[previous] = 0;
-            self.tree.add(previous, old.wrapping_neg());
-            self.total = self.total.wrapping_sub(old);
-            distance
-        });
+        let (distance, value) = match self.last.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(entry) => {
+                let slot = entry.into_mut();
+                let previous = std::mem::replace(&mut slot.0, now);
+                let old = self.marks[previous];
+                let distance = self.total.wrapping_sub(self.tree.prefix(previous));
+                self.marks[previous] = 0;
+                self.tree.add(previous, old.wrapping_neg());
+                self.total = self.total.wrapping_sub(old);
+                (Some(distance), &mut slot.1)
+            }
+            hashbrown::hash_map::Entry::Vacant(entry) => {
+                (None, &mut entry.insert((now, V::default())).1)
+            }
+        };
         self.marks[now] = weight;
         self.tree.add(now, weight);
         self.total += weight;
-        distance
+        (distance, value)
     }
 
     /// Forgets `key` (its mark no longer counts in other keys' distances).
     pub fn forget(&mut self, key: u64) {
-        if let Some(at) = self.last.remove(&key) {
+        if let Some((at, _)) = self.last.remove(&key) {
             let old = self.marks[at];
             self.marks[at] = 0;
             self.tree.add(at, old.wrapping_neg());
@@ -144,24 +160,45 @@ impl StackDistances {
     }
 
     /// Renumbers the live marks `0..live` in time order, in a table with at
-    /// least as many free slots as live ones.
+    /// least as many free slots as live ones. Linear: a position's new number
+    /// is the count of live positions before it, read off a table indexed by
+    /// old position (no sort, no search, one write per key).
     fn compact(&mut self) {
-        let mut live: Vec<(usize, u64)> = self.last.iter().map(|(&k, &at)| (at, k)).collect();
-        live.sort_unstable_by_key(|&(at, _)| at);
-        let capacity = (live.len() * 2).max(1024);
+        const DEAD: usize = usize::MAX;
+        let mut renumber = vec![DEAD; self.marks.len()];
+        for &(at, _) in self.last.values() {
+            renumber[at] = 0;
+        }
+        let mut live = 0;
+        for slot in &mut renumber {
+            if *slot != DEAD {
+                *slot = live;
+                live += 1;
+            }
+        }
+        let capacity = (live * 2).max(1024);
         let mut marks = vec![0u64; capacity];
-        for (new, &(old, key)) in live.iter().enumerate() {
-            marks[new] = self.marks[old];
-            self.last.insert(key, new);
+        for (old, &new) in renumber.iter().enumerate() {
+            if new != DEAD {
+                marks[new] = self.marks[old];
+            }
+        }
+        for (at, _) in self.last.values_mut() {
+            *at = renumber[*at];
         }
         self.tree = Fenwick::from_values(&marks);
         self.marks = marks;
-        self.next = live.len();
+        self.next = live;
     }
 
     /// Distinct keys currently tracked.
     pub fn keys(&self) -> usize {
         self.last.len()
+    }
+
+    /// Each tracked key's value, in no order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.last.values().map(|(_, value)| value)
     }
 }
 
@@ -392,7 +429,7 @@ mod tests {
 
     #[test]
     fn distances_count_distinct_keys_since_the_last_access() {
-        let mut d = StackDistances::new(CapacityUnit::Objects);
+        let mut d: StackDistances = StackDistances::new(CapacityUnit::Objects);
         let got: Vec<Option<u64>> = [1, 2, 3, 2, 1, 1, 4]
             .into_iter()
             .map(|k| d.access(k, 1))
@@ -402,7 +439,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_distances_right() {
-        let mut d = StackDistances::new(CapacityUnit::Bytes);
+        let mut d: StackDistances = StackDistances::new(CapacityUnit::Bytes);
         // 3 keys cycled 10,000 times: compaction runs many times.
         for i in 0..30_000u64 {
             let got = d.access(i % 3, 10);

@@ -14,6 +14,13 @@ use crate::{Op, Request, Result};
 /// Size buckets: bucket `i` counts sizes in `(2^(i-1), 2^i]` (bucket 0: 0 and 1).
 pub const SIZE_BUCKETS: usize = 33;
 
+/// The [`SIZE_BUCKETS`] bucket of a size: `i` for sizes in `(2^(i-1), 2^i]`
+/// (0 for 0 and 1).
+#[inline]
+pub fn size_bucket(size: u32) -> usize {
+    (u32::BITS - size.saturating_sub(1).leading_zeros()) as usize
+}
+
 /// What a trace holds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceStats {
@@ -122,8 +129,7 @@ impl StatsBuilder {
         stats.time_last_us = request.time_us;
         stats.size_min_bytes = stats.size_min_bytes.min(request.size);
         stats.size_max_bytes = stats.size_max_bytes.max(request.size);
-        let bucket = (u32::BITS - request.size.saturating_sub(1).leading_zeros()) as usize;
-        stats.size_histogram[bucket.min(SIZE_BUCKETS - 1)] += 1;
+        stats.size_histogram[size_bucket(request.size)] += 1;
         let bytes = u64::from(request.size);
         match request.op {
             Op::Read => {

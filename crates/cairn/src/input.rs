@@ -214,6 +214,11 @@ impl TraceInput {
         }
     }
 
+    /// The trace format's name (`oracle`, `vscsi`, …).
+    pub fn format_name(&self) -> &'static str {
+        self.format.name()
+    }
+
     /// Size of the trace's bytes, when known.
     pub fn byte_len(&self) -> Option<u64> {
         match &self.source {

@@ -77,7 +77,7 @@ enum Command {
     Sim(commands::sim::SimArgs),
     /// Compute LRU miss-ratio curves: exact, and estimated with SHARDS.
     Mrc(commands::mrc::MrcArgs),
-    /// Trace tools: generate, inspect, convert.
+    /// Trace tools: generate, inspect, convert, analyze.
     #[command(subcommand)]
     Trace(commands::trace::TraceCommand),
     /// The papers' experiments: tables beside the papers' numbers, CSV, plots,

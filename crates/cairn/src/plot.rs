@@ -166,6 +166,83 @@ where
     Ok(())
 }
 
+/// Writes `series` to `path` (`.svg` or `.png`) with both axes logarithmic
+/// (a rank-frequency curve); points with a coordinate ≤ 0 are left out.
+pub fn log_log(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()> {
+    render!(
+        path,
+        (1000, 640),
+        draw_log_log(title, x_label, y_label, series)
+    )
+}
+
+fn draw_log_log<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let failed = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
+    area.fill(&WHITE).map_err(|e| failed(&e))?;
+    let positive = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .copied()
+            .filter(|&(x, y)| x > 0.0 && y > 0.0 && x.is_finite() && y.is_finite())
+            .collect()
+    };
+    let all: Vec<(f64, f64)> = series.iter().flat_map(positive).collect();
+    let x_max = all.iter().map(|p| p.0).fold(1.0_f64, f64::max) * 1.2;
+    let y_max = all.iter().map(|p| p.1).fold(1.0_f64, f64::max) * 1.5;
+    let y_min = all.iter().map(|p| p.1).fold(y_max, f64::min).min(1.0) * 0.7;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 26))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1.0..x_max).log_scale(), (y_min..y_max).log_scale())
+        .map_err(|e| failed(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 18))
+        .x_label_formatter(&|x| human(*x))
+        .y_label_formatter(&|y| human(*y))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = ShapeStyle::from(&color).stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(positive(s), style))
+            .map_err(|e| failed(&e))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()
+        .map_err(|e| failed(&e))?;
+    area.present().map_err(|e| failed(&e))?;
+    Ok(())
+}
+
 /// One colour of a grouped bar chart: its legend text and one value per category.
 pub struct BarSeries {
     /// Legend text.
@@ -272,7 +349,7 @@ where
 }
 
 /// `1500` → `1.5K`, `2_000_000` → `2M`: short axis labels.
-fn human(x: f64) -> String {
+pub fn human(x: f64) -> String {
     let (value, suffix) = match x.abs() {
         v if v >= 1e9 => (x / 1e9, "G"),
         v if v >= 1e6 => (x / 1e6, "M"),

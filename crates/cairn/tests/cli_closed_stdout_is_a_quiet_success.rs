@@ -89,6 +89,8 @@ fn the_trace_commands_exit_quietly() {
     assert!(Path::new(trace).exists());
     both_ways(&["trace", "stats", trace]);
     both_ways(&["trace", "stats", "--json", trace]);
+    both_ways(&["trace", "analyze", "--quiet", trace]);
+    both_ways(&["trace", "analyze", "--quiet", "--json", trace]);
     let csv = dir.path().join("z.csv");
     quiet_on_closed_stdout(
         &["trace", "convert", "--quiet", trace, csv.to_str().unwrap()],

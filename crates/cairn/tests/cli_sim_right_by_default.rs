@@ -5,8 +5,8 @@
 //! a one-key curve are errors that say what to do; output arguments are
 //! checked before the run; `trace gen`/`convert` write the format the output's
 //! name says (zstd for `.zst`) and refuse a name no reader could tell; and
-//! every example in the `--help` of sim, mrc and trace gen/stats/convert runs
-//! as printed. Each test is one failure a new user met, turned around.
+//! every example in the `--help` of sim, mrc and trace
+//! gen/stats/convert/analyze runs as printed. Each test is one failure a new user met, turned around.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -435,7 +435,7 @@ fn trace_writers_follow_the_output_name() {
     assert!(stdout.contains("wrote 1 request to"), "{stdout}");
 }
 
-/// Every example of every `--help` of sim, mrc and trace gen/stats/convert,
+/// Every example of every `--help` of sim, mrc and trace gen/stats/convert/analyze,
 /// run as printed by bash in one scratch directory, in the order a reader
 /// meets them: `trace gen` writes the traces the others read. The two input
 /// files examples name and no command writes (hotspot.toml, ssd-hdd.toml as
@@ -456,6 +456,7 @@ fn every_sim_mrc_and_trace_help_example_runs_as_printed() {
         &["trace", "gen", "--help"][..],
         &["trace", "stats", "--help"],
         &["trace", "convert", "--help"],
+        &["trace", "analyze", "--help"],
         &["sim", "--help"],
         &["mrc", "--help"],
     ] {
@@ -476,7 +477,7 @@ fn every_sim_mrc_and_trace_help_example_runs_as_printed() {
             ran += 1;
         }
     }
-    assert!(ran >= 19, "{ran} examples");
+    assert!(ran >= 23, "{ran} examples");
     // What they wrote reads back, each in the format its name says.
     for (file, format) in [
         ("zipf.oracleGeneral.bin", "(oracle)"),
@@ -492,7 +493,15 @@ fn every_sim_mrc_and_trace_help_example_runs_as_printed() {
             "{file}: {stdout}"
         );
     }
-    for file in ["mrc.svg", "mrc.png", "mrc.csv", "run.json"] {
+    for file in [
+        "mrc.svg",
+        "mrc.png",
+        "mrc.csv",
+        "run.json",
+        "analysis/popularity.csv",
+        "plots/popularity.svg",
+        "plots/stack_distance.png",
+    ] {
         assert!(
             dir.path().join(file).metadata().unwrap().len() > 0,
             "{file}"

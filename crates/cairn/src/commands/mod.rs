@@ -1,5 +1,6 @@
 //! One module per `cairn` command: its clap flags, their validation, and the run.
 
+pub mod analyze;
 pub mod bench;
 pub mod check;
 pub mod completions;

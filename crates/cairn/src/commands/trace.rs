@@ -1,4 +1,4 @@
-//! `cairn trace gen|stats|convert`: generate, inspect and convert traces.
+//! `cairn trace gen|stats|convert|analyze`: generate, inspect, convert and analyze traces.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ use cairn_trace::stats::TraceStats;
 use cairn_trace::write::{self, ObjectKey};
 use serde::Deserialize;
 
+use crate::commands::analyze;
 use crate::output::outln;
 use crate::policy_spec;
 use crate::progress::Bar;
@@ -44,6 +45,9 @@ pub enum TraceCommand {
     /// Convert a trace from any readable format to oracleGeneral, CSV, text or VSCSI.
     #[command(long_about = CONVERT_ABOUT, after_long_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
+    /// Analyze a trace: reuse and stack distances, popularity (Zipf fit), one-hit wonders, sizes, rates over time.
+    #[command(long_about = analyze::ABOUT, after_long_help = analyze::EXAMPLES)]
+    Analyze(analyze::AnalyzeArgs),
 }
 
 const GEN_ABOUT: &str = "\
@@ -183,6 +187,7 @@ pub fn run(command: &TraceCommand, quiet: bool) -> Result<()> {
         TraceCommand::Gen(args) => generate(args, quiet),
         TraceCommand::Stats(args) => stats(args),
         TraceCommand::Convert(args) => convert(args, quiet),
+        TraceCommand::Analyze(args) => analyze::run(args, quiet),
     }
 }
 
