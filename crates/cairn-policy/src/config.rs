@@ -48,6 +48,9 @@ pub enum PolicyConfig {
     /// LeCaR: LRU and LFU experts weighted by regret (Vietri et al.,
     /// HotStorage'18).
     Lecar(crate::lecar::LecarConfig),
+    /// Cacheus: SR-LRU and CR-LFU experts with an adaptive learning rate
+    /// (Rodriguez et al., FAST'21).
+    Cacheus(crate::cacheus::CacheusConfig),
 }
 
 impl PolicyConfig {
@@ -64,6 +67,7 @@ impl PolicyConfig {
         "s4lru",
         "lirs",
         "lecar",
+        "cacheus",
         "s3fifo",
         "s3fifo-v0",
         "tinylfu",
@@ -98,6 +102,7 @@ impl PolicyConfig {
             "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
+            "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
             _ => return None,
         })
     }
@@ -123,6 +128,7 @@ impl PolicyConfig {
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
+            Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
         })
     }
 }

@@ -31,6 +31,7 @@ pub(crate) mod testing;
 
 pub mod admission;
 pub mod arc;
+pub mod cacheus;
 pub mod clock;
 pub mod cost;
 pub mod dual;

@@ -24,6 +24,7 @@
 
 use std::path::PathBuf;
 
+use cairn_policy::cacheus::CacheusConfig;
 use cairn_policy::gdsf::GdsfConfig;
 use cairn_policy::lecar::LecarConfig;
 use cairn_policy::opt::OptConfig;
@@ -59,6 +60,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     // thread; each of these runs is in a fresh process, which is where ours
     // start (cairn_policy::rng).
     ("lecar",  [95200, 93879, 91651, 82524], Some([94299, 93699, 92131, 79622])),
+    ("cacheus", [95112, 93246, 89546, 77319], Some([93835, 91433, 85822, 78996])),
     ("belady", [90263, 80078, 71620, 62049], Some([91152, 82379, 74162, 65317])),
 ];
 
@@ -316,6 +318,61 @@ fn prefetchers_equal_libcachesim_aa0fc40_on_a_runs_trace() {
                     m.misses
                 ));
             }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "differences from libCacheSim aa0fc40: {differences:#?}"
+    );
+}
+
+/// libCacheSim `aa0fc40`'s Cacheus, as `cachesim ... Cacheus 489,2448,4897,9794`
+/// (and the byte sizes) runs it: the four caches are created in that order in
+/// the main thread, each drawing its starting learning rate from one MMIX
+/// generator that starts at 0, and each then runs from MMIX state 0.
+#[test]
+fn cacheus_equals_libcachesim_aa0fc40_given_its_starting_learning_rates() {
+    const OBJECT_MISSES: [u64; 4] = [94459, 92988, 88375, 79683];
+    const BYTE_MISSES: [u64; 4] = [93837, 91445, 85914, 78925];
+    let accesses = sample_accesses();
+    let mut draws = cairn_policy::rng::Rng::new(Generator::Mmix, 0);
+    let learning_rates: Vec<f64> = (0..4).map(|_| 0.001 + draws.permille()).collect();
+    let mut differences = Vec::new();
+    let runs = OBJECTS
+        .map(Capacity::Objects)
+        .into_iter()
+        .zip(OBJECT_MISSES)
+        .zip(learning_rates.iter().copied())
+        .chain(
+            BYTES
+                .map(Capacity::Bytes)
+                .into_iter()
+                .zip(BYTE_MISSES)
+                .zip(learning_rates.iter().copied()),
+        );
+    for ((capacity, expected), learning_rate) in runs {
+        let config = PolicyConfig::Cacheus(CacheusConfig {
+            generator: Generator::Mmix,
+            seed: Some(0),
+            learning_rate: Some(learning_rate),
+            grow_sr: false,
+        });
+        let mut policy = config.build(capacity).expect("the config builds");
+        let mut victims = Vec::new();
+        let misses = accesses
+            .iter()
+            .filter(|access| {
+                victims.clear();
+                !policy.access(access, &mut victims)
+            })
+            .count() as u64;
+        println!(
+            "cacheus {capacity:?} lr {learning_rate}: ours {misses}, libCacheSim aa0fc40 {expected}"
+        );
+        if misses != expected {
+            differences.push(format!(
+                "cacheus {capacity:?}: {misses}, aa0fc40 {expected}"
+            ));
         }
     }
     assert!(
