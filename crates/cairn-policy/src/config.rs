@@ -45,6 +45,12 @@ pub enum PolicyConfig {
     Twoq(crate::twoq::TwoQConfig),
     /// Adaptive Replacement Cache.
     Arc(crate::arc::ArcConfig),
+    /// LeCaR: LRU and LFU experts weighted by regret (Vietri et al.,
+    /// HotStorage'18).
+    Lecar(crate::lecar::LecarConfig),
+    /// Cacheus: SR-LRU and CR-LFU experts with an adaptive learning rate
+    /// (Rodriguez et al., FAST'21).
+    Cacheus(crate::cacheus::CacheusConfig),
 }
 
 impl PolicyConfig {
@@ -60,6 +66,8 @@ impl PolicyConfig {
         "slru",
         "s4lru",
         "lirs",
+        "lecar",
+        "cacheus",
         "s3fifo",
         "s3fifo-v0",
         "tinylfu",
@@ -93,6 +101,8 @@ impl PolicyConfig {
             "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
             "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
+            "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
+            "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
             _ => return None,
         })
     }
@@ -117,6 +127,8 @@ impl PolicyConfig {
             Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
+            Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
+            Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
         })
     }
 }

@@ -17,14 +17,18 @@
 //! on purpose: ours follows Caffeine, not libCacheSim's variant (see
 //! `docs/policies.md`).
 //!
-//! Between the two versions only S3-FIFO and GDSF changed on this trace; the
-//! older behaviour of each stays selectable (`s3fifo-v0`,
-//! `gdsf:new_unit_competes=false`) and is checked against `aa0fc40`.
+//! Between the two versions only S3-FIFO and GDSF changed on this trace, and
+//! the random generator (LeCaR); the older behaviour of each stays
+//! selectable (`s3fifo-v0`, `gdsf:new_unit_competes=false`,
+//! `lecar:generator=mmix`) and is checked against `aa0fc40`.
 
 use std::path::PathBuf;
 
+use cairn_policy::cacheus::CacheusConfig;
 use cairn_policy::gdsf::GdsfConfig;
+use cairn_policy::lecar::LecarConfig;
 use cairn_policy::opt::OptConfig;
+use cairn_policy::rng::Generator;
 use cairn_policy::{Access, Capacity, PolicyConfig};
 use cairn_trace::read::{self, Format};
 use cairn_trace::{Splitter, Unit};
@@ -52,6 +56,11 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("s4lru",  [94590, 93530, 90011, 82560], Some([93529, 91826, 88640, 83364])),
     ("lirs",   [94680, 92673, 85609, 74687], Some([93607, 91024, 84149, 73026])),
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
+    // libCacheSim's random numbers continue from whatever ran before in the
+    // thread; each of these runs is in a fresh process, which is where ours
+    // start (cairn_policy::rng).
+    ("lecar",  [95200, 93879, 91651, 82524], Some([94299, 93699, 92131, 79622])),
+    ("cacheus", [95112, 93246, 89546, 77319], Some([93835, 91433, 85822, 78996])),
     ("belady", [90263, 80078, 71620, 62049], Some([91152, 82379, 74162, 65317])),
 ];
 
@@ -60,6 +69,9 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
 const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     ("s3fifo-v0",  [94559, 91396, 85691, 77208], Some([93706, 91452, 83764, 76916])),
     ("gdsf-evict-first", [94688, 93404, 91389, 85049], None),
+    // aa0fc40's random generator (MMIX); `cachesim` runs each size in a
+    // fresh worker thread.
+    ("lecar-mmix", [95257, 93880, 91656, 82578], Some([94309, 93593, 92129, 80063])),
 ];
 
 /// The sample trace, in the repo.
@@ -75,6 +87,10 @@ fn config(name: &str) -> PolicyConfig {
         "gdsf-evict-first" => PolicyConfig::Gdsf(GdsfConfig {
             new_unit_competes: false,
             ..GdsfConfig::default()
+        }),
+        "lecar-mmix" => PolicyConfig::Lecar(LecarConfig {
+            generator: Generator::Mmix,
+            ..LecarConfig::default()
         }),
         _ => PolicyConfig::default_for(name).unwrap_or_else(|| panic!("no policy named {name}")),
     }
@@ -313,6 +329,61 @@ fn prefetchers_equal_libcachesim_aa0fc40_on_a_runs_trace() {
                     m.misses
                 ));
             }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "differences from libCacheSim aa0fc40: {differences:#?}"
+    );
+}
+
+/// libCacheSim `aa0fc40`'s Cacheus, as `cachesim ... Cacheus 489,2448,4897,9794`
+/// (and the byte sizes) runs it: the four caches are created in that order in
+/// the main thread, each drawing its starting learning rate from one MMIX
+/// generator that starts at 0, and each then runs from MMIX state 0.
+#[test]
+fn cacheus_equals_libcachesim_aa0fc40_given_its_starting_learning_rates() {
+    const OBJECT_MISSES: [u64; 4] = [94459, 92988, 88375, 79683];
+    const BYTE_MISSES: [u64; 4] = [93837, 91445, 85914, 78925];
+    let accesses = sample_accesses();
+    let mut draws = cairn_policy::rng::Rng::new(Generator::Mmix, 0);
+    let learning_rates: Vec<f64> = (0..4).map(|_| 0.001 + draws.permille()).collect();
+    let mut differences = Vec::new();
+    let runs = OBJECTS
+        .map(Capacity::Objects)
+        .into_iter()
+        .zip(OBJECT_MISSES)
+        .zip(learning_rates.iter().copied())
+        .chain(
+            BYTES
+                .map(Capacity::Bytes)
+                .into_iter()
+                .zip(BYTE_MISSES)
+                .zip(learning_rates.iter().copied()),
+        );
+    for ((capacity, expected), learning_rate) in runs {
+        let config = PolicyConfig::Cacheus(CacheusConfig {
+            generator: Generator::Mmix,
+            seed: Some(0),
+            learning_rate: Some(learning_rate),
+            grow_sr: false,
+        });
+        let mut policy = config.build(capacity).expect("the config builds");
+        let mut victims = Vec::new();
+        let misses = accesses
+            .iter()
+            .filter(|access| {
+                victims.clear();
+                !policy.access(access, &mut victims)
+            })
+            .count() as u64;
+        println!(
+            "cacheus {capacity:?} lr {learning_rate}: ours {misses}, libCacheSim aa0fc40 {expected}"
+        );
+        if misses != expected {
+            differences.push(format!(
+                "cacheus {capacity:?}: {misses}, aa0fc40 {expected}"
+            ));
         }
     }
     assert!(
