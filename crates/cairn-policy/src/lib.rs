@@ -39,6 +39,7 @@ pub mod fifo;
 pub mod gdsf;
 pub mod heap;
 pub mod lfu;
+pub mod lfuda;
 pub mod lirs;
 pub mod lru;
 pub mod ons;
