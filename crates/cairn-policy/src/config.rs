@@ -39,6 +39,8 @@ pub enum PolicyConfig {
     Lfu(crate::lfu::LfuConfig),
     /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
     Lfuda(crate::lfuda::LfudaConfig),
+    /// LRU-K (O'Neil, O'Neil & Weikum, SIGMOD 1993).
+    Lruk(crate::lruk::LruKConfig),
     /// SIEVE.
     Sieve(crate::sieve::SieveConfig),
     /// Segmented LRU (n segments; `s4lru` is a preset with four).
@@ -57,6 +59,7 @@ impl PolicyConfig {
         "clock",
         "lfu",
         "lfuda",
+        "lruk",
         "sieve",
         "arc",
         "twoq",
@@ -92,6 +95,7 @@ impl PolicyConfig {
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
+            "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
             "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
             "slru" => Self::Slru(crate::slru::SlruConfig::default()),
             "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
@@ -118,6 +122,7 @@ impl PolicyConfig {
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
+            Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),
             Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
             Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),

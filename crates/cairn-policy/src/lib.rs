@@ -42,6 +42,7 @@ pub mod lfu;
 pub mod lfuda;
 pub mod lirs;
 pub mod lru;
+pub mod lruk;
 pub mod ons;
 pub mod opt;
 pub mod prefetch;

@@ -19,7 +19,8 @@
 //!
 //! Between the two versions only S3-FIFO and GDSF changed on this trace; the
 //! older behaviour of each stays selectable (`s3fifo-v0`,
-//! `gdsf:new_unit_competes=false`) and is checked against `aa0fc40`.
+//! `gdsf:new_unit_competes=false`) and is checked against `aa0fc40`. LRU-K
+//! is new in 0.3.5 (`aa0fc40` has an empty `LRU_K.cpp`).
 
 use std::path::PathBuf;
 
@@ -53,6 +54,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("lirs",   [94680, 92673, 85609, 74687], Some([93607, 91024, 84149, 73026])),
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
     ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
+    ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
     ("belady", [90263, 80078, 71620, 62049], Some([91152, 82379, 74162, 65317])),
 ];
 
