@@ -41,6 +41,8 @@ pub enum PolicyConfig {
     Lfuda(crate::lfuda::LfudaConfig),
     /// LRU-K (O'Neil, O'Neil & Weikum, SIGMOD 1993).
     Lruk(crate::lruk::LruKConfig),
+    /// Multi-Queue (Zhou, Philbin & Li, USENIX ATC 2001).
+    Mq(crate::mq::MqConfig),
     /// SIEVE.
     Sieve(crate::sieve::SieveConfig),
     /// Segmented LRU (n segments; `s4lru` is a preset with four).
@@ -60,6 +62,7 @@ impl PolicyConfig {
         "lfu",
         "lfuda",
         "lruk",
+        "mq",
         "sieve",
         "arc",
         "twoq",
@@ -96,6 +99,7 @@ impl PolicyConfig {
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
             "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
+            "mq" => Self::Mq(crate::mq::MqConfig::default()),
             "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
             "slru" => Self::Slru(crate::slru::SlruConfig::default()),
             "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
@@ -123,6 +127,7 @@ impl PolicyConfig {
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
             Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),
+            Self::Mq(c) => Box::new(crate::mq::Mq::new(capacity, c)?),
             Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
             Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),

@@ -43,6 +43,7 @@ pub mod lfuda;
 pub mod lirs;
 pub mod lru;
 pub mod lruk;
+pub mod mq;
 pub mod ons;
 pub mod opt;
 pub mod prefetch;

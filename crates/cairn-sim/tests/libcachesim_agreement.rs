@@ -20,7 +20,7 @@
 //! Between the two versions only S3-FIFO and GDSF changed on this trace; the
 //! older behaviour of each stays selectable (`s3fifo-v0`,
 //! `gdsf:new_unit_competes=false`) and is checked against `aa0fc40`. LRU-K
-//! is new in 0.3.5 (`aa0fc40` has an empty `LRU_K.cpp`).
+//! and MQ are new in 0.3.5 (`aa0fc40` has an empty `LRU_K.cpp` and no MQ).
 
 use std::path::PathBuf;
 
@@ -55,6 +55,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
     ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
     ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
+    ("mq",     [94654, 92319, 88333, 83251], Some([93991, 92467, 88640, 84683])),
     ("belady", [90263, 80078, 71620, 62049], Some([91152, 82379, 74162, 65317])),
 ];
 
