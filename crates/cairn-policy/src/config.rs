@@ -37,6 +37,12 @@ pub enum PolicyConfig {
     Clock(crate::clock::ClockConfig),
     /// Least frequently used, least recently used among equals.
     Lfu(crate::lfu::LfuConfig),
+    /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
+    Lfuda(crate::lfuda::LfudaConfig),
+    /// LRU-K (O'Neil, O'Neil & Weikum, SIGMOD 1993).
+    Lruk(crate::lruk::LruKConfig),
+    /// Multi-Queue (Zhou, Philbin & Li, USENIX ATC 2001).
+    Mq(crate::mq::MqConfig),
     /// SIEVE.
     Sieve(crate::sieve::SieveConfig),
     /// Segmented LRU (n segments; `s4lru` is a preset with four).
@@ -60,6 +66,9 @@ impl PolicyConfig {
         "lru",
         "clock",
         "lfu",
+        "lfuda",
+        "lruk",
+        "mq",
         "sieve",
         "arc",
         "twoq",
@@ -96,6 +105,9 @@ impl PolicyConfig {
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
+            "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
+            "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
+            "mq" => Self::Mq(crate::mq::MqConfig::default()),
             "sieve" => Self::Sieve(crate::sieve::SieveConfig::default()),
             "slru" => Self::Slru(crate::slru::SlruConfig::default()),
             "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
@@ -123,6 +135,9 @@ impl PolicyConfig {
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
+            Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
+            Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),
+            Self::Mq(c) => Box::new(crate::mq::Mq::new(capacity, c)?),
             Self::Sieve(c) => Box::new(crate::sieve::Sieve::new(capacity, c)?),
             Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),

@@ -61,6 +61,14 @@ impl<P, T> IndexedHeap<P, T> {
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
+
+    /// Makes room for `total` entries in all, so that pushes and removals
+    /// allocate nothing while at most that many are held.
+    pub fn reserve_total(&mut self, total: usize) {
+        self.order.reserve(total.saturating_sub(self.order.len()));
+        self.slots.reserve(total.saturating_sub(self.slots.len()));
+        self.free.reserve(total.saturating_sub(self.free.len()));
+    }
 }
 
 impl<P: Ord + Copy, T: Copy> IndexedHeap<P, T> {

@@ -18,9 +18,10 @@
 //! `docs/policies.md`).
 //!
 //! Between the two versions only S3-FIFO and GDSF changed on this trace, and
-//! the random generator (LeCaR); the older behaviour of each stays
+//! the random generator (LeCaR, Cacheus); the older behaviour of each stays
 //! selectable (`s3fifo-v0`, `gdsf:new_unit_competes=false`,
-//! `lecar:generator=mmix`) and is checked against `aa0fc40`.
+//! `lecar:generator=mmix`) and is checked against `aa0fc40`. LRU-K and MQ
+//! are new in 0.3.5 (`aa0fc40` has an empty `LRU_K.cpp` and no MQ).
 
 use std::path::PathBuf;
 
@@ -56,6 +57,9 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("s4lru",  [94590, 93530, 90011, 82560], Some([93529, 91826, 88640, 83364])),
     ("lirs",   [94680, 92673, 85609, 74687], Some([93607, 91024, 84149, 73026])),
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
+    ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
+    ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
+    ("mq",     [94654, 92319, 88333, 83251], Some([93991, 92467, 88640, 84683])),
     // libCacheSim's random numbers continue from whatever ran before in the
     // thread; each of these runs is in a fresh process, which is where ours
     // start (cairn_policy::rng).
