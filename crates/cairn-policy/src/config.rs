@@ -45,6 +45,8 @@ pub enum PolicyConfig {
     Twoq(crate::twoq::TwoQConfig),
     /// Adaptive Replacement Cache.
     Arc(crate::arc::ArcConfig),
+    /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
+    Size(crate::size::SizeConfig),
 }
 
 impl PolicyConfig {
@@ -64,6 +66,7 @@ impl PolicyConfig {
         "s3fifo-v0",
         "tinylfu",
         "gdsf",
+        "size",
         "ons",
         "fbr",
         "cost",
@@ -93,6 +96,7 @@ impl PolicyConfig {
             "s4lru" => Self::Slru(crate::slru::SlruConfig::s4lru()),
             "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
+            "size" => Self::Size(crate::size::SizeConfig::default()),
             _ => return None,
         })
     }
@@ -117,6 +121,7 @@ impl PolicyConfig {
             Self::Slru(c) => Box::new(crate::slru::Slru::new(capacity, c)?),
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
+            Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
         })
     }
 }
