@@ -47,6 +47,8 @@ pub enum PolicyConfig {
     Arc(crate::arc::ArcConfig),
     /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
     Size(crate::size::SizeConfig),
+    /// Random eviction, libCacheSim's sample and generator.
+    Random(crate::random::RandomConfig),
 }
 
 impl PolicyConfig {
@@ -67,6 +69,7 @@ impl PolicyConfig {
         "tinylfu",
         "gdsf",
         "size",
+        "random",
         "ons",
         "fbr",
         "cost",
@@ -97,6 +100,7 @@ impl PolicyConfig {
             "twoq" => Self::Twoq(crate::twoq::TwoQConfig::default()),
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
+            "random" => Self::Random(crate::random::RandomConfig::default()),
             _ => return None,
         })
     }
@@ -122,6 +126,7 @@ impl PolicyConfig {
             Self::Twoq(c) => Box::new(crate::twoq::TwoQ::new(capacity, c)?),
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
+            Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
         })
     }
 }

@@ -45,6 +45,7 @@ pub mod lru;
 pub mod ons;
 pub mod opt;
 pub mod prefetch;
+pub mod random;
 pub mod s3fifo;
 pub mod sieve;
 pub mod size;

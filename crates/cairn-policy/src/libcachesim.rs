@@ -554,6 +554,93 @@ impl<P: PartialOrd + Copy, T: Copy> PQueue<P, T> {
     }
 }
 
+/// A naive model of [`ChainedTable`] for the policies' reference models: a
+/// vector of chains, each newest first, and the same sampling, written
+/// from the C source (aa0fc40) and the wheel's machine code (0.3.5).
+#[cfg(test)]
+#[derive(Clone, Debug)]
+pub(crate) struct NaiveChains<V> {
+    /// `(key, value)`, newest first, per bucket.
+    pub chains: Vec<Vec<(u64, V)>>,
+    version: Version,
+    rng: LcsRng,
+}
+
+#[cfg(test)]
+impl<V: Clone> NaiveChains<V> {
+    pub fn new(power: u32, version: Version, rng: LcsRng) -> Self {
+        Self {
+            chains: vec![Vec::new(); 1 << power],
+            version,
+            rng,
+        }
+    }
+
+    fn bucket(&self, key: u64) -> usize {
+        (xxh3_u64(key) & (self.chains.len() as u64 - 1)) as usize
+    }
+
+    pub fn len(&self) -> usize {
+        self.chains.iter().map(Vec::len).sum()
+    }
+
+    pub fn find(&mut self, key: u64) -> Option<&mut V> {
+        let b = self.bucket(key);
+        self.chains[b]
+            .iter_mut()
+            .find(|e| e.0 == key)
+            .map(|e| &mut e.1)
+    }
+
+    fn rebuild(&mut self, buckets: usize) {
+        let old = std::mem::replace(&mut self.chains, vec![Vec::new(); buckets]);
+        for entry in old.into_iter().flatten() {
+            let b = self.bucket(entry.0);
+            self.chains[b].insert(0, entry);
+        }
+    }
+
+    pub fn insert(&mut self, key: u64, value: V) {
+        let limit = match self.version {
+            Version::Aa0fc40 => self.chains.len(),
+            Version::V0_3_5 => 2 * self.chains.len(),
+        };
+        if self.len() > limit {
+            self.rebuild(self.chains.len() * 2);
+        }
+        let b = self.bucket(key);
+        self.chains[b].insert(0, (key, value));
+    }
+
+    pub fn remove(&mut self, key: u64) -> V {
+        let b = self.bucket(key);
+        let at = self.chains[b].iter().position(|e| e.0 == key).unwrap();
+        self.chains[b].remove(at).1
+    }
+
+    /// `hashtable_rand_obj` of either version.
+    pub fn sample(&mut self) -> (u64, V) {
+        let mut empty_draws = 0;
+        loop {
+            let b = (self.rng.next_u64() & (self.chains.len() as u64 - 1)) as usize;
+            if self.chains[b].is_empty() {
+                empty_draws += 1;
+                if self.version == Version::V0_3_5 && empty_draws > 32 {
+                    self.rebuild(self.chains.len() / 2);
+                }
+                continue;
+            }
+            return match self.version {
+                Version::Aa0fc40 => self.chains[b][0].clone(),
+                Version::V0_3_5 => {
+                    let pick = self.rng.next_u64() % self.chains[b].len() as u64;
+                    self.chains[b][pick as usize].clone()
+                }
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,6 +744,17 @@ mod tests {
             seen.iter().all(|&s| s),
             "every key is sampled, heads or not: {seen:?}"
         );
+        let mut naive: NaiveChains<()> =
+            NaiveChains::new(16, Version::V0_3_5, LcsRng::new(Version::V0_3_5, None));
+        let mut again = ChainedTable::new(16, Version::V0_3_5, LcsRng::new(Version::V0_3_5, None));
+        for k in 0..8u64 {
+            naive.insert(k, ());
+            again.insert(k, ());
+        }
+        for _ in 0..400 {
+            let slot = again.sample().unwrap();
+            assert_eq!(again.key(slot), naive.sample().0);
+        }
     }
 
     proptest! {
