@@ -49,6 +49,8 @@ pub enum PolicyConfig {
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
     Random(crate::random::RandomConfig),
+    /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
+    Hyperbolic(crate::hyperbolic::HyperbolicConfig),
 }
 
 impl PolicyConfig {
@@ -69,6 +71,7 @@ impl PolicyConfig {
         "tinylfu",
         "gdsf",
         "size",
+        "hyperbolic",
         "random",
         "ons",
         "fbr",
@@ -101,6 +104,7 @@ impl PolicyConfig {
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
+            "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             _ => return None,
         })
     }
@@ -127,6 +131,7 @@ impl PolicyConfig {
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
+            Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
         })
     }
 }

@@ -38,6 +38,7 @@ pub mod fbr;
 pub mod fifo;
 pub mod gdsf;
 pub mod heap;
+pub mod hyperbolic;
 pub mod lfu;
 pub mod libcachesim;
 pub mod lirs;

@@ -24,6 +24,7 @@
 use std::path::PathBuf;
 
 use cairn_policy::gdsf::GdsfConfig;
+use cairn_policy::hyperbolic::HyperbolicConfig;
 use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
 use cairn_policy::random::RandomConfig;
@@ -65,6 +66,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
 /// `seed` starts from. Table size as the wheel's (`hash_power` 16).
 #[rustfmt::skip]
 const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
+    ("hyperbolic", [95032, 93432, 91453, 85016], Some([94590, 93262, 91763, 83272])),
     ("random",     [97074, 93684, 90343, 83608], Some([95400, 93400, 90541, 84358])),
 ];
 
@@ -77,6 +79,7 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // at 2^16 buckets for random and 2^12 for hyperbolic (cache_init.h and
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
+    ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
 ];
 
 /// The sample trace, in the repo.
@@ -96,6 +99,11 @@ fn config(name: &str) -> PolicyConfig {
         "random-aa0fc40" => PolicyConfig::Random(RandomConfig {
             version: Version::Aa0fc40,
             ..RandomConfig::default()
+        }),
+        "hyperbolic-aa0fc40" => PolicyConfig::Hyperbolic(HyperbolicConfig {
+            version: Version::Aa0fc40,
+            hash_power: 12,
+            ..HyperbolicConfig::default()
         }),
         _ => PolicyConfig::default_for(name).unwrap_or_else(|| panic!("no policy named {name}")),
     }
