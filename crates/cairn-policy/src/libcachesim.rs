@@ -141,6 +141,8 @@ pub struct ChainedTable<V> {
     rng: LcsRng,
     mask: u64,
     heads: Vec<u32>,
+    /// Entries per bucket (0.3.5's sample picks by chain length).
+    lengths: Vec<u32>,
     /// One bit per bucket: whether its chain is non-empty. Sampling draws
     /// buckets until it hits one, and a 64-times smaller bitmap stays in the
     /// nearest cache where the chain heads would not.
@@ -161,6 +163,7 @@ impl<V: Copy> ChainedTable<V> {
             rng,
             mask: buckets as u64 - 1,
             heads: vec![NIL; buckets],
+            lengths: vec![0; buckets],
             occupied: vec![0; buckets.div_ceil(64)],
             entries: Vec::new(),
             free: Vec::new(),
@@ -235,6 +238,7 @@ impl<V: Copy> ChainedTable<V> {
             value,
         } = self.entries[slot as usize];
         let bucket = (hash & self.mask) as usize;
+        self.lengths[bucket] -= 1;
         if self.heads[bucket] == slot {
             self.heads[bucket] = next;
             if next == NIL {
@@ -294,15 +298,8 @@ impl<V: Copy> ChainedTable<V> {
             bucket = self.draw_bucket();
         }
         let pick = self.rng.next_u64();
-        let head = self.heads[bucket];
-        let mut length = 0u64;
-        let mut at = head;
-        while at != NIL {
-            length += 1;
-            at = self.entries[at as usize].next;
-        }
-        let mut at = head;
-        for _ in 0..pick % length {
+        let mut at = self.heads[bucket];
+        for _ in 0..pick % u64::from(self.lengths[bucket]) {
             at = self.entries[at as usize].next;
         }
         Some(at)
@@ -333,6 +330,7 @@ impl<V: Copy> ChainedTable<V> {
         let bucket = (self.entries[slot as usize].hash & self.mask) as usize;
         self.entries[slot as usize].next = self.heads[bucket];
         self.heads[bucket] = slot;
+        self.lengths[bucket] += 1;
         self.occupied[bucket / 64] |= 1 << (bucket % 64);
     }
 
@@ -345,6 +343,7 @@ impl<V: Copy> ChainedTable<V> {
             "table of {buckets} buckets"
         );
         let old = std::mem::replace(&mut self.heads, vec![NIL; buckets]);
+        self.lengths = vec![0; buckets];
         self.occupied = vec![0; buckets.div_ceil(64)];
         self.mask = buckets as u64 - 1;
         for head in old {
