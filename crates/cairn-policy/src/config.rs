@@ -57,6 +57,12 @@ pub enum PolicyConfig {
     /// Cacheus: SR-LRU and CR-LFU experts with an adaptive learning rate
     /// (Rodriguez et al., FAST'21).
     Cacheus(crate::cacheus::CacheusConfig),
+    /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
+    Size(crate::size::SizeConfig),
+    /// Random eviction, libCacheSim's sample and generator.
+    Random(crate::random::RandomConfig),
+    /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
+    Hyperbolic(crate::hyperbolic::HyperbolicConfig),
 }
 
 impl PolicyConfig {
@@ -81,6 +87,9 @@ impl PolicyConfig {
         "s3fifo-v0",
         "tinylfu",
         "gdsf",
+        "size",
+        "hyperbolic",
+        "random",
         "ons",
         "fbr",
         "cost",
@@ -115,6 +124,9 @@ impl PolicyConfig {
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
             "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
+            "size" => Self::Size(crate::size::SizeConfig::default()),
+            "random" => Self::Random(crate::random::RandomConfig::default()),
+            "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             _ => return None,
         })
     }
@@ -144,6 +156,9 @@ impl PolicyConfig {
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
             Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
+            Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
+            Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
+            Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
         })
     }
 }

@@ -27,8 +27,11 @@ use std::path::PathBuf;
 
 use cairn_policy::cacheus::CacheusConfig;
 use cairn_policy::gdsf::GdsfConfig;
+use cairn_policy::hyperbolic::HyperbolicConfig;
 use cairn_policy::lecar::LecarConfig;
+use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
+use cairn_policy::random::RandomConfig;
 use cairn_policy::rng::Generator;
 use cairn_policy::{Access, Capacity, PolicyConfig};
 use cairn_trace::read::{self, Format};
@@ -65,7 +68,19 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     // start (cairn_policy::rng).
     ("lecar",  [95200, 93879, 91651, 82524], Some([94299, 93699, 92131, 79622])),
     ("cacheus", [95112, 93246, 89546, 77319], Some([93835, 91433, 85822, 78996])),
+    ("size",   [97760, 96547, 93044, 85152], Some([93025, 81283, 78547, 73067])),
     ("belady", [90263, 80078, 71620, 62049], Some([91152, 82379, 74162, 65317])),
+];
+
+/// libCacheSim 0.3.5's randomized policies, each size run in a fresh Python
+/// process. Their sampler draws from one thread-local generator that the
+/// wheel never reseeds, so a run's victims depend on every run before it in
+/// the process; a fresh process starts from the state our default (unset)
+/// `seed` starts from. Table size as the wheel's (`hash_power` 16).
+#[rustfmt::skip]
+const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
+    ("hyperbolic", [95032, 93432, 91453, 85016], Some([94590, 93262, 91763, 83272])),
+    ("random",     [97074, 93684, 90343, 83608], Some([95400, 93400, 90541, 84358])),
 ];
 
 /// libCacheSim commit aa0fc40, where it differs from 0.3.5.
@@ -76,6 +91,11 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // aa0fc40's random generator (MMIX); `cachesim` runs each size in a
     // fresh worker thread.
     ("lecar-mmix", [95257, 93880, 91656, 82578], Some([94309, 93593, 92129, 80063])),
+    // cachesim resets the generator to 0 before each run; its tables start
+    // at 2^16 buckets for random and 2^12 for hyperbolic (cache_init.h and
+    // Hyperbolic_init each take 8 off the hash power).
+    ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
+    ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
 ];
 
 /// The sample trace, in the repo.
@@ -95,6 +115,15 @@ fn config(name: &str) -> PolicyConfig {
         "lecar-mmix" => PolicyConfig::Lecar(LecarConfig {
             generator: Generator::Mmix,
             ..LecarConfig::default()
+        }),
+        "random-aa0fc40" => PolicyConfig::Random(RandomConfig {
+            version: Version::Aa0fc40,
+            ..RandomConfig::default()
+        }),
+        "hyperbolic-aa0fc40" => PolicyConfig::Hyperbolic(HyperbolicConfig {
+            version: Version::Aa0fc40,
+            hash_power: 12,
+            ..HyperbolicConfig::default()
         }),
         _ => PolicyConfig::default_for(name).unwrap_or_else(|| panic!("no policy named {name}")),
     }
@@ -152,6 +181,15 @@ fn miss_counts_equal_libcachesim_0_3_5_on_the_sample_trace() {
     assert!(
         differences.is_empty(),
         "differences from libCacheSim 0.3.5: {differences:#?}"
+    );
+}
+
+#[test]
+fn randomized_policies_equal_libcachesim_0_3_5_from_a_fresh_generator() {
+    let differences = differences("0.3.5", LIBCACHESIM_0_3_5_FRESH, &sample_accesses());
+    assert!(
+        differences.is_empty(),
+        "differences from libCacheSim 0.3.5 (fresh process): {differences:#?}"
     );
 }
 
