@@ -16,11 +16,9 @@
 mod common;
 
 use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cairn_policy::PolicyConfig;
 use cairn_store::device::{FileDevice, FileOptions, SharedDevice};
@@ -343,13 +341,7 @@ fn the_server_prefetches_what_the_simulator_says() {
                 .spawn()
                 .unwrap(),
         ));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for socket in ["cairn-data/cairn.sock", "cairn-data/cairn.ctl"] {
-            while UnixStream::connect(run.join(socket)).is_err() {
-                assert!(Instant::now() < deadline, "{socket} never answered");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        common::wait_for_sockets(&run);
         // One qemu-io, one read at a time, in the trace's order.
         let mut client = Command::new(&qemu_io)
             .current_dir(&run)

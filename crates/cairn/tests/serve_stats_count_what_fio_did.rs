@@ -32,13 +32,7 @@ fn serve(dir: &Path, extra: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let server = Server(Some(child));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for socket in ["cairn-data/cairn.sock", "cairn-data/cairn.ctl"] {
-        while UnixStream::connect(dir.join(socket)).is_err() {
-            assert!(Instant::now() < deadline, "{socket} never answered");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    common::wait_for_sockets(dir);
     server
 }
 

@@ -150,6 +150,18 @@ pub fn connect(path: &Path) -> Raw<UnixStream, UnixStream> {
     }
 }
 
+/// Waits until a `cairn serve` started in `dir` with the default sockets
+/// (`cairn-data/cairn.sock`, `cairn-data/cairn.ctl`) answers on both.
+pub fn wait_for_sockets(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for socket in ["cairn-data/cairn.sock", "cairn-data/cairn.ctl"] {
+        while UnixStream::connect(dir.join(socket)).is_err() {
+            assert!(Instant::now() < deadline, "{socket} never answered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// SIGTERM, and the server must exit 0.
 pub fn terminate(mut child: Child) {
     let status = Command::new("kill")
