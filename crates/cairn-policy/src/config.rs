@@ -28,6 +28,9 @@ pub enum PolicyConfig {
     Lirs(crate::lirs::LirsConfig),
     /// Belady's offline optimum (needs next-access times).
     Opt(crate::opt::OptConfig),
+    /// Sampled size-aware Belady, libCacheSim's `BeladySize` (needs
+    /// next-access times).
+    Beladysize(crate::beladysize::BeladySizeConfig),
     /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
     Tinylfu(crate::tinylfu::TinyLfuConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
@@ -63,6 +66,8 @@ pub enum PolicyConfig {
     Random(crate::random::RandomConfig),
     /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
+    /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
+    Lhd(crate::lhd::LhdConfig),
 }
 
 impl PolicyConfig {
@@ -89,12 +94,14 @@ impl PolicyConfig {
         "gdsf",
         "size",
         "hyperbolic",
+        "lhd",
         "random",
         "ons",
         "fbr",
         "cost",
         "dual",
         "opt",
+        "beladysize",
     ];
 
     /// The default configuration of the policy called `name`.
@@ -109,6 +116,7 @@ impl PolicyConfig {
             "gdsf" => Self::Gdsf(crate::gdsf::GdsfConfig::default()),
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
+            "beladysize" => Self::Beladysize(crate::beladysize::BeladySizeConfig::default()),
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
@@ -127,8 +135,15 @@ impl PolicyConfig {
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
+            "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             _ => return None,
         })
+    }
+
+    /// Whether the policy reads [`Access::next`](crate::Access::next), the
+    /// next-access times only an offline replay knows.
+    pub fn needs_next_access(&self) -> bool {
+        matches!(self, Self::Opt(_) | Self::Beladysize(_))
     }
 
     /// Builds the policy with the given capacity.
@@ -143,6 +158,7 @@ impl PolicyConfig {
             Self::Gdsf(c) => Box::new(crate::gdsf::Gdsf::new(capacity, c)?),
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
+            Self::Beladysize(c) => Box::new(crate::beladysize::BeladySize::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
@@ -159,6 +175,7 @@ impl PolicyConfig {
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
+            Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
         })
     }
 }

@@ -31,6 +31,7 @@ pub(crate) mod testing;
 
 pub mod admission;
 pub mod arc;
+pub mod beladysize;
 pub mod cacheus;
 pub mod clock;
 pub mod cost;
@@ -44,6 +45,7 @@ pub mod hyperbolic;
 pub mod lecar;
 pub mod lfu;
 pub mod lfuda;
+pub mod lhd;
 pub mod libcachesim;
 pub mod lirs;
 pub mod lru;

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use cairn_sim::{
     CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, ReplayOptions, Report, WorkingSet,
-    policy_name, prepass, replay,
+    prepass, replay,
 };
 use serde::{Deserialize, Serialize};
 
@@ -416,7 +416,7 @@ struct JsonRun<'a> {
 /// Runs `cairn sim`.
 pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
     let mut config = SimConfig::from_args(args)?;
-    let has_opt = config.policies.iter().any(|(_, p)| policy_name(p) == "opt");
+    let has_opt = config.policies.iter().any(|(_, p)| p.needs_next_access());
     let needs_working_set = config.sizes.iter().any(|(_, s)| s.needs_working_set());
 
     let mut working_set = None;
@@ -439,7 +439,7 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
             "first pass"
         );
         if has_opt && pass.carries_next {
-            tracing::info!("opt uses the trace's own next-access times");
+            tracing::info!("offline policies use the trace's own next-access times");
         } else {
             next_times = pass.next_times;
         }
