@@ -808,6 +808,7 @@ fn sim<'py>(
                     prefetch: prefetch.clone(),
                     size: size.to_string(),
                     capacity: resolve(size)?,
+                    l2: None,
                 });
             }
         }

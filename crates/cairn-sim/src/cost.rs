@@ -1,7 +1,8 @@
 //! The device cost model: what hits and misses cost in time.
 //!
-//! Each cost group (see [`crate::groups`]) has a hit cost and a miss cost,
-//! each a fixed latency plus a transfer at a bandwidth:
+//! Each cost group (see [`crate::groups`]) has a hit cost and a miss cost
+//! (and, for two-level runs, an L2 hit cost between the two), each a fixed
+//! latency plus a transfer at a bandwidth:
 //! `time = latency + size / bandwidth`. The modelled total time of a run is
 //! the sum over every access; modelled throughput is the bytes requested over
 //! that time. This is the measure papers/004 argues for: with heterogeneous
@@ -45,6 +46,10 @@ pub struct GroupCost {
     /// Serving a miss from the device. Default: HDD-like, 5 ms + 150 MB/s.
     #[serde(default = "GroupCost::hdd")]
     pub miss: ServiceCost,
+    /// Serving a hit from the second level of a two-level run (`--l2`).
+    /// Default: flash-like, 100 µs + 1,000 MB/s.
+    #[serde(default = "GroupCost::flash")]
+    pub l2_hit: ServiceCost,
 }
 
 impl GroupCost {
@@ -53,6 +58,14 @@ impl GroupCost {
         ServiceCost {
             latency_us: 1.0,
             bandwidth_mb_s: 10_000.0,
+        }
+    }
+
+    /// Flash-like: 100 µs and 1,000 MB/s.
+    pub fn flash() -> ServiceCost {
+        ServiceCost {
+            latency_us: 100.0,
+            bandwidth_mb_s: 1_000.0,
         }
     }
 
@@ -80,6 +93,7 @@ impl Default for CostModel {
                 name: "hdd".into(),
                 hit: GroupCost::dram(),
                 miss: GroupCost::hdd(),
+                l2_hit: GroupCost::flash(),
             }],
         }
     }
@@ -96,7 +110,7 @@ impl CostModel {
             });
         }
         for group in &self.groups {
-            for cost in [group.hit, group.miss] {
+            for cost in [group.hit, group.miss, group.l2_hit] {
                 if !(cost.bandwidth_mb_s > 0.0 && cost.bandwidth_mb_s.is_finite()) {
                     return Err(SimError::CostParameter {
                         parameter: "bandwidth_mb_s",

@@ -54,6 +54,14 @@ pub enum SimError {
         /// What is wrong, and what to do.
         reason: String,
     },
+    /// A configuration combines what the simulator does not model together.
+    #[error("configuration `{label}`: {what} is not modelled")]
+    Unsupported {
+        /// The configuration's label.
+        label: String,
+        /// What it asked for.
+        what: &'static str,
+    },
     /// Nothing to simulate.
     #[error("no configurations to simulate")]
     NoConfigurations,

@@ -8,6 +8,8 @@
 //!   counters, and a device cost model (latency + size / bandwidth per group)
 //!   giving modelled time and throughput, as papers/004 measures.
 //! - [`groups`]: cost groups by device and sequential/random pattern.
+//! - [`levels`]: two-level hierarchies (a DRAM cache over a flash tier),
+//!   inclusive as the engine stacks them, or exclusive.
 //! - [`mrc`]: exact LRU miss-ratio curves in one pass, and SHARDS sampling.
 //! - [`analyze`]: a trace's reuse and stack distances, popularity (Zipf fit),
 //!   one-hit wonders, sizes and per-window rates in one pass.
@@ -26,6 +28,7 @@ mod error;
 pub mod analyze;
 pub mod cost;
 pub mod groups;
+pub mod levels;
 pub mod metrics;
 pub mod mrc;
 mod prepass;
@@ -36,7 +39,8 @@ mod stream;
 pub use cost::{CostModel, GroupCost, ServiceCost};
 pub use error::{Result, SimError};
 pub use groups::{DeviceMap, GroupMap};
-pub use metrics::{GroupCounts, Metrics, Report};
+pub use levels::{Hierarchy, Level2, SecondLevel};
+pub use metrics::{GroupCounts, Level2Report, Metrics, Report, Served};
 pub use prepass::{Prepass, next_access_times, prepass};
 pub use replay::{Configuration, NoProgress, Progress, ReplayOptions, policy_name, replay};
 pub use size::{CacheSize, CapacityUnit, WorkingSet, parse_bytes};

@@ -9,6 +9,7 @@ use cairn_policy::{Access, Op};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostModel;
+use crate::levels::Hierarchy;
 
 /// Counters of one cost group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +22,12 @@ pub struct GroupCounts {
     pub hit_bytes: u64,
     /// Bytes of the accesses that missed.
     pub miss_bytes: u64,
+    /// Of `hits`, those served by the second level (two-level runs).
+    #[serde(default)]
+    pub l2_hits: u64,
+    /// Of `hit_bytes`, those served by the second level.
+    #[serde(default)]
+    pub l2_hit_bytes: u64,
 }
 
 /// Counters of one configuration.
@@ -28,10 +35,14 @@ pub struct GroupCounts {
 pub struct Metrics {
     /// Accesses replayed.
     pub requests: u64,
-    /// Accesses that hit.
+    /// Accesses that hit (in either level, in a two-level run).
     pub hits: u64,
-    /// Accesses that missed.
+    /// Accesses that missed (every level).
     pub misses: u64,
+    /// Of `hits`, those served by the second level (two-level runs; 0
+    /// otherwise). L1 hits are `hits - l2_hits`.
+    #[serde(default)]
+    pub l2_hits: u64,
     /// Bytes of all accesses.
     pub bytes: u64,
     /// Bytes of the accesses that missed.
@@ -44,8 +55,12 @@ pub struct Metrics {
     pub read_hits: u64,
     /// Write accesses that hit.
     pub write_hits: u64,
-    /// Units the policy evicted (for demand accesses and prefetches).
+    /// Units the policy evicted (for demand accesses and prefetches); in a
+    /// two-level run, the units L1 evicted (demoted, when exclusive).
     pub evictions: u64,
+    /// Units the second level evicted (two-level runs).
+    #[serde(default)]
+    pub l2_evictions: u64,
     /// Units a prefetcher loaded (not resident when it named them).
     #[serde(default)]
     pub prefetched: u64,
@@ -92,6 +107,28 @@ impl Metrics {
         }
     }
 
+    /// Records one access of a two-level run: where it was served, and how
+    /// many units L1 and L2 evicted for it.
+    #[inline]
+    pub fn record_levels(
+        &mut self,
+        access: &Access,
+        served: Served,
+        evicted: usize,
+        l2_evicted: usize,
+    ) {
+        self.record(access, served != Served::Miss, evicted);
+        self.l2_evictions += l2_evicted as u64;
+        if served == Served::L2 {
+            self.l2_hits += 1;
+            // `record` sized `groups` for this access's group.
+            if let Some(counts) = self.groups.get_mut(usize::from(access.group)) {
+                counts.l2_hits += 1;
+                counts.l2_hit_bytes += u64::from(access.size);
+            }
+        }
+    }
+
     /// Misses over requests (0 for an empty run).
     pub fn miss_ratio(&self) -> f64 {
         ratio(self.misses, self.requests)
@@ -102,8 +139,8 @@ impl Metrics {
         ratio(self.miss_bytes, self.bytes)
     }
 
-    /// Modelled service time, in seconds: every group's hits at its hit cost
-    /// and misses at its miss cost.
+    /// Modelled service time, in seconds: every group's L1 hits at its hit
+    /// cost, L2 hits at its L2 hit cost and misses at its miss cost.
     pub fn modelled_seconds(&self, model: &CostModel) -> f64 {
         self.groups
             .iter()
@@ -111,12 +148,25 @@ impl Metrics {
             .filter_map(|(g, c)| {
                 let cost = model.group(g)?;
                 Some(
-                    cost.hit.seconds(c.hits, c.hit_bytes)
+                    cost.hit
+                        .seconds(c.hits - c.l2_hits, c.hit_bytes - c.l2_hit_bytes)
+                        + cost.l2_hit.seconds(c.l2_hits, c.l2_hit_bytes)
                         + cost.miss.seconds(c.misses, c.miss_bytes),
                 )
             })
             .sum()
     }
+}
+
+/// Where a two-level run served an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The first level held it.
+    L1,
+    /// The second level held it.
+    L2,
+    /// Neither: fetched from the backing store.
+    Miss,
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
@@ -150,4 +200,22 @@ pub struct Report {
     pub modelled_throughput_mb_s: f64,
     /// The raw counters.
     pub metrics: Metrics,
+    /// The second level, in a two-level run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2: Option<Level2Report>,
+}
+
+/// The second level of a two-level run, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Level2Report {
+    /// The L2 policy as given.
+    pub label: String,
+    /// The L2 policy's table name.
+    pub policy: String,
+    /// The L2 size as given.
+    pub size: String,
+    /// The resolved L2 capacity, in the report's `capacity_unit`.
+    pub capacity: u64,
+    /// `inclusive` or `exclusive`.
+    pub hierarchy: Hierarchy,
 }

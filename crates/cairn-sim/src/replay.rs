@@ -33,7 +33,8 @@ use cairn_policy::{
 use cairn_trace::TraceError;
 
 use crate::cost::CostModel;
-use crate::metrics::{Metrics, Report};
+use crate::levels::{Level2, SecondLevel};
+use crate::metrics::{Level2Report, Metrics, Report};
 use crate::stream::AccessSource;
 use crate::{Result, SimError};
 
@@ -53,6 +54,9 @@ pub struct Configuration {
     pub size: String,
     /// The resolved capacity.
     pub capacity: Capacity,
+    /// A second cache level under the policy (`None`: one level). Not with
+    /// a prefetcher.
+    pub l2: Option<Level2>,
 }
 
 /// Receives progress from the reader thread, once per chunk.
@@ -172,6 +176,8 @@ struct Slot {
     index: usize,
     policy: Box<dyn Policy>,
     prefetch: Option<Prefetching>,
+    /// The second level, in a two-level configuration.
+    lower: Option<SecondLevel>,
     metrics: Metrics,
     /// Accesses replayed so far, and how many of them warm up.
     seen: u64,
@@ -243,6 +249,10 @@ impl Prefetching {
 
 impl Slot {
     fn run(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
+        if self.lower.is_some() {
+            self.run_levels(chunk, victims);
+            return;
+        }
         // A policy this small stays in the CPU's caches: hints would only
         // cost their own work.
         let hints = self.policy.len() >= hints_from_keys();
@@ -269,6 +279,23 @@ impl Slot {
             if let Some(prefetch) = &mut self.prefetch {
                 prefetch.after(&mut *self.policy, access, hit, victims, &mut self.metrics);
             }
+        }
+    }
+}
+
+impl Slot {
+    /// [`Slot::run`] for a two-level configuration (no prefetcher, no hints:
+    /// one branch per chunk keeps the one-level loop as it was).
+    fn run_levels(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
+        let Some(lower) = self.lower.as_mut() else {
+            return;
+        };
+        for access in chunk {
+            if self.seen == self.warmup {
+                self.metrics = Metrics::default();
+            }
+            self.seen += 1;
+            lower.access(&mut *self.policy, access, victims, &mut self.metrics);
         }
     }
 }
@@ -313,10 +340,29 @@ pub fn replay(
                 wanted: Vec::new(),
                 unused: KeyMap::default(),
             });
+        let lower = match &configuration.l2 {
+            None => None,
+            Some(_) if prefetch.is_some() => {
+                return Err(SimError::Unsupported {
+                    label: configuration.label.clone(),
+                    what: "a prefetcher beside a two-level hierarchy",
+                });
+            }
+            Some(l2) => Some(SecondLevel::new(
+                l2.policy
+                    .build(l2.capacity)
+                    .map_err(|source| SimError::Policy {
+                        label: format!("{} (L2 {})", configuration.label, l2.label),
+                        source,
+                    })?,
+                l2.hierarchy,
+            )),
+        };
         owned[index % workers].push(Slot {
             index,
             policy,
             prefetch,
+            lower,
             metrics: Metrics::default(),
             seen: 0,
             warmup: options.warmup_accesses,
@@ -344,12 +390,22 @@ pub fn replay(
             slot.metrics = Metrics::default();
         }
         let configuration = &configurations[slot.index];
-        reports[slot.index] = Some(report(
+        let mut report = report(
             configuration,
             slot.policy.name(),
             slot.metrics,
             &options.cost,
-        ));
+        );
+        if let (Some(l2), Some(lower)) = (&configuration.l2, &slot.lower) {
+            report.l2 = Some(Level2Report {
+                label: l2.label.clone(),
+                policy: lower.policy().name().to_owned(),
+                size: l2.size.clone(),
+                capacity: l2.capacity.limit(),
+                hierarchy: l2.hierarchy,
+            });
+        }
+        reports[slot.index] = Some(report);
     }
     Ok(reports.into_iter().flatten().collect())
 }
@@ -485,6 +541,7 @@ fn report(
         modelled_seconds: seconds,
         modelled_throughput_mb_s: throughput,
         metrics,
+        l2: None,
     }
 }
 

@@ -344,6 +344,7 @@ fn prefetchers_equal_libcachesim_aa0fc40_on_a_runs_trace() {
                 prefetch: Some(prefetch.clone()),
                 size: fraction.to_string(),
                 capacity: Capacity::Objects((fraction * distinct) as u64),
+                l2: None,
             })
             .collect();
         let reports = cairn_sim::replay(

@@ -26,6 +26,7 @@ fn configurations() -> Vec<Configuration> {
                 prefetch: None,
                 size: capacity.limit().to_string(),
                 capacity,
+                l2: None,
             });
         }
     }

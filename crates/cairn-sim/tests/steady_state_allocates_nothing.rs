@@ -172,3 +172,58 @@ fn no_admission_filter_allocates_in_the_steady_state() {
         "filters allocating in the steady state: {failures:?}"
     );
 }
+
+/// Two-level hierarchies (`--l2`), both modes: the second level and, when
+/// exclusive, its map of L1's units must not allocate once both levels are
+/// full. L1 policies include LIRS, whose hits hold victims.
+#[test]
+fn two_levels_allocate_nothing_in_the_steady_state() {
+    use cairn_sim::{Hierarchy, Metrics, SecondLevel};
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warm = trace(400_000, 20_000, 7);
+    warm.extend(trace(1_600_000, 20_000, 9));
+    let measured = trace(200_000, 20_000, 11);
+    let mut failures = Vec::new();
+    for hierarchy in [Hierarchy::Inclusive, Hierarchy::Exclusive] {
+        for (l1, l2) in [("lru", "s3fifo"), ("lirs", "lru"), ("s3fifo", "arc")] {
+            let build = |name: &str, objects: u64| {
+                PolicyConfig::default_for(name)
+                    .expect("a listed name")
+                    .build(Capacity::Objects(objects))
+                    .expect("default config builds")
+            };
+            let mut upper = build(l1, 1_000);
+            let mut lower = SecondLevel::new(build(l2, 4_000), hierarchy);
+            let mut metrics = Metrics::default();
+            let mut victims = Vec::with_capacity(1024);
+            for access in &warm {
+                lower.access(&mut *upper, access, &mut victims, &mut metrics);
+            }
+            let mut rounds = Vec::with_capacity(ROUNDS);
+            for _ in 0..ROUNDS {
+                ALLOCATIONS.store(0, Ordering::Relaxed);
+                COUNTING.store(true, Ordering::Relaxed);
+                for access in &measured {
+                    lower.access(&mut *upper, access, &mut victims, &mut metrics);
+                }
+                COUNTING.store(false, Ordering::Relaxed);
+                let round = ALLOCATIONS.load(Ordering::Relaxed);
+                rounds.push(round);
+                if round == 0 {
+                    break;
+                }
+            }
+            println!("{hierarchy:?} {l1} over {l2}: {rounds:?} allocations per round");
+            assert!(metrics.l2_hits > 0, "{hierarchy:?} {l1}/{l2}: L2 never hit");
+            if allocates(&rounds) {
+                failures.push(format!("{hierarchy:?} {l1}/{l2}: {rounds:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "two-level hierarchies allocating in the steady state: {failures:?}"
+    );
+}

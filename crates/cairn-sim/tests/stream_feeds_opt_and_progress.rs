@@ -101,6 +101,7 @@ fn progress_adds_up_and_the_cost_model_charges_every_access() {
         prefetch: None,
         size: "2".into(),
         capacity: Capacity::Objects(2),
+        l2: None,
     }];
     let options = ReplayOptions {
         chunk_accesses: 4,

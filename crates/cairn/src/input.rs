@@ -29,14 +29,22 @@ pub enum OpArg {
     All,
 }
 
-/// The trace flags, as typed.
-#[derive(clap::Args, Debug, Clone)]
+/// The trace flags, as typed: one trace file and how to read it.
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct TraceArgs {
     /// Trace file to read. Without it, the sample trace embedded in the binary
     /// (a VM block trace from Cloud Physics, 113,872 requests) is used.
     #[arg(long, value_name = "PATH")]
     pub trace: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub options: TraceOptions,
+}
+
+/// How a trace is read, whichever file it is (`cairn sim` takes several
+/// `--trace`s and reads each with these).
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceOptions {
     /// Format of the trace file: `auto` (from the file name, then its first
     /// bytes), `oracle` (libCacheSim oracleGeneral), `msr` (MSR Cambridge
     /// CSV), `vscsi` (VSCSI v1 binary), `cloudphysics` (`CloudPhysics` CSV),
@@ -74,12 +82,11 @@ pub struct TraceArgs {
     pub requests: Option<u64>,
 }
 
-impl Default for TraceArgs {
-    /// The flags' defaults: the embedded sample, format auto, object unit, all
-    /// operations.
+impl Default for TraceOptions {
+    /// The flags' defaults: format auto, unit auto, all operations, every
+    /// request.
     fn default() -> Self {
         Self {
-            trace: None,
             format: "auto".into(),
             csv_map: None,
             unit: UnitArg::Auto,
@@ -159,14 +166,20 @@ pub struct TraceInput {
 impl TraceInput {
     /// Validates the flags; decompresses the sample trace when no file is named.
     pub fn from_args(args: &TraceArgs, groups: GroupMap) -> Result<Self> {
-        let source = match &args.trace {
+        Self::open(args.trace.as_deref(), &args.options, groups)
+    }
+
+    /// The trace at `path` (the embedded sample when `None`), read as
+    /// `args` say.
+    pub fn open(path: Option<&Path>, args: &TraceOptions, groups: GroupMap) -> Result<Self> {
+        let source = match path {
             Some(path) => {
                 let meta = std::fs::metadata(path)
                     .with_context(|| format!("cannot read trace {}", path.display()))?;
                 if !meta.is_file() {
                     bail!("trace {} is not a file", path.display());
                 }
-                Source::File(path.clone())
+                Source::File(path.to_path_buf())
             }
             None => Source::Embedded(
                 zstd::decode_all(SAMPLE_TRACE_ZST)
@@ -174,7 +187,7 @@ impl TraceInput {
                     .into(),
             ),
         };
-        let format = resolve_format(args)?;
+        let format = resolve_format(path, args)?;
         let unit = args.unit.resolve(&format);
         if args.unit == UnitArg::Auto {
             tracing::info!(
@@ -331,8 +344,8 @@ pub fn plural<'a>(count: u64, one: &'a str, many: &'a str) -> &'a str {
 }
 
 /// `--format` and `--csv-map` → a reader format (the sample trace is oracleGeneral).
-fn resolve_format(args: &TraceArgs) -> Result<read::Format> {
-    let Some(path) = &args.trace else {
+fn resolve_format(path: Option<&Path>, args: &TraceOptions) -> Result<read::Format> {
+    let Some(path) = path else {
         return Ok(read::Format::OracleGeneral);
     };
     let format = match args.format.as_str() {

@@ -99,7 +99,7 @@ fn sim_csv_and_json_files_parse_and_agree() {
 fn csv_on_stdout_replaces_the_table() {
     let csv = cairn(&["sim", "-q", "--policy", "lru", "--size", "5%", "--csv", "-"]);
     let lines: Vec<&str> = csv.lines().collect();
-    assert!(lines[0].starts_with("label,policy,size,"), "{csv}");
+    assert!(lines[0].starts_with("trace,label,policy,size,"), "{csv}");
     assert_eq!(lines.len(), 2);
 }
 

@@ -11,7 +11,7 @@ use cairn_sim::analyze::{Analysis, Analyzer, Log2Histogram, default_window_us, t
 use serde::Serialize;
 
 use crate::commands::sim::counted;
-use crate::input::{OpArg, TraceArgs, TraceInput, UnitArg, parse_unit, unit_name};
+use crate::input::{OpArg, TraceInput, TraceOptions, UnitArg, parse_unit, unit_name};
 use crate::output::{Destination, outln};
 use crate::plot::{self, BarSeries, Series, YAxis};
 use crate::progress::Bar;
@@ -121,15 +121,14 @@ pub fn run(args: &AnalyzeArgs, quiet: bool) -> Result<()> {
     if let Some(dir) = &args.plot {
         prepare_dir(dir, "--plot")?;
     }
-    let trace_args = TraceArgs {
-        trace: Some(args.trace.clone()),
+    let options = TraceOptions {
         format: args.format.clone(),
         csv_map: None,
         unit: args.unit,
         op: OpArg::All,
         requests: None,
     };
-    let input = TraceInput::from_args(&trace_args, GroupMap::default())?;
+    let input = TraceInput::open(Some(&args.trace), &options, GroupMap::default())?;
     let window_us = if let Some(w) = window_us {
         w
     } else {

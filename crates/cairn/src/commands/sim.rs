@@ -1,17 +1,18 @@
 //! `cairn sim`: replay a trace against policies × cache sizes.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
 use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use cairn_sim::{
-    CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, ReplayOptions, Report, WorkingSet,
-    prepass, replay,
+    CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, Hierarchy, Level2, Progress,
+    ReplayOptions, Report, WorkingSet, prepass, replay,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::input::{self, TraceArgs, TraceInput};
+use crate::input::{self, TraceInput, TraceOptions};
 use crate::output::{self, Destination, csv_field, table};
 use crate::plot;
 use crate::policy_spec;
@@ -50,11 +51,24 @@ against the default policies (lru fifo clock lfu arc s3fifo sieve opt, those
 built into this binary) at 1%, 5%, 10% and 20% of the working set, counting
 capacity in objects.
 
+Several --trace flags run each trace in turn against every configuration, each
+with its own working set (so 1% is 1% of each trace), and label the results by
+trace: one table per trace on stdout, a `trace` column in --csv, a list of runs
+in --json, one --plot file per trace (mrc.svg gives mrc-TRACE.svg). When a
+trace has fewer configurations than there are cores, traces run side by side.
+
+--l2 POLICY@SIZE puts a second level under every policy, as the engine stacks
+its flash tier under its DRAM cache: by default inclusive as the engine is (a
+miss fills both levels, L2 sees every write, what L1 evicts is dropped), or
+with --l2-mode exclusive (L2 hits move up, L1 evictions move down). The table
+then lists each configuration's L1 hits, L2 hits and misses.
+
 Besides miss ratios, every run models service time: each cost group has a hit
 cost and a miss cost (latency + size / bandwidth). By default there is one group,
 an HDD (5 ms + 150 MB/s per miss) behind a DRAM cache (1 µs + 10,000 MB/s per
-hit). --cost FILE.toml sets groups, device mapping and costs; --metric chooses
-what the table shows; --csv and --json carry every counter.";
+hit), an L2 hit costing flash's 100 µs + 1,000 MB/s. --cost FILE.toml sets
+groups, device mapping and costs; --metric chooses what the table shows; --csv
+and --json carry every counter.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -66,6 +80,9 @@ Examples:
   cairn sim --trace uniform.vscsi.zst -p lru -p s3fifo -s 1%,10%
       A block trace, keyed by start sector (--unit auto), as libCacheSim reads
       VSCSI; 1% and 10% of its distinct start sectors.
+  cairn sim --trace zipf.oracleGeneral.bin --trace uniform.vscsi.zst -p lru -s 1%,10%
+      Both traces, each at 1% and 10% of its own working set: a table per
+      trace (--csv: a `trace` column; --json: a list of runs).
   cairn sim --size 64MiB --size 1GiB --policy lru
       Absolute sizes: a byte unit counts capacity in bytes.
   cairn sim --unit block:4KiB --op read --csv -
@@ -75,6 +92,9 @@ Examples:
   cairn sim -p lru -p s3fifo --size auto
       libCacheSim's automatic sizes: 0.1% to 80% of the working set, less
       those too small to mean anything.
+  cairn sim -p lru -s 1%,5% --l2 s3fifo@20% --l2 lru@20% --l2-mode exclusive
+      LRU as a DRAM cache over an S3-FIFO or an LRU flash tier of 20% of the
+      working set, a unit in one level at a time: L1 hits, L2 hits, misses.
   cairn sim --cost ssd-hdd.toml --metric throughput --json run.json
       Modelled throughput under a custom cost model (ssd-hdd.toml as in
       docs/simulator.md).
@@ -118,12 +138,38 @@ impl From<CapacityArg> for CapacityUnit {
     }
 }
 
+/// How the levels of `--l2` share units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HierarchyArg {
+    /// A miss fills both levels; L2 sees every write; L1 evictions are dropped.
+    Inclusive,
+    /// A unit lives in one level: L2 hits move up, L1 evictions move down.
+    Exclusive,
+}
+
+impl From<HierarchyArg> for Hierarchy {
+    fn from(value: HierarchyArg) -> Self {
+        match value {
+            HierarchyArg::Inclusive => Hierarchy::Inclusive,
+            HierarchyArg::Exclusive => Hierarchy::Exclusive,
+        }
+    }
+}
+
 /// `cairn sim` flags, as typed.
 #[derive(clap::Args, Debug)]
 #[command(long_about = LONG_ABOUT, after_long_help = EXAMPLES)]
 pub struct SimArgs {
+    /// A trace file to read; repeat for several: each is replayed against
+    /// every configuration, with sizes that are fractions taken of its own
+    /// working set, and reported under its name. Without it, the sample
+    /// trace embedded in the binary (a VM block trace from Cloud Physics,
+    /// 113,872 requests) is used.
+    #[arg(long = "trace", value_name = "PATH")]
+    traces: Vec<PathBuf>,
+
     #[command(flatten)]
-    trace: TraceArgs,
+    trace: TraceOptions,
 
     /// A policy to simulate: `name`, or `name:key=value,key=value` to set its
     /// parameters (e.g. `s3fifo:small_size_ratio=0.2`). Repeat for several policies.
@@ -148,6 +194,26 @@ pub struct SimArgs {
     #[arg(long, value_name = "SPEC")]
     prefetch: Option<String>,
 
+    /// A second cache level under every policy, as the engine stacks its
+    /// flash tier under its DRAM cache: `POLICY@SIZE` (`s3fifo@10%`,
+    /// `'s3fifo:small_size_ratio=0.2@64MiB'`), SIZE as for --size. Repeat for
+    /// several; each runs under every policy at every --size, and the table
+    /// lists L1 hits, L2 hits and misses. Not with --prefetch. Default: none.
+    #[arg(long = "l2", value_name = "POLICY@SIZE")]
+    l2: Vec<String>,
+
+    /// How the two levels of --l2 share units: `inclusive` (the engine's
+    /// stack: a miss fills both levels, L2 sees every write, L1 evictions are
+    /// dropped) or `exclusive` (a unit lives in one level: L2 hits move up,
+    /// L1 evictions move down).
+    #[arg(
+        long = "l2-mode",
+        value_enum,
+        value_name = "MODE",
+        default_value = "inclusive"
+    )]
+    l2_mode: HierarchyArg,
+
     /// A cache size: `10%` or `0.1` (a fraction of the working set), `4096`
     /// (a count of objects, or bytes with --capacity bytes) or a size in bytes
     /// with its unit (`64MiB`, `1GB`, `4096B`), which counts capacity in bytes;
@@ -169,17 +235,19 @@ pub struct SimArgs {
     metric: Metric,
 
     /// Write every configuration's counters as CSV to FILE (`-` for stdout,
-    /// which then replaces the table).
+    /// which then replaces the table), the trace's name in the first column.
     #[arg(long, value_name = "FILE|-")]
     csv: Option<PathBuf>,
 
     /// Write the run (trace, working set, cost model, every report with
-    /// per-group counters) as JSON to FILE (`-` for stdout, replacing the table).
+    /// per-group counters) as JSON to FILE (`-` for stdout, replacing the
+    /// table); with several traces, a list of such runs.
     #[arg(long, value_name = "FILE|-")]
     json: Option<PathBuf>,
 
-    /// Plot miss ratio against cache size, one line per policy, to FILE.svg or
-    /// FILE.png.
+    /// Plot miss ratio against cache size, one line per policy (per policy
+    /// and L2 with --l2), to FILE.svg or FILE.png; with several traces, one
+    /// file per trace, FILE-TRACE.svg.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
 
@@ -260,13 +328,51 @@ pub fn capacity_unit(
     }
 }
 
+/// One `--l2 POLICY@SIZE`, validated.
+#[derive(Clone, Debug)]
+struct SecondLevelSpec {
+    /// The policy as typed.
+    label: String,
+    policy: PolicyConfig,
+    /// The size as typed.
+    size_text: String,
+    size: CacheSize,
+}
+
+impl SecondLevelSpec {
+    /// Parses `POLICY@SIZE` (split at the last `@`).
+    fn parse(text: &str) -> Result<Self> {
+        let Some((policy, size)) = text.rsplit_once('@') else {
+            bail!(
+                "--l2 {text}: give the second level's size too, as POLICY@SIZE \
+                 (e.g. --l2 {text}@10%)"
+            );
+        };
+        let (policy, size) = (policy.trim(), size.trim());
+        if size.eq_ignore_ascii_case("auto") {
+            bail!("--l2 {text}: auto sizes are for --size; give the L2 size (e.g. {policy}@10%)");
+        }
+        Ok(Self {
+            label: policy.to_owned(),
+            policy: policy_spec::parse(policy).with_context(|| format!("--l2 {text}"))?,
+            size_text: size.to_owned(),
+            size: size
+                .parse::<CacheSize>()
+                .with_context(|| format!("--l2 {text}"))?,
+        })
+    }
+}
+
 /// The validated run.
 struct SimConfig {
-    input: TraceInput,
+    inputs: Vec<TraceInput>,
     policies: Vec<(String, PolicyConfig)>,
     admission: AdmissionConfig,
     prefetch: Option<PrefetchConfig>,
     sizes: Vec<(String, CacheSize)>,
+    /// `--l2`: second levels, each under every policy at every size.
+    l2: Vec<SecondLevelSpec>,
+    l2_mode: Hierarchy,
     /// `--size auto`: drop the sizes too small for the working set.
     auto_sizes: bool,
     unit: CapacityUnit,
@@ -354,11 +460,29 @@ impl SimConfig {
             plot::check_path(path)?;
             output::check_writable(path, "--plot")?;
         }
-        let unit = capacity_unit(
-            args.capacity,
-            &sizes.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
-            "--size",
-        )?;
+        let l2 = args
+            .l2
+            .iter()
+            .map(|text| SecondLevelSpec::parse(text))
+            .collect::<Result<Vec<_>>>()?;
+        if !l2.is_empty() && args.prefetch.is_some() {
+            bail!(
+                "--prefetch with --l2: a prefetcher beside a two-level hierarchy is not \
+                 modelled; drop one of them"
+            );
+        }
+        // L1 and L2 count capacity alike: a byte unit in either means bytes.
+        let texts: Vec<&str> = sizes
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .chain(l2.iter().map(|l| l.size_text.as_str()))
+            .collect();
+        let flag = if l2.is_empty() {
+            "--size"
+        } else {
+            "--size/--l2"
+        };
+        let unit = capacity_unit(args.capacity, &texts, flag)?;
         let outputs_to_stdout = [&args.csv, &args.json]
             .iter()
             .filter(|d| d.as_deref().is_some_and(|p| p.as_os_str() == "-"))
@@ -366,12 +490,30 @@ impl SimConfig {
         if outputs_to_stdout > 1 {
             bail!("only one of --csv and --json can write to stdout (`-`)");
         }
+        for (at, path) in args.traces.iter().enumerate() {
+            if args.traces[..at].contains(path) {
+                bail!(
+                    "--trace {} is given twice: each trace runs once, so name it once",
+                    path.display()
+                );
+            }
+        }
+        let inputs = if args.traces.is_empty() {
+            vec![TraceInput::open(None, &args.trace, cost_file.group_map)?]
+        } else {
+            args.traces
+                .iter()
+                .map(|path| TraceInput::open(Some(path), &args.trace, cost_file.group_map.clone()))
+                .collect::<Result<Vec<_>>>()?
+        };
         Ok(Self {
-            input: TraceInput::from_args(&args.trace, cost_file.group_map)?,
+            inputs,
             policies,
             admission,
             prefetch,
             sizes,
+            l2,
+            l2_mode: args.l2_mode.into(),
             auto_sizes,
             unit,
             metric: args.metric,
@@ -382,6 +524,11 @@ impl SimConfig {
             threads: args.threads,
             warmup: args.warmup,
         })
+    }
+
+    /// The configurations each trace runs.
+    fn configurations_per_trace(&self) -> usize {
+        self.policies.len() * self.sizes.len() * self.l2.len().max(1)
     }
 }
 
@@ -401,11 +548,25 @@ fn keep_auto_sizes(sizes: &mut Vec<(String, CacheSize)>, unit: CapacityUnit, obj
     });
 }
 
-/// What the JSON output holds.
+/// What one trace's replay gave.
+struct TraceRun {
+    /// The trace's name (its path, or the embedded sample's name).
+    name: String,
+    /// The unit it was keyed by (`object`, `start-sector`, `block:4096`).
+    unit: String,
+    accesses: Option<u64>,
+    working_set: Option<WorkingSet>,
+    /// The sizes run, as typed (`--size auto` keeps those the trace can hold).
+    sizes: Vec<String>,
+    /// One report per configuration: policies in order, each at every size.
+    reports: Vec<Report>,
+}
+
+/// What the JSON output holds for one trace.
 #[derive(Serialize)]
 struct JsonRun<'a> {
-    trace: String,
-    unit: String,
+    trace: &'a str,
+    unit: &'a str,
     accesses: Option<u64>,
     working_set: Option<WorkingSet>,
     capacity_unit: CapacityUnit,
@@ -413,26 +574,195 @@ struct JsonRun<'a> {
     reports: &'a [Report],
 }
 
+/// How the traces share the cores: `lanes` traces run at once, each with
+/// `threads` (the `--threads` meaning: 0 every core, 1 inline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Lanes {
+    lanes: usize,
+    threads: usize,
+}
+
+/// One trace at a time, on every core, when a trace has configurations
+/// enough to use them all; otherwise as many traces at once as fill the
+/// cores (each inline when that leaves it one core). `--threads 1` runs
+/// one trace after another on the calling thread alone.
+fn lanes(threads: usize, traces: usize, configurations: usize) -> Lanes {
+    if threads == 1 || traces <= 1 {
+        return Lanes { lanes: 1, threads };
+    }
+    let cores = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+    } else {
+        threads
+    };
+    let per_trace = configurations.clamp(1, cores);
+    let lanes = (cores / per_trace).clamp(1, traces);
+    if lanes == 1 {
+        Lanes { lanes, threads }
+    } else {
+        Lanes {
+            lanes,
+            threads: (cores / lanes).max(1),
+        }
+    }
+}
+
 /// Runs `cairn sim`.
 pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
-    let mut config = SimConfig::from_args(args)?;
-    let has_opt = config.policies.iter().any(|(_, p)| p.needs_next_access());
-    let needs_working_set = config.sizes.iter().any(|(_, s)| s.needs_working_set());
+    let config = SimConfig::from_args(args)?;
+    let traces = config.inputs.len();
+    let plan = lanes(config.threads, traces, config.configurations_per_trace());
+    tracing::info!(
+        traces,
+        lanes = plan.lanes,
+        threads_per_trace = plan.threads,
+        "traces"
+    );
+    let runs = if plan.lanes == 1 {
+        let mut runs = Vec::with_capacity(traces);
+        for (at, input) in config.inputs.iter().enumerate() {
+            let bars = Bars {
+                quiet,
+                shared: None,
+                of: (traces > 1).then_some((at + 1, traces)),
+            };
+            runs.push(
+                simulate(&config, input, plan.threads, &bars)
+                    .map_err(|e| named(e, input, traces))?,
+            );
+        }
+        runs
+    } else {
+        run_lanes(&config, plan, quiet)?
+    };
+    write_outputs(&config, &runs)
+}
+
+/// Runs the traces `plan.lanes` at a time, each lane taking the next trace
+/// not yet started; the first error (in trace order) ends the run.
+fn run_lanes(config: &SimConfig, plan: Lanes, quiet: bool) -> Result<Vec<TraceRun>> {
+    let traces = config.inputs.len();
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let shared = Bar::new(None, "replay", quiet);
+    let mut done: Vec<(usize, Result<TraceRun>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..plan.lanes)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !failed.load(Ordering::Relaxed) {
+                        let at = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(input) = config.inputs.get(at) else {
+                            break;
+                        };
+                        let bars = Bars {
+                            quiet: true,
+                            shared: Some(&shared),
+                            of: None,
+                        };
+                        let run = simulate(config, input, plan.threads, &bars)
+                            .map_err(|e| named(e, input, traces));
+                        failed.fetch_or(run.is_err(), Ordering::Relaxed);
+                        mine.push((at, run));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    shared.finish();
+    done.sort_by_key(|(at, _)| *at);
+    let runs = done
+        .into_iter()
+        .map(|(_, run)| run)
+        .collect::<Result<Vec<_>>>()?;
+    if runs.len() < traces {
+        bail!("a simulation thread stopped before its trace was done");
+    }
+    Ok(runs)
+}
+
+/// `error`, naming the trace when there are several and it does not yet.
+fn named(error: anyhow::Error, input: &TraceInput, traces: usize) -> anyhow::Error {
+    let name = input.name();
+    if traces > 1 && !format!("{error:#}").contains(&name) {
+        error.context(format!("trace {name}"))
+    } else {
+        error
+    }
+}
+
+/// The progress bars of one trace's passes.
+struct Bars<'a> {
+    quiet: bool,
+    /// A bar every lane counts into (its own bars are hidden then).
+    shared: Option<&'a Bar>,
+    /// (this trace, of how many), for the bar's message.
+    of: Option<(usize, usize)>,
+}
+
+impl Bars<'_> {
+    fn bar(&self, total: Option<u64>, what: &str) -> Bar {
+        let message = match self.of {
+            Some((at, traces)) => format!("{what} {at}/{traces}"),
+            None => what.to_owned(),
+        };
+        Bar::new(total, &message, self.quiet || self.shared.is_some())
+    }
+}
+
+/// A trace's own bar, and the shared one if any.
+struct Both<'a>(&'a Bar, Option<&'a Bar>);
+
+impl Progress for Both<'_> {
+    fn advance(&self, accesses: u64, bytes: u64) {
+        self.0.advance(accesses, bytes);
+        if let Some(shared) = self.1 {
+            shared.advance(accesses, bytes);
+        }
+    }
+}
+
+/// One trace: the first pass (when sizes are fractions or OPT runs), then
+/// the replay of every configuration with `threads`.
+fn simulate(
+    config: &SimConfig,
+    input: &TraceInput,
+    threads: usize,
+    bars: &Bars,
+) -> Result<TraceRun> {
+    let has_opt = config
+        .policies
+        .iter()
+        .map(|(_, p)| p)
+        .chain(config.l2.iter().map(|l| &l.policy))
+        .any(PolicyConfig::needs_next_access);
+    let needs_working_set = config
+        .sizes
+        .iter()
+        .map(|(_, s)| s)
+        .chain(config.l2.iter().map(|l| &l.size))
+        .any(|s| s.needs_working_set());
+    let mut sizes = config.sizes.clone();
 
     let mut working_set = None;
-    let mut accesses_total = config.input.accesses_hint();
+    let mut accesses_total = input.accesses_hint();
     let mut next_times = None;
     if needs_working_set || has_opt {
-        let bar = Bar::new(accesses_total, "first pass", quiet);
+        let bar = bars.bar(accesses_total, "first pass");
         let pass = prepass(
-            config.input.accesses()?,
+            input.accesses()?,
             has_opt,
-            config.input.working_set_scaling(),
-            &bar,
+            input.working_set_scaling(),
+            &Both(&bar, bars.shared),
         )?;
         bar.finish();
         tracing::info!(
-            trace = %config.input.name(),
+            trace = %input.name(),
             accesses = pass.accesses,
             working_set_objects = pass.working_set.objects,
             working_set_bytes = pass.working_set.bytes,
@@ -444,25 +774,31 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
             next_times = pass.next_times;
         }
         if pass.accesses == 0 {
-            return Err(config.input.nothing_to_replay());
+            return Err(input.nothing_to_replay());
         }
         working_set = Some(pass.working_set);
         accesses_total = Some(pass.accesses);
     }
     if config.auto_sizes {
         let objects = working_set.unwrap_or_default().objects;
-        keep_auto_sizes(&mut config.sizes, config.unit, objects);
-        if config.sizes.is_empty() {
+        keep_auto_sizes(&mut sizes, config.unit, objects);
+        if sizes.is_empty() {
             bail!(
                 "--size auto: the working set ({objects} {}) is too small for any of \
                  libCacheSim's automatic sizes; give sizes with --size{}",
                 input::plural(objects, "object", "objects"),
-                config.input.unit_hint()
+                input.unit_hint()
             );
         }
     }
 
-    for (text, size) in &config.sizes {
+    let l2_sizes = config
+        .l2
+        .iter()
+        .map(|l| (format!("{}@{}", l.label, l.size_text), l.size));
+    for (text, size) in sizes.iter().cloned().chain(l2_sizes) {
+        let flag = if text.contains('@') { "--l2" } else { "--size" };
+        let text = text.as_str();
         let working_set = working_set.unwrap_or_default();
         if size.resolve(config.unit, working_set).limit() == 0 {
             let (count, unit) = match config.unit {
@@ -475,46 +811,68 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
                     input::plural(working_set.bytes, "byte", "bytes"),
                 ),
             };
+            let size = text.rsplit('@').next().unwrap_or(text);
             bail!(
-                "--size {text}: {text} of the working set ({count} {unit}) rounds down to 0, \
+                "{flag} {text}: {size} of the working set ({count} {unit}) rounds down to 0, \
                  a cache that holds nothing; give a larger fraction or an absolute size{}",
-                config.input.unit_hint()
+                input.unit_hint()
             );
         }
     }
+    let resolve = |size: &CacheSize| size.resolve(config.unit, working_set.unwrap_or_default());
+    let levels: Vec<Option<Level2>> = if config.l2.is_empty() {
+        vec![None]
+    } else {
+        config
+            .l2
+            .iter()
+            .map(|l| {
+                Some(Level2 {
+                    label: l.label.clone(),
+                    policy: l.policy.clone(),
+                    size: l.size_text.clone(),
+                    capacity: resolve(&l.size),
+                    hierarchy: config.l2_mode,
+                })
+            })
+            .collect()
+    };
     let mut configurations = Vec::new();
     for (label, policy) in &config.policies {
-        for (text, size) in &config.sizes {
-            let capacity = size.resolve(config.unit, working_set.unwrap_or_default());
-            configurations.push(Configuration {
-                label: label.clone(),
-                policy: policy.clone(),
-                admission: config.admission.clone(),
-                prefetch: config.prefetch.clone(),
-                size: text.clone(),
-                capacity,
-            });
+        for l2 in &levels {
+            for (text, size) in &sizes {
+                configurations.push(Configuration {
+                    label: label.clone(),
+                    policy: policy.clone(),
+                    admission: config.admission.clone(),
+                    prefetch: config.prefetch.clone(),
+                    size: text.clone(),
+                    capacity: resolve(size),
+                    l2: l2.clone(),
+                });
+            }
         }
     }
 
     let options = ReplayOptions {
-        threads: config.threads,
+        threads,
         cost: config.cost.clone(),
         warmup_accesses: config.warmup,
         ..ReplayOptions::default()
     };
     tracing::info!(
+        trace = %input.name(),
         configurations = configurations.len(),
         workers = options.workers(configurations.len()),
         "replaying"
     );
-    let mut stream = config.input.accesses()?;
+    let mut stream = input.accesses()?;
     if let Some(next) = next_times {
         stream = stream.with_next_times(next);
     }
-    let bar = Bar::new(accesses_total, "replay", quiet);
+    let bar = bars.bar(accesses_total, "replay");
     let started = std::time::Instant::now();
-    let reports = replay(&configurations, stream, &options, &bar)?;
+    let reports = replay(&configurations, stream, &options, &Both(&bar, bars.shared))?;
     bar.finish();
     if reports.first().is_some_and(|r| r.metrics.requests == 0) {
         if config.warmup > 0 {
@@ -524,11 +882,21 @@ pub fn run(args: SimArgs, quiet: bool) -> Result<()> {
                 config.warmup
             );
         }
-        return Err(config.input.nothing_to_replay());
+        return Err(input.nothing_to_replay());
     }
-    tracing::info!(seconds = started.elapsed().as_secs_f64(), "replay done");
-
-    write_outputs(&config, &reports, working_set, accesses_total)
+    tracing::info!(
+        trace = %input.name(),
+        seconds = started.elapsed().as_secs_f64(),
+        "replay done"
+    );
+    Ok(TraceRun {
+        name: input.name(),
+        unit: input::unit_name(input.stream.unit),
+        accesses: accesses_total,
+        working_set,
+        sizes: sizes.into_iter().map(|(text, _)| text).collect(),
+        reports,
+    })
 }
 
 /// Counts accesses on `bar` in steps of 64 Ki (the bar is cheap, not free).
@@ -546,73 +914,142 @@ pub fn counted<'a, T>(
     })
 }
 
-fn write_outputs(
-    config: &SimConfig,
-    reports: &[Report],
-    working_set: Option<WorkingSet>,
-    accesses: Option<u64>,
-) -> Result<()> {
+fn write_outputs(config: &SimConfig, runs: &[TraceRun]) -> Result<()> {
     let stdout_taken = [&config.csv, &config.json]
         .iter()
         .any(|d| matches!(d, Some(Destination::Stdout)));
     if !stdout_taken {
-        Destination::Stdout.write("table", |out| print_table(out, config, reports))?;
+        Destination::Stdout.write("table", |out| print_tables(out, config, runs))?;
     }
     if let Some(destination) = &config.csv {
-        destination.write("CSV", |out| write_csv(out, reports))?;
+        destination.write("CSV", |out| write_csv(out, runs))?;
     }
     if let Some(destination) = &config.json {
-        let run = JsonRun {
-            trace: config.input.name(),
-            unit: input::unit_name(config.input.stream.unit),
-            accesses,
-            working_set,
-            capacity_unit: config.unit,
-            cost_model: &config.cost,
-            reports,
-        };
+        let json: Vec<JsonRun> = runs
+            .iter()
+            .map(|run| JsonRun {
+                trace: &run.name,
+                unit: &run.unit,
+                accesses: run.accesses,
+                working_set: run.working_set,
+                capacity_unit: config.unit,
+                cost_model: &config.cost,
+                reports: &run.reports,
+            })
+            .collect();
         destination.write("JSON", |out| {
-            serde_json::to_writer_pretty(&mut *out, &run)?;
+            // One trace: its run; several: the list of runs, in --trace order.
+            match json.as_slice() {
+                [one] => serde_json::to_writer_pretty(&mut *out, one)?,
+                all => serde_json::to_writer_pretty(&mut *out, all)?,
+            }
             writeln!(out)
         })?;
     }
     if let Some(path) = &config.plot {
-        let series: Vec<plot::Series> = config
-            .policies
-            .iter()
-            .map(|(label, _)| {
-                let mut points: Vec<(f64, f64)> = reports
-                    .iter()
-                    .filter(|r| &r.label == label)
-                    .map(|r| (r.capacity as f64, r.miss_ratio))
-                    .collect();
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                plot::Series {
-                    name: label.clone(),
-                    points,
-                }
-            })
-            .collect();
-        let unit = match config.unit {
-            CapacityUnit::Objects => "cache size (objects)",
-            CapacityUnit::Bytes => "cache size (bytes)",
-        };
-        let title = format!("Miss ratio — {}", config.input.name());
-        plot::miss_ratio_curves(path, &title, unit, &series)?;
-        tracing::info!(path = %path.display(), "plot written");
+        for (run, path) in runs.iter().zip(plot_paths(path, runs)) {
+            write_plot(config, run, &path)?;
+        }
     }
     Ok(())
 }
 
-fn print_table(out: &mut dyn Write, config: &SimConfig, reports: &[Report]) -> std::io::Result<()> {
+/// Where each trace's plot goes: `path` itself for one trace; for several,
+/// `STEM-TRACE.EXT` beside it, TRACE the trace's file name (`-2`, `-3`, …
+/// added when two traces share a file name).
+fn plot_paths(path: &Path, runs: &[TraceRun]) -> Vec<PathBuf> {
+    if runs.len() <= 1 {
+        return vec![path.to_path_buf()];
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let extension = path.extension().unwrap_or_default().to_string_lossy();
+    let mut taken: Vec<String> = Vec::new();
+    runs.iter()
+        .map(|run| {
+            let trace = Path::new(&run.name)
+                .file_name()
+                .map_or_else(|| run.name.clone(), |n| n.to_string_lossy().into_owned());
+            let mut name = format!("{stem}-{trace}");
+            let mut n = 1;
+            while taken.contains(&name) {
+                n += 1;
+                name = format!("{stem}-{trace}-{n}");
+            }
+            taken.push(name.clone());
+            path.with_file_name(format!("{name}.{extension}"))
+        })
+        .collect()
+}
+
+/// A report's row: its policy, and its second level if any
+/// (`lru / s3fifo@10%`).
+fn row_label(report: &Report) -> String {
+    match &report.l2 {
+        Some(l2) => format!("{} / {}@{}", report.label, l2.label, l2.size),
+        None => report.label.clone(),
+    }
+}
+
+fn write_plot(config: &SimConfig, run: &TraceRun, path: &Path) -> Result<()> {
+    let mut rows: Vec<String> = Vec::new();
+    for report in &run.reports {
+        let row = row_label(report);
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    let series: Vec<plot::Series> = rows
+        .into_iter()
+        .map(|row| {
+            let mut points: Vec<(f64, f64)> = run
+                .reports
+                .iter()
+                .filter(|r| row_label(r) == row)
+                .map(|r| (r.capacity as f64, r.miss_ratio))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            plot::Series { name: row, points }
+        })
+        .collect();
+    let unit = match config.unit {
+        CapacityUnit::Objects => "cache size (objects)",
+        CapacityUnit::Bytes => "cache size (bytes)",
+    };
+    let title = format!("Miss ratio — {}", run.name);
+    plot::miss_ratio_curves(path, &title, unit, &series)?;
+    tracing::info!(path = %path.display(), trace = %run.name, "plot written");
+    Ok(())
+}
+
+/// The table of each trace: one for one trace; for several, each under a
+/// `trace NAME` line, a blank line between.
+fn print_tables(out: &mut dyn Write, config: &SimConfig, runs: &[TraceRun]) -> std::io::Result<()> {
+    for (at, run) in runs.iter().enumerate() {
+        if runs.len() > 1 {
+            if at > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "trace {}", run.name)?;
+        }
+        if config.l2.is_empty() {
+            print_table(out, config.metric, run)?;
+        } else {
+            print_levels(out, config.metric, run)?;
+        }
+    }
+    Ok(())
+}
+
+fn print_table(out: &mut dyn Write, metric: Metric, run: &TraceRun) -> std::io::Result<()> {
     let mut header = vec!["policy".to_owned()];
-    header.extend(config.sizes.iter().map(|(text, _)| text.clone()));
-    let columns = config.sizes.len();
-    let rows: Vec<Vec<String>> = reports
+    header.extend(run.sizes.iter().cloned());
+    let columns = run.sizes.len();
+    let rows: Vec<Vec<String>> = run
+        .reports
         .chunks(columns.max(1))
         .map(|row| {
             let mut cells = vec![row.first().map(|r| r.label.clone()).unwrap_or_default()];
-            cells.extend(row.iter().map(|r| match config.metric {
+            cells.extend(row.iter().map(|r| match metric {
                 Metric::MissRatio => format!("{:.4}", r.miss_ratio),
                 Metric::ByteMissRatio => format!("{:.4}", r.byte_miss_ratio),
                 Metric::Throughput => format!("{:.2}", r.modelled_throughput_mb_s),
@@ -623,40 +1060,182 @@ fn print_table(out: &mut dyn Write, config: &SimConfig, reports: &[Report]) -> s
     table(out, &header, &rows)
 }
 
-fn write_csv(out: &mut dyn Write, reports: &[Report]) -> std::io::Result<()> {
+/// The table of a two-level run: one row per configuration, with where its
+/// accesses were served and the --metric last.
+fn print_levels(out: &mut dyn Write, metric: Metric, run: &TraceRun) -> std::io::Result<()> {
+    let last = match metric {
+        Metric::MissRatio => "miss-ratio",
+        Metric::ByteMissRatio => "byte-miss-ratio",
+        Metric::Throughput => "MB/s",
+    };
+    let header: Vec<String> = [
+        "policy", "size", "l2", "l2-size", "mode", "l1-hits", "l2-hits", "misses", last,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let rows: Vec<Vec<String>> = run
+        .reports
+        .iter()
+        .map(|r| {
+            let m = &r.metrics;
+            let (l2, l2_size, mode) = r.l2.as_ref().map_or_else(Default::default, |l2| {
+                (
+                    l2.label.clone(),
+                    l2.size.clone(),
+                    l2.hierarchy.name().to_owned(),
+                )
+            });
+            vec![
+                r.label.clone(),
+                r.size.clone(),
+                l2,
+                l2_size,
+                mode,
+                (m.hits - m.l2_hits).to_string(),
+                m.l2_hits.to_string(),
+                m.misses.to_string(),
+                match metric {
+                    Metric::MissRatio => format!("{:.4}", r.miss_ratio),
+                    Metric::ByteMissRatio => format!("{:.4}", r.byte_miss_ratio),
+                    Metric::Throughput => format!("{:.2}", r.modelled_throughput_mb_s),
+                },
+            ]
+        })
+        .collect();
+    table(out, &header, &rows)
+}
+
+fn write_csv(out: &mut dyn Write, runs: &[TraceRun]) -> std::io::Result<()> {
     writeln!(
         out,
-        "label,policy,size,capacity,capacity_unit,requests,hits,misses,miss_ratio,bytes,miss_bytes,\
+        "trace,label,policy,size,capacity,capacity_unit,requests,hits,misses,miss_ratio,bytes,miss_bytes,\
          byte_miss_ratio,reads,writes,read_hits,write_hits,evictions,modelled_seconds,modelled_throughput_mb_s,\
-         prefetched,prefetch_hits"
+         prefetched,prefetch_hits,l2_policy,l2_size,l2_capacity,l2_mode,l1_hits,l2_hits,l2_evictions"
     )?;
-    for r in reports {
-        let m = &r.metrics;
-        writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3},{},{}",
-            csv_field(&r.label),
-            csv_field(&r.policy),
-            csv_field(&r.size),
-            r.capacity,
-            r.capacity_unit,
-            m.requests,
-            m.hits,
-            m.misses,
-            r.miss_ratio,
-            m.bytes,
-            m.miss_bytes,
-            r.byte_miss_ratio,
-            m.reads,
-            m.writes,
-            m.read_hits,
-            m.write_hits,
-            m.evictions,
-            r.modelled_seconds,
-            r.modelled_throughput_mb_s,
-            m.prefetched,
-            m.prefetch_hits,
-        )?;
+    for run in runs {
+        let trace = csv_field(&run.name);
+        for r in &run.reports {
+            let m = &r.metrics;
+            writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3},{},{},{},{},{},{},{},{},{}",
+                trace,
+                csv_field(&r.label),
+                csv_field(&r.policy),
+                csv_field(&r.size),
+                r.capacity,
+                r.capacity_unit,
+                m.requests,
+                m.hits,
+                m.misses,
+                r.miss_ratio,
+                m.bytes,
+                m.miss_bytes,
+                r.byte_miss_ratio,
+                m.reads,
+                m.writes,
+                m.read_hits,
+                m.write_hits,
+                m.evictions,
+                r.modelled_seconds,
+                r.modelled_throughput_mb_s,
+                m.prefetched,
+                m.prefetch_hits,
+                r.l2.as_ref()
+                    .map_or_else(String::new, |l| csv_field(&l.label)),
+                r.l2.as_ref()
+                    .map_or_else(String::new, |l| csv_field(&l.size)),
+                r.l2.as_ref()
+                    .map_or_else(String::new, |l| l.capacity.to_string()),
+                r.l2.as_ref().map_or("", |l| l.hierarchy.name()),
+                m.hits - m.l2_hits,
+                m.l2_hits,
+                m.l2_evictions,
+            )?;
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_runs_share_the_cores_and_large_ones_take_them_all() {
+        // --threads 1: one trace after another, inline.
+        assert_eq!(
+            lanes(1, 8, 1),
+            Lanes {
+                lanes: 1,
+                threads: 1
+            }
+        );
+        // One trace: as before.
+        assert_eq!(
+            lanes(0, 1, 1),
+            Lanes {
+                lanes: 1,
+                threads: 0
+            }
+        );
+        // 4 cores, 1 configuration a trace: 4 traces at once, inline.
+        assert_eq!(
+            lanes(4, 8, 1),
+            Lanes {
+                lanes: 4,
+                threads: 1
+            }
+        );
+        // 4 cores, 2 configurations: 2 traces at once, 2 threads each.
+        assert_eq!(
+            lanes(4, 8, 2),
+            Lanes {
+                lanes: 2,
+                threads: 2
+            }
+        );
+        // Configurations enough for every core: one trace at a time.
+        assert_eq!(
+            lanes(4, 8, 16),
+            Lanes {
+                lanes: 1,
+                threads: 4
+            }
+        );
+        // Never more lanes than traces.
+        assert_eq!(
+            lanes(8, 3, 1),
+            Lanes {
+                lanes: 3,
+                threads: 2
+            }
+        );
+    }
+
+    #[test]
+    fn plots_of_several_traces_are_named_after_them() {
+        let run = |name: &str| TraceRun {
+            name: name.to_owned(),
+            unit: "object".into(),
+            accesses: None,
+            working_set: None,
+            sizes: Vec::new(),
+            reports: Vec::new(),
+        };
+        let one = plot_paths(Path::new("out/mrc.svg"), &[run("a/x.bin")]);
+        assert_eq!(one, [PathBuf::from("out/mrc.svg")]);
+        let several = plot_paths(
+            Path::new("out/mrc.svg"),
+            &[run("a/x.bin"), run("b/x.bin"), run("y.vscsi")],
+        );
+        assert_eq!(
+            several,
+            [
+                PathBuf::from("out/mrc-x.bin.svg"),
+                PathBuf::from("out/mrc-x.bin-2.svg"),
+                PathBuf::from("out/mrc-y.vscsi.svg"),
+            ]
+        );
+    }
 }

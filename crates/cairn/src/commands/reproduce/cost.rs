@@ -164,6 +164,7 @@ pub fn run(args: &CostArgs, quiet: bool) -> Result<Vec<Claim>> {
                     prefetch: None,
                     size: spec.sizes[s].clone(),
                     capacity,
+                    l2: None,
                 });
                 keys.push((s, label.clone()));
             }

@@ -173,6 +173,7 @@ pub fn run(args: &OnsArgs, quiet: bool) -> Result<Vec<Claim>> {
                     prefetch: None,
                     size: cache_blocks.to_string(),
                     capacity: Capacity::Objects(cache_blocks),
+                    l2: None,
                 })
                 .collect();
             let stream = AccessStream::new(
