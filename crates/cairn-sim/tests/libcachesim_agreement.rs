@@ -219,6 +219,24 @@ const LIBCACHESIM_0_3_5_ADMISSION: &[(&str, &str, bool, [u64; 4])] = &[
     ("lru", r#"{"filter":"bloom","keys_per_unit":128,"false_positive_rate":1e-9}"#, true, [96657, 95323, 92734, 87337]),
     ("s3fifo", r#"{"filter":"bloom","keys_per_unit":128,"false_positive_rate":1e-9}"#, true, [96270, 92013, 86597, 78157]),
     ("lru", r#"{"filter":"bloom","keys_per_unit":16,"false_positive_rate":1e-9}"#, false, [96603, 95428, 92713, 88401]),
+    // The random ones, each size in a fresh Python process (a fresh
+    // generator, where ours starts).
+    // ProbAdmissioner() and ProbAdmissioner(0.2).
+    ("lru", r#"{"filter":"probabilistic"}"#, true, [96986, 95191, 91618, 85162]),
+    ("lru", r#"{"filter":"probabilistic"}"#, false, [96682, 95417, 91551, 84859]),
+    ("lru", r#"{"filter":"probabilistic","probability":0.2}"#, true, [99407, 95585, 93193, 87219]),
+    ("lru", r#"{"filter":"probabilistic","probability":0.2}"#, false, [99323, 96630, 93429, 87775]),
+    // SizeProbabilisticAdmissioner() and (1e-5), byte mode (in object mode
+    // libCacheSim's sizes are 1 and ours are the requests').
+    ("lru", r#"{"filter":"size-probabilistic"}"#, false, [94957, 93699, 92060, 83569]),
+    ("lru", r#"{"filter":"size-probabilistic","exponent":1e-5}"#, false, [94885, 93685, 89155, 81678]),
+    // AdaptSizeAdmissioner() and (reconf_interval=5000).
+    ("lru", r#"{"filter":"adaptsize"}"#, true, [97236, 95123, 90863, 84992]),
+    ("lru", r#"{"filter":"adaptsize"}"#, false, [95932, 85819, 81174, 77829]),
+    ("lru", r#"{"filter":"adaptsize","reconf_interval":5000}"#, true, [97527, 95123, 90495, 84992]),
+    ("lru", r#"{"filter":"adaptsize","reconf_interval":5000}"#, false, [93410, 88354, 82761, 77749]),
+    ("s3fifo", r#"{"filter":"adaptsize"}"#, true, [95870, 94123, 88449, 76016]),
+    ("s3fifo", r#"{"filter":"adaptsize"}"#, false, [95231, 90202, 81360, 77829]),
 ];
 
 #[test]

@@ -213,7 +213,7 @@ mod tests {
         let error = format!("{:#}", parse_admission("lru").unwrap_err());
         assert!(
             error.contains(
-                "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic)"
+                "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic, size-probabilistic, adaptsize)"
             ),
             "{error}"
         );

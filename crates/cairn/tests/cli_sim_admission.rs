@@ -87,7 +87,7 @@ fn a_bad_spec_names_the_filters_or_the_parameter() {
     for (spec, expected) in [
         (
             "lru",
-            "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic)",
+            "unknown filter `lru` (known: always, nhit, frequency, bloom, size, probabilistic, size-probabilistic, adaptsize)",
         ),
         ("nhit:threshold=0", "`threshold` = 0 is out of range"),
         ("frequency:bogus=1", "bogus"),

@@ -2,12 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::adaptsize::{AdaptSize, AdaptSizeConfig};
 use super::always::{Always, AlwaysConfig};
 use super::bloom::{Bloom, BloomConfig};
 use super::frequency::{Frequency, FrequencyConfig};
 use super::nhit::{Nhit, NhitConfig};
 use super::probabilistic::{Probabilistic, ProbabilisticConfig};
 use super::size::{Size, SizeConfig};
+use super::size_probabilistic::{SizeProbabilistic, SizeProbabilisticConfig};
 use super::{Admission, Filtered};
 use crate::{Capacity, ConfigError, Policy};
 
@@ -30,6 +32,12 @@ pub enum AdmissionConfig {
     Size(SizeConfig),
     /// Admit a miss with a fixed probability.
     Probabilistic(ProbabilisticConfig),
+    /// Admit with probability `e^(-exponent × size)`.
+    #[serde(rename = "size-probabilistic")]
+    SizeProbabilistic(SizeProbabilisticConfig),
+    /// Admit with probability `e^(-size / c)`, `c` tuned by a model (`AdaptSize`).
+    #[serde(rename = "adaptsize")]
+    AdaptSize(AdaptSizeConfig),
 }
 
 impl Default for AdmissionConfig {
@@ -47,6 +55,8 @@ impl AdmissionConfig {
         "bloom",
         "size",
         "probabilistic",
+        "size-probabilistic",
+        "adaptsize",
     ];
 
     /// The default configuration of the filter called `name`.
@@ -58,6 +68,8 @@ impl AdmissionConfig {
             "bloom" => Self::Bloom(BloomConfig::default()),
             "size" => Self::Size(SizeConfig::default()),
             "probabilistic" => Self::Probabilistic(ProbabilisticConfig::default()),
+            "size-probabilistic" => Self::SizeProbabilistic(SizeProbabilisticConfig::default()),
+            "adaptsize" => Self::AdaptSize(AdaptSizeConfig::default()),
             _ => return None,
         })
     }
@@ -71,6 +83,8 @@ impl AdmissionConfig {
             Self::Bloom(_) => "bloom",
             Self::Size(_) => "size",
             Self::Probabilistic(_) => "probabilistic",
+            Self::SizeProbabilistic(_) => "size-probabilistic",
+            Self::AdaptSize(_) => "adaptsize",
         }
     }
 
@@ -84,6 +98,8 @@ impl AdmissionConfig {
             Self::Bloom(c) => c.validate(),
             Self::Size(c) => c.validate(),
             Self::Probabilistic(c) => c.validate(),
+            Self::SizeProbabilistic(c) => c.validate(),
+            Self::AdaptSize(c) => c.validate(),
         }
     }
 
@@ -96,6 +112,8 @@ impl AdmissionConfig {
             Self::Bloom(c) => Box::new(Bloom::new(capacity, c)?),
             Self::Size(c) => Box::new(Size::new(c)?),
             Self::Probabilistic(c) => Box::new(Probabilistic::new(c)?),
+            Self::SizeProbabilistic(c) => Box::new(SizeProbabilistic::new(c)?),
+            Self::AdaptSize(c) => Box::new(AdaptSize::new(capacity, c)?),
         })
     }
 

@@ -19,6 +19,11 @@
 //! - [`size`]: admit units below a size (libCacheSim's `size`).
 //! - [`probabilistic`]: admit a miss with a fixed probability (libCacheSim's
 //!   `prob`).
+//! - [`size_probabilistic`]: admit with probability `e^(-exponent × size)`
+//!   (libCacheSim's `SizeProbabilistic`).
+//! - [`adaptsize`]: admit with probability `e^(-size / c)`, `c` tuned to the
+//!   workload by a model of the cache (`AdaptSize`, Berger, Sitaraman &
+//!   Harchol-Balter, NSDI 2017; libCacheSim's `AdaptSize`).
 //!
 //! # Who calls what
 //! A filter sees every access: after each [`Policy::lookup`] the cache calls
@@ -37,6 +42,7 @@
 //! [`Policy`]: crate::Policy
 //! [`Policy::lookup`]: crate::Policy::lookup
 
+pub mod adaptsize;
 pub mod always;
 pub mod bloom;
 mod config;
@@ -45,11 +51,37 @@ pub mod frequency;
 pub mod nhit;
 pub mod probabilistic;
 pub mod size;
+pub mod size_probabilistic;
 
 pub use config::AdmissionConfig;
 pub use filtered::Filtered;
 
-use crate::{Access, Capacity};
+use crate::rng::{Generator, Rng};
+use crate::{Access, Capacity, ConfigError};
+
+/// libCacheSim's probabilistic admissioners draw `next_rand() % 10^7`
+/// (their `MAX_MODULE`).
+const TEN_MILLION: u64 = 10_000_000;
+
+/// libCacheSim's generator for a filter's `generator` and `seed` knobs
+/// (unset: a fresh libCacheSim thread's state); a Lehmer64 seed of 0 (a
+/// fixed point) is refused.
+fn libcachesim_rng(
+    filter: &'static str,
+    generator: Generator,
+    seed: Option<u64>,
+) -> Result<Rng, ConfigError> {
+    let seed = seed.unwrap_or(generator.default_seed());
+    if seed == 0 && generator == Generator::Lehmer64 {
+        return Err(ConfigError::OutOfRange {
+            policy: filter,
+            parameter: "seed",
+            value: "0".into(),
+            expected: "non-zero with the lehmer64 generator",
+        });
+    }
+    Ok(Rng::new(generator, seed))
+}
 
 /// How full the cache is when a filter is asked, in its capacity's unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

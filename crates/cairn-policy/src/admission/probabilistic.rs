@@ -1,18 +1,21 @@
 //! `probabilistic`: admit each miss with a fixed probability.
 //!
-//! Source: libCacheSim's `cache/admission/prob.c`; the rule is the simplest
-//! of the probabilistic admission family (`AdaptSize`, Berger et al., NSDI
-//! 2017, tunes a size-dependent probability). A unit missed `k` times is
-//! admitted after `1 / probability` misses on average, so hot units get in and
-//! most one-hit wonders do not, with no state per key.
+//! Source: libCacheSim's `cache/admission/prob.c` (`ProbAdmissioner`); the
+//! rule is the simplest of the probabilistic admission family (`AdaptSize`,
+//! Berger et al., NSDI 2017, tunes a size-dependent probability). A unit
+//! missed `k` times is admitted after `1 / probability` misses on average, so
+//! hot units get in and most one-hit wonders do not, with no state per key.
 //!
-//! The draws come from a xorshift64* generator seeded by `seed`, so a run is
-//! reproducible; libCacheSim draws from its own global generator, so the two
-//! agree in distribution, not miss for miss.
+//! The draw is libCacheSim's, step for step: `next_rand() % 10^7 <
+//! (int)(probability × 10^7)`, from libCacheSim's generator ([`crate::rng`],
+//! Lehmer64 from `0xdeadbeef` by default, a fresh 0.3.5 thread's). A run in
+//! a fresh libCacheSim process therefore draws what ours draws, and the two
+//! agree miss for miss.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Admission, Occupancy};
+use super::{Admission, Occupancy, TEN_MILLION, libcachesim_rng};
+use crate::rng::{Generator, Rng};
 use crate::{Access, ConfigError};
 
 /// `probabilistic` parameters.
@@ -22,15 +25,20 @@ pub struct ProbabilisticConfig {
     /// Probability of admitting a miss, in `(0, 1]`. Default 0.5
     /// (libCacheSim's).
     pub probability: f64,
-    /// Seed of the draws. Default 1.
-    pub seed: u64,
+    /// Which of libCacheSim's generators draws: `"lehmer64"` (0.3.5's, the
+    /// default) or `"mmix"` (`aa0fc40`'s).
+    pub generator: Generator,
+    /// The generator's starting state; default a fresh libCacheSim thread's
+    /// (`0xdeadbeef` for Lehmer64, 0 for MMIX). A Lehmer64 seed must not be 0.
+    pub seed: Option<u64>,
 }
 
 impl Default for ProbabilisticConfig {
     fn default() -> Self {
         Self {
             probability: 0.5,
-            seed: 1,
+            generator: Generator::Lehmer64,
+            seed: None,
         }
     }
 }
@@ -46,36 +54,27 @@ impl ProbabilisticConfig {
                 expected: "a probability in (0, 1]",
             });
         }
-        Ok(())
+        libcachesim_rng("probabilistic", self.generator, self.seed).map(|_| ())
     }
 }
 
 /// The `probabilistic` filter.
 #[derive(Clone, Debug)]
 pub struct Probabilistic {
-    /// Admit when a draw's top 53 bits, as a fraction, is below this.
-    probability: f64,
-    state: u64,
+    /// Admit when a draw modulo 10^7 is below this: libCacheSim's
+    /// `admission_probability_int`, `probability × 10^7` truncated.
+    below: u64,
+    rng: Rng,
 }
 
 impl Probabilistic {
-    /// A filter with `config`'s probability and seed.
+    /// A filter with `config`'s probability and generator.
     pub fn new(config: &ProbabilisticConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
-            probability: config.probability,
-            // xorshift's state must not be 0.
-            state: config.seed ^ 0x9e37_79b9_7f4a_7c15 | 1,
+            below: (config.probability * TEN_MILLION as f64) as u64,
+            rng: libcachesim_rng("probabilistic", config.generator, config.seed)?,
         })
-    }
-
-    /// The next draw in [0, 1) (xorshift64*).
-    fn draw(&mut self) -> f64 {
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let bits = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11;
-        bits as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -85,7 +84,7 @@ impl Admission for Probabilistic {
     }
 
     fn admit(&mut self, _access: &Access, _occupancy: Occupancy) -> bool {
-        self.draw() < self.probability
+        self.rng.next_u64() % TEN_MILLION < self.below
     }
 }
 
@@ -97,8 +96,12 @@ mod tests {
     fn admits_about_the_asked_share_reproducibly() {
         let occupancy = Occupancy { used: 0, limit: 10 };
         let run = |probability, seed| {
-            let mut filter =
-                Probabilistic::new(&ProbabilisticConfig { probability, seed }).unwrap();
+            let mut filter = Probabilistic::new(&ProbabilisticConfig {
+                probability,
+                seed: Some(seed),
+                ..ProbabilisticConfig::default()
+            })
+            .unwrap();
             (0..100_000)
                 .map(|i| filter.admit(&Access::read(i, 1, i), occupancy))
                 .collect::<Vec<_>>()
@@ -112,7 +115,7 @@ mod tests {
             assert!(
                 Probabilistic::new(&ProbabilisticConfig {
                     probability: bad,
-                    seed: 1
+                    ..ProbabilisticConfig::default()
                 })
                 .is_err()
             );

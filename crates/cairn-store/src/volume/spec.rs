@@ -1074,7 +1074,7 @@ pub struct TierSpec {
     pub policy: CachePolicy,
     /// Which read misses are promoted into the cache: a filter name
     /// (`"always"`, `"nhit"`, `"frequency"`, `"bloom"`, `"size"`,
-    /// `"probabilistic"`) or a table
+    /// `"probabilistic"`, `"size-probabilistic"`, `"adaptsize"`) or a table
     /// (`{ filter = "nhit", threshold = 3 }`). Default `"always"`.
     #[serde(default)]
     pub admission: Admission,

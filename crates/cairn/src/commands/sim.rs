@@ -179,9 +179,10 @@ pub struct SimArgs {
 
     /// An admission filter in front of every policy: `name` or
     /// `name:key=value,...` (`nhit`, `nhit:threshold=3`, `frequency`,
-    /// `bloom`, `size:below_bytes=65536`, `probabilistic`; see
-    /// docs/policies.md). Rows are labelled `POLICY+SPEC`. Default: none
-    /// (`always`).
+    /// `bloom`, `size:below_bytes=65536`, `probabilistic`,
+    /// `size-probabilistic:exponent=1e-5`, `adaptsize`,
+    /// `adaptsize:reconf_interval=5000`; see docs/policies.md). Rows are
+    /// labelled `POLICY+SPEC`. Default: none (`always`).
     #[arg(long, value_name = "SPEC")]
     admission: Option<String>,
 
