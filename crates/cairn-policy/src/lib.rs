@@ -33,6 +33,7 @@ pub mod admission;
 pub mod arc;
 pub mod cacheus;
 pub mod clock;
+pub mod clockpro;
 pub mod cost;
 pub mod dual;
 pub mod fbr;
