@@ -38,6 +38,9 @@ pub enum PolicyConfig {
     S3fifo(crate::s3fifo::S3FifoConfig),
     /// CLOCK / second chance (n-bit counter).
     Clock(crate::clock::ClockConfig),
+    /// CLOCK-Pro: hot/cold pages, test periods, three hands (Jiang, Chen &
+    /// Zhang, USENIX ATC 2005).
+    Clockpro(crate::clockpro::ClockProConfig),
     /// Least frequently used, least recently used among equals.
     Lfu(crate::lfu::LfuConfig),
     /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
@@ -76,6 +79,7 @@ impl PolicyConfig {
         "fifo",
         "lru",
         "clock",
+        "clockpro",
         "lfu",
         "lfuda",
         "lruk",
@@ -121,6 +125,7 @@ impl PolicyConfig {
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
+            "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
             "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
@@ -162,6 +167,7 @@ impl PolicyConfig {
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
+            Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
             Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),

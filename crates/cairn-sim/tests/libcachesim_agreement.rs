@@ -26,6 +26,7 @@
 use std::path::PathBuf;
 
 use cairn_policy::cacheus::CacheusConfig;
+use cairn_policy::clockpro::{ClockProConfig, ClockProVariant};
 use cairn_policy::gdsf::GdsfConfig;
 use cairn_policy::hyperbolic::HyperbolicConfig;
 use cairn_policy::lecar::LecarConfig;
@@ -63,6 +64,9 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
     ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
     ("mq",     [94654, 92319, 88333, 83251], Some([93991, 92467, 88640, 84683])),
+    // libCacheSim's ClockPro never evicts (see cairn_policy::clockpro);
+    // `variant = "libcachesim-0.3.5"` reproduces it, the paper's is our default.
+    ("clockpro-0.3.5", [100_907, 99623, 98762, 95230], Some([99974, 98218, 97319, 94274])),
     // libCacheSim's random numbers continue from whatever ran before in the
     // thread; each of these runs is in a fresh process, which is where ours
     // start (cairn_policy::rng).
@@ -115,6 +119,10 @@ fn config(name: &str) -> PolicyConfig {
         "gdsf-evict-first" => PolicyConfig::Gdsf(GdsfConfig {
             new_unit_competes: false,
             ..GdsfConfig::default()
+        }),
+        "clockpro-0.3.5" => PolicyConfig::Clockpro(ClockProConfig {
+            variant: ClockProVariant::Libcachesim035,
+            ..ClockProConfig::default()
         }),
         "lecar-mmix" => PolicyConfig::Lecar(LecarConfig {
             generator: Generator::Mmix,
