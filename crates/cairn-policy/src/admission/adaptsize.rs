@@ -32,9 +32,10 @@
 //!
 //! Memory: about 48 bytes per key requested in the last two or three
 //! intervals, and per key the decayed counts keep (hot keys); the tables
-//! grow to that once and are reused. Time: a reconfiguration costs about 25
-//! model evaluations of 20 passes over the long-term table (libCacheSim's
-//! cost too).
+//! grow to that once and are reused. Time: a reconfiguration evaluates the
+//! model about 25 times, 20 passes each, over the distinct (count, size)
+//! pairs of the long-term table, each weighted by its keys (libCacheSim
+//! passes over every key: the same terms, summed in another order).
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +115,16 @@ struct Seen {
     size: u64,
 }
 
+/// Long-term keys with one count and size: the model weighs one of them by
+/// `keys` (libCacheSim evaluates each key; the same terms, summed in another
+/// order).
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    times: f64,
+    size: f64,
+    keys: f64,
+}
+
 /// Keys with their counts, in arrival order, and an index by key.
 #[derive(Debug, Default)]
 struct Table {
@@ -170,7 +181,12 @@ pub struct AdaptSize {
     c: f64,
     interval: Table,
     longterm: Table,
-    /// `e^(-size / 2^log2c)` per long-term row, for the model evaluated.
+    /// The long-term rows with equal count and size as one, in order of
+    /// first appearance: the model's input (many keys share a count).
+    groups: Vec<Group>,
+    /// Scratch: the group of each (count bits, size).
+    group_of: hashbrown::HashMap<(u64, u64), usize>,
+    /// `e^(-size / 2^log2c)` per group, for the model evaluated.
     probabilities: Vec<f64>,
     rng: Rng,
 }
@@ -192,7 +208,9 @@ impl AdaptSize {
             c: f64::from(1u32 << 15),
             interval: Table::with_capacity(rows),
             longterm: Table::with_capacity(2 * rows),
-            probabilities: Vec::with_capacity(2 * rows),
+            groups: Vec::with_capacity(rows),
+            group_of: hashbrown::HashMap::with_capacity(rows),
+            probabilities: Vec::with_capacity(rows),
             rng: libcachesim_rng("adaptsize", config.generator, config.seed)?,
         })
     }
@@ -246,6 +264,23 @@ impl AdaptSize {
             }
         }
         self.longterm.rows.truncate(kept);
+        self.groups.clear();
+        self.group_of.clear();
+        for row in &self.longterm.rows {
+            let groups = &mut self.groups;
+            let i = *self
+                .group_of
+                .entry((row.times.to_bits(), row.size))
+                .or_insert_with(|| {
+                    groups.push(Group {
+                        times: row.times,
+                        size: row.size as f64,
+                        keys: 0.0,
+                    });
+                    groups.len() - 1
+                });
+            self.groups[i].keys += 1.0;
+        }
         self.search();
     }
 
@@ -310,14 +345,14 @@ impl AdaptSize {
     /// The model's weighted hit count with `c = 2^log2c` (libCacheSim's
     /// `modelHitRate`, its floating point operation for operation).
     fn model_hit_ratio(&mut self, log2c: f64) -> f64 {
-        let rows = &self.longterm.rows;
+        let groups = &self.groups;
         let scale = 2f64.powf(log2c);
         self.probabilities.clear();
         self.probabilities
-            .extend(rows.iter().map(|row| (-(row.size as f64) / scale).exp()));
+            .extend(groups.iter().map(|group| (-group.size / scale).exp()));
         let mut sum = 0.0;
-        for (row, &p) in rows.iter().zip(&self.probabilities) {
-            sum += row.times * p * row.size as f64;
+        for (group, &p) in groups.iter().zip(&self.probabilities) {
+            sum += group.keys * (group.times * p * group.size);
         }
         if sum <= 0.0 {
             return 0.0;
@@ -329,29 +364,28 @@ impl AdaptSize {
                 break;
             }
             let mut filled = 0.0;
-            for (row, &p) in rows.iter().zip(&self.probabilities) {
-                let size = row.size as f64;
-                let rate_t = row.times * t;
+            for (group, &p) in groups.iter().zip(&self.probabilities) {
+                let rate_t = group.times * t;
                 if rate_t > 150.0 {
-                    filled += size;
+                    filled += group.keys * group.size;
                 } else {
                     let e = rate_t.exp() - 1.0;
                     let admitted = p * e;
-                    filled += size * (admitted / (1.0 + admitted));
+                    filled += group.keys * (group.size * (admitted / (1.0 + admitted)));
                 }
             }
             t = cache_size * t / filled;
         }
         let mut weighted = 0.0;
-        for (row, &p) in rows.iter().zip(&self.probabilities) {
-            let (numerator, denominator) = (op1(t, row.times, p), op2(t, row.times, p));
+        for (group, &p) in groups.iter().zip(&self.probabilities) {
+            let (numerator, denominator) = (op1(t, group.times, p), op2(t, group.times, p));
             let hit = if numerator != 0.0 && denominator == 0.0 {
                 0.0
             } else {
                 numerator / denominator
             };
             // As libCacheSim's two comparisons: a NaN stays NaN.
-            weighted += row.times * hit.clamp(0.0, 1.0);
+            weighted += group.keys * (group.times * hit.clamp(0.0, 1.0));
         }
         weighted
     }
