@@ -47,7 +47,7 @@ fn direct(configuration: &Configuration, trace: &[cairn_policy::Access]) -> Metr
 
 #[test]
 fn replay_reports_what_a_direct_loop_reports() {
-    let trace = common::skewed(7, 20_000, 1_000, 100..=400);
+    let trace = common::with_next(common::skewed(7, 20_000, 1_000, 100..=400));
     let configurations = configurations();
     let options = ReplayOptions {
         threads: 3,
@@ -73,7 +73,9 @@ fn replay_reports_what_a_direct_loop_reports() {
         assert_eq!(report.label, configuration.label);
         assert!(
             want.hits > 0 && want.misses > 0,
-            "the trace exercises both outcomes"
+            "the trace exercises both outcomes: {} at {:?}: {want:?}",
+            configuration.label,
+            configuration.capacity
         );
         assert_eq!(want.reads + want.writes, 20_000);
     }

@@ -32,3 +32,16 @@ pub fn skewed(seed: u64, n: usize, keys: u64, sizes: std::ops::RangeInclusive<u3
         })
         .collect()
 }
+
+/// `trace` with each access's `next` set to the time of its key's next
+/// access (as the simulator's first pass sets it), so offline policies
+/// (`opt`, `beladysize`) see the future.
+pub fn with_next(mut trace: Vec<Access>) -> Vec<Access> {
+    let mut seen = std::collections::HashMap::new();
+    for access in trace.iter_mut().rev() {
+        access.next = seen
+            .insert(access.key, access.time)
+            .unwrap_or(cairn_policy::NEVER);
+    }
+    trace
+}
