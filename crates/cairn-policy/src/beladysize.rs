@@ -41,6 +41,8 @@
 //!
 //! Knobs: `n_sample` (128, libCacheSim's `n-sample`), `version` ("0.3.5"),
 //! `seed` (unset) and `hash_power` (24) as for [`random`](crate::random).
+//! `version = "aa0fc40"` selects that version's table and generator only:
+//! its integer score `size × distance` is not replicated (nor compared).
 
 use serde::{Deserialize, Serialize};
 
