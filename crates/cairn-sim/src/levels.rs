@@ -21,34 +21,9 @@
 //! ([`Metrics::l2_hits`] counts the second kind; [`Metrics::hits`] both).
 
 use cairn_policy::{Access, Capacity, KeyMap, Op, Policy, PolicyConfig};
-use serde::{Deserialize, Serialize};
 
+pub use crate::hierarchy::Hierarchy;
 use crate::metrics::{Metrics, Served};
-
-/// How the two levels share units.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Hierarchy {
-    /// The engine's stack: a miss fills both levels, L2 sees every write, L1
-    /// evictions are dropped.
-    #[default]
-    Inclusive,
-    /// A unit lives in one level: L2 hits move up, L1 evictions move down.
-    Exclusive,
-}
-
-impl Hierarchy {
-    /// The names `--l2-mode` takes.
-    pub const NAMES: &[&str] = &["inclusive", "exclusive"];
-
-    /// The mode's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Hierarchy::Inclusive => "inclusive",
-            Hierarchy::Exclusive => "exclusive",
-        }
-    }
-}
 
 /// The second level under a configuration's policy.
 #[derive(Clone, Debug, PartialEq)]

@@ -9,7 +9,7 @@ use cairn_policy::{Access, Op};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostModel;
-use crate::levels::Hierarchy;
+use crate::hierarchy::Hierarchy;
 
 /// Counters of one cost group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
