@@ -135,7 +135,7 @@ const PREFETCH_AHEAD: usize = 6;
 /// the hints are pure cost; above it they hide the misses. The crossover was
 /// measured on two machines (LRU, 10M-request Zipf trace): a 1 MiB-L2 EPYC
 /// (hints cost below 65,536 keys) and a 2 MiB-L2 Xeon (at 76K keys 1.15 user
-/// seconds without hints against 1.46 with, about even at 152K, 1.90 without
+/// seconds without hints against 1.46 with, about even at 152K, 1.92 without
 /// against 1.18 with at 229K). 65,536 when the L2's size is unknown.
 fn hints_from_keys() -> usize {
     static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
