@@ -121,17 +121,23 @@ struct Model {
     densities: Vec<f32>,
 }
 
-/// `hitAgeClass`: about `log2(MAX_AGE / age)`, 15 for age 0.
-fn hit_age_class(mut age: u64) -> usize {
+/// `hitAgeClass`: the doublings that take `age` to `MAX_AGE` or past it,
+/// at most 15 (15 for age 0). libCacheSim doubles in a loop; this counts
+/// them from the leading zeros (the loop is up to 15 steps of every sampled
+/// candidate's rank).
+#[inline]
+fn hit_age_class(age: u64) -> usize {
+    const MAX: u64 = MAX_AGE as u64;
+    if age >= MAX {
+        return 0;
+    }
     if age == 0 {
         return CLASSES - 1;
     }
-    let mut log = 0;
-    while age < MAX_AGE as u64 && log < CLASSES - 1 {
-        age <<= 1;
-        log += 1;
-    }
-    log
+    // Shifted to MAX_AGE's bit length, `age` is at most one doubling short.
+    let shift = age.leading_zeros() - MAX.leading_zeros();
+    let doublings = shift as usize + usize::from(age << shift < MAX);
+    doublings.min(CLASSES - 1)
 }
 
 impl Tag {
@@ -648,6 +654,21 @@ mod tests {
 
     #[test]
     fn hit_age_classes_are_log_spaced() {
+        // libCacheSim's loop, for every age up to past 2 × MAX_AGE.
+        let doubling = |mut age: u64| {
+            if age == 0 {
+                return CLASSES - 1;
+            }
+            let mut log = 0;
+            while age < MAX_AGE as u64 && log < CLASSES - 1 {
+                age <<= 1;
+                log += 1;
+            }
+            log
+        };
+        for age in (0..=3 * MAX_AGE as u64).chain([u64::MAX / 2, u64::MAX]) {
+            assert_eq!(hit_age_class(age), doubling(age), "age {age}");
+        }
         assert_eq!(hit_age_class(0), 15);
         assert_eq!(hit_age_class(20_000), 0);
         assert_eq!(hit_age_class(10_000), 1);
