@@ -17,9 +17,6 @@ pub enum Hierarchy {
 }
 
 impl Hierarchy {
-    /// The names `--l2-mode` takes.
-    pub const NAMES: &[&str] = &["inclusive", "exclusive"];
-
     /// The mode's name.
     pub fn name(self) -> &'static str {
         match self {
