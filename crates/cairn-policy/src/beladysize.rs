@@ -47,7 +47,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::libcachesim::{ChainedTable, Version, check_seed, lcs_rng};
-use crate::random::check_hash_power;
+use crate::residents::check_hash_power;
 use crate::{Access, Capacity, ConfigError, NEVER, Policy};
 
 /// Sampling rounds before an eviction gives up on the score (see the module

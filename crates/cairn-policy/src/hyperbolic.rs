@@ -11,9 +11,11 @@
 //! Maps to libCacheSim's `Hyperbolic` (`cache/eviction/Hyperbolic.c`):
 //! - time is the cache's request count (`n_req`, counted here by `lookup`);
 //!   a unit enters with `freq = 1` at the current count and each hit adds 1;
-//! - each eviction draws `n_sample` (64) units with libCacheSim's sampler
-//!   ([`ChainedTable::sample`], as for [`random`](crate::random)), repeats
-//!   allowed, and evicts the first with the lowest `10⁸ × freq / age`;
+//! - each eviction draws `n_sample` (64) units, repeats allowed, and evicts
+//!   the first with the lowest `10⁸ × freq / age`; whose draws is the
+//!   `version` knob, as for [`random`](crate::random): Cairn's uniform ones
+//!   (default; all `n_sample` nodes are loaded at once) or libCacheSim's
+//!   sampler ([`ChainedTable::sample`](crate::libcachesim::ChainedTable::sample));
 //! - like libCacheSim, the score is not divided by the unit's size (the
 //!   paper's size-aware variant divides by it), and `freq` is kept in 24
 //!   signed bits as in libCacheSim's object metadata (it wraps past
@@ -21,15 +23,14 @@
 //! - a miss evicts until the new unit fits, then inserts it.
 //!
 //! Knobs: `n_sample` (64, libCacheSim's `n-sample`), and `version`
-//! ("0.3.5"), `seed` (unset) and `hash_power` (16) as for
-//! [`random`](crate::random): with the same version, seed and table size
-//! the victims are libCacheSim's, one by one.
+//! ("cairn"), `seed` (unset) and `hash_power` (unset) as for
+//! [`random`](crate::random): with a libCacheSim version and the same seed
+//! and table size the victims are libCacheSim's, one by one.
 
 use serde::{Deserialize, Serialize};
 
-use crate::libcachesim::{ChainedTable, Version, check_seed, lcs_rng};
-use crate::random::check_hash_power;
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::residents::{SampledTable, SamplerVersion};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// Hyperbolic caching parameters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,23 +38,24 @@ use crate::{Access, Capacity, ConfigError, Policy};
 pub struct HyperbolicConfig {
     /// Residents sampled per eviction, 1..=1024. Default 64 (libCacheSim).
     pub n_sample: u32,
-    /// Whose table and generator: "0.3.5" (default) or "aa0fc40".
-    pub version: Version,
-    /// The generator's starting state (non-zero for 0.3.5). Default unset:
-    /// a fresh libCacheSim thread's.
+    /// Whose table and generator: "cairn" (default), "0.3.5" or "aa0fc40".
+    pub version: SamplerVersion,
+    /// The generator's starting state (non-zero for "cairn" and "0.3.5").
+    /// Default unset: `0xdeadbeef`, or a fresh libCacheSim thread's.
     pub seed: Option<u64>,
-    /// The sampled table starts with `2^hash_power` buckets, 1..=31.
-    /// Default 16 (libCacheSim: `max(12, 24 − 8)`).
-    pub hash_power: u32,
+    /// libCacheSim's table starts with `2^hash_power` buckets, 1..=31.
+    /// Default unset: 16 (libCacheSim: `max(12, 24 − 8)`); refused with
+    /// version "cairn".
+    pub hash_power: Option<u32>,
 }
 
 impl Default for HyperbolicConfig {
     fn default() -> Self {
         Self {
             n_sample: 64,
-            version: Version::default(),
+            version: SamplerVersion::default(),
             seed: None,
-            hash_power: 16,
+            hash_power: None,
         }
     }
 }
@@ -80,18 +82,17 @@ impl Entry {
 #[derive(Debug)]
 pub struct Hyperbolic {
     capacity: Capacity,
-    n_sample: u32,
     used: u64,
     /// Requests seen (`lookup` calls).
     n_req: u64,
-    table: ChainedTable<Entry>,
+    table: SampledTable<Entry>,
+    /// The draws of one eviction, `n_sample` long.
+    samples: Box<[u32]>,
 }
 
 impl Hyperbolic {
     /// An empty Hyperbolic cache.
     pub fn new(capacity: Capacity, config: &HyperbolicConfig) -> Result<Self, ConfigError> {
-        check_hash_power("hyperbolic", config.hash_power)?;
-        check_seed("hyperbolic", config.version, config.seed)?;
         if !(1..=1024).contains(&config.n_sample) {
             return Err(ConfigError::OutOfRange {
                 policy: "hyperbolic",
@@ -102,14 +103,10 @@ impl Hyperbolic {
         }
         Ok(Self {
             capacity,
-            n_sample: config.n_sample,
             used: 0,
             n_req: 0,
-            table: ChainedTable::new(
-                config.hash_power,
-                config.version,
-                lcs_rng(config.version, config.seed),
-            ),
+            table: SampledTable::new("hyperbolic", config.version, config.seed, config.hash_power)?,
+            samples: vec![0; config.n_sample as usize].into_boxed_slice(),
         })
     }
 
@@ -117,10 +114,11 @@ impl Hyperbolic {
     /// equals). libCacheSim starts from a bar of 10¹⁶ and evicts nothing if
     /// no sample is below it; here the first sample is taken then.
     fn victim(&mut self) -> u32 {
+        assert!(!self.table.is_empty(), "used > 0 means residents");
+        self.table.sample_into(&mut self.samples);
         let mut best = None;
         let mut best_score = 1.0e16;
-        for _ in 0..self.n_sample {
-            let slot = self.table.sample().expect("used > 0 means residents");
+        for &slot in &self.samples {
             let score = self.table.value(slot).score(self.n_req);
             if best_score > score {
                 best = Some(slot);
@@ -135,6 +133,10 @@ impl Hyperbolic {
 impl Policy for Hyperbolic {
     fn name(&self) -> &'static str {
         "hyperbolic"
+    }
+
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.table.prefetch(key, ahead);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
@@ -202,7 +204,7 @@ impl Policy for Hyperbolic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::libcachesim::NaiveChains;
+    use crate::libcachesim::{NaiveChains, lcs_rng};
     use crate::testing::{self, Reference};
     use proptest::prelude::*;
 
@@ -250,7 +252,7 @@ mod tests {
     fn hyperbolic(
         capacity: Capacity,
         n_sample: u32,
-        version: Version,
+        version: SamplerVersion,
         seed: u64,
         hash_power: u32,
     ) -> Hyperbolic {
@@ -258,7 +260,7 @@ mod tests {
             n_sample,
             version,
             seed: Some(seed),
-            hash_power,
+            hash_power: version.libcachesim().map(|_| hash_power),
         };
         Hyperbolic::new(capacity, &config).unwrap()
     }
@@ -286,15 +288,22 @@ mod tests {
 
     #[test]
     fn knobs_are_checked() {
-        let bad = |n_sample, hash_power| {
+        let bad = |n_sample, version, hash_power| {
             let config = HyperbolicConfig {
                 n_sample,
+                version,
                 hash_power,
                 ..HyperbolicConfig::default()
             };
             Hyperbolic::new(Capacity::Objects(1), &config).is_err()
         };
-        assert!(bad(0, 16) && bad(1025, 16) && bad(64, 0) && !bad(1, 1));
+        let lcs = SamplerVersion::V0_3_5;
+        assert!(bad(0, lcs, None) && bad(1025, lcs, None) && bad(64, lcs, Some(0)));
+        assert!(!bad(1, lcs, Some(1)) && !bad(1, SamplerVersion::Cairn, None));
+        assert!(
+            bad(64, SamplerVersion::Cairn, Some(16)),
+            "hash_power sizes libCacheSim's table only"
+        );
     }
 
     #[test]
@@ -311,11 +320,13 @@ mod tests {
         #[test]
         fn matches_naive_model(trace in testing::trace_strategy(40, 400, 5), cap in 1u64..20, bytes: bool, seed in 1u64.., power in 1u32..8, n_sample in 1u32..8, old: bool) {
             let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
-            let version = if old { Version::Aa0fc40 } else { Version::V0_3_5 };
-            let table = NaiveChains::new(power, version, lcs_rng(version, Some(seed)));
+            let version = if old { SamplerVersion::Aa0fc40 } else { SamplerVersion::V0_3_5 };
+            let lcs = version.libcachesim().unwrap();
+            let table = NaiveChains::new(power, lcs, lcs_rng(lcs, Some(seed)));
             let mut naive = NaiveHyperbolic { capacity, n_sample, now: 0, table };
             testing::assert_matches_reference(&mut hyperbolic(capacity, n_sample, version, seed, power), &mut naive, &trace);
             testing::replay_checked(&mut hyperbolic(capacity, n_sample, version, seed, power), &trace);
+            testing::replay_checked(&mut hyperbolic(capacity, n_sample, SamplerVersion::Cairn, seed, power), &trace);
         }
     }
 }

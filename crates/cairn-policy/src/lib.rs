@@ -56,6 +56,7 @@ pub mod ons;
 pub mod opt;
 pub mod prefetch;
 pub mod random;
+pub mod residents;
 pub mod rng;
 pub mod s3fifo;
 pub mod sieve;

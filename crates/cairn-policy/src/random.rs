@@ -6,72 +6,53 @@
 //! `Random` (`cache/eviction/Random.c`).
 //!
 //! A hit changes nothing. A miss evicts random units until the new one
-//! fits, then inserts it. "Random" is libCacheSim's `hashtable_rand_obj`
-//! over its own hash table with its own generator, replicated in both
-//! versions ([`ChainedTable`], [`LcsRng`]; see [`crate::libcachesim`]): at
-//! aa0fc40 the head of a random non-empty bucket (a unit behind another in
-//! its chain is not picked while it stays behind), in 0.3.5 a random entry
-//! of that chain, the table halving when samples keep finding empty
-//! buckets. The resident units live in that table, which is also the lookup
-//! index. With the same version, seed and table size the victims are
-//! libCacheSim's, one by one.
+//! fits, then inserts it. Whose "random" is the `version` knob:
 //!
-//! Knobs (libCacheSim's defaults in the Python wheel 0.3.5):
-//! - `version` ("0.3.5"): whose table and generator; "aa0fc40" for
-//!   `cachesim` at that commit.
-//! - `seed` (unset): the generator's starting state; unset, the state of a
-//!   fresh libCacheSim thread. The wheel never reseeds, so its first run in
-//!   a process starts there and later runs continue where earlier ones left
-//!   it; `cachesim` resets it to 0 before every run.
-//! - `hash_power` (16): the table starts with `2^hash_power` buckets.
-//!   libCacheSim's `Random` uses `max(12, hashpower − 8)` of the cache's
-//!   `hashpower`, 24 in the Python wheel.
+//! - "cairn" (default): uniform over the residents, one draw an eviction
+//!   ([`Residents`](crate::residents::Residents): a dense array of the
+//!   residents beside the key index).
+//! - "0.3.5" / "aa0fc40": libCacheSim's `hashtable_rand_obj` over its own
+//!   hash table with its own generator, replicated ([`ChainedTable`], [`LcsRng`];
+//!   see [`crate::libcachesim`]): at aa0fc40 the head of a random non-empty
+//!   bucket (a unit behind another in its chain is not picked while it stays
+//!   behind), in 0.3.5 a random entry of that chain, the table halving when
+//!   samples keep finding empty buckets. With the same version, seed and
+//!   table size the victims are libCacheSim's, one by one. Sampling draws
+//!   about `buckets / residents` numbers per eviction, as libCacheSim does
+//!   (aa0fc40: 134 for 489 residents in 65,536 buckets).
 //!
-//! Sampling draws about `buckets / residents` numbers per eviction, as
-//! libCacheSim does (aa0fc40: 134 for 489 residents in 65,536 buckets); a
-//! bitmap of non-empty buckets keeps each draw in the L1 cache.
+//! Knobs:
+//! - `version` ("cairn"): whose table and generator.
+//! - `seed` (unset): the generator's starting state; unset, `0xdeadbeef`
+//!   for "cairn", else the state of a fresh libCacheSim thread. The wheel
+//!   never reseeds, so its first run in a process starts there and later
+//!   runs continue where earlier ones left it; `cachesim` resets it to 0
+//!   before every run.
+//! - `hash_power` (unset = 16; libCacheSim's tables only): the table starts
+//!   with `2^hash_power` buckets. libCacheSim's `Random` uses
+//!   `max(12, hashpower − 8)` of the cache's `hashpower`, 24 in the wheel.
+//!
+//! [`ChainedTable`]: crate::libcachesim::ChainedTable
+//! [`LcsRng`]: crate::libcachesim::LcsRng
 
 use serde::{Deserialize, Serialize};
 
-use crate::libcachesim::{ChainedTable, Version, check_seed, lcs_rng};
-use crate::{Access, Capacity, ConfigError, Policy};
+use crate::residents::{SampledTable, SamplerVersion};
+use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// Random-eviction parameters.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RandomConfig {
-    /// Whose table and generator: "0.3.5" (default) or "aa0fc40".
-    pub version: Version,
-    /// The generator's starting state (non-zero for 0.3.5). Default unset:
-    /// a fresh libCacheSim thread's.
+    /// Whose table and generator: "cairn" (default), "0.3.5" or "aa0fc40".
+    pub version: SamplerVersion,
+    /// The generator's starting state (non-zero for "cairn" and "0.3.5").
+    /// Default unset: `0xdeadbeef`, or a fresh libCacheSim thread's.
     pub seed: Option<u64>,
-    /// The table starts with `2^hash_power` buckets, 1..=31. Default 16
-    /// (libCacheSim: `max(12, 24 − 8)`).
-    pub hash_power: u32,
-}
-
-impl Default for RandomConfig {
-    fn default() -> Self {
-        Self {
-            version: Version::default(),
-            seed: None,
-            hash_power: 16,
-        }
-    }
-}
-
-/// Checks a `hash_power` knob.
-pub(crate) fn check_hash_power(policy: &'static str, power: u32) -> Result<(), ConfigError> {
-    if (1..=31).contains(&power) {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfRange {
-            policy,
-            parameter: "hash_power",
-            value: power.to_string(),
-            expected: "1 to 31",
-        })
-    }
+    /// libCacheSim's table starts with `2^hash_power` buckets, 1..=31.
+    /// Default unset: 16 (libCacheSim: `max(12, 24 − 8)`); refused with
+    /// version "cairn".
+    pub hash_power: Option<u32>,
 }
 
 /// Random replacement.
@@ -80,22 +61,16 @@ pub struct Random {
     capacity: Capacity,
     used: u64,
     /// Residents and their charges.
-    table: ChainedTable<u64>,
+    table: SampledTable<u64>,
 }
 
 impl Random {
     /// An empty random cache.
     pub fn new(capacity: Capacity, config: &RandomConfig) -> Result<Self, ConfigError> {
-        check_hash_power("random", config.hash_power)?;
-        check_seed("random", config.version, config.seed)?;
         Ok(Self {
             capacity,
             used: 0,
-            table: ChainedTable::new(
-                config.hash_power,
-                config.version,
-                lcs_rng(config.version, config.seed),
-            ),
+            table: SampledTable::new("random", config.version, config.seed, config.hash_power)?,
         })
     }
 }
@@ -103,6 +78,10 @@ impl Random {
 impl Policy for Random {
     fn name(&self) -> &'static str {
         "random"
+    }
+
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.table.prefetch(key, ahead);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
@@ -157,7 +136,7 @@ impl Policy for Random {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::libcachesim::NaiveChains;
+    use crate::libcachesim::{NaiveChains, lcs_rng};
     use crate::testing::{self, Reference};
     use proptest::prelude::*;
 
@@ -188,20 +167,20 @@ mod tests {
         }
     }
 
-    fn random(capacity: Capacity, version: Version, seed: u64, hash_power: u32) -> Random {
+    fn random(capacity: Capacity, version: SamplerVersion, seed: u64, hash_power: u32) -> Random {
         let config = RandomConfig {
             version,
             seed: Some(seed),
-            hash_power,
+            hash_power: version.libcachesim().map(|_| hash_power),
         };
         Random::new(capacity, &config).unwrap()
     }
 
-    fn version(old: bool) -> Version {
+    fn version(old: bool) -> SamplerVersion {
         if old {
-            Version::Aa0fc40
+            SamplerVersion::Aa0fc40
         } else {
-            Version::V0_3_5
+            SamplerVersion::V0_3_5
         }
     }
 
@@ -224,25 +203,32 @@ mod tests {
     #[test]
     fn the_seed_decides_the_victims() {
         let trace = testing::keys(&(0..500).map(|i| i * 7 % 97).collect::<Vec<_>>());
-        let run = |seed| {
-            let mut cache = random(Capacity::Objects(20), Version::V0_3_5, seed, 4);
+        let run = |version, seed| {
+            let mut cache = random(Capacity::Objects(20), version, seed, 4);
             let mut victims = vec![];
             for access in &trace {
                 cache.access(access, &mut victims);
             }
             victims
         };
-        assert_eq!(run(1), run(1));
-        assert_ne!(run(1), run(2));
-        let bad = |hash_power, seed| {
+        for version in [SamplerVersion::Cairn, SamplerVersion::V0_3_5] {
+            assert_eq!(run(version, 1), run(version, 1));
+            assert_ne!(run(version, 1), run(version, 2));
+        }
+        let bad = |version, hash_power, seed| {
             let config = RandomConfig {
-                version: Version::V0_3_5,
+                version,
                 seed,
                 hash_power,
             };
             Random::new(Capacity::Objects(1), &config).is_err()
         };
-        assert!(bad(0, None) && bad(32, None) && bad(16, Some(0)) && !bad(16, Some(1)));
+        let lcs = SamplerVersion::V0_3_5;
+        assert!(bad(lcs, Some(0), None) && bad(lcs, Some(32), None));
+        assert!(bad(lcs, None, Some(0)) && !bad(lcs, Some(16), Some(1)));
+        let cairn = SamplerVersion::Cairn;
+        assert!(bad(cairn, Some(16), None) && bad(cairn, None, Some(0)));
+        assert!(!bad(cairn, None, Some(1)) && !bad(SamplerVersion::Aa0fc40, None, Some(0)));
     }
 
     proptest! {
@@ -250,10 +236,12 @@ mod tests {
         fn matches_naive_model(trace in testing::trace_strategy(40, 400, 5), cap in 1u64..20, bytes: bool, seed in 1u64.., power in 1u32..8, old: bool) {
             let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
             let version = version(old);
-            let table = NaiveChains::new(power, version, lcs_rng(version, Some(seed)));
+            let lcs = version.libcachesim().unwrap();
+            let table = NaiveChains::new(power, lcs, lcs_rng(lcs, Some(seed)));
             let mut naive = NaiveRandom { capacity, table };
             testing::assert_matches_reference(&mut random(capacity, version, seed, power), &mut naive, &trace);
             testing::replay_checked(&mut random(capacity, version, seed, power), &trace);
+            testing::replay_checked(&mut random(capacity, SamplerVersion::Cairn, seed, power), &trace);
         }
     }
 }

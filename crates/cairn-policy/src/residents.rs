@@ -1,0 +1,481 @@
+//! [`Residents`]: the resident units of a sampling policy, found by key and
+//! drawn uniformly at random in O(1).
+//!
+//! Policies that evict from a random sample (`random`, `hyperbolic`) need two
+//! things of their table: a lookup by key on every request and a uniform draw
+//! over the residents on every eviction. libCacheSim draws from its chained
+//! hash table (a random bucket until one is non-empty, then an entry of its
+//! chain), which costs a chain of dependent memory reads per draw and is not
+//! uniform over residents; [`crate::libcachesim::ChainedTable`] replicates it
+//! for exact agreement. This is Cairn's own table:
+//!
+//! - the units live in a [`Slab`] indexed by a [`KeyIndex`] (the lookup every
+//!   list policy uses, prefetchable ahead of the access);
+//! - a dense array holds the slab index of every resident, and each node its
+//!   position there, so a draw is one random number mapped onto the array
+//!   (Lemire's multiply-shift, no division) and removal is a swap with the
+//!   last member;
+//! - a sample of many draws ([`Residents::sample_into`]) computes every index
+//!   first and starts loading every node before reading any, so the nodes'
+//!   cache misses overlap instead of following one another.
+//!
+//! Growth of the slab, the index and the array are the only allocations; a
+//! cache in its steady state allocates nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::index::{KeyIndex, Keyed};
+use crate::libcachesim::{ChainedTable, Version, lcs_rng};
+use crate::list::{Index, Slab};
+use crate::rng::{Generator, Rng};
+use crate::{Ahead, ConfigError};
+
+#[derive(Clone, Copy, Debug)]
+struct Node<T> {
+    key: u64,
+    /// Where this unit's slab index sits in [`Residents::members`].
+    pos: u32,
+    value: T,
+}
+
+impl<T> Keyed for Node<T> {
+    fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+/// Resident units with a value each, by key and by uniform draw.
+#[derive(Debug)]
+pub struct Residents<T> {
+    map: KeyIndex,
+    slab: Slab<Node<T>>,
+    /// The slab index of every resident, in no order.
+    members: Vec<Index>,
+}
+
+impl<T> Default for Residents<T> {
+    fn default() -> Self {
+        Self {
+            map: KeyIndex::default(),
+            slab: Slab::new(),
+            members: Vec::new(),
+        }
+    }
+}
+
+/// A uniform draw in `0..len` from one 64-bit number (Lemire's
+/// multiply-shift: the high half of `r × len`). `len` must be non-zero.
+#[inline]
+fn below(r: u64, len: usize) -> usize {
+    ((u128::from(r) * len as u128) >> 64) as usize
+}
+
+impl<T: Copy> Residents<T> {
+    /// The node holding `key`, if it is resident.
+    #[inline]
+    pub fn get(&self, key: u64) -> Option<Index> {
+        self.map.get(key, &self.slab)
+    }
+
+    /// Adds `key`, which must not be resident, with `value`.
+    pub fn insert(&mut self, key: u64, value: T) -> Index {
+        debug_assert!(self.get(key).is_none(), "insert of a resident key");
+        let pos = u32::try_from(self.members.len()).expect("fewer than 2^32 residents");
+        let index = self.slab.insert(Node { key, pos, value });
+        self.map.insert(key, index, &self.slab);
+        self.members.push(index);
+        index
+    }
+
+    /// Removes the unit in node `index`; returns its key and value.
+    pub fn remove(&mut self, index: Index) -> (u64, T) {
+        let node = *self.slab.get(index);
+        self.map.remove(node.key, &self.slab);
+        let last = self.members.pop().expect("a resident node");
+        if last != index {
+            self.members[node.pos as usize] = last;
+            self.slab.get_mut(last).pos = node.pos;
+        }
+        self.slab.remove(index);
+        (node.key, node.value)
+    }
+
+    /// The key in node `index`.
+    #[inline]
+    pub fn key(&self, index: Index) -> u64 {
+        self.slab.get(index).key
+    }
+
+    /// The value in node `index`.
+    #[inline]
+    pub fn value(&self, index: Index) -> &T {
+        &self.slab.get(index).value
+    }
+
+    /// The value in node `index`, mutably.
+    #[inline]
+    pub fn value_mut(&mut self, index: Index) -> &mut T {
+        &mut self.slab.get_mut(index).value
+    }
+
+    /// Number of residents.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether nothing is resident.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// A resident drawn uniformly, or `None` if there is none.
+    #[inline]
+    pub fn sample(&self, rng: &mut Rng) -> Option<Index> {
+        if self.members.is_empty() {
+            return None;
+        }
+        Some(self.members[below(rng.next_u64(), self.members.len())])
+    }
+
+    /// The resident that the draw `r` picks now (`None` if there is none).
+    #[inline]
+    pub fn pick(&self, r: u64) -> Option<Index> {
+        let len = self.members.len();
+        (len > 0).then(|| self.members[below(r, len)])
+    }
+
+    /// Warms the two draws ahead of a one-at-a-time sampler: starts loading
+    /// the node `far` picks, and reads the node `near` picks (loaded since
+    /// the previous call) to start loading its index slots. The residents
+    /// may change before the draws are used; a stale guess costs a wasted
+    /// load, nothing else.
+    #[inline]
+    pub fn warm(&self, near: u64, far: u64) {
+        if let (Some(near), Some(far)) = (self.pick(near), self.pick(far)) {
+            self.slab.prefetch(far);
+            self.map.prefetch_slots(self.slab.get(near).key);
+        }
+    }
+
+    /// Fills `out` with independent uniform draws (repeats possible), and
+    /// starts loading each drawn node before returning. Leaves `out` as it
+    /// was if nothing is resident.
+    #[inline]
+    pub fn sample_into(&self, rng: &mut Rng, out: &mut [Index]) {
+        let len = self.members.len();
+        if len == 0 {
+            return;
+        }
+        for slot in out.iter_mut() {
+            let index = self.members[below(rng.next_u64(), len)];
+            self.slab.prefetch(index);
+            *slot = index;
+        }
+    }
+
+    /// The replay's three-stage hint for `key`: the index slots, then the
+    /// node. Nothing is relinked on a hit, so `Next` does nothing.
+    #[inline]
+    pub fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.map.prefetch_stage(key, &self.slab, ahead, false);
+    }
+}
+
+/// Whose table a sampling policy draws its victims from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SamplerVersion {
+    /// Cairn's [`Residents`]: uniform over residents, O(1) a draw, from a
+    /// Lehmer64 generator (default seed `0xdeadbeef`).
+    #[default]
+    #[serde(rename = "cairn")]
+    Cairn,
+    /// libCacheSim 0.3.5's table and generator, victim for victim.
+    #[serde(rename = "0.3.5")]
+    V0_3_5,
+    /// libCacheSim aa0fc40's (`cachesim`), victim for victim.
+    #[serde(rename = "aa0fc40")]
+    Aa0fc40,
+}
+
+impl SamplerVersion {
+    /// The libCacheSim version replicated, if any.
+    pub const fn libcachesim(self) -> Option<Version> {
+        match self {
+            SamplerVersion::Cairn => None,
+            SamplerVersion::V0_3_5 => Some(Version::V0_3_5),
+            SamplerVersion::Aa0fc40 => Some(Version::Aa0fc40),
+        }
+    }
+}
+
+/// libCacheSim's `Random` and `Hyperbolic` tables start with `2^16` buckets
+/// (`max(12, hashpower − 8)` of the wheel's `hashpower = 24`).
+pub const DEFAULT_HASH_POWER: u32 = 16;
+
+/// Checks a `hash_power` knob (a libCacheSim table of `2^power` buckets).
+pub(crate) fn check_hash_power(policy: &'static str, power: u32) -> Result<(), ConfigError> {
+    if (1..=31).contains(&power) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            policy,
+            parameter: "hash_power",
+            value: power.to_string(),
+            expected: "1 to 31",
+        })
+    }
+}
+
+/// The residents of a sampling policy in the table `version` names.
+#[derive(Debug)]
+pub enum SampledTable<T> {
+    /// Cairn's table and generator.
+    Cairn {
+        /// The residents.
+        residents: Residents<T>,
+        /// The generator of the draws.
+        rng: Rng,
+        /// The next two draws of [`sample`](Self::sample), drawn early so
+        /// their victims can be loaded before they are needed.
+        ahead: [u64; 2],
+    },
+    /// libCacheSim's chained table with its own generator.
+    Libcachesim(ChainedTable<T>),
+}
+
+impl<T: Copy> SampledTable<T> {
+    /// An empty table, after checking the knobs: a Lehmer64 `seed` must not
+    /// be 0, `hash_power` (libCacheSim's tables only; unset = 16) must be 1
+    /// to 31.
+    pub fn new(
+        policy: &'static str,
+        version: SamplerVersion,
+        seed: Option<u64>,
+        hash_power: Option<u32>,
+    ) -> Result<Self, ConfigError> {
+        let lehmer = !matches!(version, SamplerVersion::Aa0fc40);
+        if lehmer && seed == Some(0) {
+            return Err(ConfigError::OutOfRange {
+                policy,
+                parameter: "seed",
+                value: "0".into(),
+                expected: "non-zero with version cairn or 0.3.5 (lehmer64)",
+            });
+        }
+        let Some(lcs) = version.libcachesim() else {
+            if let Some(power) = hash_power {
+                return Err(ConfigError::OutOfRange {
+                    policy,
+                    parameter: "hash_power",
+                    value: power.to_string(),
+                    expected: "unset with version cairn (it sizes libCacheSim's table only)",
+                });
+            }
+            let generator = Generator::Lehmer64;
+            let mut rng = Rng::new(generator, seed.unwrap_or(generator.default_seed()));
+            let ahead = [rng.next_u64(), rng.next_u64()];
+            return Ok(SampledTable::Cairn {
+                residents: Residents::default(),
+                rng,
+                ahead,
+            });
+        };
+        let power = hash_power.unwrap_or(DEFAULT_HASH_POWER);
+        check_hash_power(policy, power)?;
+        Ok(SampledTable::Libcachesim(ChainedTable::new(
+            power,
+            lcs,
+            lcs_rng(lcs, seed),
+        )))
+    }
+
+    /// The slot holding `key`, if it is resident.
+    #[inline]
+    pub fn get(&self, key: u64) -> Option<u32> {
+        match self {
+            SampledTable::Cairn { residents, .. } => residents.get(key),
+            SampledTable::Libcachesim(table) => table.get(key),
+        }
+    }
+
+    /// Adds `key`, which must not be resident.
+    #[inline]
+    pub fn insert(&mut self, key: u64, value: T) {
+        match self {
+            SampledTable::Cairn { residents, .. } => {
+                residents.insert(key, value);
+            }
+            SampledTable::Libcachesim(table) => {
+                table.insert(key, value);
+            }
+        }
+    }
+
+    /// Removes the unit in `slot`; returns its key and value.
+    #[inline]
+    pub fn remove(&mut self, slot: u32) -> (u64, T) {
+        match self {
+            SampledTable::Cairn { residents, .. } => residents.remove(slot),
+            SampledTable::Libcachesim(table) => table.remove(slot),
+        }
+    }
+
+    /// The value in `slot`.
+    #[inline]
+    pub fn value(&self, slot: u32) -> &T {
+        match self {
+            SampledTable::Cairn { residents, .. } => residents.value(slot),
+            SampledTable::Libcachesim(table) => table.value(slot),
+        }
+    }
+
+    /// The value in `slot`, mutably.
+    #[inline]
+    pub fn value_mut(&mut self, slot: u32) -> &mut T {
+        match self {
+            SampledTable::Cairn { residents, .. } => residents.value_mut(slot),
+            SampledTable::Libcachesim(table) => table.value_mut(slot),
+        }
+    }
+
+    /// Number of residents.
+    pub fn len(&self) -> usize {
+        match self {
+            SampledTable::Cairn { residents, .. } => residents.len(),
+            SampledTable::Libcachesim(table) => table.len(),
+        }
+    }
+
+    /// Whether nothing is resident.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One random resident, or `None` if there is none. Cairn's table
+    /// draws two ahead and warms their victims ([`Residents::warm`]).
+    #[inline]
+    pub fn sample(&mut self) -> Option<u32> {
+        match self {
+            SampledTable::Cairn {
+                residents,
+                rng,
+                ahead,
+            } => {
+                let picked = residents.pick(ahead[0])?;
+                *ahead = [ahead[1], rng.next_u64()];
+                residents.warm(ahead[0], ahead[1]);
+                Some(picked)
+            }
+            SampledTable::Libcachesim(table) => table.sample(),
+        }
+    }
+
+    /// Fills `out` with random residents (repeats possible), in draw order;
+    /// leaves it as it was if nothing is resident. Cairn's table starts
+    /// loading every drawn node before returning.
+    #[inline]
+    pub fn sample_into(&mut self, out: &mut [u32]) {
+        match self {
+            SampledTable::Cairn { residents, rng, .. } => residents.sample_into(rng, out),
+            SampledTable::Libcachesim(table) => {
+                for slot in out {
+                    match table.sample() {
+                        Some(drawn) => *slot = drawn,
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The replay's hint for `key` (Cairn's table; libCacheSim's chains
+    /// are not prefetched).
+    #[inline]
+    pub fn prefetch(&self, key: u64, ahead: Ahead) {
+        if let SampledTable::Cairn { residents, .. } = self {
+            residents.prefetch(key, ahead);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn draws_are_uniform_over_residents() {
+        let mut residents = Residents::default();
+        for key in 0..100u64 {
+            residents.insert(key * 1000, key);
+        }
+        // Remove every third so the array has been reshuffled by swaps.
+        for key in (0..100u64).step_by(3) {
+            let index = residents.get(key * 1000).unwrap();
+            assert_eq!(residents.remove(index), (key * 1000, key));
+        }
+        let mut rng = Rng::new(Generator::Lehmer64, 7);
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        let draws = 200_000;
+        for _ in 0..draws {
+            let index = residents.sample(&mut rng).unwrap();
+            *counts.entry(residents.key(index)).or_default() += 1;
+        }
+        assert_eq!(counts.len(), residents.len(), "every resident drawn");
+        let expected = f64::from(draws) / residents.len() as f64;
+        for (key, &n) in &counts {
+            assert!(key % 3000 != 0, "removed key {key} drawn");
+            let off = (f64::from(n) - expected).abs() / expected;
+            assert!(off < 0.1, "key {key}: {n} draws, expected {expected:.0}");
+        }
+        let mut batch = [0; 64];
+        residents.sample_into(&mut rng, &mut batch);
+        assert!(batch.iter().all(|&i| residents.key(i) % 3000 != 0));
+    }
+
+    #[test]
+    fn an_empty_table_draws_nothing() {
+        let residents: Residents<u8> = Residents::default();
+        let mut rng = Rng::new(Generator::Lehmer64, 1);
+        assert_eq!(residents.sample(&mut rng), None);
+        let mut batch = [u32::MAX; 4];
+        residents.sample_into(&mut rng, &mut batch);
+        assert_eq!(batch, [u32::MAX; 4]);
+    }
+
+    proptest! {
+        /// Inserts and removals keep the index, the values and the dense
+        /// array consistent with a `HashMap`.
+        #[test]
+        fn matches_a_hash_map(ops in prop::collection::vec((0u64..50, any::<bool>()), 0..400)) {
+            let mut residents = Residents::default();
+            let mut model: HashMap<u64, u64> = HashMap::new();
+            for (step, (key, add)) in ops.into_iter().enumerate() {
+                match (residents.get(key), add) {
+                    (None, true) => {
+                        residents.insert(key, step as u64);
+                        model.insert(key, step as u64);
+                    }
+                    (Some(index), false) => {
+                        let (k, v) = residents.remove(index);
+                        prop_assert_eq!((k, Some(v)), (key, model.remove(&key)));
+                    }
+                    (found, _) => prop_assert_eq!(found.is_some(), model.contains_key(&key)),
+                }
+                prop_assert_eq!(residents.len(), model.len());
+            }
+            let mut members: Vec<u64> = residents.members.iter().map(|&i| residents.key(i)).collect();
+            members.sort_unstable();
+            let mut keys: Vec<u64> = model.keys().copied().collect();
+            keys.sort_unstable();
+            prop_assert_eq!(members, keys);
+            for (key, value) in model {
+                let index = residents.get(key).unwrap();
+                prop_assert_eq!(*residents.value(index), value);
+                prop_assert_eq!(residents.members[residents.slab.get(index).pos as usize], index);
+            }
+        }
+    }
+}
