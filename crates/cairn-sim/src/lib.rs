@@ -10,6 +10,8 @@
 //! - [`groups`]: cost groups by device and sequential/random pattern.
 //! - [`levels`]: two-level hierarchies (a DRAM cache over a flash tier),
 //!   inclusive as the engine stacks them, or exclusive.
+//! - [`ttl`]: time to live as libCacheSim defines it (expiry set at insert,
+//!   not refreshed by hits, checked lazily on access), at no cost without it.
 //! - [`mrc`]: exact LRU miss-ratio curves in one pass, and SHARDS sampling.
 //! - [`analyze`]: a trace's reuse and stack distances, popularity (Zipf fit),
 //!   one-hit wonders, sizes and per-window rates in one pass.
@@ -36,6 +38,7 @@ mod prepass;
 pub mod replay;
 pub mod size;
 mod stream;
+pub mod ttl;
 
 pub use cost::{CostModel, GroupCost, ServiceCost};
 pub use error::{Result, SimError};
@@ -46,3 +49,4 @@ pub use prepass::{Prepass, next_access_times, prepass};
 pub use replay::{Configuration, NoProgress, Progress, ReplayOptions, policy_name, replay};
 pub use size::{CacheSize, CapacityUnit, WorkingSet, parse_bytes};
 pub use stream::{AccessSource, AccessStream, FromIter, OpFilter, StreamOptions};
+pub use ttl::{Expiring, Stamp, Ttl};

@@ -68,6 +68,10 @@ pub struct Metrics {
     /// else touched it (each prefetched unit counts at most once).
     #[serde(default)]
     pub prefetch_hits: u64,
+    /// Accesses that found their unit resident but expired (TTL): each
+    /// removed the unit and counts as a miss (in `misses` too).
+    #[serde(default)]
+    pub expired: u64,
     /// Counters per cost group, indexed by `Access::group`.
     pub groups: Vec<GroupCounts>,
 }

@@ -2,7 +2,7 @@
 //! trace once, on every core.
 //!
 //! ```text
-//!             ┌──────── Arc<[Access]> chunk ───────┐
+//!             ┌──────── Arc'd chunk of accesses ───┐
 //! reader ─────┼─► bounded queue ─► worker 0: configs 0, W, 2W, …
 //! (caller's   ├─► bounded queue ─► worker 1: configs 1, W+1, …
 //!  thread)    └─► bounded queue ─► worker W-1
@@ -13,7 +13,8 @@
 //! same chunk. Each worker owns a fixed subset of the policy instances and runs
 //! each of them over the whole chunk before the next (the policy's state stays
 //! in cache). Queues hold at most [`ReplayOptions::queue_chunks`] chunks, so
-//! memory is bounded by `W × queue_chunks × chunk_accesses × 48 bytes` however
+//! memory is bounded by `W × queue_chunks × chunk_accesses × 48 bytes` (64 with
+//! TTL, whose [`Stamp`]s ride beside the accesses) however
 //! long the trace. Every configuration sees every access in trace order, so
 //! results do not depend on the number of threads.
 //!
@@ -36,6 +37,7 @@ use crate::cost::CostModel;
 use crate::levels::{Level2, SecondLevel};
 use crate::metrics::{Level2Report, Metrics, Report};
 use crate::stream::AccessSource;
+use crate::ttl::{Expiring, Stamp};
 use crate::{Result, SimError};
 
 /// One configuration to simulate.
@@ -182,6 +184,9 @@ struct Slot {
     /// Accesses replayed so far, and how many of them warm up.
     seen: u64,
     warmup: u64,
+    /// With TTL: the expiries of the resident units. Empty, and never
+    /// touched, without TTL.
+    expiring: Expiring,
 }
 
 /// A prefetcher beside a policy, and what it loaded.
@@ -248,7 +253,12 @@ impl Prefetching {
 }
 
 impl Slot {
-    fn run(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
+    /// Runs `chunk`; `stamps` is empty without TTL, else one per access.
+    fn run(&mut self, chunk: &[Access], stamps: &[Stamp], victims: &mut Vec<u64>) {
+        if !stamps.is_empty() {
+            self.run_ttl(chunk, stamps, victims);
+            return;
+        }
         if self.lower.is_some() {
             self.run_levels(chunk, victims);
             return;
@@ -284,6 +294,21 @@ impl Slot {
 }
 
 impl Slot {
+    /// [`Slot::run`] with TTL (one level, no prefetcher, no hints), as
+    /// libCacheSim's `cache_find_base` does it: a resident unit whose expiry
+    /// is below the access's time is removed, and the access is a miss (and
+    /// inserts it again, as any miss); a hit leaves the expiry as it was.
+    fn run_ttl(&mut self, chunk: &[Access], stamps: &[Stamp], victims: &mut Vec<u64>) {
+        for (access, &stamp) in chunk.iter().zip(stamps) {
+            if self.seen == self.warmup {
+                self.metrics = Metrics::default();
+            }
+            self.seen += 1;
+            self.expiring
+                .access(&mut *self.policy, access, stamp, victims, &mut self.metrics);
+        }
+    }
+
     /// [`Slot::run`] for a two-level configuration (no prefetcher, no hints:
     /// one branch per chunk keeps the one-level loop as it was).
     fn run_levels(&mut self, chunk: &[Access], victims: &mut Vec<u64>) {
@@ -340,6 +365,16 @@ pub fn replay(
                 wanted: Vec::new(),
                 unused: KeyMap::default(),
             });
+        if accesses.stamped() && (prefetch.is_some() || configuration.l2.is_some()) {
+            return Err(SimError::Unsupported {
+                label: configuration.label.clone(),
+                what: if prefetch.is_some() {
+                    "TTL with a prefetcher"
+                } else {
+                    "TTL with a two-level hierarchy"
+                },
+            });
+        }
         let lower = match &configuration.l2 {
             None => None,
             Some(_) if prefetch.is_some() => {
@@ -366,6 +401,7 @@ pub fn replay(
             metrics: Metrics::default(),
             seen: 0,
             warmup: options.warmup_accesses,
+            expiring: Expiring::new(),
         });
     }
     let chunk_accesses = options.chunk_accesses.max(1);
@@ -420,14 +456,22 @@ fn run_inline(
 ) -> Result<(), TraceError> {
     let mut victims = Vec::new();
     let mut batch: Vec<Access> = Vec::with_capacity(INLINE_BATCH + BLOCKS_PER_REQUEST_SLACK);
+    let stamped = accesses.stamped();
+    let mut stamps: Vec<Stamp> = Vec::new();
     let (mut count, mut bytes) = (0usize, 0u64);
     loop {
         batch.clear();
-        if accesses.fill(&mut batch, INLINE_BATCH)? == 0 {
+        stamps.clear();
+        let filled = if stamped {
+            accesses.fill_stamped(&mut batch, &mut stamps, INLINE_BATCH)?
+        } else {
+            accesses.fill(&mut batch, INLINE_BATCH)?
+        };
+        if filled == 0 {
             break;
         }
         for slot in slots.iter_mut() {
-            slot.run(&batch, &mut victims);
+            slot.run(&batch, &stamps, &mut victims);
         }
         count += batch.len();
         bytes += batch.iter().map(|a| u64::from(a.size)).sum::<u64>();
@@ -455,7 +499,7 @@ fn replay_threaded(
         let mut senders = Vec::with_capacity(workers);
         let mut handles = Vec::with_capacity(workers);
         for slots in owned {
-            let (sender, receiver) = sync_channel::<Arc<[Access]>>(options.queue_chunks.max(1));
+            let (sender, receiver) = sync_channel::<Chunk>(options.queue_chunks.max(1));
             senders.push(sender);
             let first = slots.first().map(|s| configurations[s.index].label.clone());
             handles.push((first, scope.spawn(move || work(slots, &receiver))));
@@ -478,21 +522,33 @@ fn replay_threaded(
     })
 }
 
+/// What the reader hands every worker: the accesses, and their stamps when
+/// TTL is in play (else none).
+type Chunk = Arc<(Box<[Access]>, Box<[Stamp]>)>;
+
 /// The reader: chunks the stream and broadcasts each chunk to every worker.
 fn read_chunks(
     mut accesses: impl AccessSource,
     chunk_accesses: usize,
-    senders: &[SyncSender<Arc<[Access]>>],
+    senders: &[SyncSender<Chunk>],
     progress: &dyn Progress,
 ) -> Result<(), TraceError> {
     let mut chunk: Vec<Access> = Vec::with_capacity(chunk_accesses + BLOCKS_PER_REQUEST_SLACK);
+    let stamped = accesses.stamped();
+    let mut stamps: Vec<Stamp> = Vec::new();
     loop {
         chunk.clear();
-        if accesses.fill(&mut chunk, chunk_accesses)? == 0 {
+        stamps.clear();
+        let filled = if stamped {
+            accesses.fill_stamped(&mut chunk, &mut stamps, chunk_accesses)?
+        } else {
+            accesses.fill(&mut chunk, chunk_accesses)?
+        };
+        if filled == 0 {
             return Ok(());
         }
         let bytes = chunk.iter().map(|a| u64::from(a.size)).sum();
-        let shared: Arc<[Access]> = Arc::from(chunk.as_slice());
+        let shared: Chunk = Arc::new((chunk.as_slice().into(), stamps.as_slice().into()));
         progress.advance(chunk.len() as u64, bytes);
         for sender in senders {
             // A closed queue means its worker panicked; `replay` reports that.
@@ -504,11 +560,12 @@ fn read_chunks(
 }
 
 /// A worker: every chunk through every owned policy.
-fn work(mut slots: Vec<Slot>, chunks: &Receiver<Arc<[Access]>>) -> Vec<Slot> {
+fn work(mut slots: Vec<Slot>, chunks: &Receiver<Chunk>) -> Vec<Slot> {
     let mut victims = Vec::new();
     while let Ok(chunk) = chunks.recv() {
+        let (accesses, stamps) = &*chunk;
         for slot in &mut slots {
-            slot.run(&chunk, &mut victims);
+            slot.run(accesses, stamps, &mut victims);
         }
     }
     slots

@@ -12,6 +12,7 @@ use cairn_trace::{Request, Splitter, TraceError, Unit};
 use serde::{Deserialize, Serialize};
 
 use crate::groups::{GroupAssigner, GroupMap};
+use crate::ttl::{Stamp, Ttl};
 
 /// Which requests to keep.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +49,8 @@ pub struct StreamOptions {
     pub ops: OpFilter,
     /// How accesses are put into cost groups.
     pub groups: GroupMap,
+    /// Time to live: `None` (the default) replays without expiry, at no cost.
+    pub ttl: Option<Ttl>,
 }
 
 impl Default for StreamOptions {
@@ -56,6 +59,7 @@ impl Default for StreamOptions {
             unit: Unit::Object,
             ops: OpFilter::All,
             groups: GroupMap::default(),
+            ttl: None,
         }
     }
 }
@@ -66,6 +70,7 @@ pub struct AccessStream {
     ops: OpFilter,
     splitter: Splitter,
     groups: GroupAssigner,
+    ttl: Option<Ttl>,
     next_times: Option<Arc<[u64]>>,
     buffer: Vec<Access>,
     at: usize,
@@ -86,6 +91,7 @@ impl AccessStream {
             ops: options.ops,
             splitter: Splitter::new(options.unit),
             groups: GroupAssigner::new(options.groups.clone()),
+            ttl: options.ttl,
             next_times: None,
             buffer: Vec::new(),
             at: 0,
@@ -113,6 +119,28 @@ impl AccessStream {
     /// met after some accesses were appended is returned by the next call, so
     /// nothing before it is lost.
     pub fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
+        self.fill_inner(out, None, max)
+    }
+
+    /// [`fill`](Self::fill), and a [`Stamp`] per access appended to `stamps`
+    /// (which must be as long as `out`), from the options' [`Ttl`]
+    /// ([`Stamp::NONE`] without one).
+    pub fn fill_stamped(
+        &mut self,
+        out: &mut Vec<Access>,
+        stamps: &mut Vec<Stamp>,
+        max: usize,
+    ) -> Result<usize, TraceError> {
+        debug_assert_eq!(out.len(), stamps.len());
+        self.fill_inner(out, Some(stamps), max)
+    }
+
+    fn fill_inner(
+        &mut self,
+        out: &mut Vec<Access>,
+        mut stamps: Option<&mut Vec<Stamp>>,
+        max: usize,
+    ) -> Result<usize, TraceError> {
         if let Some(error) = self.pending.take() {
             return Err(error);
         }
@@ -131,6 +159,10 @@ impl AccessStream {
             self.requests_read += 1;
             if self.ops.keeps(request.op) {
                 self.splitter.split(&request, out);
+                if let Some(stamps) = stamps.as_deref_mut() {
+                    let stamp = self.ttl.map_or(Stamp::NONE, |ttl| ttl.stamp(&request));
+                    stamps.resize(out.len(), stamp);
+                }
             }
         }
         if !self.groups.is_trivial() {
@@ -170,11 +202,43 @@ pub trait AccessSource {
     /// Appends about `max` accesses to `out` (see [`AccessStream::fill`]);
     /// `Ok(0)` at the end of the trace.
     fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError>;
+
+    /// Whether accesses carry [`Stamp`]s (TTL is in play): the replay then
+    /// calls [`fill_stamped`](Self::fill_stamped). The default says no.
+    fn stamped(&self) -> bool {
+        false
+    }
+
+    /// [`fill`](Self::fill), and one [`Stamp`] per access appended to
+    /// `stamps`. The default stamps [`Stamp::NONE`] (nothing expires).
+    fn fill_stamped(
+        &mut self,
+        out: &mut Vec<Access>,
+        stamps: &mut Vec<Stamp>,
+        max: usize,
+    ) -> Result<usize, TraceError> {
+        let appended = self.fill(out, max)?;
+        stamps.resize(out.len(), Stamp::NONE);
+        Ok(appended)
+    }
 }
 
 impl AccessSource for AccessStream {
     fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
         AccessStream::fill(self, out, max)
+    }
+
+    fn stamped(&self) -> bool {
+        self.ttl.is_some()
+    }
+
+    fn fill_stamped(
+        &mut self,
+        out: &mut Vec<Access>,
+        stamps: &mut Vec<Stamp>,
+        max: usize,
+    ) -> Result<usize, TraceError> {
+        AccessStream::fill_stamped(self, out, stamps, max)
     }
 }
 

@@ -227,3 +227,67 @@ fn two_levels_allocate_nothing_in_the_steady_state() {
         "two-level hierarchies allocating in the steady state: {failures:?}"
     );
 }
+
+/// TTL (`cairn sim --ttl`): the map of resident units' expiries must not
+/// allocate once the policy is full, while units expire and come back. The
+/// clock advances one second per 1,000 accesses and units live 2 s, so a
+/// good share of hits find their unit expired. Policies include LIRS, whose
+/// hits hold victims.
+#[test]
+fn ttl_allocates_nothing_in_the_steady_state() {
+    use cairn_sim::{Expiring, Metrics, Stamp};
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warm = trace(400_000, 20_000, 7);
+    warm.extend(trace(1_600_000, 20_000, 9));
+    let measured = trace(200_000, 20_000, 11);
+    let stamp = |at: usize| {
+        let now_us = at as u64 / 1_000 * 1_000_000;
+        Stamp {
+            now_us,
+            expires_us: now_us + 2_000_000,
+        }
+    };
+    let mut failures = Vec::new();
+    for name in ["lru", "s3fifo", "lirs", "arc"] {
+        let mut policy = PolicyConfig::default_for(name)
+            .expect("a listed name")
+            .build(Capacity::Objects(2_000))
+            .expect("default config builds");
+        let mut expiring = Expiring::new();
+        let mut metrics = Metrics::default();
+        let mut victims = Vec::with_capacity(1024);
+        for (at, access) in warm.iter().enumerate() {
+            expiring.access(&mut *policy, access, stamp(at), &mut victims, &mut metrics);
+        }
+        let mut rounds = Vec::with_capacity(ROUNDS);
+        let mut at = warm.len();
+        for _ in 0..ROUNDS {
+            ALLOCATIONS.store(0, Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+            for access in &measured {
+                expiring.access(&mut *policy, access, stamp(at), &mut victims, &mut metrics);
+                at += 1;
+            }
+            COUNTING.store(false, Ordering::Relaxed);
+            let round = ALLOCATIONS.load(Ordering::Relaxed);
+            rounds.push(round);
+            if round == 0 {
+                break;
+            }
+        }
+        println!(
+            "{name} with TTL: {rounds:?} allocations per round, {} expired",
+            metrics.expired
+        );
+        assert!(metrics.expired > 0, "{name}: nothing expired");
+        if allocates(&rounds) {
+            failures.push(format!("{name}: {rounds:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "TTL allocating in the steady state: {failures:?}"
+    );
+}

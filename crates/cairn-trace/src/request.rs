@@ -16,6 +16,10 @@ pub struct Request {
     pub size: u32,
     /// Read or write.
     pub op: Op,
+    /// Time to live in seconds, when the trace carries one (libCacheSim's
+    /// `req->ttl`: Twitter's traces do); 0 for none. A simulator run with TTL
+    /// expires the object this long after it enters the cache.
+    pub ttl: u32,
     /// Index (0-based) of the next request to the same object, or [`NEVER`],
     /// when the trace carries it (libCacheSim's oracleGeneral does).
     pub next: u64,

@@ -192,6 +192,7 @@ mod tests {
                 offset,
                 size,
                 op,
+                ttl: 0,
                 next: crate::NEVER,
             })
         });

@@ -273,6 +273,7 @@ impl<W: Write> TraceWriter for OracleGeneralWriter<W> {
                 offset: 0,
                 size: item.size,
                 op: Op::Read,
+                ttl: 0,
                 next,
             };
             self.sink
@@ -425,6 +426,7 @@ mod tests {
                 offset: 0,
                 size: 100 + object as u32,
                 op: if index % 2 == 0 { Op::Read } else { Op::Write },
+                ttl: 0,
                 next: NEVER,
             });
         }

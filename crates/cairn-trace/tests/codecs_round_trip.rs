@@ -23,6 +23,7 @@ fn request() -> impl Strategy<Value = Request> {
             offset,
             size,
             op: if write { Op::Write } else { Op::Read },
+            ttl: 0,
             next: NEVER,
         })
 }

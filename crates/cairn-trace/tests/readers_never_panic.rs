@@ -12,6 +12,7 @@ fn formats() -> Vec<Format> {
     vec![
         Format::Msr,
         Format::OracleGeneral,
+        Format::OracleSysTwrNs,
         Format::Vscsi,
         Format::CloudPhysics,
         Format::Text,
@@ -22,6 +23,7 @@ fn formats() -> Vec<Format> {
             offset_column: Some(5),
             size_column: Some(4),
             op_column: Some(3),
+            ttl_column: Some(6),
             time_unit: TimeUnit::S,
             offset_unit: OffsetUnit::Sectors,
             ..CsvConfig::default()

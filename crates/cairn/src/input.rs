@@ -215,7 +215,12 @@ impl TraceInput {
             source,
             format,
             max_requests: args.requests,
-            stream: StreamOptions { unit, ops, groups },
+            stream: StreamOptions {
+                unit,
+                ops,
+                groups,
+                ttl: None,
+            },
         })
     }
 
@@ -225,6 +230,12 @@ impl TraceInput {
             Source::Embedded(_) => SAMPLE_TRACE_NAME.to_owned(),
             Source::File(path) => path.display().to_string(),
         }
+    }
+
+    /// Whether the trace's requests can carry TTLs (its format has a field
+    /// for them).
+    pub fn carries_ttl(&self) -> bool {
+        self.format.carries_ttl()
     }
 
     /// The trace format's name (`oracle`, `vscsi`, …).

@@ -63,6 +63,7 @@ fn loop_vscsi(path: &Path, sectors: u64, passes: u64, op: Op) {
             offset: (index % sectors) * 8 * 512,
             size: 4096,
             op,
+            ttl: 0,
             next: NEVER,
         };
         bytes.extend_from_slice(&vscsi::encode(&request, index as u32));

@@ -185,6 +185,7 @@ fn the_block_cache_prefetches_what_the_simulator_says() {
                 offset: block * 4096,
                 size: 4096,
                 op: Op::Read,
+                ttl: 0,
                 next: cairn_trace::NEVER,
             })
             .unwrap();
@@ -304,6 +305,7 @@ fn the_server_prefetches_what_the_simulator_says() {
                 offset: block * 4096,
                 size: 4096,
                 op: Op::Read,
+                ttl: 0,
                 next: cairn_trace::NEVER,
             })
             .unwrap();

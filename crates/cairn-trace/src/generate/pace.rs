@@ -119,6 +119,7 @@ impl Clock {
             offset,
             size,
             op,
+            ttl: 0,
             next: NEVER,
         }
     }

@@ -47,6 +47,7 @@ impl LineParser for CloudPhysicsParser {
             offset: scale(lbn, 512, "lbn")?,
             size,
             op,
+            ttl: 0,
             next: NEVER,
         }))
     }

@@ -1,8 +1,8 @@
 //! Any delimited text trace, read through a column map ([`CsvConfig`]).
 //!
-//! Columns are numbered from 1. Each of time, object, offset, size and op is
-//! optional; a missing column takes a neutral value (time 0, object 0,
-//! offset 0, size [`CsvConfig::size_default_bytes`], read). Time may be an
+//! Columns are numbered from 1. Each of time, object, offset, size, op and
+//! ttl is optional; a missing column takes a neutral value (time 0, object 0,
+//! offset 0, size [`CsvConfig::size_default_bytes`], read, no TTL). Time may be an
 //! integer or a decimal fraction in [`CsvConfig::time_unit`]s. Quoted fields
 //! are not supported (trace columns are numbers and short words).
 
@@ -87,6 +87,9 @@ pub struct CsvConfig {
     pub size_column: Option<usize>,
     /// 1-based column of the operation. Default none (all reads).
     pub op_column: Option<usize>,
+    /// 1-based column of the time to live, in whole seconds (0: none), as
+    /// Twitter's cache traces carry it. Default none.
+    pub ttl_column: Option<usize>,
     /// Op values meaning read, compared ignoring ASCII case. Default `r`, `read`, `28`.
     pub read_values: Vec<String>,
     /// Op values meaning write, compared ignoring ASCII case. Default `w`, `write`, `2a`.
@@ -109,6 +112,7 @@ impl Default for CsvConfig {
             offset_column: None,
             size_column: None,
             op_column: None,
+            ttl_column: None,
             read_values: vec!["r".into(), "read".into(), "28".into()],
             write_values: vec!["w".into(), "write".into(), "2a".into()],
             time_unit: TimeUnit::default(),
@@ -145,6 +149,7 @@ impl CsvConfig {
             ("offset_column", self.offset_column),
             ("size_column", self.size_column),
             ("op_column", self.op_column),
+            ("ttl_column", self.ttl_column),
         ];
         for (name, column) in columns {
             if let Some(column) = column
@@ -255,12 +260,22 @@ impl LineParser for CsvParser {
             Some(column) => self.op(field(fields, column - 1, "op")?)?,
             None => Op::Read,
         };
+        let ttl = match config.ttl_column {
+            Some(column) => {
+                let seconds = parse_u64(field(fields, column - 1, "ttl")?, "ttl")?;
+                u32::try_from(seconds).map_err(|_| {
+                    FieldError::new("ttl", format!("{seconds}: over 4,294,967,295 seconds"))
+                })?
+            }
+            None => 0,
+        };
         Ok(Some(Request {
             time_us,
             object,
             offset,
             size,
             op,
+            ttl,
             next: NEVER,
         }))
     }
@@ -305,6 +320,39 @@ mod tests {
         assert_eq!(
             error,
             "g.csv: line 3: field `op`: `x`: neither a read nor a write value"
+        );
+    }
+
+    #[test]
+    fn reads_a_ttl_column_in_seconds() {
+        // Twitter's cache-trace columns: time, key, key size, value size,
+        // client, op, ttl (keys here numeric).
+        let config = CsvConfig {
+            time_column: Some(1),
+            object_column: Some(2),
+            size_column: Some(4),
+            op_column: Some(6),
+            ttl_column: Some(7),
+            time_unit: TimeUnit::S,
+            read_values: vec!["get".into()],
+            write_values: vec!["set".into()],
+            ..CsvConfig::default()
+        };
+        config.validate().unwrap();
+        let text = "0,17,9,120,3,get,0\n5,18,9,80,3,set,3600\n6,19,9,80,3,set,4294967296\n";
+        let mut reader = reader(text.as_bytes(), Path::new("t.csv"), config);
+        let first = reader.next().unwrap().unwrap();
+        assert_eq!((first.object, first.ttl), (17, 0));
+        let second = reader.next().unwrap().unwrap();
+        assert_eq!(
+            (second.time_us, second.object, second.ttl),
+            (5_000_000, 18, 3600)
+        );
+        assert_eq!(second.op, Op::Write);
+        let error = reader.next().unwrap().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "t.csv: line 3: field `ttl`: 4294967296: over 4,294,967,295 seconds"
         );
     }
 

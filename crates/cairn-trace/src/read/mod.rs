@@ -11,6 +11,8 @@ pub mod csv;
 mod lines;
 pub mod msr;
 pub mod oracle_general;
+pub mod oracle_sys_twr_ns;
+mod record;
 mod stream;
 pub mod text;
 pub mod vscsi;
@@ -44,6 +46,9 @@ pub enum Format {
     Msr,
     /// libCacheSim oracleGeneral binary (`oracle`), see [`oracle_general`].
     OracleGeneral,
+    /// libCacheSim oracleSysTwrNS binary, Twitter's traces with TTLs
+    /// (`oraclesystwrns`), see [`oracle_sys_twr_ns`].
+    OracleSysTwrNs,
     /// VSCSI v1 binary (`vscsi`), see [`vscsi`].
     Vscsi,
     /// `CloudPhysics` CSV (`cloudphysics`), see [`cloudphysics`].
@@ -60,10 +65,21 @@ impl Format {
         match self {
             Format::Msr => "msr",
             Format::OracleGeneral => "oracle",
+            Format::OracleSysTwrNs => "oraclesystwrns",
             Format::Vscsi => "vscsi",
             Format::CloudPhysics => "cloudphysics",
             Format::Text => "text",
             Format::Csv(_) => "csv",
+        }
+    }
+
+    /// Whether the format can carry a TTL per request (oracleSysTwrNS; a CSV
+    /// with a `ttl_column`).
+    pub fn carries_ttl(&self) -> bool {
+        match self {
+            Format::OracleSysTwrNs => true,
+            Format::Csv(config) => config.ttl_column.is_some(),
+            _ => false,
         }
     }
 
@@ -75,7 +91,7 @@ impl Format {
 
     /// The format a file's name says, after dropping `.zst`/`.zstd`: `.vscsi`
     /// → VSCSI; a name containing `oracleGeneral`, or ending `.oracle` →
-    /// oracleGeneral; `.txt` → text; `.csv` → the canonical CSV (a reader
+    /// oracleGeneral; a name containing `oracleSysTwrNS` → oracleSysTwrNS; `.txt` → text; `.csv` → the canonical CSV (a reader
     /// still looks at the header). `None` for any other name (`zipf.bin`).
     pub fn named(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_string_lossy().into_owned();
@@ -88,6 +104,8 @@ impl Format {
             Some(Format::Vscsi)
         } else if base.contains("oracleGeneral") || extension.eq_ignore_ascii_case("oracle") {
             Some(Format::OracleGeneral)
+        } else if base.contains("oracleSysTwrNS") {
+            Some(Format::OracleSysTwrNs)
         } else if extension.eq_ignore_ascii_case("txt") {
             Some(Format::Text)
         } else if extension.eq_ignore_ascii_case("csv") {
@@ -117,7 +135,7 @@ impl Format {
         })?;
         detect_content(head).ok_or_else(|| TraceError::Format {
             path: path.to_path_buf(),
-            reason: "cannot tell the trace format; name it (msr, oracle, vscsi, \
+            reason: "cannot tell the trace format; name it (msr, oracle, oraclesystwrns, vscsi, \
                      cloudphysics, text, csv)"
                 .to_string(),
         })
@@ -153,12 +171,14 @@ impl FromStr for Format {
         match name.to_ascii_lowercase().as_str() {
             "msr" => Ok(Format::Msr),
             "oracle" | "oraclegeneral" => Ok(Format::OracleGeneral),
+            "oraclesystwrns" => Ok(Format::OracleSysTwrNs),
             "vscsi" => Ok(Format::Vscsi),
             "cloudphysics" => Ok(Format::CloudPhysics),
             "text" | "txt" => Ok(Format::Text),
             "csv" => Ok(Format::Csv(CsvConfig::default())),
             _ => Err(format!(
-                "unknown trace format `{name}` (msr, oracle, vscsi, cloudphysics, text, csv)"
+                "unknown trace format `{name}` (msr, oracle, oraclesystwrns, vscsi, cloudphysics, \
+                 text, csv)"
             )),
         }
     }
@@ -205,6 +225,9 @@ pub fn from_source(source: Source, path: &Path, format: &Format) -> Result<Reade
     Ok(match format {
         Format::Msr => msr::reader(source, path),
         Format::OracleGeneral => Box::new(oracle_general::OracleGeneralReader::new(source, path)),
+        Format::OracleSysTwrNs => {
+            Box::new(oracle_sys_twr_ns::OracleSysTwrNsReader::new(source, path))
+        }
         Format::Vscsi => vscsi::reader(source, path),
         Format::CloudPhysics => cloudphysics::reader(source, path),
         Format::Text => text::reader(source, path),
@@ -225,7 +248,15 @@ mod tests {
 
     #[test]
     fn names_parse_and_display() {
-        for name in ["msr", "oracle", "vscsi", "cloudphysics", "text", "csv"] {
+        for name in [
+            "msr",
+            "oracle",
+            "oraclesystwrns",
+            "vscsi",
+            "cloudphysics",
+            "text",
+            "csv",
+        ] {
             let format: Format = name.parse().unwrap();
             assert_eq!(format.to_string(), name);
         }
@@ -252,6 +283,8 @@ mod tests {
         assert_eq!(Format::detect(&vs).unwrap(), Format::Vscsi);
         let og = write("d.oracleGeneral.bin.zst", b"");
         assert_eq!(Format::detect(&og).unwrap(), Format::OracleGeneral);
+        let twr = write("cluster52.oracleSysTwrNS.zst", b"");
+        assert_eq!(Format::detect(&twr).unwrap(), Format::OracleSysTwrNs);
         let unknown = write("e.csv", b"1,2,3\n");
         assert!(Format::detect(&unknown).is_err());
     }

@@ -41,6 +41,7 @@ impl LineParser for MsrParser {
             offset,
             size,
             op,
+            ttl: 0,
             next: NEVER,
         }))
     }

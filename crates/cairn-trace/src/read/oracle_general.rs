@@ -10,10 +10,11 @@
 //!            same object; -1 or 0 for never)
 //! ```
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::io::BufReader;
+use std::path::Path;
 
-use crate::error::{Position, TraceError};
+use super::record::{Decode, RecordReader};
+use crate::error::TraceError;
 use crate::{NEVER, Op, Request, Result};
 
 /// Bytes per record.
@@ -35,6 +36,7 @@ pub fn decode(record: &[u8; RECORD_BYTES]) -> Request {
         offset: 0,
         size,
         op: Op::Read,
+        ttl: 0,
         next: if next <= 0 { NEVER } else { next as u64 - 1 },
     }
 }
@@ -54,53 +56,17 @@ pub fn encode(request: &Request) -> [u8; RECORD_BYTES] {
     record
 }
 
-/// Records decoded per turn from the source's buffer.
-const DECODE_BATCH: usize = 256;
+/// Streams the records of any byte source (see [`RecordReader`]).
+pub type OracleGeneralReader<R> = RecordReader<R, OracleGeneral, RECORD_BYTES>;
 
-/// Streams the records of any byte source.
-///
-/// Records are decoded in batches of up to 256 straight from the source's
-/// buffer (one `fill_buf`/`consume` pair per batch rather than per record, which
-/// matters when the source is a `Box<dyn BufRead>`); a record that straddles the
-/// buffer's end is assembled byte by byte.
-pub struct OracleGeneralReader<R> {
-    source: R,
-    path: PathBuf,
-    /// Records taken from the source so far.
-    index: u64,
-    done: bool,
-    decoded: Vec<Request>,
-    at: usize,
-}
+/// The oracleGeneral record, for [`RecordReader`].
+#[derive(Debug)]
+pub struct OracleGeneral;
 
-impl<R: BufRead> OracleGeneralReader<R> {
-    /// Reads records from `source`; `path` names it in errors.
-    pub fn new(source: R, path: &Path) -> Self {
-        Self {
-            source,
-            path: path.to_path_buf(),
-            index: 0,
-            done: false,
-            decoded: Vec::with_capacity(DECODE_BATCH),
-            at: 0,
-        }
-    }
-
-    /// Decodes every whole record in the source's buffer (up to
-    /// [`DECODE_BATCH`]); returns how many.
-    fn decode_batch(&mut self) -> usize {
-        self.decoded.clear();
-        self.at = 0;
-        let Ok(buffer) = self.source.fill_buf() else {
-            return 0; // the slow path reports the error
-        };
-        let (records, _) = buffer.as_chunks::<RECORD_BYTES>();
-        let records = &records[..records.len().min(DECODE_BATCH)];
-        self.decoded.extend(records.iter().map(decode));
-        let n = records.len();
-        self.source.consume(n * RECORD_BYTES);
-        self.index += n as u64;
-        n
+impl Decode<RECORD_BYTES> for OracleGeneral {
+    #[inline]
+    fn decode(record: &[u8; RECORD_BYTES]) -> Request {
+        decode(record)
     }
 }
 
@@ -116,57 +82,6 @@ pub fn open(path: &Path) -> Result<OracleGeneralReader<BufReader<std::fs::File>>
     ))
 }
 
-impl<R: BufRead> Iterator for OracleGeneralReader<R> {
-    type Item = Result<Request>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if let Some(&request) = self.decoded.get(self.at) {
-            self.at += 1;
-            return Some(Ok(request));
-        }
-        if self.done {
-            return None;
-        }
-        // Fast path: decode a batch in place from the reader's buffer.
-        if self.decode_batch() > 0 {
-            self.at = 1;
-            return Some(Ok(self.decoded[0]));
-        }
-        // A record straddles the buffer's end, the input ended, or an error:
-        // assemble it byte-exactly and report what happened.
-        let mut record = [0u8; RECORD_BYTES];
-        let mut got = 0;
-        while got < RECORD_BYTES {
-            match self.source.read(&mut record[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    self.done = true;
-                    return Some(Err(TraceError::Io {
-                        path: self.path.clone(),
-                        source,
-                    }));
-                }
-            }
-        }
-        if got < RECORD_BYTES {
-            self.done = true;
-            if got == 0 {
-                return None;
-            }
-            return Some(Err(TraceError::Truncated {
-                path: self.path.clone(),
-                position: Position::Record(self.index),
-                got,
-                want: RECORD_BYTES,
-            }));
-        }
-        self.index += 1;
-        Some(Ok(decode(&record)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +94,7 @@ mod tests {
             offset: 0,
             size: 4096,
             op: Op::Read,
+            ttl: 0,
             next: 9,
         };
         let mut bytes = encode(&request).to_vec();

@@ -47,6 +47,7 @@ impl LineParser for TextParser {
             offset: 0,
             size,
             op: Op::Read,
+            ttl: 0,
             next: NEVER,
         }))
     }

@@ -70,6 +70,7 @@ fn decode(record: &[u8; RECORD_BYTES]) -> Result<Request, (&'static str, String)
         offset,
         size: u32_at(4),
         op,
+        ttl: 0,
         next: NEVER,
     })
 }
@@ -165,6 +166,7 @@ mod tests {
             offset: 42_932_745 * 512,
             size: 512,
             op: Op::Write,
+            ttl: 0,
             next: NEVER,
         };
         let mut bytes = encode(&request, 1).to_vec();

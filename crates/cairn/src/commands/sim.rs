@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use cairn_sim::{
     CacheSize, CapacityUnit, Configuration, CostModel, GroupMap, Hierarchy, Level2, Progress,
-    ReplayOptions, Report, WorkingSet, prepass, replay,
+    ReplayOptions, Report, Ttl, WorkingSet, prepass, replay,
 };
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +101,9 @@ Examples:
   cairn sim --policy lru --policy s3fifo --admission nhit:threshold=3
       Both policies behind Open CAS's nhit filter: a block enters on its
       third miss (rows are labelled lru+nhit:threshold=3, ...).
+  cairn sim --trace zipf.oracleGeneral.bin -p lru -p s3fifo -s 1%,10% --ttl 30s --csv -
+      Objects expire 30 s (trace time) after they enter the cache; the
+      `expired` column counts the accesses that found theirs expired.
   cairn sim --requests 100000 --warmup 20000 -p lru -p s3fifo
       The first 100,000 requests of the sample trace, counting from the
       20,001st (the first 20,000 only warm the caches).
@@ -264,6 +267,21 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     threads: usize,
 
+    /// A time to live for objects whose request carries none: `30s`, `10m`,
+    /// `2h`, `1d`, `500ms`, or plain seconds (`3600`). An object expires that
+    /// long after it is inserted; a hit does not refresh it; an access after
+    /// the expiry finds it expired, removes it and misses (libCacheSim's TTL).
+    /// Times are the trace's. A trace whose requests carry TTLs
+    /// (oraclesystwrns, a CSV with a `ttl_column`) expires objects by those
+    /// even without --ttl. Not with --l2 or --prefetch. Default: none.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_us)]
+    ttl: Option<u64>,
+
+    /// Ignore the TTLs the trace's requests carry: every object takes --ttl
+    /// (or never expires without it).
+    #[arg(long)]
+    ignore_trace_ttl: bool,
+
     /// Accesses that only warm the caches: every configuration replays them,
     /// and counting starts after the last (libCacheSim's warm-up, counted in
     /// accesses: requests in object and start-sector mode, blocks in block
@@ -327,6 +345,37 @@ pub fn capacity_unit(
             Ok(CapacityUnit::Bytes)
         }
     }
+}
+
+/// Parses a duration (`30s`, `10m`, `2h`, `1d`, `500ms`, `250us`, or plain
+/// seconds, fractions allowed) into µs.
+pub fn parse_duration_us(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let us_per_unit: f64 = match unit.trim() {
+        "" | "s" | "sec" | "secs" => 1e6,
+        "us" | "µs" => 1.0,
+        "ms" => 1e3,
+        "m" | "min" | "mins" => 60e6,
+        "h" => 3600e6,
+        "d" => 86_400e6,
+        other => {
+            return Err(format!(
+                "`{text}`: unknown unit `{other}`; give e.g. 30s, 10m, 2h, 1d, 500ms, or seconds"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a duration such as 30s, 10m or 3600"))?;
+    let us = value * us_per_unit;
+    if !(0.0..1.8e19).contains(&us) {
+        return Err(format!("`{text}`: out of range"));
+    }
+    Ok(us.round() as u64)
 }
 
 /// One `--l2 POLICY@SIZE`, validated.
@@ -499,7 +548,7 @@ impl SimConfig {
                 );
             }
         }
-        let inputs = if args.traces.is_empty() {
+        let mut inputs = if args.traces.is_empty() {
             vec![TraceInput::open(None, &args.trace, cost_file.group_map)?]
         } else {
             args.traces
@@ -507,6 +556,33 @@ impl SimConfig {
                 .map(|path| TraceInput::open(Some(path), &args.trace, cost_file.group_map.clone()))
                 .collect::<Result<Vec<_>>>()?
         };
+        let any_ttl = args.ttl.is_some()
+            || (!args.ignore_trace_ttl && inputs.iter().any(TraceInput::carries_ttl));
+        if any_ttl && (!l2.is_empty() || args.prefetch.is_some()) {
+            let with = if l2.is_empty() { "--prefetch" } else { "--l2" };
+            let what = if args.ttl.is_some() {
+                "--ttl"
+            } else {
+                "a trace with TTLs"
+            };
+            bail!(
+                "{what} with {with}: expiry is modelled for one level without a prefetcher;                  drop {with}{}",
+                if args.ttl.is_some() {
+                    ""
+                } else {
+                    ", or give --ignore-trace-ttl"
+                }
+            );
+        }
+        for input in &mut inputs {
+            let from_trace = !args.ignore_trace_ttl && input.carries_ttl();
+            if args.ttl.is_some() || from_trace {
+                input.stream.ttl = Some(Ttl {
+                    default_us: args.ttl,
+                    from_trace,
+                });
+            }
+        }
         Ok(Self {
             inputs,
             policies,
@@ -1111,7 +1187,7 @@ fn write_csv(out: &mut dyn Write, runs: &[TraceRun]) -> std::io::Result<()> {
         out,
         "trace,label,policy,size,capacity,capacity_unit,requests,hits,misses,miss_ratio,bytes,miss_bytes,\
          byte_miss_ratio,reads,writes,read_hits,write_hits,evictions,modelled_seconds,modelled_throughput_mb_s,\
-         prefetched,prefetch_hits,l2_policy,l2_size,l2_capacity,l2_mode,l1_hits,l2_hits,l2_evictions"
+         prefetched,prefetch_hits,l2_policy,l2_size,l2_capacity,l2_mode,l1_hits,l2_hits,l2_evictions,expired"
     )?;
     for run in runs {
         let trace = csv_field(&run.name);
@@ -1119,7 +1195,7 @@ fn write_csv(out: &mut dyn Write, runs: &[TraceRun]) -> std::io::Result<()> {
             let m = &r.metrics;
             writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{:.6},{},{},{:.6},{},{},{},{},{},{:.6},{:.3},{},{},{},{},{},{},{},{},{},{}",
                 trace,
                 csv_field(&r.label),
                 csv_field(&r.policy),
@@ -1152,6 +1228,7 @@ fn write_csv(out: &mut dyn Write, runs: &[TraceRun]) -> std::io::Result<()> {
                 m.hits - m.l2_hits,
                 m.l2_hits,
                 m.l2_evictions,
+                m.expired,
             )?;
         }
     }
