@@ -36,6 +36,21 @@ pub enum PolicyConfig {
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
     /// `s3fifo-v0` is a preset with the paper's admission.
     S3fifo(crate::s3fifo::S3FifoConfig),
+    /// QD-LP: a probationary FIFO with a ghost before a CLOCK main cache
+    /// (Yang et al., HotOS 2023).
+    Qdlp(crate::qdlp::QdlpConfig),
+    /// Segmented FIFO: S4LRU with FIFO segments (libCacheSim `SFIFO`).
+    Sfifo(crate::sfifo::SfifoConfig),
+    /// Segmented FIFO with lazy promotion at segment 0's tail (Yang et al.,
+    /// HotOS 2023).
+    #[serde(rename = "lp-sfifo")]
+    LpSfifo(crate::lpsfifo::LpSfifoConfig),
+    /// ARC with CLOCK lists (lazy promotion; Yang et al., HotOS 2023).
+    #[serde(rename = "lp-arc")]
+    LpArc(crate::lparc::LpArcConfig),
+    /// 2Q with a CLOCK Am (lazy promotion; Yang et al., HotOS 2023).
+    #[serde(rename = "lp-twoq")]
+    LpTwoq(crate::lptwoq::LpTwoQConfig),
     /// CLOCK / second chance (n-bit counter).
     Clock(crate::clock::ClockConfig),
     /// CLOCK-Pro: hot/cold pages, test periods, three hands (Jiang, Chen &
@@ -94,6 +109,11 @@ impl PolicyConfig {
         "cacheus",
         "s3fifo",
         "s3fifo-v0",
+        "qdlp",
+        "sfifo",
+        "lp-sfifo",
+        "lp-arc",
+        "lp-twoq",
         "tinylfu",
         "gdsf",
         "size",
@@ -124,6 +144,11 @@ impl PolicyConfig {
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
+            "qdlp" => Self::Qdlp(crate::qdlp::QdlpConfig::default()),
+            "sfifo" => Self::Sfifo(crate::sfifo::SfifoConfig::default()),
+            "lp-sfifo" => Self::LpSfifo(crate::lpsfifo::LpSfifoConfig::default()),
+            "lp-arc" => Self::LpArc(crate::lparc::LpArcConfig::default()),
+            "lp-twoq" => Self::LpTwoq(crate::lptwoq::LpTwoQConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
@@ -166,6 +191,11 @@ impl PolicyConfig {
             Self::Beladysize(c) => Box::new(crate::beladysize::BeladySize::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
+            Self::Qdlp(c) => Box::new(crate::qdlp::Qdlp::new(capacity, c)?),
+            Self::Sfifo(c) => Box::new(crate::sfifo::Sfifo::new(capacity, c)?),
+            Self::LpSfifo(c) => Box::new(crate::lpsfifo::LpSfifo::new(capacity, c)?),
+            Self::LpArc(c) => Box::new(crate::lparc::LpArc::new(capacity, c)?),
+            Self::LpTwoq(c) => Box::new(crate::lptwoq::LpTwoQ::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),

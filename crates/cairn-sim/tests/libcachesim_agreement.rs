@@ -104,6 +104,13 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
     ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
+    // The lazy-promotion / quick-demotion family (Yang et al., HotOS 2023),
+    // which the 0.3.5 wheel does not have.
+    ("qdlp",       [94343, 91392, 85066, 76513], Some([93566, 90945, 83273, 76350])),
+    ("sfifo",      [94590, 93530, 90011, 82560], Some([93520, 91670, 88634, 83291])),
+    ("lp-sfifo",   [94462, 93627, 89961, 82019], Some([93744, 91915, 89256, 83831])),
+    ("lp-arc",     [94246, 92402, 88002, 80033], Some([93641, 91827, 87697, 77963])),
+    ("lp-twoq",    [94573, 92813, 88160, 79192], Some([94245, 92901, 87627, 82218])),
 ];
 
 /// The sample trace, in the repo.
@@ -283,6 +290,87 @@ fn the_older_versions_equal_libcachesim_aa0fc40_on_the_sample_trace() {
         differences.is_empty(),
         "differences from libCacheSim aa0fc40: {differences:#?}"
     );
+}
+
+/// A zipf trace on which lazy promotion shows (on the sample trace `lp-twoq`
+/// gives `twoq`'s counts, and `sfifo` `s4lru`'s in object mode), generated
+/// here as by `cairn trace gen zipf items=20000 alpha=1.0 requests=200000
+/// seed=7 -o zipf.oracleGeneral.bin`.
+fn zipf_accesses() -> Vec<Access> {
+    let config = cairn_trace::generate::ZipfConfig {
+        items: 20_000,
+        alpha: 1.0,
+        pace: cairn_trace::generate::Pace {
+            requests: 200_000,
+            seed: 7,
+            ..cairn_trace::generate::Pace::default()
+        },
+        ..cairn_trace::generate::ZipfConfig::default()
+    };
+    let mut splitter = Splitter::new(Unit::Object);
+    let mut accesses = Vec::new();
+    for request in config.generator().expect("the zipf config is valid") {
+        splitter.split(&request, &mut accesses);
+    }
+    accesses
+}
+
+/// libCacheSim aa0fc40's misses on the zipf trace above (`cachesim
+/// zipf.oracleGeneral.bin oracleGeneral ALGO 0.01,0.05,0.1,0.2
+/// --ignore-obj-size 1`, miss ratio × 200,000), object mode: the lazy
+/// variants and their eager counterparts, which differ here.
+#[rustfmt::skip]
+const LIBCACHESIM_AA0FC40_ZIPF: &[(&str, [u64; 4])] = &[
+    ("qdlp",     [95728, 66418, 53974, 41823]),
+    ("sfifo",    [98099, 67886, 55300, 42546]),
+    ("s4lru",    [98059, 67921, 55295, 42534]),
+    ("lp-sfifo", [96843, 67189, 55208, 43215]),
+    ("lp-arc",   [96198, 66846, 54378, 42300]),
+    ("arc",      [96796, 67474, 55066, 42858]),
+    ("lp-twoq",  [99118, 69273, 56627, 44393]),
+    ("twoq",     [99495, 69720, 57130, 44780]),
+];
+
+#[test]
+fn the_lazy_promotion_family_equals_libcachesim_aa0fc40_on_a_zipf_trace() {
+    let accesses = zipf_accesses();
+    let distinct = accesses
+        .iter()
+        .map(|a| a.key)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as f64;
+    let mut differences = Vec::new();
+    for &(name, expected) in LIBCACHESIM_AA0FC40_ZIPF {
+        for (fraction, expected) in [0.01, 0.05, 0.1, 0.2].into_iter().zip(expected) {
+            let capacity = Capacity::Objects((fraction * distinct) as u64);
+            let misses = count_misses(name, capacity, &accesses);
+            println!("{name:8} zipf {capacity:?}: ours {misses}, libCacheSim aa0fc40 {expected}");
+            if misses != expected {
+                differences.push(format!(
+                    "{name} zipf {capacity:?}: {misses}, aa0fc40 {expected}"
+                ));
+            }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "differences from libCacheSim aa0fc40: {differences:#?}"
+    );
+    // The trace tells each lazy variant from its eager counterpart.
+    let row = |name| {
+        LIBCACHESIM_AA0FC40_ZIPF
+            .iter()
+            .find(|r| r.0 == name)
+            .unwrap()
+            .1
+    };
+    for (lazy, eager) in [("lp-twoq", "twoq"), ("sfifo", "s4lru"), ("lp-arc", "arc")] {
+        assert_ne!(
+            row(lazy),
+            row(eager),
+            "{lazy} and {eager} coincide on the zipf trace"
+        );
+    }
 }
 
 /// libCacheSim 0.3.5's admissioners in front of a policy: (policy, filter
