@@ -63,6 +63,10 @@ pub enum PolicyConfig {
     /// Cacheus: SR-LRU and CR-LFU experts with an adaptive learning rate
     /// (Rodriguez et al., FAST'21).
     Cacheus(crate::cacheus::CacheusConfig),
+    /// SR-LRU, Cacheus's scan-resistant expert on its own (Rodriguez et al.,
+    /// FAST'21).
+    #[serde(rename = "sr-lru")]
+    SrLru(crate::srlru::SrLruConfig),
     /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
@@ -92,6 +96,7 @@ impl PolicyConfig {
         "lirs",
         "lecar",
         "cacheus",
+        "sr-lru",
         "s3fifo",
         "s3fifo-v0",
         "tinylfu",
@@ -137,6 +142,7 @@ impl PolicyConfig {
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
             "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
+            "sr-lru" => Self::SrLru(crate::srlru::SrLruConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
@@ -178,6 +184,7 @@ impl PolicyConfig {
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
             Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
+            Self::SrLru(c) => Box::new(crate::srlru::SrLru::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),

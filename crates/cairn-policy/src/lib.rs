@@ -61,6 +61,7 @@ pub mod s3fifo;
 pub mod sieve;
 pub mod size;
 pub mod slru;
+pub mod srlru;
 pub mod tinylfu;
 pub mod twoq;
 

@@ -104,6 +104,11 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
     ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
+    // Policies `cachesim` has no name for, run through their `*_init` by
+    // `bench/libcachesim-driver.c` linked against aa0fc40's libraries (the
+    // same loop as cachesim's `_simulate`; it reproduces cachesim's numbers
+    // for the policies both run). Cacheus's first expert on its own:
+    ("sr-lru", [94459, 93242, 88375, 82561], Some([93814, 91434, 87238, 81738])),
 ];
 
 /// The sample trace, in the repo.
