@@ -67,6 +67,10 @@ pub enum PolicyConfig {
     /// FAST'21).
     #[serde(rename = "sr-lru")]
     SrLru(crate::srlru::SrLruConfig),
+    /// CR-LFU, Cacheus's churn-resistant expert on its own (Rodriguez et
+    /// al., FAST'21).
+    #[serde(rename = "cr-lfu")]
+    CrLfu(crate::crlfu::CrLfuConfig),
     /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
@@ -97,6 +101,7 @@ impl PolicyConfig {
         "lecar",
         "cacheus",
         "sr-lru",
+        "cr-lfu",
         "s3fifo",
         "s3fifo-v0",
         "tinylfu",
@@ -143,6 +148,7 @@ impl PolicyConfig {
             "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
             "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
             "sr-lru" => Self::SrLru(crate::srlru::SrLruConfig::default()),
+            "cr-lfu" => Self::CrLfu(crate::crlfu::CrLfuConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
@@ -185,6 +191,7 @@ impl PolicyConfig {
             Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
             Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
             Self::SrLru(c) => Box::new(crate::srlru::SrLru::new(capacity, c)?),
+            Self::CrLfu(c) => Box::new(crate::crlfu::CrLfu::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),

@@ -36,6 +36,7 @@ pub mod cacheus;
 pub mod clock;
 pub mod clockpro;
 pub mod cost;
+pub mod crlfu;
 pub mod dual;
 pub mod fbr;
 pub mod fifo;

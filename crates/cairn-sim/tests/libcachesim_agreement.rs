@@ -107,8 +107,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // Policies `cachesim` has no name for, run through their `*_init` by
     // `bench/libcachesim-driver.c` linked against aa0fc40's libraries (the
     // same loop as cachesim's `_simulate`; it reproduces cachesim's numbers
-    // for the policies both run). Cacheus's first expert on its own:
+    // for the policies both run). Cacheus's two experts on their own:
     ("sr-lru", [94459, 93242, 88375, 82561], Some([93814, 91434, 87238, 81738])),
+    ("cr-lfu", [97060, 95515, 92607, 84964], Some([94703, 92980, 89916, 84760])),
 ];
 
 /// The sample trace, in the repo.
