@@ -11,6 +11,10 @@ use crate::{Capacity, ConfigError, Policy};
 pub enum PolicyConfig {
     /// First in, first out.
     Fifo(crate::fifo::FifoConfig),
+    /// FIFO-Merge: batches of the oldest units, the least used evicted
+    /// (Segcache, Yang et al., NSDI'21).
+    #[serde(rename = "fifo-merge")]
+    FifoMerge(crate::fifomerge::FifoMergeConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
     /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
@@ -85,6 +89,7 @@ impl PolicyConfig {
     /// Every policy name, in the order tables list them.
     pub const NAMES: &'static [&'static str] = &[
         "fifo",
+        "fifo-merge",
         "lru",
         "clock",
         "clockpro",
@@ -122,6 +127,7 @@ impl PolicyConfig {
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
+            "fifo-merge" => Self::FifoMerge(crate::fifomerge::FifoMergeConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
@@ -167,6 +173,7 @@ impl PolicyConfig {
     pub fn build(&self, capacity: Capacity) -> Result<Box<dyn Policy>, ConfigError> {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
+            Self::FifoMerge(c) => Box::new(crate::fifomerge::FifoMerge::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),

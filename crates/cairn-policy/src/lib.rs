@@ -40,6 +40,7 @@ pub mod crlfu;
 pub mod dual;
 pub mod fbr;
 pub mod fifo;
+pub mod fifomerge;
 pub mod freq;
 pub mod gdsf;
 pub mod heap;

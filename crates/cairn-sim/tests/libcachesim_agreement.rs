@@ -104,6 +104,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
     ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
+    // `cachesim ... fifomerge` (defaults n-exam=100, n-keep=50, retain by
+    // frequency; its generator reset to 0 before each run, as ours starts).
+    ("fifo-merge", [94982, 92954, 89864, 82685], Some([94365, 92833, 89818, 83830])),
     // Policies `cachesim` has no name for, run through their `*_init` by
     // `bench/libcachesim-driver.c` linked against aa0fc40's libraries (the
     // same loop as cachesim's `_simulate`; it reproduces cachesim's numbers
