@@ -11,6 +11,10 @@ use crate::{Capacity, ConfigError, Policy};
 pub enum PolicyConfig {
     /// First in, first out.
     Fifo(crate::fifo::FifoConfig),
+    /// FIFO-Merge: batches of the oldest units, the least used evicted
+    /// (Segcache, Yang et al., NSDI'21).
+    #[serde(rename = "fifo-merge")]
+    FifoMerge(crate::fifomerge::FifoMergeConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
     /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
@@ -78,6 +82,14 @@ pub enum PolicyConfig {
     /// Cacheus: SR-LRU and CR-LFU experts with an adaptive learning rate
     /// (Rodriguez et al., FAST'21).
     Cacheus(crate::cacheus::CacheusConfig),
+    /// SR-LRU, Cacheus's scan-resistant expert on its own (Rodriguez et al.,
+    /// FAST'21).
+    #[serde(rename = "sr-lru")]
+    SrLru(crate::srlru::SrLruConfig),
+    /// CR-LFU, Cacheus's churn-resistant expert on its own (Rodriguez et
+    /// al., FAST'21).
+    #[serde(rename = "cr-lfu")]
+    CrLfu(crate::crlfu::CrLfuConfig),
     /// SIZE: evict the largest unit (Williams et al., SIGCOMM'96).
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
@@ -92,6 +104,7 @@ impl PolicyConfig {
     /// Every policy name, in the order tables list them.
     pub const NAMES: &'static [&'static str] = &[
         "fifo",
+        "fifo-merge",
         "lru",
         "clock",
         "clockpro",
@@ -107,6 +120,8 @@ impl PolicyConfig {
         "lirs",
         "lecar",
         "cacheus",
+        "sr-lru",
+        "cr-lfu",
         "s3fifo",
         "s3fifo-v0",
         "qdlp",
@@ -132,6 +147,7 @@ impl PolicyConfig {
     pub fn default_for(name: &str) -> Option<Self> {
         Some(match name {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
+            "fifo-merge" => Self::FifoMerge(crate::fifomerge::FifoMergeConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
@@ -162,6 +178,8 @@ impl PolicyConfig {
             "arc" => Self::Arc(crate::arc::ArcConfig::default()),
             "lecar" => Self::Lecar(crate::lecar::LecarConfig::default()),
             "cacheus" => Self::Cacheus(crate::cacheus::CacheusConfig::default()),
+            "sr-lru" => Self::SrLru(crate::srlru::SrLruConfig::default()),
+            "cr-lfu" => Self::CrLfu(crate::crlfu::CrLfuConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
@@ -180,6 +198,7 @@ impl PolicyConfig {
     pub fn build(&self, capacity: Capacity) -> Result<Box<dyn Policy>, ConfigError> {
         Ok(match self {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
+            Self::FifoMerge(c) => Box::new(crate::fifomerge::FifoMerge::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
@@ -208,6 +227,8 @@ impl PolicyConfig {
             Self::Arc(c) => Box::new(crate::arc::Arc::new(capacity, c)?),
             Self::Lecar(c) => Box::new(crate::lecar::Lecar::new(capacity, c)?),
             Self::Cacheus(c) => Box::new(crate::cacheus::Cacheus::new(capacity, c)?),
+            Self::SrLru(c) => Box::new(crate::srlru::SrLru::new(capacity, c)?),
+            Self::CrLfu(c) => Box::new(crate::crlfu::CrLfu::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
