@@ -34,6 +34,7 @@ pub mod arc;
 pub mod beladysize;
 pub mod cacheus;
 pub mod clock;
+pub mod clock2qplus;
 pub mod clockpro;
 pub mod cost;
 pub mod dual;

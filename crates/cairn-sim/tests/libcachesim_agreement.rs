@@ -63,6 +63,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
     ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
     ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
+    ("clock2qplus", [94359, 92791, 85597, 75326], Some([94096, 91836, 86278, 75236])),
     ("mq",     [94654, 92319, 88333, 83251], Some([93991, 92467, 88640, 84683])),
     // libCacheSim's ClockPro never evicts (see cairn_policy::clockpro);
     // `variant = "libcachesim-0.3.5"` reproduces it, the paper's is our default.
