@@ -52,7 +52,7 @@ use crate::index::{KeyIndex, Keyed};
 use crate::list::{Index, List, Slab};
 use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
-/// Clock2Q+ parameters; the defaults are libCacheSim's.
+/// `Clock2QPlus` parameters; the defaults are libCacheSim's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Clock2QPlusConfig {
@@ -149,7 +149,7 @@ impl Keyed for Entry {
     }
 }
 
-/// Clock2Q+ replacement.
+/// `Clock2QPlus` replacement.
 #[derive(Debug)]
 pub struct Clock2QPlus {
     capacity: Capacity,
@@ -178,7 +178,7 @@ pub struct Clock2QPlus {
 }
 
 impl Clock2QPlus {
-    /// An empty Clock2Q+ cache.
+    /// An empty `Clock2QPlus` cache.
     pub fn new(capacity: Capacity, config: &Clock2QPlusConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         // Clock2QPlus_init's arithmetic: truncating casts of size × ratio; the
