@@ -44,6 +44,9 @@ pub enum PolicyConfig {
     /// CLOCK-Pro: hot/cold pages, test periods, three hands (Jiang, Chen &
     /// Zhang, USENIX ATC 2005).
     Clockpro(crate::clockpro::ClockProConfig),
+    /// LRU whose hits promote with a probability (libCacheSim's `LRUProb`).
+    #[serde(rename = "lru-prob")]
+    LruProb(crate::lruprob::LruProbConfig),
     /// Least frequently used, least recently used among equals.
     Lfu(crate::lfu::LfuConfig),
     /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
@@ -104,6 +107,7 @@ impl PolicyConfig {
         "hyperbolic",
         "lhd",
         "random",
+        "lru-prob",
         "ons",
         "fbr",
         "cost",
@@ -131,6 +135,7 @@ impl PolicyConfig {
             "clock2qplus" => Self::Clock2qplus(crate::clock2qplus::Clock2QPlusConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
+            "lru-prob" => Self::LruProb(crate::lruprob::LruProbConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
             "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
@@ -174,6 +179,7 @@ impl PolicyConfig {
             Self::Clock2qplus(c) => Box::new(crate::clock2qplus::Clock2QPlus::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
+            Self::LruProb(c) => Box::new(crate::lruprob::LruProb::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
             Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),

@@ -52,6 +52,7 @@ pub mod libcachesim;
 pub mod lirs;
 pub mod lru;
 pub mod lruk;
+pub mod lruprob;
 pub mod mq;
 pub mod ons;
 pub mod opt;

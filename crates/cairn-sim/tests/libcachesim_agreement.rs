@@ -86,6 +86,8 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
 const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
     ("hyperbolic", [95032, 93432, 91453, 85016], Some([94590, 93262, 91763, 83272])),
     ("random",     [97074, 93684, 90343, 83608], Some([95400, 93400, 90541, 84358])),
+    // One draw per hit.
+    ("lru-prob",   [95697, 93929, 91609, 81170], Some([95026, 93699, 92052, 83932])),
     ("lhd",        [95276, 93797, 91580, 82793], Some([93087, 91235, 88688, 82117])),
     // Reads the trace's next-access times; its table is the cache's own
     // (`hash_power` 24).
