@@ -47,6 +47,9 @@ pub enum PolicyConfig {
     /// LRU whose hits promote with a probability (libCacheSim's `LRUProb`).
     #[serde(rename = "lru-prob")]
     LruProb(crate::lruprob::LruProbConfig),
+    /// DRAM LRU over a flash FIFO with probabilistic flash admission
+    /// (libCacheSim's `FlashProb`).
+    Flashprob(crate::flashprob::FlashProbConfig),
     /// Least frequently used, least recently used among equals.
     Lfu(crate::lfu::LfuConfig),
     /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
@@ -108,6 +111,7 @@ impl PolicyConfig {
         "lhd",
         "random",
         "lru-prob",
+        "flashprob",
         "ons",
         "fbr",
         "cost",
@@ -136,6 +140,7 @@ impl PolicyConfig {
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
             "lru-prob" => Self::LruProb(crate::lruprob::LruProbConfig::default()),
+            "flashprob" => Self::Flashprob(crate::flashprob::FlashProbConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
             "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
@@ -180,6 +185,7 @@ impl PolicyConfig {
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
             Self::LruProb(c) => Box::new(crate::lruprob::LruProb::new(capacity, c)?),
+            Self::Flashprob(c) => Box::new(crate::flashprob::FlashProb::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
             Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),

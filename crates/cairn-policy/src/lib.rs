@@ -40,6 +40,7 @@ pub mod cost;
 pub mod dual;
 pub mod fbr;
 pub mod fifo;
+pub mod flashprob;
 pub mod freq;
 pub mod gdsf;
 pub mod heap;
