@@ -36,6 +36,9 @@ pub enum PolicyConfig {
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
     /// `s3fifo-v0` is a preset with the paper's admission.
     S3fifo(crate::s3fifo::S3FifoConfig),
+    /// S3-LRU: S3-FIFO's small FIFO and ghost before an LRU main
+    /// (libCacheSim's own).
+    S3lru(crate::s3lru::S3LruConfig),
     /// Clock2Q+: S3-FIFO's queues, a 1-bit CLOCK main and a correlation
     /// window on the small FIFO (libCacheSim's own).
     Clock2qplus(crate::clock2qplus::Clock2QPlusConfig),
@@ -104,6 +107,7 @@ impl PolicyConfig {
         "s3fifo",
         "s3fifo-v0",
         "clock2qplus",
+        "s3lru",
         "tinylfu",
         "gdsf",
         "size",
@@ -136,6 +140,7 @@ impl PolicyConfig {
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
+            "s3lru" => Self::S3lru(crate::s3lru::S3LruConfig::default()),
             "clock2qplus" => Self::Clock2qplus(crate::clock2qplus::Clock2QPlusConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
@@ -181,6 +186,7 @@ impl PolicyConfig {
             Self::Beladysize(c) => Box::new(crate::beladysize::BeladySize::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
+            Self::S3lru(c) => Box::new(crate::s3lru::S3Lru::new(capacity, c)?),
             Self::Clock2qplus(c) => Box::new(crate::clock2qplus::Clock2QPlus::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),

@@ -61,6 +61,7 @@ pub mod prefetch;
 pub mod random;
 pub mod rng;
 pub mod s3fifo;
+pub mod s3lru;
 pub mod sieve;
 pub mod size;
 pub mod slru;
