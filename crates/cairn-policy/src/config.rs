@@ -55,11 +55,23 @@ pub enum PolicyConfig {
     /// 2Q with a CLOCK Am (lazy promotion; Yang et al., HotOS 2023).
     #[serde(rename = "lp-twoq")]
     LpTwoq(crate::lptwoq::LpTwoQConfig),
+    /// S3-LRU: S3-FIFO's small FIFO and ghost before an LRU main
+    /// (libCacheSim's own).
+    S3lru(crate::s3lru::S3LruConfig),
+    /// Clock2Q+: S3-FIFO's queues, a 1-bit CLOCK main and a correlation
+    /// window on the small FIFO (libCacheSim's own).
+    Clock2qplus(crate::clock2qplus::Clock2QPlusConfig),
     /// CLOCK / second chance (n-bit counter).
     Clock(crate::clock::ClockConfig),
     /// CLOCK-Pro: hot/cold pages, test periods, three hands (Jiang, Chen &
     /// Zhang, USENIX ATC 2005).
     Clockpro(crate::clockpro::ClockProConfig),
+    /// LRU whose hits promote with a probability (libCacheSim's `LRUProb`).
+    #[serde(rename = "lru-prob")]
+    LruProb(crate::lruprob::LruProbConfig),
+    /// DRAM LRU over a flash FIFO with probabilistic flash admission
+    /// (libCacheSim's `FlashProb`).
+    Flashprob(crate::flashprob::FlashProbConfig),
     /// Least frequently used, least recently used among equals.
     Lfu(crate::lfu::LfuConfig),
     /// LFU with dynamic aging (Arlitt et al. 2000), as libCacheSim.
@@ -129,12 +141,16 @@ impl PolicyConfig {
         "lp-sfifo",
         "lp-arc",
         "lp-twoq",
+        "clock2qplus",
+        "s3lru",
         "tinylfu",
         "gdsf",
         "size",
         "hyperbolic",
         "lhd",
         "random",
+        "lru-prob",
+        "flashprob",
         "ons",
         "fbr",
         "cost",
@@ -165,8 +181,12 @@ impl PolicyConfig {
             "lp-sfifo" => Self::LpSfifo(crate::lpsfifo::LpSfifoConfig::default()),
             "lp-arc" => Self::LpArc(crate::lparc::LpArcConfig::default()),
             "lp-twoq" => Self::LpTwoq(crate::lptwoq::LpTwoQConfig::default()),
+            "s3lru" => Self::S3lru(crate::s3lru::S3LruConfig::default()),
+            "clock2qplus" => Self::Clock2qplus(crate::clock2qplus::Clock2QPlusConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
+            "lru-prob" => Self::LruProb(crate::lruprob::LruProbConfig::default()),
+            "flashprob" => Self::Flashprob(crate::flashprob::FlashProbConfig::default()),
             "lfu" => Self::Lfu(crate::lfu::LfuConfig::default()),
             "lfuda" => Self::Lfuda(crate::lfuda::LfudaConfig::default()),
             "lruk" => Self::Lruk(crate::lruk::LruKConfig::default()),
@@ -215,8 +235,12 @@ impl PolicyConfig {
             Self::LpSfifo(c) => Box::new(crate::lpsfifo::LpSfifo::new(capacity, c)?),
             Self::LpArc(c) => Box::new(crate::lparc::LpArc::new(capacity, c)?),
             Self::LpTwoq(c) => Box::new(crate::lptwoq::LpTwoQ::new(capacity, c)?),
+            Self::S3lru(c) => Box::new(crate::s3lru::S3Lru::new(capacity, c)?),
+            Self::Clock2qplus(c) => Box::new(crate::clock2qplus::Clock2QPlus::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
+            Self::LruProb(c) => Box::new(crate::lruprob::LruProb::new(capacity, c)?),
+            Self::Flashprob(c) => Box::new(crate::flashprob::FlashProb::new(capacity, c)?),
             Self::Lfu(c) => Box::new(crate::lfu::Lfu::new(capacity, c)?),
             Self::Lfuda(c) => Box::new(crate::lfuda::Lfuda::new(capacity, c)?),
             Self::Lruk(c) => Box::new(crate::lruk::LruK::new(capacity, c)?),

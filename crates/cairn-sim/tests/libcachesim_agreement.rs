@@ -27,6 +27,7 @@ use std::path::PathBuf;
 
 use cairn_policy::cacheus::CacheusConfig;
 use cairn_policy::clockpro::{ClockProConfig, ClockProVariant};
+use cairn_policy::flashprob::FlashProbConfig;
 use cairn_policy::gdsf::GdsfConfig;
 use cairn_policy::hyperbolic::HyperbolicConfig;
 use cairn_policy::lecar::LecarConfig;
@@ -63,6 +64,7 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     ("gdsf",   [94681, 93403, 91388, 85048], Some([93474, 90175, 86333, 74762])),
     ("lfuda",  [95152, 93583, 91325, 82687], Some([93964, 93058, 91359, 81808])),
     ("lruk",   [96547, 93052, 90040, 81557], Some([93724, 92328, 89993, 78313])),
+    ("clock2qplus", [94359, 92791, 85597, 75326], Some([94096, 91836, 86278, 75236])),
     ("mq",     [94654, 92319, 88333, 83251], Some([93991, 92467, 88640, 84683])),
     // libCacheSim's ClockPro never evicts (see cairn_policy::clockpro);
     // `variant = "libcachesim-0.3.5"` reproduces it, the paper's is our default.
@@ -85,6 +87,9 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
 const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
     ("hyperbolic-0.3.5", [95032, 93432, 91453, 85016], Some([94590, 93262, 91763, 83272])),
     ("random-0.3.5", [97074, 93684, 90343, 83608], Some([95400, 93400, 90541, 84358])),
+    // One draw per hit (lru-prob) or per unit leaving DRAM (flashprob).
+    ("lru-prob",   [95697, 93929, 91609, 81170], Some([95026, 93699, 92052, 83932])),
+    ("flashprob",  [97230, 92500, 89975, 81267], Some([95959, 92749, 89687, 81648])),
     ("lhd",        [95276, 93797, 91580, 82793], Some([93087, 91235, 88688, 82117])),
     // Reads the trace's next-access times; its table is the cache's own
     // (`hash_power` 24).
@@ -95,6 +100,8 @@ const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
 #[rustfmt::skip]
 const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     ("s3fifo-v0",  [94559, 91396, 85691, 77208], Some([93706, 91452, 83764, 76916])),
+    // Not in the 0.3.5 wheel.
+    ("s3lru", [94326, 91392, 85065, 76520], Some([93566, 90945, 83273, 76361])),
     ("gdsf-evict-first", [94688, 93404, 91389, 85049], None),
     // aa0fc40's random generator (MMIX); `cachesim` runs each size in a
     // fresh worker thread.
@@ -103,6 +110,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // at 2^16 buckets for random and 2^12 for hyperbolic (cache_init.h and
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
+    // MMIX from 0 in each of cachesim's runs. (aa0fc40's `lru-prob` reads
+    // its list head uninitialised and prints nothing.)
+    ("flashprob-aa0fc40", [97236, 92611, 89839, 81082], Some([95971, 92772, 89524, 81466])),
     ("hyperbolic-aa0fc40", [95072, 93364, 91245, 84355], Some([94628, 93295, 91435, 84275])),
     // The lazy-promotion / quick-demotion family (Yang et al., HotOS 2023),
     // which the 0.3.5 wheel does not have.
@@ -155,6 +165,10 @@ fn config(name: &str) -> PolicyConfig {
         "random-aa0fc40" => PolicyConfig::Random(RandomConfig {
             version: SamplerVersion::Aa0fc40,
             ..RandomConfig::default()
+        }),
+        "flashprob-aa0fc40" => PolicyConfig::Flashprob(FlashProbConfig {
+            version: Version::Aa0fc40,
+            ..FlashProbConfig::default()
         }),
         "hyperbolic-aa0fc40" => PolicyConfig::Hyperbolic(HyperbolicConfig {
             version: SamplerVersion::Aa0fc40,
