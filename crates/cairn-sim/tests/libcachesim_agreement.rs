@@ -31,6 +31,7 @@ use cairn_policy::flashprob::FlashProbConfig;
 use cairn_policy::gdsf::GdsfConfig;
 use cairn_policy::hyperbolic::HyperbolicConfig;
 use cairn_policy::lecar::LecarConfig;
+use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
 use cairn_policy::random::RandomConfig;
 use cairn_policy::residents::SamplerVersion;
