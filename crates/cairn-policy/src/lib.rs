@@ -40,6 +40,7 @@ pub mod dual;
 pub mod fbr;
 pub mod fifo;
 pub mod freq;
+pub mod gbdt;
 pub mod gdsf;
 pub mod heap;
 pub mod hyperbolic;
