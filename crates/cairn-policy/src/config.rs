@@ -71,6 +71,9 @@ pub enum PolicyConfig {
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
     Lhd(crate::lhd::LhdConfig),
+    /// LRB, Learning Relaxed Belady: gradient-boosted trees predict the
+    /// next request (Song, Berger, Li & Lloyd, NSDI'20).
+    Lrb(crate::lrb::LrbConfig),
 }
 
 impl PolicyConfig {
@@ -99,6 +102,7 @@ impl PolicyConfig {
         "size",
         "hyperbolic",
         "lhd",
+        "lrb",
         "random",
         "ons",
         "fbr",
@@ -141,6 +145,7 @@ impl PolicyConfig {
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
+            "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
             _ => return None,
         })
     }
@@ -182,6 +187,7 @@ impl PolicyConfig {
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
+            Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
         })
     }
 }

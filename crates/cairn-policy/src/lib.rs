@@ -50,6 +50,7 @@ pub mod lfuda;
 pub mod lhd;
 pub mod libcachesim;
 pub mod lirs;
+pub mod lrb;
 pub mod lru;
 pub mod lruk;
 pub mod mq;
