@@ -110,6 +110,9 @@ pub enum PolicyConfig {
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
     Lhd(crate::lhd::LhdConfig),
+    /// LRB, Learning Relaxed Belady: gradient-boosted trees predict the
+    /// next request (Song, Berger, Li & Lloyd, NSDI'20).
+    Lrb(crate::lrb::LrbConfig),
 }
 
 impl PolicyConfig {
@@ -148,6 +151,7 @@ impl PolicyConfig {
         "size",
         "hyperbolic",
         "lhd",
+        "lrb",
         "random",
         "lru-prob",
         "flashprob",
@@ -204,6 +208,7 @@ impl PolicyConfig {
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
+            "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
             _ => return None,
         })
     }
@@ -257,6 +262,7 @@ impl PolicyConfig {
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
+            Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
         })
     }
 }
