@@ -30,3 +30,100 @@ pub enum ConfigError {
         reason: &'static str,
     },
 }
+
+/// The checks most configs make of their knobs, each a clear
+/// [`ConfigError::OutOfRange`] naming the policy and the knob.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Knobs(pub &'static str);
+
+impl Knobs {
+    fn out_of_range(
+        self,
+        parameter: &'static str,
+        value: &dyn ToString,
+        expected: &'static str,
+    ) -> ConfigError {
+        ConfigError::OutOfRange {
+            policy: self.0,
+            parameter,
+            value: value.to_string(),
+            expected,
+        }
+    }
+
+    /// `value` in (0, 1).
+    pub fn open_fraction(self, parameter: &'static str, value: f64) -> Result<(), ConfigError> {
+        if value > 0.0 && value < 1.0 {
+            Ok(())
+        } else {
+            Err(self.out_of_range(parameter, &value, "a fraction in (0, 1)"))
+        }
+    }
+
+    /// `value` in [0, 1].
+    pub fn fraction(self, parameter: &'static str, value: f64) -> Result<(), ConfigError> {
+        if (0.0..=1.0).contains(&value) {
+            Ok(())
+        } else {
+            Err(self.out_of_range(parameter, &value, "a fraction in [0, 1]"))
+        }
+    }
+
+    /// `value` in `1..=max`; `expected` says so in words ("1 to 65535").
+    pub fn one_to(
+        self,
+        parameter: &'static str,
+        value: u32,
+        max: u32,
+        expected: &'static str,
+    ) -> Result<(), ConfigError> {
+        if (1..=max).contains(&value) {
+            Ok(())
+        } else {
+            Err(self.out_of_range(parameter, &value, expected))
+        }
+    }
+
+    /// The knobs of S3-FIFO's probationary front, shared by `s3fifo`,
+    /// `qdlp`, `s3lru` and `clock2qplus`: the small FIFO's share in (0, 1),
+    /// the ghost's in [0, 1], hits to move to main 1 to 65535.
+    pub fn s3fifo_front(
+        self,
+        small_size_ratio: f64,
+        ghost_size_ratio: f64,
+        move_to_main_threshold: u32,
+    ) -> Result<(), ConfigError> {
+        self.open_fraction("small_size_ratio", small_size_ratio)?;
+        self.fraction("ghost_size_ratio", ghost_size_ratio)?;
+        self.one_to(
+            "move_to_main_threshold",
+            move_to_main_threshold,
+            u32::from(u16::MAX),
+            "1 to 65535",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_name_the_policy_the_knob_and_the_range() {
+        let knobs = Knobs("p");
+        assert!(knobs.open_fraction("a", 0.5).is_ok() && knobs.fraction("a", 0.0).is_ok());
+        for bad in [0.0, 1.0, f64::NAN] {
+            assert!(knobs.open_fraction("a", bad).is_err(), "{bad}");
+        }
+        assert!(knobs.fraction("a", -0.1).is_err() && knobs.fraction("a", f64::NAN).is_err());
+        assert!(knobs.one_to("n", 15, 15, "1 to 15").is_ok());
+        assert_eq!(
+            knobs.one_to("n", 0, 15, "1 to 15").unwrap_err().to_string(),
+            "p: `n` = 0 is out of range: 1 to 15"
+        );
+        let front = |small, ghost, threshold| knobs.s3fifo_front(small, ghost, threshold);
+        assert!(front(0.1, 0.9, 1).is_ok() && front(0.1, 0.0, 65535).is_ok());
+        assert!(front(1.0, 0.9, 1).is_err() && front(0.1, 1.1, 1).is_err());
+        assert!(front(0.1, 0.9, 0).is_err() && front(0.1, 0.9, 65536).is_err());
+    }
+}

@@ -44,6 +44,7 @@
 //! leaves ghost keys alone (libCacheSim's `QDLP_remove` would also drop a
 //! ghost key and call that a removal; we report residency).
 
+use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
@@ -81,41 +82,13 @@ impl Default for QdlpConfig {
 
 impl QdlpConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        let out_of_range = |parameter, value: String, expected| ConfigError::OutOfRange {
-            policy: "qdlp",
-            parameter,
-            value,
-            expected,
-        };
-        if !(self.small_size_ratio > 0.0 && self.small_size_ratio < 1.0) {
-            return Err(out_of_range(
-                "small_size_ratio",
-                self.small_size_ratio.to_string(),
-                "a fraction in (0, 1)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.ghost_size_ratio) {
-            return Err(out_of_range(
-                "ghost_size_ratio",
-                self.ghost_size_ratio.to_string(),
-                "a fraction in [0, 1]",
-            ));
-        }
-        if !(1..=u32::from(u16::MAX)).contains(&self.move_to_main_threshold) {
-            return Err(out_of_range(
-                "move_to_main_threshold",
-                self.move_to_main_threshold.to_string(),
-                "1 to 65535",
-            ));
-        }
-        if !(1..=15).contains(&self.main_counter_bits) {
-            return Err(out_of_range(
-                "main_counter_bits",
-                self.main_counter_bits.to_string(),
-                "1 to 15",
-            ));
-        }
-        Ok(())
+        let knobs = Knobs("qdlp");
+        knobs.s3fifo_front(
+            self.small_size_ratio,
+            self.ghost_size_ratio,
+            self.move_to_main_threshold,
+        )?;
+        knobs.one_to("main_counter_bits", self.main_counter_bits, 15, "1 to 15")
     }
 }
 

@@ -57,6 +57,7 @@
 //! the ghost, and leaves a ghost key alone (libCacheSim's `S3FIFO_remove`
 //! would also drop a ghost key and call that a removal; we report residency).
 
+use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
@@ -111,41 +112,18 @@ impl S3FifoConfig {
 
 impl S3FifoConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        let out_of_range = |parameter, value: String, expected| ConfigError::OutOfRange {
-            policy: "s3fifo",
-            parameter,
-            value,
-            expected,
-        };
-        if !(self.small_size_ratio > 0.0 && self.small_size_ratio < 1.0) {
-            return Err(out_of_range(
-                "small_size_ratio",
-                self.small_size_ratio.to_string(),
-                "a fraction in (0, 1)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.ghost_size_ratio) {
-            return Err(out_of_range(
-                "ghost_size_ratio",
-                self.ghost_size_ratio.to_string(),
-                "a fraction in [0, 1]",
-            ));
-        }
-        if !(1..=u32::from(u16::MAX)).contains(&self.move_to_main_threshold) {
-            return Err(out_of_range(
-                "move_to_main_threshold",
-                self.move_to_main_threshold.to_string(),
-                "1 to 65535",
-            ));
-        }
-        if !(1..=u32::from(u16::MAX)).contains(&self.frequency_cap) {
-            return Err(out_of_range(
-                "frequency_cap",
-                self.frequency_cap.to_string(),
-                "1 to 65535",
-            ));
-        }
-        Ok(())
+        let knobs = Knobs("s3fifo");
+        knobs.s3fifo_front(
+            self.small_size_ratio,
+            self.ghost_size_ratio,
+            self.move_to_main_threshold,
+        )?;
+        knobs.one_to(
+            "frequency_cap",
+            self.frequency_cap,
+            u32::from(u16::MAX),
+            "1 to 65535",
+        )
     }
 }
 

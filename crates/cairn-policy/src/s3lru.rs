@@ -32,6 +32,7 @@
 //! the ghost and leaves ghost keys alone (libCacheSim's `S3LRU_remove` also
 //! drops a ghost key and calls that a removal; we report residency).
 
+use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
 use crate::index::{KeyIndex, Keyed};
@@ -70,34 +71,11 @@ impl Default for S3LruConfig {
 
 impl S3LruConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        let out_of_range = |parameter, value: String, expected| ConfigError::OutOfRange {
-            policy: "s3lru",
-            parameter,
-            value,
-            expected,
-        };
-        if !(self.small_size_ratio > 0.0 && self.small_size_ratio < 1.0) {
-            return Err(out_of_range(
-                "small_size_ratio",
-                self.small_size_ratio.to_string(),
-                "a fraction in (0, 1)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.ghost_size_ratio) {
-            return Err(out_of_range(
-                "ghost_size_ratio",
-                self.ghost_size_ratio.to_string(),
-                "a fraction in [0, 1]",
-            ));
-        }
-        if !(1..=u32::from(u16::MAX)).contains(&self.move_to_main_threshold) {
-            return Err(out_of_range(
-                "move_to_main_threshold",
-                self.move_to_main_threshold.to_string(),
-                "1 to 65535",
-            ));
-        }
-        Ok(())
+        Knobs("s3lru").s3fifo_front(
+            self.small_size_ratio,
+            self.ghost_size_ratio,
+            self.move_to_main_threshold,
+        )
     }
 }
 
