@@ -17,6 +17,8 @@ pub enum PolicyConfig {
     FifoMerge(crate::fifomerge::FifoMergeConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// Most recently used (Chou & DeWitt, VLDB'85).
+    Mru(crate::mru::MruConfig),
     /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
     Ons(crate::ons::OnsConfig),
     /// Eviction-cost groups: per-group LRU, cheapest tail goes (papers/004).
@@ -121,6 +123,7 @@ impl PolicyConfig {
         "fifo",
         "fifo-merge",
         "lru",
+        "mru",
         "clock",
         "clockpro",
         "lfu",
@@ -169,6 +172,7 @@ impl PolicyConfig {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "fifo-merge" => Self::FifoMerge(crate::fifomerge::FifoMergeConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "mru" => Self::Mru(crate::mru::MruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
             "fbr" => Self::Fbr(crate::fbr::FbrConfig::default()),
@@ -225,6 +229,7 @@ impl PolicyConfig {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::FifoMerge(c) => Box::new(crate::fifomerge::FifoMerge::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Mru(c) => Box::new(crate::mru::Mru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
             Self::Fbr(c) => Box::new(crate::fbr::Fbr::new(capacity, c)?),

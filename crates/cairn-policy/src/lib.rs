@@ -62,6 +62,7 @@ pub mod lru;
 pub mod lruk;
 pub mod lruprob;
 pub mod mq;
+pub mod mru;
 pub mod ons;
 pub mod opt;
 pub mod prefetch;

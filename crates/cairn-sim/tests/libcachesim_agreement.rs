@@ -135,6 +135,8 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // for the policies both run). Cacheus's two experts on their own:
     ("sr-lru", [94459, 93242, 88375, 82561], Some([93814, 91434, 87238, 81738])),
     ("cr-lfu", [97060, 95515, 92607, 84964], Some([94703, 92980, 89916, 84760])),
+    // MRU (`MRU_init`; not in the 0.3.5 wheel).
+    ("mru", [109_437, 105_822, 100_821, 90916], Some([106_763, 102_059, 97864, 89374])),
 ];
 
 /// The sample trace, in the repo.
