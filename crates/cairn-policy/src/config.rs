@@ -108,6 +108,10 @@ pub enum PolicyConfig {
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
     Random(crate::random::RandomConfig),
+    /// Two random draws, the less recently used evicted (power of two
+    /// choices; libCacheSim aa0fc40's `RandomTwo`).
+    #[serde(rename = "random-two")]
+    RandomTwo(crate::randomtwo::RandomTwoConfig),
     /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
@@ -156,6 +160,7 @@ impl PolicyConfig {
         "lhd",
         "lrb",
         "random",
+        "random-two",
         "lru-prob",
         "flashprob",
         "ons",
@@ -210,6 +215,7 @@ impl PolicyConfig {
             "cr-lfu" => Self::CrLfu(crate::crlfu::CrLfuConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
+            "random-two" => Self::RandomTwo(crate::randomtwo::RandomTwoConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
@@ -265,6 +271,7 @@ impl PolicyConfig {
             Self::CrLfu(c) => Box::new(crate::crlfu::CrLfu::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
+            Self::RandomTwo(c) => Box::new(crate::randomtwo::RandomTwo::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
