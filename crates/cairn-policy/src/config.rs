@@ -17,6 +17,8 @@ pub enum PolicyConfig {
     FifoMerge(crate::fifomerge::FifoMergeConfig),
     /// Least recently used.
     Lru(crate::lru::LruConfig),
+    /// Most recently used (Chou & DeWitt, VLDB'85).
+    Mru(crate::mru::MruConfig),
     /// ONS: NEW/OLD regions, LFU with LRU tie-break (papers/000).
     Ons(crate::ons::OnsConfig),
     /// Eviction-cost groups: per-group LRU, cheapest tail goes (papers/004).
@@ -106,6 +108,10 @@ pub enum PolicyConfig {
     Size(crate::size::SizeConfig),
     /// Random eviction, libCacheSim's sample and generator.
     Random(crate::random::RandomConfig),
+    /// Two random draws, the less recently used evicted (power of two
+    /// choices; libCacheSim aa0fc40's `RandomTwo`).
+    #[serde(rename = "random-two")]
+    RandomTwo(crate::randomtwo::RandomTwoConfig),
     /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
@@ -121,6 +127,7 @@ impl PolicyConfig {
         "fifo",
         "fifo-merge",
         "lru",
+        "mru",
         "clock",
         "clockpro",
         "lfu",
@@ -153,6 +160,7 @@ impl PolicyConfig {
         "lhd",
         "lrb",
         "random",
+        "random-two",
         "lru-prob",
         "flashprob",
         "ons",
@@ -169,6 +177,7 @@ impl PolicyConfig {
             "fifo" => Self::Fifo(crate::fifo::FifoConfig::default()),
             "fifo-merge" => Self::FifoMerge(crate::fifomerge::FifoMergeConfig::default()),
             "lru" => Self::Lru(crate::lru::LruConfig::default()),
+            "mru" => Self::Mru(crate::mru::MruConfig::default()),
             "ons" => Self::Ons(crate::ons::OnsConfig::default()),
             "cost" => Self::Cost(crate::cost::CostConfig::default()),
             "fbr" => Self::Fbr(crate::fbr::FbrConfig::default()),
@@ -206,6 +215,7 @@ impl PolicyConfig {
             "cr-lfu" => Self::CrLfu(crate::crlfu::CrLfuConfig::default()),
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
+            "random-two" => Self::RandomTwo(crate::randomtwo::RandomTwoConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
@@ -225,6 +235,7 @@ impl PolicyConfig {
             Self::Fifo(c) => Box::new(crate::fifo::new(capacity, c)?),
             Self::FifoMerge(c) => Box::new(crate::fifomerge::FifoMerge::new(capacity, c)?),
             Self::Lru(c) => Box::new(crate::lru::Lru::new(capacity, c)?),
+            Self::Mru(c) => Box::new(crate::mru::Mru::new(capacity, c)?),
             Self::Ons(c) => Box::new(crate::ons::Ons::new(capacity, c)?),
             Self::Cost(c) => Box::new(crate::cost::Cost::new(capacity, c)?),
             Self::Fbr(c) => Box::new(crate::fbr::Fbr::new(capacity, c)?),
@@ -260,6 +271,7 @@ impl PolicyConfig {
             Self::CrLfu(c) => Box::new(crate::crlfu::CrLfu::new(capacity, c)?),
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
+            Self::RandomTwo(c) => Box::new(crate::randomtwo::RandomTwo::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),

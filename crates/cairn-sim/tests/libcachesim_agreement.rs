@@ -34,6 +34,7 @@ use cairn_policy::lecar::LecarConfig;
 use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
 use cairn_policy::random::RandomConfig;
+use cairn_policy::randomtwo::RandomTwoConfig;
 use cairn_policy::residents::SamplerVersion;
 use cairn_policy::rng::Generator;
 use cairn_policy::{Access, Capacity, PolicyConfig};
@@ -115,6 +116,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // at 2^16 buckets for random and 2^12 for hyperbolic (cache_init.h and
     // Hyperbolic_init each take 8 off the hash power).
     ("random-aa0fc40", [96157, 93860, 90992, 83039], Some([95174, 93726, 91016, 84294])),
+    // `cachesim ... randomTwo`, the same table (2^16 buckets) and generator
+    // reset; not in the 0.3.5 wheel.
+    ("random-two-aa0fc40", [95743, 93830, 91172, 83168], Some([95025, 93720, 91395, 84538])),
     // MMIX from 0 in each of cachesim's runs. (aa0fc40's `lru-prob` reads
     // its list head uninitialised and prints nothing.)
     ("flashprob-aa0fc40", [97236, 92611, 89839, 81082], Some([95971, 92772, 89524, 81466])),
@@ -135,6 +139,8 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // for the policies both run). Cacheus's two experts on their own:
     ("sr-lru", [94459, 93242, 88375, 82561], Some([93814, 91434, 87238, 81738])),
     ("cr-lfu", [97060, 95515, 92607, 84964], Some([94703, 92980, 89916, 84760])),
+    // MRU (`MRU_init`; not in the 0.3.5 wheel).
+    ("mru", [109_437, 105_822, 100_821, 90916], Some([106_763, 102_059, 97864, 89374])),
 ];
 
 /// The sample trace, in the repo.
@@ -170,6 +176,10 @@ fn config(name: &str) -> PolicyConfig {
         "random-aa0fc40" => PolicyConfig::Random(RandomConfig {
             version: SamplerVersion::Aa0fc40,
             ..RandomConfig::default()
+        }),
+        "random-two-aa0fc40" => PolicyConfig::RandomTwo(RandomTwoConfig {
+            version: SamplerVersion::Aa0fc40,
+            ..RandomTwoConfig::default()
         }),
         "flashprob-aa0fc40" => PolicyConfig::Flashprob(FlashProbConfig {
             version: Version::Aa0fc40,
