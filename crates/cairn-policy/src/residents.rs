@@ -128,16 +128,8 @@ impl<T: Copy> Residents<T> {
         self.members.is_empty()
     }
 
-    /// A resident drawn uniformly, or `None` if there is none.
-    #[inline]
-    pub fn sample(&self, rng: &mut Rng) -> Option<Index> {
-        if self.members.is_empty() {
-            return None;
-        }
-        Some(self.members[below(rng.next_u64(), self.members.len())])
-    }
-
-    /// The resident that the draw `r` picks now (`None` if there is none).
+    /// The resident that the draw `r` (uniform over `u64`) picks now, or
+    /// `None` if there is none.
     #[inline]
     pub fn pick(&self, r: u64) -> Option<Index> {
         let len = self.members.len();
@@ -420,7 +412,7 @@ mod tests {
         let mut counts: HashMap<u64, u32> = HashMap::new();
         let draws = 200_000;
         for _ in 0..draws {
-            let index = residents.sample(&mut rng).unwrap();
+            let index = residents.pick(rng.next_u64()).unwrap();
             *counts.entry(residents.key(index)).or_default() += 1;
         }
         assert_eq!(counts.len(), residents.len(), "every resident drawn");
@@ -439,7 +431,7 @@ mod tests {
     fn an_empty_table_draws_nothing() {
         let residents: Residents<u8> = Residents::default();
         let mut rng = Rng::new(Generator::Lehmer64, 1);
-        assert_eq!(residents.sample(&mut rng), None);
+        assert_eq!(residents.pick(rng.next_u64()), None);
         let mut batch = [u32::MAX; 4];
         residents.sample_into(&mut rng, &mut batch);
         assert_eq!(batch, [u32::MAX; 4]);
