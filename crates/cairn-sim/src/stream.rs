@@ -74,6 +74,11 @@ pub struct AccessStream {
     next_times: Option<Arc<[u64]>>,
     buffer: Vec<Access>,
     at: usize,
+    /// Requests read from the source in one batch, and how many are used.
+    requests_batch: Vec<Request>,
+    requests_at: usize,
+    /// An error the source met after the batch's requests.
+    source_error: Option<TraceError>,
     requests_read: u64,
     /// An error met while filling a batch, reported after the batch.
     pending: Option<TraceError>,
@@ -82,6 +87,9 @@ pub struct AccessStream {
 /// Accesses gathered per refill: enough to amortise the per-request
 /// plumbing, few enough to stay in L1.
 const BATCH_ACCESSES: usize = 256;
+
+/// Requests taken from the source per [`RequestSource::fill`](cairn_trace::read::RequestSource::fill) call.
+const REQUEST_BATCH: usize = 256;
 
 impl AccessStream {
     /// Streams the accesses of `requests`.
@@ -95,6 +103,9 @@ impl AccessStream {
             next_times: None,
             buffer: Vec::new(),
             at: 0,
+            requests_batch: Vec::with_capacity(REQUEST_BATCH),
+            requests_at: 0,
+            source_error: None,
             requests_read: 0,
             pending: None,
         }
@@ -147,7 +158,7 @@ impl AccessStream {
         let first = out.len();
         let want = first + max.max(1);
         while out.len() < want {
-            let request: Request = match self.requests.next() {
+            let request: Request = match self.next_request() {
                 Some(Ok(r)) => r,
                 Some(Err(e)) if out.len() == first => return Err(e),
                 Some(Err(e)) => {
@@ -180,6 +191,29 @@ impl AccessStream {
             }
         }
         Ok(out.len() - first)
+    }
+
+    /// The source's next request, from the current batch; a new batch is
+    /// read (one dynamic call) when it runs out.
+    #[inline]
+    fn next_request(&mut self) -> Option<Result<Request, TraceError>> {
+        if let Some(&request) = self.requests_batch.get(self.requests_at) {
+            self.requests_at += 1;
+            return Some(Ok(request));
+        }
+        if let Some(error) = self.source_error.take() {
+            return Some(Err(error));
+        }
+        self.requests_batch.clear();
+        self.requests_at = 0;
+        self.source_error = self.requests.fill(&mut self.requests_batch, REQUEST_BATCH);
+        match self.requests_batch.first() {
+            Some(&request) => {
+                self.requests_at = 1;
+                Some(Ok(request))
+            }
+            None => self.source_error.take().map(Err),
+        }
     }
 
     fn refill(&mut self) -> Option<Result<(), TraceError>> {

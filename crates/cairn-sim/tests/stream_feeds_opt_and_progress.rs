@@ -34,7 +34,10 @@ fn requests() -> Vec<Request> {
 }
 
 fn stream(options: &StreamOptions) -> AccessStream {
-    AccessStream::new(Box::new(requests().into_iter().map(Ok)), options)
+    AccessStream::new(
+        cairn_trace::read::boxed(requests().into_iter().map(Ok)),
+        options,
+    )
 }
 
 #[test]

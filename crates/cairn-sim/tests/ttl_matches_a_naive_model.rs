@@ -64,7 +64,7 @@ fn run(
         ..StreamOptions::default()
     };
     let owned: Vec<Request> = requests.to_vec();
-    let reader: cairn_trace::read::Reader = Box::new(owned.into_iter().map(Ok));
+    let reader: cairn_trace::read::Reader = cairn_trace::read::boxed(owned.into_iter().map(Ok));
     let stream = AccessStream::new(reader, &options);
     let replay_options = ReplayOptions {
         threads,

@@ -434,7 +434,7 @@ mod tests {
     }
 
     fn reader_of(requests: Vec<Request>) -> Reader {
-        Box::new(requests.into_iter().map(Ok))
+        crate::read::boxed(requests.into_iter().map(Ok))
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn read_back(bytes: Vec<u8>, format: &Format) -> Vec<Request> {
 }
 
 fn source(requests: Vec<Request>) -> read::Reader {
-    Box::new(requests.into_iter().map(Ok))
+    cairn_trace::read::boxed(requests.into_iter().map(Ok))
 }
 
 proptest! {

@@ -295,7 +295,7 @@ impl TraceInput {
             Source::File(path) => read::open(path, &self.format)?,
         };
         Ok(match self.max_requests {
-            Some(max) => Box::new(reader.take(usize::try_from(max).unwrap_or(usize::MAX))),
+            Some(max) => Box::new(read::Capped::new(reader, max)),
             None => reader,
         })
     }

@@ -79,7 +79,7 @@ impl GeneratorConfig {
     /// The same stream as a trace [`crate::read::Reader`] (every item `Ok`),
     /// so generated workloads go wherever a trace goes.
     pub fn reader(&self) -> Result<crate::read::Reader> {
-        Ok(Box::new(self.generator()?.map(Ok)))
+        Ok(crate::read::boxed(self.generator()?.map(Ok)))
     }
 }
 

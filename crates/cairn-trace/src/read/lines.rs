@@ -182,6 +182,8 @@ pub(crate) fn split_fields<'a>(
     count
 }
 
+impl<R: BufRead + Send, P: LineParser + Send> crate::read::RequestSource for LineReader<R, P> {}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

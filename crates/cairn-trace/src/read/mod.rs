@@ -23,8 +23,8 @@ use std::str::FromStr;
 
 pub use csv::{CSV_HEADER, CsvConfig, OffsetUnit, TimeUnit};
 pub use lines::LINE_BYTES_MAX;
-pub use stream::Reader;
 pub(crate) use stream::fill;
+pub use stream::{Capped, Reader, RequestSource, Requests, boxed};
 
 use crate::Result;
 use crate::error::TraceError;

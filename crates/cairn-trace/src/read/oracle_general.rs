@@ -106,4 +106,51 @@ mod tests {
         assert_eq!(error, "t.bin: record 1: truncated: 3 of 24 bytes");
         assert!(reader.next().is_none());
     }
+
+    /// The batch path (`RequestSource::fill`) reads what `next` reads, whatever
+    /// the buffer's size against the record's (records straddling its end
+    /// included), mixes with `next`, and reports a truncated last record after
+    /// the whole ones.
+    #[test]
+    fn batches_read_what_next_reads() {
+        use crate::read::RequestSource;
+        let requests: Vec<Request> = (0..100u64)
+            .map(|i| Request {
+                time_us: i * 1_000_000,
+                object: i * 7,
+                offset: 0,
+                size: 512 + i as u32,
+                op: Op::Read,
+                ttl: 0,
+                next: i + 3,
+            })
+            .collect();
+        let mut bytes: Vec<u8> = requests.iter().flat_map(encode).collect();
+        bytes.extend_from_slice(&[9; 5]);
+        for capacity in [1, 7, 24, 25, 100, 4096] {
+            let source = std::io::BufReader::with_capacity(capacity, &bytes[..]);
+            let mut reader = OracleGeneralReader::new(source, Path::new("t.bin"));
+            let mut got = vec![reader.next().unwrap().unwrap()];
+            let mut error = None;
+            for max in [1, 3, 17, 1000].into_iter().cycle() {
+                let before = got.len();
+                error = reader.fill(&mut got, max);
+                assert!(
+                    got.len() - before <= max,
+                    "capacity {capacity}: more than asked"
+                );
+                if error.is_some() || got.len() == before {
+                    break;
+                }
+            }
+            assert_eq!(got, requests, "capacity {capacity}");
+            assert_eq!(
+                error.map(|e| e.to_string()).as_deref(),
+                Some("t.bin: record 100: truncated: 5 of 24 bytes"),
+                "capacity {capacity}"
+            );
+            assert!(reader.fill(&mut got, 10).is_none());
+            assert_eq!(got.len(), 100);
+        }
+    }
 }

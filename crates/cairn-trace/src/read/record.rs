@@ -116,3 +116,41 @@ impl<R: BufRead, D: Decode<N>, const N: usize> Iterator for RecordReader<R, D, N
         Some(Ok(D::decode(&record)))
     }
 }
+
+impl<R: BufRead + Send, D: Decode<N> + Send, const N: usize> crate::read::RequestSource
+    for RecordReader<R, D, N>
+{
+    fn fill(&mut self, out: &mut Vec<Request>, max: usize) -> Option<TraceError> {
+        let want = out.len() + max.max(1);
+        while out.len() < want {
+            // Requests decoded by `next` and not yet taken go first.
+            if self.at < self.decoded.len() {
+                let take = (self.decoded.len() - self.at).min(want - out.len());
+                out.extend_from_slice(&self.decoded[self.at..self.at + take]);
+                self.at += take;
+                continue;
+            }
+            if self.done {
+                return None;
+            }
+            // Fast path: decode whole records straight from the buffer.
+            if let Ok(buffer) = self.source.fill_buf() {
+                let (records, _) = buffer.as_chunks::<N>();
+                let take = records.len().min(want - out.len());
+                if take > 0 {
+                    out.extend(records[..take].iter().map(D::decode));
+                    self.source.consume(take * N);
+                    self.index += take as u64;
+                    continue;
+                }
+            }
+            // A record straddles the buffer's end, the input ended, or an
+            // error: the one-record path assembles it or says what happened.
+            match self.next()? {
+                Ok(request) => out.push(request),
+                Err(e) => return Some(e),
+            }
+        }
+        None
+    }
+}

@@ -83,6 +83,8 @@ struct VscsiReader<R> {
     done: bool,
 }
 
+impl<R: Read + Send> crate::read::RequestSource for VscsiReader<R> {}
+
 impl<R: Read> Iterator for VscsiReader<R> {
     type Item = Result<Request>;
 

@@ -420,7 +420,7 @@ fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
     };
     let read_count = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&read_count);
-    let reader: read::Reader = Box::new(read::open(&args.input, &from)?.filter(move |r| {
+    let reader: read::Reader = read::boxed(read::open(&args.input, &from)?.filter(move |r| {
         counter.fetch_add(1, Ordering::Relaxed);
         r.as_ref().map_or(true, &kept)
     }));
