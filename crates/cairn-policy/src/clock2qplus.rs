@@ -49,8 +49,7 @@
 use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
-use crate::index::{KeyIndex, Keyed};
-use crate::list::{Index, List, Slab};
+use crate::queues::{Entry, Queue, Queues};
 use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// `Clock2QPlus` parameters; the defaults are libCacheSim's.
@@ -97,53 +96,18 @@ impl Clock2QPlusConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Queue {
-    Small,
-    Main,
-    Ghost,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u64,
-    /// Admissions to small when this unit entered it (its own included).
-    inserted: u64,
-    /// A size or 1, so at most `u32::MAX`.
-    charge: u32,
-    /// Counted hits, saturating (the threshold is at most `u16::MAX`).
-    freq: u16,
-    queue: Queue,
-}
-
-impl Keyed for Entry {
-    fn key(&self) -> u64 {
-        self.key
-    }
-}
-
 /// `Clock2QPlus` replacement.
 #[derive(Debug)]
 pub struct Clock2QPlus {
     capacity: Capacity,
-    small_limit: u64,
-    main_limit: u64,
-    ghost_limit: u64,
+    /// The queues, their budgets, the index and the nodes.
+    q: Queues<u64>,
     move_to_main_threshold: u16,
     /// The smallest number of admissions to small after a unit's own that
     /// makes a hit on it count: ⌈small × `correlation_window_ratio`⌉.
     window: u64,
     /// Admissions to small so far (`n_obj_admit_to_fifo`).
     admitted_to_small: u64,
-    small_used: u64,
-    main_used: u64,
-    ghost_used: u64,
-    /// Every key resident or in the ghost.
-    map: KeyIndex,
-    slab: Slab<Entry>,
-    small: List,
-    main: List,
-    ghost: List,
     /// The key whose last `lookup` missed but found (and removed) it in the ghost.
     ghost_hit: Option<u64>,
     /// Whether the cache has had to evict yet (`has_evicted` in libCacheSim).
@@ -169,71 +133,30 @@ impl Clock2QPlus {
         }
         Ok(Self {
             capacity,
-            small_limit,
-            main_limit: capacity.limit() - small_limit,
-            ghost_limit,
+            q: Queues::new(capacity, small_limit, ghost_limit),
             move_to_main_threshold: config.move_to_main_threshold as u16, // validated
             window,
             admitted_to_small: 0,
-            small_used: 0,
-            main_used: 0,
-            ghost_used: 0,
-            map: KeyIndex::default(),
-            slab: Slab::new(),
-            small: List::new(),
-            main: List::new(),
-            ghost: List::new(),
             ghost_hit: None,
             has_evicted: false,
         })
     }
 
-    fn remove_ghost(&mut self, index: Index) {
-        self.slab.unlink(&mut self.ghost, index);
-        let entry = *self.slab.get(index);
-        self.map.remove(entry.key, &self.slab);
-        self.slab.remove(index);
-        self.ghost_used -= u64::from(entry.charge);
-    }
-
-    /// Turns the (already unlinked) node `index` into a ghost entry, or frees
-    /// it when the ghost cannot hold it.
-    fn insert_ghost(&mut self, index: Index) {
-        let charge = u64::from(self.slab.get(index).charge);
-        if charge > self.ghost_limit {
-            let key = self.slab.get(index).key;
-            self.map.remove(key, &self.slab);
-            self.slab.remove(index);
-            return;
-        }
-        while self.ghost_used + charge > self.ghost_limit {
-            let Some(oldest) = self.ghost.back() else {
-                break;
-            };
-            self.remove_ghost(oldest);
-        }
-        let entry = self.slab.get_mut(index);
-        entry.queue = Queue::Ghost;
-        entry.freq = 0;
-        self.ghost_used += charge;
-        self.slab.push_front(&mut self.ghost, index);
-    }
-
     /// Evicts one unit from the small FIFO, moving units hit often enough
     /// (outside the window) to main.
     fn evict_small(&mut self, victims: &mut Vec<u64>) {
-        while let Some(index) = self.slab.pop_back(&mut self.small) {
-            let entry = self.slab.get_mut(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.small) {
+            let entry = self.q.slab.get_mut(index);
             let charge = u64::from(entry.charge);
-            self.small_used -= charge;
+            self.q.small_used -= charge;
             if entry.freq >= self.move_to_main_threshold {
                 entry.freq = 0;
                 entry.queue = Queue::Main;
-                self.main_used += charge;
-                self.slab.push_front(&mut self.main, index);
+                self.q.main_used += charge;
+                self.q.slab.push_front(&mut self.q.main, index);
             } else {
                 victims.push(entry.key);
-                self.insert_ghost(index);
+                self.q.insert_ghost(index);
                 return;
             }
         }
@@ -241,16 +164,16 @@ impl Clock2QPlus {
 
     /// Evicts one unit from main, a 1-bit CLOCK: hit units go round again.
     fn evict_main(&mut self, victims: &mut Vec<u64>) {
-        while let Some(index) = self.slab.pop_back(&mut self.main) {
-            let entry = self.slab.get_mut(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.main) {
+            let entry = self.q.slab.get_mut(index);
             if entry.freq >= 1 {
                 entry.freq = 0;
-                self.slab.push_front(&mut self.main, index);
+                self.q.slab.push_front(&mut self.q.main, index);
             } else {
-                self.main_used -= u64::from(entry.charge);
+                self.q.main_used -= u64::from(entry.charge);
                 let key = entry.key;
-                self.map.remove(key, &self.slab);
-                self.slab.remove(index);
+                self.q.map.remove(key, &self.q.slab);
+                self.q.slab.remove(index);
                 victims.push(key);
                 return;
             }
@@ -264,25 +187,25 @@ impl Policy for Clock2QPlus {
     }
 
     fn prefetch(&self, key: u64, ahead: Ahead) {
-        self.map.prefetch_stage(key, &self.slab, ahead, false);
+        self.q.map.prefetch_stage(key, &self.q.slab, ahead, false);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.ghost_hit = None;
-        let Some(index) = self.map.get(access.key, &self.slab) else {
+        let Some(index) = self.q.map.get(access.key, &self.q.slab) else {
             return false;
         };
         let admitted_to_small = self.admitted_to_small;
         let window = self.window;
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         match entry.queue {
             Queue::Ghost => {
-                self.remove_ghost(index);
+                self.q.remove_ghost(index);
                 self.ghost_hit = Some(access.key);
                 return false;
             }
             Queue::Small => {
-                if admitted_to_small - entry.inserted >= window {
+                if admitted_to_small - entry.stamp >= window {
                     entry.freq = entry.freq.saturating_add(1);
                 }
             }
@@ -294,93 +217,74 @@ impl Policy for Clock2QPlus {
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         let charge = self.capacity.charge(access.size);
         let mut to_main = self.ghost_hit.take() == Some(access.key);
-        if let Some(index) = self.map.get(access.key, &self.slab) {
+        if let Some(index) = self.q.map.get(access.key, &self.q.slab) {
             // `admit` without a `lookup` first: still honour the ghost.
             debug_assert_eq!(
-                self.slab.get(index).queue,
+                self.q.slab.get(index).queue,
                 Queue::Ghost,
                 "admit of a resident key"
             );
-            if self.slab.get(index).queue != Queue::Ghost {
+            if self.q.slab.get(index).queue != Queue::Ghost {
                 return true;
             }
-            self.remove_ghost(index);
+            self.q.remove_ghost(index);
             to_main = true;
         }
-        if charge > self.small_limit {
+        if charge > self.q.small_limit {
             return false; // Clock2QPlus_can_insert
         }
-        while self.small_used + self.main_used + charge > self.capacity.limit() {
+        while self.q.small_used + self.q.main_used + charge > self.capacity.limit() {
             self.has_evicted = true;
-            if self.main_used > self.main_limit || self.small.is_empty() {
+            if self.q.main_used > self.q.main_limit || self.q.small.is_empty() {
                 self.evict_main(victims);
             } else {
                 self.evict_small(victims);
             }
         }
-        if !to_main && charge >= self.small_limit {
+        if !to_main && charge >= self.q.small_limit {
             return false; // libCacheSim quirk, see the module docs
         }
         // Before the first eviction, a full small FIFO overflows into main.
-        let to_main = to_main || (!self.has_evicted && self.small_used >= self.small_limit);
+        let to_main = to_main || (!self.has_evicted && self.q.small_used >= self.q.small_limit);
         let mut entry = Entry {
             key: access.key,
-            inserted: 0,
             charge: charge as u32, // a size or 1
             freq: 0,
             queue: Queue::Main,
+            // Admissions to small when the unit entered it (its own included).
+            stamp: 0,
         };
         if !to_main {
             self.admitted_to_small += 1;
-            entry.inserted = self.admitted_to_small;
+            entry.stamp = self.admitted_to_small;
             entry.queue = Queue::Small;
         }
-        let index = self.slab.insert(entry);
+        let index = self.q.slab.insert(entry);
         if to_main {
-            self.main_used += charge;
-            self.slab.push_front(&mut self.main, index);
+            self.q.main_used += charge;
+            self.q.slab.push_front(&mut self.q.main, index);
         } else {
-            self.small_used += charge;
-            self.slab.push_front(&mut self.small, index);
+            self.q.small_used += charge;
+            self.q.slab.push_front(&mut self.q.small, index);
         }
-        self.map.insert(access.key, index, &self.slab);
+        self.q.map.insert(access.key, index, &self.q.slab);
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.map.get(key, &self.slab) else {
-            return false;
-        };
-        let entry = *self.slab.get(index);
-        let charge = u64::from(entry.charge);
-        match entry.queue {
-            Queue::Ghost => return false,
-            Queue::Small => {
-                self.slab.unlink(&mut self.small, index);
-                self.small_used -= charge;
-            }
-            Queue::Main => {
-                self.slab.unlink(&mut self.main, index);
-                self.main_used -= charge;
-            }
-        }
-        self.map.remove(key, &self.slab);
-        self.slab.remove(index);
-        true
+        self.q.remove(key)
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.map
-            .get(key, &self.slab)
-            .is_some_and(|index| self.slab.get(index).queue != Queue::Ghost)
+        self.q.contains(key)
     }
 
     fn len(&self) -> usize {
-        self.small.len() + self.main.len()
+        self.q.len()
     }
 
     fn used(&self) -> u64 {
-        self.small_used + self.main_used
+        self.q.used()
     }
 
     fn capacity(&self) -> Capacity {
@@ -527,8 +431,9 @@ mod tests {
 
     fn queue_of(cache: &Clock2QPlus, key: u64) -> Queue {
         cache
+            .q
             .slab
-            .get(cache.map.get(key, &cache.slab).unwrap())
+            .get(cache.q.map.get(key, &cache.q.slab).unwrap())
             .queue
     }
 
@@ -542,7 +447,7 @@ mod tests {
             cache.access(access, &mut victims);
         }
         assert_eq!(victims, [1]);
-        assert_eq!((cache.small.len(), cache.main.len()), (4, 36));
+        assert_eq!((cache.q.small.len(), cache.q.main.len()), (4, 36));
         assert_eq!(queue_of(&cache, 41), Queue::Small);
         (cache, victims)
     }
@@ -579,7 +484,11 @@ mod tests {
         assert_eq!(victims, [4, 42], "41 moved to main instead of leaving");
         assert_eq!(queue_of(&cache, 41), Queue::Main);
         assert_eq!(
-            cache.slab.get(cache.map.get(41, &cache.slab).unwrap()).freq,
+            cache
+                .q
+                .slab
+                .get(cache.q.map.get(41, &cache.q.slab).unwrap())
+                .freq,
             0
         );
     }
@@ -613,7 +522,11 @@ mod tests {
         assert_eq!(queue_of(&cache, 2), Queue::Main);
         assert!(cache.contains(5));
         assert_eq!(
-            cache.slab.get(cache.map.get(5, &cache.slab).unwrap()).freq,
+            cache
+                .q
+                .slab
+                .get(cache.q.map.get(5, &cache.q.slab).unwrap())
+                .freq,
             0
         );
     }

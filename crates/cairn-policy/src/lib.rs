@@ -67,6 +67,7 @@ pub mod ons;
 pub mod opt;
 pub mod prefetch;
 pub mod qdlp;
+mod queues;
 pub mod random;
 pub mod randomtwo;
 pub mod residents;

@@ -47,8 +47,8 @@
 use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
-use crate::index::{KeyIndex, Keyed};
-use crate::list::{Index, List, Slab};
+use crate::list::Index;
+use crate::queues::{Entry, Queue, Queues};
 use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// QD-LP parameters; the defaults are libCacheSim's.
@@ -92,48 +92,14 @@ impl QdlpConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Queue {
-    Fifo,
-    Main,
-    Ghost,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u64,
-    /// A size or 1, so at most `u32::MAX`.
-    charge: u32,
-    /// In the FIFO: hits, saturating (the threshold is at most `u16::MAX`).
-    /// In main: the CLOCK counter.
-    freq: u16,
-    queue: Queue,
-}
-
-impl Keyed for Entry {
-    fn key(&self) -> u64 {
-        self.key
-    }
-}
-
 /// QD-LP replacement.
 #[derive(Debug)]
 pub struct Qdlp {
     capacity: Capacity,
-    fifo_limit: u64,
-    main_limit: u64,
-    ghost_limit: u64,
+    /// The queues, their budgets, the index and the nodes.
+    q: Queues<()>,
     move_to_main_threshold: u16,
     counter_max: u16,
-    fifo_used: u64,
-    main_used: u64,
-    ghost_used: u64,
-    /// Every key resident or in the ghost.
-    map: KeyIndex,
-    slab: Slab<Entry>,
-    fifo: List,
-    main: List,
-    ghost: List,
     /// The key whose last `lookup` missed but found (and removed) it in the ghost.
     ghost_hit: Option<u64>,
 }
@@ -155,70 +121,24 @@ impl Qdlp {
         }
         Ok(Self {
             capacity,
-            fifo_limit,
-            main_limit: capacity.limit() - fifo_limit,
-            ghost_limit,
+            q: Queues::new(capacity, fifo_limit, ghost_limit),
             move_to_main_threshold: config.move_to_main_threshold as u16, // validated
             counter_max: ((1u32 << config.main_counter_bits) - 1) as u16,
-            fifo_used: 0,
-            main_used: 0,
-            ghost_used: 0,
-            map: KeyIndex::default(),
-            slab: Slab::new(),
-            fifo: List::new(),
-            main: List::new(),
-            ghost: List::new(),
             ghost_hit: None,
         })
     }
 
-    fn remove_ghost(&mut self, index: Index) {
-        self.slab.unlink(&mut self.ghost, index);
-        let entry = *self.slab.get(index);
-        self.map.remove(entry.key, &self.slab);
-        self.slab.remove(index);
-        self.ghost_used -= u64::from(entry.charge);
-    }
-
-    /// Frees the (already unlinked) node `index` and its key.
-    fn free(&mut self, index: Index) {
-        let key = self.slab.get(index).key;
-        self.map.remove(key, &self.slab);
-        self.slab.remove(index);
-    }
-
-    /// Turns the (already unlinked) node `index` into a ghost entry, or frees
-    /// it when the ghost cannot hold it (libCacheSim's ghost FIFO `get`).
-    fn insert_ghost(&mut self, index: Index) {
-        let charge = u64::from(self.slab.get(index).charge);
-        if charge > self.ghost_limit {
-            self.free(index);
-            return;
-        }
-        while self.ghost_used + charge > self.ghost_limit {
-            let Some(oldest) = self.ghost.back() else {
-                break;
-            };
-            self.remove_ghost(oldest);
-        }
-        let entry = self.slab.get_mut(index);
-        entry.queue = Queue::Ghost;
-        entry.freq = 0;
-        self.ghost_used += charge;
-        self.slab.push_front(&mut self.ghost, index);
-    }
-
     /// CLOCK eviction from main. Returns whether a unit was evicted.
     fn evict_main(&mut self, victims: &mut Vec<u64>) -> bool {
-        while let Some(index) = self.slab.pop_back(&mut self.main) {
-            let entry = self.slab.get_mut(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.main) {
+            let entry = self.q.slab.get_mut(index);
             if entry.freq >= 1 {
                 entry.freq -= 1;
-                self.slab.push_front(&mut self.main, index);
+                self.q.slab.push_front(&mut self.q.main, index);
             } else {
-                self.main_used -= u64::from(entry.charge);
+                self.q.main_used -= u64::from(entry.charge);
                 victims.push(entry.key);
-                self.free(index);
+                self.q.free(index);
                 return true;
             }
         }
@@ -229,39 +149,39 @@ impl Qdlp {
     /// libCacheSim's `main_cache->get`: a unit larger than main is dropped,
     /// otherwise main evicts until it fits. Returns whether it was linked.
     fn insert_main(&mut self, index: Index, victims: &mut Vec<u64>) -> bool {
-        let charge = u64::from(self.slab.get(index).charge);
-        if charge > self.main_limit {
+        let charge = u64::from(self.q.slab.get(index).charge);
+        if charge > self.q.main_limit {
             return false;
         }
-        while self.main_used + charge > self.main_limit {
+        while self.q.main_used + charge > self.q.main_limit {
             if !self.evict_main(victims) {
                 break;
             }
         }
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         entry.queue = Queue::Main;
         entry.freq = 0;
-        self.main_used += charge;
-        self.slab.push_front(&mut self.main, index);
+        self.q.main_used += charge;
+        self.q.slab.push_front(&mut self.q.main, index);
         true
     }
 
     /// One step of `QDLP_evict`: the FIFO's tail is promoted or evicted into
     /// the ghost; with an empty FIFO, main evicts.
     fn evict(&mut self, victims: &mut Vec<u64>) -> bool {
-        let Some(index) = self.slab.pop_back(&mut self.fifo) else {
+        let Some(index) = self.q.slab.pop_back(&mut self.q.small) else {
             return self.evict_main(victims);
         };
-        let entry = *self.slab.get(index);
-        self.fifo_used -= u64::from(entry.charge);
+        let entry = *self.q.slab.get(index);
+        self.q.small_used -= u64::from(entry.charge);
         if entry.freq >= self.move_to_main_threshold {
             if !self.insert_main(index, victims) {
                 victims.push(entry.key);
-                self.free(index);
+                self.q.free(index);
             }
         } else {
             victims.push(entry.key);
-            self.insert_ghost(index);
+            self.q.insert_ghost(index);
         }
         true
     }
@@ -273,21 +193,21 @@ impl Policy for Qdlp {
     }
 
     fn prefetch(&self, key: u64, ahead: Ahead) {
-        self.map.prefetch_stage(key, &self.slab, ahead, false);
+        self.q.map.prefetch_stage(key, &self.q.slab, ahead, false);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.ghost_hit = None;
-        let Some(index) = self.map.get(access.key, &self.slab) else {
+        let Some(index) = self.q.map.get(access.key, &self.q.slab) else {
             return false;
         };
         let counter_max = self.counter_max;
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         match entry.queue {
-            Queue::Fifo => entry.freq = entry.freq.saturating_add(1),
+            Queue::Small => entry.freq = entry.freq.saturating_add(1),
             Queue::Main => entry.freq = (entry.freq + 1).min(counter_max),
             Queue::Ghost => {
-                self.remove_ghost(index);
+                self.q.remove_ghost(index);
                 self.ghost_hit = Some(access.key);
                 return false;
             }
@@ -298,82 +218,64 @@ impl Policy for Qdlp {
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         let charge = self.capacity.charge(access.size);
         let mut to_main = self.ghost_hit.take() == Some(access.key);
-        if let Some(index) = self.map.get(access.key, &self.slab) {
+        if let Some(index) = self.q.map.get(access.key, &self.q.slab) {
             // `admit` without a `lookup` first: still honour the ghost.
             debug_assert_eq!(
-                self.slab.get(index).queue,
+                self.q.slab.get(index).queue,
                 Queue::Ghost,
                 "admit of a resident key"
             );
-            if self.slab.get(index).queue != Queue::Ghost {
+            if self.q.slab.get(index).queue != Queue::Ghost {
                 return true;
             }
-            self.remove_ghost(index);
+            self.q.remove_ghost(index);
             to_main = true;
         }
-        if charge > self.fifo_limit {
+        if charge > self.q.small_limit {
             return false; // QDLP_can_insert
         }
-        while self.fifo_used + self.main_used + charge > self.capacity.limit() {
+        while self.q.small_used + self.q.main_used + charge > self.capacity.limit() {
             if !self.evict(victims) {
                 break;
             }
         }
-        if !to_main && charge >= self.fifo_limit {
+        if !to_main && charge >= self.q.small_limit {
             return false; // QDLP_insert; see the module docs
         }
-        let index = self.slab.insert(Entry {
+        let index = self.q.slab.insert(Entry {
             key: access.key,
             charge: charge as u32, // a size or 1
             freq: 0,
-            queue: Queue::Fifo,
+            queue: Queue::Small,
+            stamp: (),
         });
         if to_main {
             if !self.insert_main(index, victims) {
-                self.slab.remove(index);
+                self.q.slab.remove(index);
                 return false;
             }
         } else {
-            self.fifo_used += charge;
-            self.slab.push_front(&mut self.fifo, index);
+            self.q.small_used += charge;
+            self.q.slab.push_front(&mut self.q.small, index);
         }
-        self.map.insert(access.key, index, &self.slab);
+        self.q.map.insert(access.key, index, &self.q.slab);
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.map.get(key, &self.slab) else {
-            return false;
-        };
-        let entry = *self.slab.get(index);
-        let charge = u64::from(entry.charge);
-        match entry.queue {
-            Queue::Ghost => return false,
-            Queue::Fifo => {
-                self.slab.unlink(&mut self.fifo, index);
-                self.fifo_used -= charge;
-            }
-            Queue::Main => {
-                self.slab.unlink(&mut self.main, index);
-                self.main_used -= charge;
-            }
-        }
-        self.free(index);
-        true
+        self.q.remove(key)
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.map
-            .get(key, &self.slab)
-            .is_some_and(|index| self.slab.get(index).queue != Queue::Ghost)
+        self.q.contains(key)
     }
 
     fn len(&self) -> usize {
-        self.fifo.len() + self.main.len()
+        self.q.len()
     }
 
     fn used(&self) -> u64 {
-        self.fifo_used + self.main_used
+        self.q.used()
     }
 
     fn capacity(&self) -> Capacity {
@@ -501,8 +403,9 @@ mod tests {
 
     fn queue_of(cache: &Qdlp, key: u64) -> Queue {
         cache
+            .q
             .slab
-            .get(cache.map.get(key, &cache.slab).unwrap())
+            .get(cache.q.map.get(key, &cache.q.slab).unwrap())
             .queue
     }
 
@@ -518,7 +421,7 @@ mod tests {
         // Until the cache is full, every new unit enters the FIFO, beyond its
         // share: only the total is bounded.
         assert!(victims.is_empty());
-        assert_eq!((cache.fifo.len(), cache.main.len()), (3, 0));
+        assert_eq!((cache.q.small.len(), cache.q.main.len()), (3, 0));
         // Fill to 20, then 21 needs room: the FIFO's tail, 1 (hit once),
         // moves to main; then 2 (never hit) is evicted into the ghost.
         for access in &testing::keys(&(4..=21).collect::<Vec<_>>()) {
@@ -539,21 +442,22 @@ mod tests {
     fn main_is_a_clock_with_a_two_bit_counter() {
         let mut cache = qdlp(Capacity::Objects(20));
         for (key, freq) in [(10, 0), (11, 0)] {
-            let index = cache.slab.insert(Entry {
+            let index = cache.q.slab.insert(Entry {
                 key,
                 charge: 1,
                 freq,
                 queue: Queue::Main,
+                stamp: (),
             });
-            cache.slab.push_front(&mut cache.main, index);
-            cache.map.insert(key, index, &cache.slab);
-            cache.main_used += 1;
+            cache.q.slab.push_front(&mut cache.q.main, index);
+            cache.q.map.insert(key, index, &cache.q.slab);
+            cache.q.main_used += 1;
         }
         // Five hits on 10 saturate its counter at 3.
         for access in testing::keys(&[10; 5]) {
             assert!(cache.lookup(&access));
         }
-        let freq = |c: &Qdlp, k| c.slab.get(c.map.get(k, &c.slab).unwrap()).freq;
+        let freq = |c: &Qdlp, k| c.q.slab.get(c.q.map.get(k, &c.q.slab).unwrap()).freq;
         assert_eq!(freq(&cache, 10), 3);
         let mut victims = vec![];
         cache.evict_main(&mut victims);

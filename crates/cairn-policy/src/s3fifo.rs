@@ -60,8 +60,7 @@
 use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
-use crate::index::{KeyIndex, Keyed};
-use crate::list::{Index, List, Slab};
+use crate::queues::{Entry, Queue, Queues};
 use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// S3-FIFO parameters; the defaults are libCacheSim's.
@@ -127,48 +126,14 @@ impl S3FifoConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Queue {
-    Small,
-    Main,
-    Ghost,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u64,
-    /// A size or 1, so at most `u32::MAX`.
-    charge: u32,
-    /// Hits, saturating; thresholds and caps are at most `u16::MAX`, so a
-    /// saturated counter compares like an exact one. 16-byte entries.
-    freq: u16,
-    queue: Queue,
-}
-
-impl Keyed for Entry {
-    fn key(&self) -> u64 {
-        self.key
-    }
-}
-
 /// S3-FIFO replacement.
 #[derive(Debug)]
 pub struct S3Fifo {
     capacity: Capacity,
-    small_limit: u64,
-    main_limit: u64,
-    ghost_limit: u64,
+    /// The queues, their budgets, the index and the nodes.
+    q: Queues<()>,
     move_to_main_threshold: u16,
     frequency_cap: u16,
-    small_used: u64,
-    main_used: u64,
-    ghost_used: u64,
-    /// Every key resident or in the ghost.
-    map: KeyIndex,
-    slab: Slab<Entry>,
-    small: List,
-    main: List,
-    ghost: List,
     /// The key whose last `lookup` missed but found (and removed) it in the ghost.
     ghost_hit: Option<u64>,
     /// See [`S3FifoConfig::overflow_to_main_while_filling`].
@@ -197,19 +162,9 @@ impl S3Fifo {
         }
         Ok(Self {
             capacity,
-            small_limit,
-            main_limit: capacity.limit() - small_limit,
-            ghost_limit,
+            q: Queues::new(capacity, small_limit, ghost_limit),
             move_to_main_threshold: config.move_to_main_threshold as u16, // validated
             frequency_cap: config.frequency_cap as u16,
-            small_used: 0,
-            main_used: 0,
-            ghost_used: 0,
-            map: KeyIndex::default(),
-            slab: Slab::new(),
-            small: List::new(),
-            main: List::new(),
-            ghost: List::new(),
             ghost_hit: None,
             overflow_to_main_while_filling: config.overflow_to_main_while_filling,
             has_evicted: false,
@@ -221,51 +176,20 @@ impl S3Fifo {
         })
     }
 
-    fn remove_ghost(&mut self, index: Index) {
-        self.slab.unlink(&mut self.ghost, index);
-        let entry = *self.slab.get(index);
-        self.map.remove(entry.key, &self.slab);
-        self.slab.remove(index);
-        self.ghost_used -= u64::from(entry.charge);
-    }
-
-    /// Turns the (already unlinked) node `index` into a ghost entry, or frees
-    /// it when the ghost cannot hold it.
-    fn insert_ghost(&mut self, index: Index) {
-        let charge = u64::from(self.slab.get(index).charge);
-        if charge > self.ghost_limit {
-            let key = self.slab.get(index).key;
-            self.map.remove(key, &self.slab);
-            self.slab.remove(index);
-            return;
-        }
-        while self.ghost_used + charge > self.ghost_limit {
-            let Some(oldest) = self.ghost.back() else {
-                break;
-            };
-            self.remove_ghost(oldest);
-        }
-        let entry = self.slab.get_mut(index);
-        entry.queue = Queue::Ghost;
-        entry.freq = 0;
-        self.ghost_used += charge;
-        self.slab.push_front(&mut self.ghost, index);
-    }
-
     /// Evicts one unit from the small FIFO, moving frequently hit units to main.
     fn evict_small(&mut self, victims: &mut Vec<u64>) {
-        while let Some(index) = self.slab.pop_back(&mut self.small) {
-            let entry = self.slab.get_mut(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.small) {
+            let entry = self.q.slab.get_mut(index);
             let charge = u64::from(entry.charge);
-            self.small_used -= charge;
+            self.q.small_used -= charge;
             if entry.freq >= self.move_to_main_threshold {
                 entry.freq = 0;
                 entry.queue = Queue::Main;
-                self.main_used += charge;
-                self.slab.push_front(&mut self.main, index);
+                self.q.main_used += charge;
+                self.q.slab.push_front(&mut self.q.main, index);
             } else {
                 victims.push(entry.key);
-                self.insert_ghost(index);
+                self.q.insert_ghost(index);
                 return;
             }
         }
@@ -273,16 +197,16 @@ impl S3Fifo {
 
     /// Evicts one unit from the main FIFO, reinserting recently hit units.
     fn evict_main(&mut self, victims: &mut Vec<u64>) {
-        while let Some(index) = self.slab.pop_back(&mut self.main) {
-            let entry = self.slab.get_mut(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.main) {
+            let entry = self.q.slab.get_mut(index);
             if entry.freq >= 1 {
                 entry.freq = entry.freq.min(self.frequency_cap) - 1;
-                self.slab.push_front(&mut self.main, index);
+                self.q.slab.push_front(&mut self.q.main, index);
             } else {
-                self.main_used -= u64::from(entry.charge);
+                self.q.main_used -= u64::from(entry.charge);
                 let key = entry.key;
-                self.map.remove(key, &self.slab);
-                self.slab.remove(index);
+                self.q.map.remove(key, &self.q.slab);
+                self.q.slab.remove(index);
                 victims.push(key);
                 return;
             }
@@ -296,17 +220,17 @@ impl Policy for S3Fifo {
     }
 
     fn prefetch(&self, key: u64, ahead: Ahead) {
-        self.map.prefetch_stage(key, &self.slab, ahead, false);
+        self.q.map.prefetch_stage(key, &self.q.slab, ahead, false);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.ghost_hit = None;
-        let Some(index) = self.map.get(access.key, &self.slab) else {
+        let Some(index) = self.q.map.get(access.key, &self.q.slab) else {
             return false;
         };
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         if entry.queue == Queue::Ghost {
-            self.remove_ghost(index);
+            self.q.remove_ghost(index);
             self.ghost_hit = Some(access.key);
             return false;
         }
@@ -317,31 +241,31 @@ impl Policy for S3Fifo {
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         let charge = self.capacity.charge(access.size);
         let mut to_main = self.ghost_hit.take() == Some(access.key);
-        if let Some(index) = self.map.get(access.key, &self.slab) {
+        if let Some(index) = self.q.map.get(access.key, &self.q.slab) {
             // `admit` without a `lookup` first: still honour the ghost.
             debug_assert_eq!(
-                self.slab.get(index).queue,
+                self.q.slab.get(index).queue,
                 Queue::Ghost,
                 "admit of a resident key"
             );
-            if self.slab.get(index).queue != Queue::Ghost {
+            if self.q.slab.get(index).queue != Queue::Ghost {
                 return true;
             }
-            self.remove_ghost(index);
+            self.q.remove_ghost(index);
             to_main = true;
         }
-        if charge > self.small_limit {
+        if charge > self.q.small_limit {
             return false; // S3FIFO_can_insert
         }
-        while self.small_used + self.main_used + charge > self.capacity.limit() {
+        while self.q.small_used + self.q.main_used + charge > self.capacity.limit() {
             self.has_evicted = true;
-            if self.main_used > self.main_limit || self.small.is_empty() {
+            if self.q.main_used > self.q.main_limit || self.q.small.is_empty() {
                 self.evict_main(victims);
             } else {
                 self.evict_small(victims);
             }
         }
-        if !to_main && charge >= self.small_limit {
+        if !to_main && charge >= self.q.small_limit {
             return false; // libCacheSim quirk, see the module docs
         }
         // S3FIFO_insert: before the first eviction, a full small FIFO
@@ -349,59 +273,40 @@ impl Policy for S3Fifo {
         let to_main = to_main
             || (self.overflow_to_main_while_filling
                 && !self.has_evicted
-                && self.small_used >= self.small_limit);
+                && self.q.small_used >= self.q.small_limit);
         let queue = if to_main { Queue::Main } else { Queue::Small };
-        let index = self.slab.insert(Entry {
+        let index = self.q.slab.insert(Entry {
             key: access.key,
             charge: charge as u32, // a size or 1
             freq: 0,
             queue,
+            stamp: (),
         });
         if to_main {
-            self.main_used += charge;
-            self.slab.push_front(&mut self.main, index);
+            self.q.main_used += charge;
+            self.q.slab.push_front(&mut self.q.main, index);
         } else {
-            self.small_used += charge;
-            self.slab.push_front(&mut self.small, index);
+            self.q.small_used += charge;
+            self.q.slab.push_front(&mut self.q.small, index);
         }
-        self.map.insert(access.key, index, &self.slab);
+        self.q.map.insert(access.key, index, &self.q.slab);
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.map.get(key, &self.slab) else {
-            return false;
-        };
-        let entry = *self.slab.get(index);
-        let charge = u64::from(entry.charge);
-        match entry.queue {
-            Queue::Ghost => return false,
-            Queue::Small => {
-                self.slab.unlink(&mut self.small, index);
-                self.small_used -= charge;
-            }
-            Queue::Main => {
-                self.slab.unlink(&mut self.main, index);
-                self.main_used -= charge;
-            }
-        }
-        self.map.remove(key, &self.slab);
-        self.slab.remove(index);
-        true
+        self.q.remove(key)
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.map
-            .get(key, &self.slab)
-            .is_some_and(|index| self.slab.get(index).queue != Queue::Ghost)
+        self.q.contains(key)
     }
 
     fn len(&self) -> usize {
-        self.small.len() + self.main.len()
+        self.q.len()
     }
 
     fn used(&self) -> u64 {
-        self.small_used + self.main_used
+        self.q.used()
     }
 
     fn capacity(&self) -> Capacity {
@@ -533,17 +438,18 @@ mod tests {
             cache.access(access, &mut victims);
         }
         assert!(victims.is_empty());
-        assert_eq!(cache.small.len(), 2, "1 and 2 filled the small FIFO");
-        assert_eq!(cache.main.len(), 18, "3..=20 overflowed into main");
+        assert_eq!(cache.q.small.len(), 2, "1 and 2 filled the small FIFO");
+        assert_eq!(cache.q.main.len(), 18, "3..=20 overflowed into main");
         // 21 needs room: the small FIFO's oldest (1, never hit) goes, and from
         // then on new units enter the small FIFO even though it is full.
         cache.access(&testing::keys(&[21])[0], &mut victims);
         assert_eq!(victims, [1]);
-        assert_eq!(cache.small.len(), 2);
+        assert_eq!(cache.q.small.len(), 2);
         assert_eq!(
             cache
+                .q
                 .slab
-                .get(cache.map.get(21, &cache.slab).unwrap())
+                .get(cache.q.map.get(21, &cache.q.slab).unwrap())
                 .queue,
             Queue::Small
         );
@@ -553,7 +459,7 @@ mod tests {
         for access in &testing::keys(&(1..=20).collect::<Vec<_>>()) {
             v0.access(access, &mut victims);
         }
-        assert_eq!((v0.small.len(), v0.main.len()), (20, 0));
+        assert_eq!((v0.q.small.len(), v0.q.main.len()), (20, 0));
         assert_eq!(v0.name(), "s3fifo-v0");
         assert_eq!(cache.name(), "s3fifo");
     }
@@ -572,15 +478,19 @@ mod tests {
             cache.access(access, &mut victims);
         }
         assert_eq!(victims, [2], "21 needs room: 1 moves to main, then 2 goes");
-        assert_eq!(cache.main.len(), 1);
+        assert_eq!(cache.q.main.len(), 1);
         assert!(cache.contains(1) && !cache.contains(2));
         // 2 comes back: a ghost hit goes straight to main.
         victims.clear();
         assert!(!cache.access(&trace[trace.len() - 1], &mut victims));
         assert_eq!(victims, [3], "the small queue's oldest, 3, makes room");
-        assert_eq!(cache.main.len(), 2);
+        assert_eq!(cache.q.main.len(), 2);
         assert_eq!(
-            cache.slab.get(cache.map.get(2, &cache.slab).unwrap()).queue,
+            cache
+                .q
+                .slab
+                .get(cache.q.map.get(2, &cache.q.slab).unwrap())
+                .queue,
             Queue::Main
         );
     }
@@ -589,21 +499,26 @@ mod tests {
     fn main_reinserts_hit_units_with_a_capped_counter() {
         let mut cache = s3fifo(Capacity::Objects(20));
         for (i, key) in [10, 11].into_iter().enumerate() {
-            let index = cache.slab.insert(Entry {
+            let index = cache.q.slab.insert(Entry {
                 key,
                 charge: 1,
                 freq: [5, 0][i],
                 queue: Queue::Main,
+                stamp: (),
             });
-            cache.slab.push_front(&mut cache.main, index);
-            cache.map.insert(key, index, &cache.slab);
-            cache.main_used += 1;
+            cache.q.slab.push_front(&mut cache.q.main, index);
+            cache.q.map.insert(key, index, &cache.q.slab);
+            cache.q.main_used += 1;
         }
         let mut victims = vec![];
         cache.evict_main(&mut victims);
         assert_eq!(victims, [11], "10 (older) was hit, so it is reinserted");
         assert_eq!(
-            cache.slab.get(cache.map.get(10, &cache.slab).unwrap()).freq,
+            cache
+                .q
+                .slab
+                .get(cache.q.map.get(10, &cache.q.slab).unwrap())
+                .freq,
             2,
             "min(5, 3) - 1"
         );

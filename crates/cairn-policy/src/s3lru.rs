@@ -35,8 +35,8 @@
 use crate::error::Knobs;
 use serde::{Deserialize, Serialize};
 
-use crate::index::{KeyIndex, Keyed};
-use crate::list::{Index, List, Slab};
+use crate::list::Index;
+use crate::queues::{Entry, Queue, Queues};
 use crate::{Access, Ahead, Capacity, ConfigError, Policy};
 
 /// S3-LRU parameters; the defaults are libCacheSim's.
@@ -79,47 +79,14 @@ impl S3LruConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Queue {
-    Small,
-    Main,
-    Ghost,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: u64,
-    /// A size or 1, so at most `u32::MAX`.
-    charge: u32,
-    /// Hits in small, saturating (the threshold is at most `u16::MAX`).
-    freq: u16,
-    queue: Queue,
-}
-
-impl Keyed for Entry {
-    fn key(&self) -> u64 {
-        self.key
-    }
-}
-
 /// S3-LRU replacement.
 #[derive(Debug)]
 pub struct S3Lru {
     capacity: Capacity,
-    small_limit: u64,
-    main_limit: u64,
-    ghost_limit: u64,
+    /// The queues, their budgets, the index and the nodes.
+    q: Queues<()>,
     move_to_main_threshold: u16,
     promote_on_hit: bool,
-    small_used: u64,
-    main_used: u64,
-    ghost_used: u64,
-    /// Every key resident or in the ghost.
-    map: KeyIndex,
-    slab: Slab<Entry>,
-    small: List,
-    main: List,
-    ghost: List,
     /// The key whose last `lookup` missed but found (and removed) it in the ghost.
     ghost_hit: Option<u64>,
 }
@@ -141,76 +108,35 @@ impl S3Lru {
         }
         Ok(Self {
             capacity,
-            small_limit,
-            main_limit: capacity.limit() - small_limit,
-            ghost_limit,
+            q: Queues::new(capacity, small_limit, ghost_limit),
             move_to_main_threshold: config.move_to_main_threshold as u16, // validated
             promote_on_hit: config.promote_on_hit,
-            small_used: 0,
-            main_used: 0,
-            ghost_used: 0,
-            map: KeyIndex::default(),
-            slab: Slab::new(),
-            small: List::new(),
-            main: List::new(),
-            ghost: List::new(),
             ghost_hit: None,
         })
     }
 
-    fn remove_ghost(&mut self, index: Index) {
-        self.slab.unlink(&mut self.ghost, index);
-        let entry = *self.slab.get(index);
-        self.map.remove(entry.key, &self.slab);
-        self.slab.remove(index);
-        self.ghost_used -= u64::from(entry.charge);
-    }
-
-    /// Turns the (already unlinked) node `index` into a ghost entry, or frees
-    /// it when the ghost cannot hold it.
-    fn insert_ghost(&mut self, index: Index) {
-        let charge = u64::from(self.slab.get(index).charge);
-        if charge > self.ghost_limit {
-            let key = self.slab.get(index).key;
-            self.map.remove(key, &self.slab);
-            self.slab.remove(index);
-            return;
-        }
-        while self.ghost_used + charge > self.ghost_limit {
-            let Some(oldest) = self.ghost.back() else {
-                break;
-            };
-            self.remove_ghost(oldest);
-        }
-        let entry = self.slab.get_mut(index);
-        entry.queue = Queue::Ghost;
-        entry.freq = 0;
-        self.ghost_used += charge;
-        self.slab.push_front(&mut self.ghost, index);
-    }
-
     /// Moves the (already unlinked) small node `index` to main's head.
     fn move_to_main(&mut self, index: Index) {
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         let charge = u64::from(entry.charge);
         entry.queue = Queue::Main;
         entry.freq = 0;
-        self.small_used -= charge;
-        self.main_used += charge;
-        self.slab.push_front(&mut self.main, index);
+        self.q.small_used -= charge;
+        self.q.main_used += charge;
+        self.q.slab.push_front(&mut self.q.main, index);
     }
 
     /// Evicts small's tail into the ghost (moving hit units to main when
     /// they are not promoted on the hit).
     fn evict_small(&mut self, victims: &mut Vec<u64>) {
-        while let Some(index) = self.slab.pop_back(&mut self.small) {
-            let entry = *self.slab.get(index);
+        while let Some(index) = self.q.slab.pop_back(&mut self.q.small) {
+            let entry = *self.q.slab.get(index);
             if !self.promote_on_hit && entry.freq >= self.move_to_main_threshold {
                 self.move_to_main(index);
             } else {
-                self.small_used -= u64::from(entry.charge);
+                self.q.small_used -= u64::from(entry.charge);
                 victims.push(entry.key);
-                self.insert_ghost(index);
+                self.q.insert_ghost(index);
                 return;
             }
         }
@@ -218,11 +144,11 @@ impl S3Lru {
 
     /// Evicts main's least recently used unit.
     fn evict_main(&mut self, victims: &mut Vec<u64>) {
-        if let Some(index) = self.slab.pop_back(&mut self.main) {
-            let entry = *self.slab.get(index);
-            self.main_used -= u64::from(entry.charge);
-            self.map.remove(entry.key, &self.slab);
-            self.slab.remove(index);
+        if let Some(index) = self.q.slab.pop_back(&mut self.q.main) {
+            let entry = *self.q.slab.get(index);
+            self.q.main_used -= u64::from(entry.charge);
+            self.q.map.remove(entry.key, &self.q.slab);
+            self.q.slab.remove(index);
             victims.push(entry.key);
         }
     }
@@ -234,29 +160,29 @@ impl Policy for S3Lru {
     }
 
     fn prefetch(&self, key: u64, ahead: Ahead) {
-        self.map.prefetch_stage(key, &self.slab, ahead, true);
+        self.q.map.prefetch_stage(key, &self.q.slab, ahead, true);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.ghost_hit = None;
-        let Some(index) = self.map.get(access.key, &self.slab) else {
+        let Some(index) = self.q.map.get(access.key, &self.q.slab) else {
             return false;
         };
-        let entry = self.slab.get_mut(index);
+        let entry = self.q.slab.get_mut(index);
         match entry.queue {
             Queue::Ghost => {
-                self.remove_ghost(index);
+                self.q.remove_ghost(index);
                 self.ghost_hit = Some(access.key);
                 return false;
             }
             Queue::Small => {
                 entry.freq = entry.freq.saturating_add(1);
                 if self.promote_on_hit && entry.freq >= self.move_to_main_threshold {
-                    self.slab.unlink(&mut self.small, index);
+                    self.q.slab.unlink(&mut self.q.small, index);
                     self.move_to_main(index);
                 }
             }
-            Queue::Main => self.slab.move_to_front(&mut self.main, index),
+            Queue::Main => self.q.slab.move_to_front(&mut self.q.main, index),
         }
         true
     }
@@ -264,81 +190,62 @@ impl Policy for S3Lru {
     fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
         let charge = self.capacity.charge(access.size);
         let mut to_main = self.ghost_hit.take() == Some(access.key);
-        if let Some(index) = self.map.get(access.key, &self.slab) {
+        if let Some(index) = self.q.map.get(access.key, &self.q.slab) {
             // `admit` without a `lookup` first: still honour the ghost.
             debug_assert_eq!(
-                self.slab.get(index).queue,
+                self.q.slab.get(index).queue,
                 Queue::Ghost,
                 "admit of a resident key"
             );
-            if self.slab.get(index).queue != Queue::Ghost {
+            if self.q.slab.get(index).queue != Queue::Ghost {
                 return true;
             }
-            self.remove_ghost(index);
+            self.q.remove_ghost(index);
             to_main = true;
         }
-        if charge > self.small_limit {
+        if charge > self.q.small_limit {
             return false; // S3LRU_can_insert
         }
-        while self.small_used + self.main_used + charge > self.capacity.limit() {
-            if self.main_used > self.main_limit || self.small.is_empty() {
+        while self.q.small_used + self.q.main_used + charge > self.capacity.limit() {
+            if self.q.main_used > self.q.main_limit || self.q.small.is_empty() {
                 self.evict_main(victims);
             } else {
                 self.evict_small(victims);
             }
         }
         let (queue, list) = if to_main {
-            self.main_used += charge;
-            (Queue::Main, &mut self.main)
+            self.q.main_used += charge;
+            (Queue::Main, &mut self.q.main)
         } else {
-            self.small_used += charge;
-            (Queue::Small, &mut self.small)
+            self.q.small_used += charge;
+            (Queue::Small, &mut self.q.small)
         };
-        let index = self.slab.insert(Entry {
+        let index = self.q.slab.insert(Entry {
             key: access.key,
             charge: charge as u32, // a size or 1
             freq: 0,
             queue,
+            stamp: (),
         });
-        self.slab.push_front(list, index);
-        self.map.insert(access.key, index, &self.slab);
+        self.q.slab.push_front(list, index);
+        self.q.map.insert(access.key, index, &self.q.slab);
         true
     }
 
     fn remove(&mut self, key: u64) -> bool {
-        let Some(index) = self.map.get(key, &self.slab) else {
-            return false;
-        };
-        let entry = *self.slab.get(index);
-        let charge = u64::from(entry.charge);
-        match entry.queue {
-            Queue::Ghost => return false,
-            Queue::Small => {
-                self.slab.unlink(&mut self.small, index);
-                self.small_used -= charge;
-            }
-            Queue::Main => {
-                self.slab.unlink(&mut self.main, index);
-                self.main_used -= charge;
-            }
-        }
-        self.map.remove(key, &self.slab);
-        self.slab.remove(index);
-        true
+        self.q.remove(key)
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.map
-            .get(key, &self.slab)
-            .is_some_and(|index| self.slab.get(index).queue != Queue::Ghost)
+        self.q.contains(key)
     }
 
     fn len(&self) -> usize {
-        self.small.len() + self.main.len()
+        self.q.len()
     }
 
     fn used(&self) -> u64 {
-        self.small_used + self.main_used
+        self.q.used()
     }
 
     fn capacity(&self) -> Capacity {
@@ -449,8 +356,9 @@ mod tests {
 
     fn queue_of(cache: &S3Lru, key: u64) -> Queue {
         cache
+            .q
             .slab
-            .get(cache.map.get(key, &cache.slab).unwrap())
+            .get(cache.q.map.get(key, &cache.q.slab).unwrap())
             .queue
     }
 
@@ -463,12 +371,12 @@ mod tests {
         for access in &testing::keys(&(1..=10).collect::<Vec<_>>()) {
             cache.access(access, &mut victims);
         }
-        assert_eq!((cache.small.len(), cache.main.len()), (10, 0));
+        assert_eq!((cache.q.small.len(), cache.q.main.len()), (10, 0));
         // A hit in small moves the unit to main's head at once.
         for access in &testing::keys(&(1..=9).collect::<Vec<_>>()) {
             assert!(cache.access(access, &mut victims));
         }
-        assert_eq!((cache.small.len(), cache.main.len()), (1, 9));
+        assert_eq!((cache.q.small.len(), cache.q.main.len()), (1, 9));
         // A hit in main moves 1 to main's head: 2 is now least recent.
         assert!(cache.access(&testing::keys(&[1])[0], &mut victims));
         // 11: main holds exactly its share, so small's tail goes (to the ghost).
