@@ -2,7 +2,9 @@
 //! the `expired` column counts what the TTL rules give on a trace worked by
 //! hand (expiry set at insertion, not refreshed by hits, strictly after),
 //! `--ignore-trace-ttl` drops the trace's TTLs, and bad input is a clear
-//! error.
+//! error. With `--l2` an expired unit leaves both levels and an L2 hit does
+//! not refresh its expiry; with `--prefetch` a prefetched unit takes the
+//! default TTL.
 
 #![allow(clippy::unwrap_used)]
 
@@ -20,8 +22,8 @@ fn cairn(dir: &Path, args: &[&str]) -> Output {
         .expect("cairn runs")
 }
 
-/// (hits, misses, expired) from `--csv -`, found by the header's names.
-fn counts(output: &Output) -> (u64, u64, u64) {
+/// The named columns of the first row of `--csv -`.
+fn columns<const N: usize>(output: &Output, names: [&str; N]) -> [u64; N] {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -31,11 +33,33 @@ fn counts(output: &Output) -> (u64, u64, u64) {
     let mut lines = stdout.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let row: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let column = |name: &str| -> u64 {
+    names.map(|name| {
         let at = header.iter().position(|h| *h == name).unwrap();
         row[at].parse().unwrap()
-    };
-    (column("hits"), column("misses"), column("expired"))
+    })
+}
+
+/// (hits, misses, expired) from `--csv -`.
+fn counts(output: &Output) -> (u64, u64, u64) {
+    let [hits, misses, expired] = columns(output, ["hits", "misses", "expired"]);
+    (hits, misses, expired)
+}
+
+/// Writes `steps` (seconds, object, ttl) as an oracleSysTwrNS trace.
+fn write_trace(path: &Path, steps: &[(u64, u64, u32)]) {
+    let mut bytes = Vec::new();
+    for &(time_s, object, ttl) in steps {
+        bytes.extend_from_slice(&oracle_sys_twr_ns::encode(&Request {
+            time_us: time_s * 1_000_000,
+            object,
+            offset: 0,
+            size: 100,
+            op: Op::Read,
+            ttl,
+            next: NEVER,
+        }));
+    }
+    std::fs::write(path, bytes).unwrap();
 }
 
 #[test]
@@ -103,14 +127,109 @@ fn bad_ttl_input_is_a_clear_error() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown unit `x`"), "{stderr}");
-    let output = cairn(
-        dir.path(),
-        &[
-            "sim", "-p", "lru", "-s", "1%", "--ttl", "1m", "--l2", "lru@5%",
-        ],
-    );
+    let output = cairn(dir.path(), &["sim", "-p", "lru", "--ttl", "999999999999d"]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--ttl with --l2"), "{stderr}");
+    assert!(stderr.contains("out of range"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// L1 LRU of 1 object over L2 LRU of 2, objects living 10 s (`--ttl 10s`):
+///
+/// - 0 s, object 1: a miss of both levels, fetched to expire at 10 s.
+/// - 1 s, object 2: a miss, expires at 11 s; L1 drops 1 (inclusive: L2
+///   keeps it; exclusive: it moves down).
+/// - 2 s, object 1: an L2 hit, moved up to L1 *with its expiry, 10 s*.
+/// - 11 s, object 1: expired (10 s < 11 s): removed from both levels, a
+///   miss; fetched again to expire at 21 s. Had the L2 hit refreshed it,
+///   this would be an L1 hit.
+/// - 12 s, object 2: expired (11 s), held by L2 alone: a miss.
+/// - 13 s, object 1: an L2 hit.
+///
+/// Without TTL: 11 s hits L1, 12 s and 13 s hit L2.
+#[test]
+fn an_expired_unit_leaves_both_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = [
+        (0, 1, 0),
+        (1, 2, 0),
+        (2, 1, 0),
+        (11, 1, 0),
+        (12, 2, 0),
+        (13, 1, 0),
+    ];
+    write_trace(&dir.path().join("t.oracleSysTwrNS"), &steps);
+    let names = ["l1_hits", "l2_hits", "misses", "expired"];
+    for mode in ["inclusive", "exclusive"] {
+        let sim = |extra: &[&str]| {
+            let mut args = vec![
+                "sim",
+                "--trace",
+                "t.oracleSysTwrNS",
+                "-p",
+                "lru",
+                "-s",
+                "1",
+                "--l2",
+                "lru@2",
+                "--l2-mode",
+                mode,
+                "--csv",
+                "-",
+            ];
+            args.extend_from_slice(extra);
+            columns(&cairn(dir.path(), &args), names)
+        };
+        assert_eq!(sim(&["--ttl", "10s"]), [0, 2, 4, 2], "{mode}");
+        assert_eq!(sim(&[]), [1, 3, 2, 0], "{mode}");
+    }
+}
+
+/// LRU of 10 objects beside OBL with k = 1 (an access to object n + 1 right
+/// after n loads n + 2). Object 2's request carries a 4 s TTL of its own.
+///
+/// With `--ttl 3s`: 0 s, 1: miss (expires 3 s); 0 s, 2: miss (its own TTL:
+/// 4 s), loads 3 (the default: 3 s); 5 s, 3: expired, a miss, loads 4
+/// (8 s); 6 s, 4: a prefetch hit, loads 5 (9 s); 6 s, 2: expired (4 s), a
+/// miss; 7 s, 3: a hit, but not a prefetch hit (the demand miss at 5 s
+/// loaded it); 20 s, 5 and 1: expired. 2 hits, 6 misses, 4 expired, 3
+/// prefetched, 1 prefetch hit.
+///
+/// Trace TTLs alone: prefetched units never expire (they have no request of
+/// their own), so 3, 4 and 5 are prefetch hits; only 2 expires.
+#[test]
+fn prefetched_units_take_the_default_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = [
+        (0, 1, 0),
+        (0, 2, 4),
+        (5, 3, 0),
+        (6, 4, 0),
+        (6, 2, 0),
+        (7, 3, 0),
+        (20, 5, 0),
+        (20, 1, 0),
+    ];
+    write_trace(&dir.path().join("t.oracleSysTwrNS"), &steps);
+    let names = ["hits", "misses", "expired", "prefetched", "prefetch_hits"];
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "--trace",
+            "t.oracleSysTwrNS",
+            "-p",
+            "lru",
+            "-s",
+            "10",
+            "--prefetch",
+            "obl:sequential_confidence_k=1",
+            "--csv",
+            "-",
+        ];
+        args.extend_from_slice(extra);
+        columns(&cairn(dir.path(), &args), names)
+    };
+    assert_eq!(sim(&["--ttl", "3s"]), [2, 6, 4, 3, 1]);
+    assert_eq!(sim(&[]), [5, 3, 1, 3, 3]);
+    assert_eq!(sim(&["--ignore-trace-ttl"]), [6, 2, 0, 3, 3]);
 }
