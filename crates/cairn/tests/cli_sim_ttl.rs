@@ -233,3 +233,88 @@ fn prefetched_units_take_the_default_ttl() {
     assert_eq!(sim(&[]), [5, 3, 1, 3, 3]);
     assert_eq!(sim(&["--ignore-trace-ttl"]), [6, 2, 0, 3, 3]);
 }
+
+/// `cairn trace convert` carries TTLs to oracleSysTwrNS and to the CSV (a
+/// `ttl` column), so the converted trace expires objects as the original
+/// does; to oracleGeneral it drops them and warns, naming how many.
+#[test]
+fn convert_carries_ttls_or_says_it_drops_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Objects 1 and 3 carry TTLs (10 s, 2 s), as in the first test.
+    let steps = [
+        (0, 1, 10),
+        (5, 1, 0),
+        (10, 1, 0),
+        (11, 1, 0),
+        (11, 2, 0),
+        (14, 2, 0),
+        (15, 2, 0),
+        (15, 1, 0),
+        (20, 3, 2),
+        (22, 3, 0),
+        (23, 3, 0),
+    ];
+    write_trace(&dir.path().join("t.oracleSysTwrNS"), &steps);
+    let convert = |from: &str, to: &str| {
+        let output = cairn(dir.path(), &["trace", "convert", from, to]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let sim = |trace: &str| {
+        counts(&cairn(
+            dir.path(),
+            &[
+                "sim", "--trace", trace, "-p", "lru", "-s", "4", "--csv", "-",
+            ],
+        ))
+    };
+    assert_eq!(sim("t.oracleSysTwrNS"), (6, 5, 2));
+    for (from, to) in [
+        ("t.oracleSysTwrNS", "t.csv"),
+        ("t.csv", "u.oracleSysTwrNS.zst"),
+        ("u.oracleSysTwrNS.zst", "u.csv"),
+    ] {
+        let stderr = convert(from, to);
+        assert!(!stderr.contains("WARN"), "{from} -> {to}: {stderr}");
+        assert_eq!(sim(to), (6, 5, 2), "{from} -> {to}");
+    }
+    let csv = std::fs::read_to_string(dir.path().join("u.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("time_us,object,offset,size,op,ttl"));
+    assert_eq!(lines.next(), Some("0,1,0,100,r,10"));
+    // oracleGeneral has no TTL field: the two requests' TTLs are dropped,
+    // said on stderr, and nothing expires in what was written.
+    let stderr = convert("t.csv", "t.oracleGeneral.bin");
+    assert!(
+        stderr.contains("WARN")
+            && stderr.contains("oracle has no TTL field: the TTLs of 2 requests were dropped")
+            && stderr.contains("NAME.oracleSysTwrNS"),
+        "{stderr}"
+    );
+    assert_eq!(sim("t.oracleGeneral.bin"), (8, 3, 0));
+    // --ttl gives the expiry back, as a default for every request.
+    let output = cairn(
+        dir.path(),
+        &[
+            "sim",
+            "--trace",
+            "t.oracleGeneral.bin",
+            "-p",
+            "lru",
+            "-s",
+            "4",
+            "--ttl",
+            "3s",
+            "--csv",
+            "-",
+        ],
+    );
+    assert_eq!(counts(&output), (4, 7, 4));
+    // A trace without TTLs converts without a word about them.
+    let stderr = convert("t.oracleGeneral.bin", "v.txt");
+    assert!(!stderr.contains("TTL"), "{stderr}");
+}
