@@ -1031,21 +1031,35 @@ fn sim<'py>(
 
 /// The exact LRU miss-ratio curve of a trace (Mattson's stack algorithm):
 /// a list of ``(size, miss_ratio)`` at ``points`` sizes evenly spread up to
-/// the working set, in objects or bytes.
+/// the working set, in objects or bytes. A trace whose requests carry TTLs
+/// is refused unless ``ignore_trace_ttl``, as by ``cairn mrc``: with TTL,
+/// LRU is not a stack algorithm, so it has no one-pass curve (``sim`` with
+/// ``ttl`` simulates it at given sizes).
 #[pyfunction]
-#[pyo3(signature = (trace, unit = "objects", points = 20, format = None))]
+#[pyo3(signature = (trace, unit = "objects", points = 20, format = None, ignore_trace_ttl = false))]
 fn mrc(
     py: Python<'_>,
     trace: PathBuf,
     unit: &str,
     points: usize,
     format: Option<&str>,
+    ignore_trace_ttl: bool,
 ) -> PyResult<Vec<(u64, f64)>> {
     let unit = capacity_unit(unit)?;
     if points == 0 {
         return Err(value_error("points must be at least 1"));
     }
     let parsed = trace_format(&trace, format)?;
+    if parsed.carries_ttl() && !ignore_trace_ttl {
+        return Err(value_error(format!(
+            "{} carries TTLs ({}): with TTL, LRU is not a stack algorithm (a larger cache \
+             keeps an older copy, which expires first, so it can miss where a smaller one \
+             hits), so it has no one-pass curve; pass ignore_trace_ttl=True for the curve \
+             without expiry, or use sim(..., ttl=...) at the sizes you need",
+            trace.display(),
+            parsed.name()
+        )));
+    }
     let accesses = load_accesses(&trace, &parsed, None)?.accesses;
     let working_set = working_set(&accesses)?;
     Ok(py.detach(|| {

@@ -247,6 +247,17 @@ def test_process_trace_honours_the_trace_ttls(tmp_path):
     assert cairn.Cache("lru", 4897, default_ttl=None).process_trace(TRACE)[0] == pytest.approx(91657 / REQUESTS)
 
 
+def test_the_mrc_refuses_a_trace_with_ttls(tmp_path):
+    trace = write_twr_trace(tmp_path / "t.oracleSysTwrNS", TTL_STEPS)
+    with pytest.raises(ValueError, match="not a stack algorithm"):
+        cairn.mrc(trace)
+    # Without them: LRU's curve, which sim gives at each size.
+    curve = cairn.mrc(trace, ignore_trace_ttl=True)
+    for size, ratio in curve:
+        (row,) = cairn.sim(trace, ["lru"], [size], ignore_trace_ttl=True)
+        assert row["miss_ratio"] == pytest.approx(ratio)
+
+
 def test_bad_ttls_are_clear_errors():
     for bad in [-1, float("nan"), float("inf")]:
         with pytest.raises(ValueError, match="TTL"):

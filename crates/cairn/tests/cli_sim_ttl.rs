@@ -318,3 +318,76 @@ fn convert_carries_ttls_or_says_it_drops_them() {
     let stderr = convert("t.oracleGeneral.bin", "v.txt");
     assert!(!stderr.contains("TTL"), "{stderr}");
 }
+
+/// `cairn mrc` has no TTL, and says why: with TTL, LRU is not a stack
+/// algorithm. The reason, shown by `cairn sim`: with objects living 10 s,
+/// A B C A(5 s) A(12 s) ends with a hit in an LRU of 1 (which evicted A and
+/// fetched it again at 5 s, to expire at 15 s) and a miss in an LRU of 3
+/// (whose copy from 0 s expired at 10 s): the larger cache misses where
+/// the smaller hits, so no single stack distance describes the access.
+#[test]
+fn mrc_refuses_ttl_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = [(0, 1, 0), (1, 2, 0), (2, 3, 0), (5, 1, 0)];
+    let mut all = first.to_vec();
+    all.push((12, 1, 0));
+    write_trace(&dir.path().join("first.oracleSysTwrNS"), &first);
+    write_trace(&dir.path().join("all.oracleSysTwrNS"), &all);
+    let hits = |trace: &str, size: &str| {
+        let output = cairn(
+            dir.path(),
+            &[
+                "sim", "--trace", trace, "-p", "lru", "-s", size, "--ttl", "10s", "--csv", "-",
+            ],
+        );
+        counts(&output).0
+    };
+    // The last access hits at size 1 and misses at size 3.
+    assert_eq!(
+        hits("all.oracleSysTwrNS", "1") - hits("first.oracleSysTwrNS", "1"),
+        1
+    );
+    assert_eq!(
+        hits("all.oracleSysTwrNS", "3") - hits("first.oracleSysTwrNS", "3"),
+        0
+    );
+
+    let refused = |args: &[&str]| {
+        let output = cairn(dir.path(), args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            stderr.contains("not a stack algorithm") || stderr.contains("with TTL it is not"),
+            "{stderr}"
+        );
+        stderr
+    };
+    let stderr = refused(&["mrc", "--ttl", "30s"]);
+    assert!(
+        stderr.contains("--ttl:") && stderr.contains("cairn sim -p lru --ttl"),
+        "{stderr}"
+    );
+    let stderr = refused(&["mrc", "--trace", "all.oracleSysTwrNS"]);
+    assert!(
+        stderr.contains("carries TTLs (oraclesystwrns)") && stderr.contains("--ignore-trace-ttl"),
+        "{stderr}"
+    );
+    // Without the TTLs it is LRU's curve as ever.
+    let output = cairn(
+        dir.path(),
+        &[
+            "mrc",
+            "--trace",
+            "all.oracleSysTwrNS",
+            "--ignore-trace-ttl",
+            "--csv",
+            "-",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
