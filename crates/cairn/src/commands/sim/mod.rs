@@ -108,6 +108,10 @@ Examples:
   cairn sim --trace zipf.oracleGeneral.bin -p lru -p s3fifo -s 1%,10% --ttl 30s --csv -
       Objects expire 30 s (trace time) after they enter the cache; the
       `expired` column counts the accesses that found theirs expired.
+  cairn sim -p lru -s 1% --l2 s3fifo@20% --ttl 60s
+      The two levels above with objects living 60 s of the sample trace's
+      clock: an expired object leaves both levels, and `expired` (--csv,
+      --json) counts each once.
   cairn sim --requests 100000 --warmup 20000 -p lru -p s3fifo
       The first 100,000 requests of the sample trace, counting from the
       20,001st (the first 20,000 only warm the caches).
