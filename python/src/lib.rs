@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cairn_policy::{Access, AdmissionConfig, Capacity, Op, Policy, PolicyConfig, PrefetchConfig};
 use cairn_sim::mrc::MrcTracker;
 use cairn_sim::{
-    CacheSize, CapacityUnit, Configuration, FromIter, Metrics, NoProgress, ReplayOptions,
-    WorkingSet,
+    AccessSource, CacheSize, CapacityUnit, Configuration, Expiring, FromIter, Metrics, NoProgress,
+    ReplayOptions, Stamp, Ttl, WorkingSet,
 };
 use cairn_trace::read::{self, Format};
-use cairn_trace::{Splitter, Unit};
+use cairn_trace::{Splitter, TraceError, Unit};
 use hashbrown::HashMap;
 use pyo3::exceptions::{PyIOError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -132,8 +132,9 @@ fn optional_config<'py, T: serde::Serialize + serde::de::DeserializeOwned>(
 }
 
 /// One request, as libCacheSim's `Request`: `obj_id`, `obj_size`, `op`
-/// (`"read"` or `"write"`) and `time` (microseconds in the trace, or the
-/// logical time of a request passed to a plugin hook).
+/// (`"read"` or `"write"`), `time` (microseconds in the trace, or the
+/// logical time of a request passed to a plugin hook) and `ttl` (its own
+/// time to live in seconds, as libCacheSim's; 0: none).
 #[pyclass(module = "cairn", get_all, set_all)]
 #[derive(Clone, Debug)]
 struct Request {
@@ -141,27 +142,42 @@ struct Request {
     obj_size: u32,
     op: String,
     time: u64,
+    ttl: u32,
 }
 
 #[pymethods]
 impl Request {
     #[new]
-    #[pyo3(signature = (obj_id, obj_size = 1, op = "read", time = 0))]
-    fn new(obj_id: u64, obj_size: u32, op: &str, time: u64) -> PyResult<Self> {
+    #[pyo3(signature = (obj_id, obj_size = 1, op = "read", time = 0, ttl = 0))]
+    fn new(obj_id: u64, obj_size: u32, op: &str, time: u64, ttl: u32) -> PyResult<Self> {
         parse_op(op)?;
         Ok(Self {
             obj_id,
             obj_size,
             op: op.to_owned(),
             time,
+            ttl,
         })
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "Request(obj_id={}, obj_size={}, op={:?}, time={})",
-            self.obj_id, self.obj_size, self.op, self.time
+            "Request(obj_id={}, obj_size={}, op={:?}, time={}, ttl={})",
+            self.obj_id, self.obj_size, self.op, self.time, self.ttl
         )
+    }
+}
+
+/// A default TTL in seconds (an int or a float, at least 0) in µs.
+fn ttl_us(seconds: Option<f64>) -> PyResult<Option<u64>> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if s.is_finite() && (0.0..1.8e13).contains(&s) => {
+            Ok(Some((s * 1e6).round() as u64))
+        }
+        Some(s) => Err(value_error(format!(
+            "a TTL of {s} s: give seconds, at least 0 (e.g. 30 or 0.5)"
+        ))),
     }
 }
 
@@ -182,20 +198,35 @@ fn op_name(op: Op) -> &'static str {
     }
 }
 
-/// `Cache.get(x)` takes a `Request` or an object id (with `obj_size`).
-fn access_of(request: &Bound<'_, PyAny>, obj_size: u32, time: u64) -> PyResult<Access> {
+/// `Cache.get(x)` takes a `Request` or an object id (with `obj_size`);
+/// returns the access and, for a `Request`, the request as the trace reader
+/// would give it (its time and TTL, for expiry).
+fn access_of(
+    request: &Bound<'_, PyAny>,
+    obj_size: u32,
+    time: u64,
+) -> PyResult<(Access, Option<cairn_trace::Request>)> {
     if let Ok(request) = request.extract::<Request>() {
         let mut access = Access::read(request.obj_id, request.obj_size, time);
         access.op = parse_op(&request.op)?;
         access.object = request.obj_id;
-        return Ok(access);
+        let timed = cairn_trace::Request {
+            time_us: request.time,
+            object: request.obj_id,
+            offset: 0,
+            size: request.obj_size,
+            op: access.op,
+            ttl: request.ttl,
+            next: cairn_trace::NEVER,
+        };
+        return Ok((access, Some(timed)));
     }
     let key: u64 = request.extract().map_err(|_| {
         PyTypeError::new_err("expected a cairn.Request or an object id (a non-negative int)")
     })?;
     let mut access = Access::read(key, obj_size, time);
     access.object = key;
-    Ok(access)
+    Ok((access, None))
 }
 
 fn trace_format(path: &Path, format: Option<&str>) -> PyResult<Format> {
@@ -210,12 +241,28 @@ fn open_trace(path: &Path, format: Option<&str>) -> PyResult<cairn_trace::read::
     read::open(path, &format).map_err(|e| PyIOError::new_err(e.to_string()))
 }
 
+/// A trace's accesses, and with TTL one [`Stamp`] per access (else none).
+struct Loaded {
+    accesses: Vec<Access>,
+    stamps: Vec<Stamp>,
+}
+
+/// The TTL rules of a run: a default TTL (µs) and whether the trace's own
+/// TTLs count (they do when its format carries them, unless ignored), as
+/// `cairn sim --ttl/--ignore-trace-ttl` decide; `None` when nothing expires.
+fn ttl_rules(format: &Format, default_us: Option<u64>, ignore_trace_ttl: bool) -> Option<Ttl> {
+    let from_trace = !ignore_trace_ttl && format.carries_ttl();
+    (default_us.is_some() || from_trace).then_some(Ttl {
+        default_us,
+        from_trace,
+    })
+}
+
 /// Every access of a trace, one per request, with next-access times filled
-/// in. Keyed as `cairn sim --unit auto` keys them, and as libCacheSim reads
-/// each format: block traces (VSCSI, CloudPhysics, MSR) by disk and start
-/// sector, the others by object id.
-fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
-    let parsed = trace_format(path, format)?;
+/// in, and stamped by `ttl` when given. Keyed as `cairn sim --unit auto`
+/// keys them, and as libCacheSim reads each format: block traces (VSCSI,
+/// CloudPhysics, MSR) by disk and start sector, the others by object id.
+fn load_accesses(path: &Path, parsed: &Format, ttl: Option<Ttl>) -> PyResult<Loaded> {
     let unit = if parsed.is_block() {
         Unit::StartSector
     } else {
@@ -223,10 +270,14 @@ fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
     };
     let mut splitter = Splitter::new(unit);
     let mut accesses = Vec::new();
-    let reader = read::open(path, &parsed).map_err(|e| PyIOError::new_err(e.to_string()))?;
+    let mut stamps = Vec::new();
+    let reader = read::open(path, parsed).map_err(|e| PyIOError::new_err(e.to_string()))?;
     for request in reader {
         let request = request.map_err(|e| PyIOError::new_err(e.to_string()))?;
         splitter.split(&request, &mut accesses);
+        if let Some(ttl) = ttl {
+            stamps.resize(accesses.len(), ttl.stamp(&request));
+        }
     }
     if accesses.is_empty() {
         return Err(value_error(format!(
@@ -238,7 +289,46 @@ fn load_accesses(path: &Path, format: Option<&str>) -> PyResult<Vec<Access>> {
     for (access, next) in accesses.iter_mut().zip(cairn_sim::next_access_times(keys)) {
         access.next = next;
     }
-    Ok(accesses)
+    Ok(Loaded { accesses, stamps })
+}
+
+/// A loaded trace as the replay reads it: its accesses and, with TTL, their
+/// stamps.
+struct Replayed<'a> {
+    loaded: &'a Loaded,
+    ttl: Option<Ttl>,
+    at: usize,
+}
+
+impl AccessSource for Replayed<'_> {
+    fn fill(&mut self, out: &mut Vec<Access>, max: usize) -> Result<usize, TraceError> {
+        let all = &self.loaded.accesses;
+        let end = all.len().min(self.at + max.max(1));
+        out.extend_from_slice(&all[self.at..end]);
+        let appended = end - self.at;
+        self.at = end;
+        Ok(appended)
+    }
+
+    fn stamped(&self) -> bool {
+        self.ttl.is_some()
+    }
+
+    fn ttl(&self) -> Option<Ttl> {
+        self.ttl
+    }
+
+    fn fill_stamped(
+        &mut self,
+        out: &mut Vec<Access>,
+        stamps: &mut Vec<Stamp>,
+        max: usize,
+    ) -> Result<usize, TraceError> {
+        let first = self.at;
+        let appended = self.fill(out, max)?;
+        stamps.extend_from_slice(&self.loaded.stamps[first..first + appended]);
+        Ok(appended)
+    }
 }
 
 /// The working set as `cairn sim` and libCacheSim count it (the first pass).
@@ -290,12 +380,44 @@ struct CacheInner {
     time: u64,
     /// A plugin's first hook error, raised by the call that met it.
     error: Option<Arc<Mutex<Option<PyErr>>>>,
+    /// The default TTL (`default_ttl`), µs; requests' own TTLs always count.
+    default_ttl_us: Option<u64>,
+    /// The expiries of the resident objects that expire.
+    expiring: Expiring,
 }
 
 impl CacheInner {
-    fn access(&mut self, access: &Access) -> PyResult<bool> {
-        self.victims.clear();
-        let hit = self.policy.access(access, &mut self.victims);
+    fn new(policy: Box<dyn Policy>, default_ttl_us: Option<u64>) -> Self {
+        Self {
+            policy,
+            victims: Vec::new(),
+            time: 0,
+            error: None,
+            default_ttl_us,
+            expiring: Expiring::new(),
+        }
+    }
+
+    /// The TTL rules of this cache: its default, and the requests' own TTLs.
+    fn ttl(&self) -> Ttl {
+        Ttl {
+            default_us: self.default_ttl_us,
+            from_trace: true,
+        }
+    }
+
+    /// Serves `access` at `stamp` (`Stamp::NONE` without a clock), recording
+    /// it in `metrics`; returns whether it hit.
+    fn access(&mut self, access: &Access, stamp: Stamp, metrics: &mut Metrics) -> PyResult<bool> {
+        let hit = if stamp.expires_us == cairn_policy::NEVER && self.expiring.is_empty() {
+            self.victims.clear();
+            let hit = self.policy.access(access, &mut self.victims);
+            metrics.record(access, hit, self.victims.len());
+            hit
+        } else {
+            self.expiring
+                .access(&mut *self.policy, access, stamp, &mut self.victims, metrics)
+        };
         self.time += 1;
         self.raise()?;
         Ok(hit)
@@ -320,11 +442,12 @@ impl Cache {
 #[pymethods]
 impl Cache {
     #[new]
-    #[pyo3(signature = (policy, capacity, unit = "objects", **params))]
+    #[pyo3(signature = (policy, capacity, unit = "objects", default_ttl = None, **params))]
     fn new(
         policy: &str,
         capacity: u64,
         unit: &str,
+        default_ttl: Option<f64>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let config = policy_config(policy, params)?;
@@ -332,24 +455,33 @@ impl Cache {
             .build(self::capacity(capacity_unit(unit)?, capacity))
             .map_err(value_error)?;
         Ok(Self {
-            inner: Mutex::new(CacheInner {
-                policy: built,
-                victims: Vec::new(),
-                time: 0,
-                error: None,
-            }),
+            inner: Mutex::new(CacheInner::new(built, ttl_us(default_ttl)?)),
         })
     }
 
     /// Looks the request up and admits it on a miss; returns whether it hit.
+    /// With TTL (``default_ttl``, or a ``Request`` with a ``ttl``) the
+    /// request's ``time`` (µs) is the clock: an object whose expiry is below
+    /// it is removed and the request misses, as in libCacheSim.
     #[pyo3(signature = (request, obj_size = 1))]
     fn get(&self, request: &Bound<'_, PyAny>, obj_size: u32) -> PyResult<bool> {
         let mut inner = self.lock();
-        let access = access_of(request, obj_size, inner.time)?;
-        inner.access(&access)
+        let (access, timed) = access_of(request, obj_size, inner.time)?;
+        let stamp = match timed {
+            Some(timed) => inner.ttl().stamp(&timed),
+            None if inner.default_ttl_us.is_some() || !inner.expiring.is_empty() => {
+                return Err(PyTypeError::new_err(
+                    "this cache expires objects, which needs the time: pass a \
+                     cairn.Request(obj_id, obj_size, time=...) rather than an object id",
+                ));
+            }
+            None => Stamp::NONE,
+        };
+        inner.access(&access, stamp, &mut Metrics::default())
     }
 
-    /// Whether `obj_id` is resident; changes nothing.
+    /// Whether `obj_id` is resident (an expired object stays until a request
+    /// finds it); changes nothing.
     fn find(&self, obj_id: u64) -> bool {
         self.lock().policy.contains(obj_id)
     }
@@ -383,7 +515,8 @@ impl Cache {
 
     /// Replays a trace file through this cache (its state carries on);
     /// returns `(miss_ratio, byte_miss_ratio)` of that replay, as
-    /// libCacheSim's `process_trace`.
+    /// libCacheSim's `process_trace`. Objects expire by the trace's TTLs
+    /// (oracleSysTwrNS, a CSV with a TTL column) and ``default_ttl``.
     #[pyo3(signature = (trace, format = None))]
     fn process_trace(
         &self,
@@ -391,14 +524,16 @@ impl Cache {
         trace: PathBuf,
         format: Option<&str>,
     ) -> PyResult<(f64, f64)> {
-        let accesses = load_accesses(&trace, format)?;
+        let parsed = trace_format(&trace, format)?;
         let mut inner = self.lock();
+        let ttl = ttl_rules(&parsed, inner.default_ttl_us, false);
+        let loaded = load_accesses(&trace, &parsed, ttl)?;
         let plugin = inner.error.is_some();
         let mut metrics = Metrics::default();
         let mut run = |inner: &mut CacheInner| -> PyResult<()> {
-            for access in &accesses {
-                let hit = inner.access(access)?;
-                metrics.record(access, hit, inner.victims.len());
+            for (at, access) in loaded.accesses.iter().enumerate() {
+                let stamp = loaded.stamps.get(at).copied().unwrap_or(Stamp::NONE);
+                inner.access(access, stamp, &mut metrics)?;
             }
             Ok(())
         };
@@ -479,6 +614,7 @@ impl PythonPolicy {
             obj_size: access.size,
             op: op_name(access.op).to_owned(),
             time: access.time,
+            ttl: 0,
         }
     }
 }
@@ -601,7 +737,7 @@ impl PluginCache {
     #[new]
     #[pyo3(signature = (cache_size, cache_init_hook, cache_hit_hook, cache_miss_hook,
                         cache_eviction_hook, cache_remove_hook = None,
-                        cache_name = "python", unit = "objects"))]
+                        cache_name = "python", unit = "objects", default_ttl = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         cache_size: u64,
@@ -612,7 +748,9 @@ impl PluginCache {
         cache_remove_hook: Option<Py<PyAny>>,
         cache_name: &str,
         unit: &str,
+        default_ttl: Option<f64>,
     ) -> PyResult<PyClassInitializer<Self>> {
+        let default_ttl_us = ttl_us(default_ttl)?;
         let hooks = Arc::new(Hooks {
             name: cache_name.to_owned(),
             init: cache_init_hook,
@@ -626,13 +764,10 @@ impl PluginCache {
             capacity(capacity_unit(unit)?, cache_size),
         )?;
         let error = Arc::clone(&policy.error);
+        let mut inner = CacheInner::new(Box::new(policy), default_ttl_us);
+        inner.error = Some(error);
         let cache = Cache {
-            inner: Mutex::new(CacheInner {
-                policy: Box::new(policy),
-                victims: Vec::new(),
-                time: 0,
-                error: Some(error),
-            }),
+            inner: Mutex::new(inner),
         };
         Ok(PyClassInitializer::from(cache).add_subclass(Self { hooks }))
     }
@@ -676,6 +811,7 @@ impl TraceReader {
                 obj_size: request.size,
                 op: op_name(request.op).to_owned(),
                 time: request.time_us,
+                ttl: request.ttl,
             })),
         }
     }
@@ -708,13 +844,14 @@ fn row<'py>(
     row.set_item("evictions", metrics.evictions)?;
     row.set_item("prefetched", metrics.prefetched)?;
     row.set_item("prefetch_hits", metrics.prefetch_hits)?;
+    row.set_item("expired", metrics.expired)?;
     Ok(row)
 }
 
 /// Simulates every policy at every size over a trace; returns one dict per
 /// (policy, size) with ``policy``, ``size``, ``capacity``, ``unit``,
 /// ``miss_ratio``, ``byte_miss_ratio``, ``requests``, ``hits``, ``misses``,
-/// ``evictions``, ``prefetched``, ``prefetch_hits``.
+/// ``evictions``, ``prefetched``, ``prefetch_hits``, ``expired``.
 ///
 /// A policy is a name (``"lru"``), a ``(name, {param: value})`` pair, or a
 /// `PluginCache`. A size is an int (objects, or bytes with
@@ -727,9 +864,16 @@ fn row<'py>(
 /// ``cairn sim --admission/--prefetch`` put them; Python policies run
 /// without them. The first ``warmup`` accesses warm every cache and are not
 /// counted.
+///
+/// Time to live, as ``cairn sim --ttl/--ignore-trace-ttl``: objects expire
+/// by the TTLs the trace's requests carry (oracleSysTwrNS, a CSV with a TTL
+/// column) unless ``ignore_trace_ttl``, and those without one after ``ttl``
+/// seconds (default: never); an object found expired is removed and the
+/// request misses (``expired`` counts them). Prefetched objects take ``ttl``.
 #[pyfunction]
 #[pyo3(signature = (trace, policies, sizes, unit = "objects", format = None, threads = 0,
-                    admission = None, prefetch = None, warmup = 0))]
+                    admission = None, prefetch = None, warmup = 0, ttl = None,
+                    ignore_trace_ttl = false))]
 #[allow(clippy::too_many_arguments)]
 fn sim<'py>(
     py: Python<'py>,
@@ -742,6 +886,8 @@ fn sim<'py>(
     admission: Option<Bound<'py, PyAny>>,
     prefetch: Option<Bound<'py, PyAny>>,
     warmup: u64,
+    ttl: Option<f64>,
+    ignore_trace_ttl: bool,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     if policies.is_empty() || sizes.is_empty() {
         return Err(value_error("sim needs at least one policy and one size"));
@@ -765,8 +911,11 @@ fn sim<'py>(
     }
     let unit = capacity_unit(unit)?;
     let sizes = sizes.iter().map(cache_size).collect::<PyResult<Vec<_>>>()?;
-    let accesses = load_accesses(&trace, format)?;
-    let working_set = working_set(&accesses)?;
+    let parsed = trace_format(&trace, format)?;
+    let ttl = ttl_rules(&parsed, ttl_us(ttl)?, ignore_trace_ttl);
+    let loaded = load_accesses(&trace, &parsed, ttl)?;
+    let accesses = &loaded.accesses;
+    let working_set = working_set(accesses)?;
     enum Entry {
         Native(String, PolicyConfig),
         Plugin(Arc<Hooks>),
@@ -824,7 +973,11 @@ fn sim<'py>(
             .detach(|| {
                 cairn_sim::replay(
                     &configurations,
-                    FromIter(accesses.iter().copied().map(Ok)),
+                    Replayed {
+                        loaded: &loaded,
+                        ttl,
+                        at: 0,
+                    },
                     &options,
                     &NoProgress,
                 )
@@ -848,13 +1001,18 @@ fn sim<'py>(
                 let mut policy = PythonPolicy::new(Arc::clone(hooks), capacity)?;
                 let mut metrics = Metrics::default();
                 let mut victims = Vec::new();
+                let mut expiring = Expiring::new();
                 for (at, access) in accesses.iter().enumerate() {
                     if at as u64 == warmup {
                         metrics = Metrics::default();
                     }
-                    victims.clear();
-                    let hit = policy.access(access, &mut victims);
-                    metrics.record(access, hit, victims.len());
+                    if let Some(&stamp) = loaded.stamps.get(at) {
+                        expiring.access(&mut policy, access, stamp, &mut victims, &mut metrics);
+                    } else {
+                        victims.clear();
+                        let hit = policy.access(access, &mut victims);
+                        metrics.record(access, hit, victims.len());
+                    }
                 }
                 if let Some(e) = policy
                     .error
@@ -873,21 +1031,36 @@ fn sim<'py>(
 
 /// The exact LRU miss-ratio curve of a trace (Mattson's stack algorithm):
 /// a list of ``(size, miss_ratio)`` at ``points`` sizes evenly spread up to
-/// the working set, in objects or bytes.
+/// the working set, in objects or bytes. A trace whose requests carry TTLs
+/// is refused unless ``ignore_trace_ttl``, as by ``cairn mrc``: with TTL,
+/// LRU is not a stack algorithm, so it has no one-pass curve (``sim`` with
+/// ``ttl`` simulates it at given sizes).
 #[pyfunction]
-#[pyo3(signature = (trace, unit = "objects", points = 20, format = None))]
+#[pyo3(signature = (trace, unit = "objects", points = 20, format = None, ignore_trace_ttl = false))]
 fn mrc(
     py: Python<'_>,
     trace: PathBuf,
     unit: &str,
     points: usize,
     format: Option<&str>,
+    ignore_trace_ttl: bool,
 ) -> PyResult<Vec<(u64, f64)>> {
     let unit = capacity_unit(unit)?;
     if points == 0 {
         return Err(value_error("points must be at least 1"));
     }
-    let accesses = load_accesses(&trace, format)?;
+    let parsed = trace_format(&trace, format)?;
+    if parsed.carries_ttl() && !ignore_trace_ttl {
+        return Err(value_error(format!(
+            "{} carries TTLs ({}): with TTL, LRU is not a stack algorithm (a larger cache \
+             keeps an older copy, which expires first, so it can miss where a smaller one \
+             hits), so it has no one-pass curve; pass ignore_trace_ttl=True for the curve \
+             without expiry, or use sim(..., ttl=...) at the sizes you need",
+            trace.display(),
+            parsed.name()
+        )));
+    }
+    let accesses = load_accesses(&trace, &parsed, None)?.accesses;
     let working_set = working_set(&accesses)?;
     Ok(py.detach(|| {
         let mut tracker = MrcTracker::exact(unit);

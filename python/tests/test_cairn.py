@@ -4,6 +4,7 @@ Run by ./test.sh after `pip install ./python`; by hand:
     pip install ./python && python3 -m pytest python/tests
 """
 
+import struct
 from collections import OrderedDict
 from pathlib import Path
 
@@ -92,6 +93,11 @@ def test_process_trace_matches_sim():
 
 def lru_in_python():
     """LRU written with libCacheSim's plugin hooks."""
+    return cairn.PluginCache(2, *lru_hooks(), cache_name="py-lru")
+
+
+def lru_hooks():
+    """LRU's hooks: init, hit, miss, evict, remove."""
 
     def init(capacity):
         return OrderedDict()
@@ -109,7 +115,7 @@ def lru_in_python():
     def remove(data, obj_id):
         data.pop(obj_id, None)
 
-    return cairn.PluginCache(2, init, hit, miss, evict, remove, cache_name="py-lru")
+    return init, hit, miss, evict, remove
 
 
 def test_a_policy_written_in_python_runs_in_the_simulator_and_agrees_with_lru():
@@ -158,6 +164,108 @@ def test_bad_input_is_a_clear_error():
         cairn.sim("/nonexistent/trace.bin", ["lru"], [0.1])
     with pytest.raises(TypeError):
         cairn.sim(TRACE, [42], [0.1])
+
+
+def write_twr_trace(path, steps):
+    """An oracleSysTwrNS trace (libCacheSim's Twitter format, which carries a
+    TTL per request) of (seconds, object, ttl) steps, 100-byte reads."""
+    records = bytearray()
+    for time, obj, ttl in steps:
+        record = bytearray(34)
+        struct.pack_into("<IQ", record, 0, time, obj)
+        struct.pack_into("<IH", record, 14, 100, 1)  # size, op get
+        struct.pack_into("<iq", record, 22, ttl, -1)  # ttl, no next access
+        records += record
+    path.write_bytes(bytes(records))
+    return path
+
+
+# Object 1 lives 10 s by its own TTL, object 3 2 s; the rest carry none
+# (the trace crates/cairn/tests/cli_sim_ttl.rs works by hand).
+TTL_STEPS = [(0, 1, 10), (5, 1, 0), (10, 1, 0), (11, 1, 0), (11, 2, 0), (14, 2, 0),
+             (15, 2, 0), (15, 1, 0), (20, 3, 2), (22, 3, 0), (23, 3, 0)]
+
+
+def test_sim_expires_objects_by_the_trace_ttls_and_a_default(tmp_path):
+    trace = write_twr_trace(tmp_path / "t.oracleSysTwrNS", TTL_STEPS)
+
+    def counts(**ttl):
+        (row,) = cairn.sim(trace, ["lru"], [4], **ttl)
+        return row["hits"], row["misses"], row["expired"]
+
+    # The trace's TTLs alone: object 1 expires at 11 s, object 3 at 23 s.
+    assert counts() == (6, 5, 2)
+    # 3 s for the requests without one: 4 expirations.
+    assert counts(ttl=3) == counts(ttl=3.0) == (4, 7, 4)
+    # Trace TTLs ignored and no default: nothing expires.
+    assert counts(ignore_trace_ttl=True) == (8, 3, 0)
+    # A Python policy follows the same rules.
+    (row,) = cairn.sim(trace, [lru_in_python()], [4], ttl=3)
+    assert (row["hits"], row["misses"], row["expired"]) == (4, 7, 4)
+    # The reader hands the TTLs over.
+    assert [r.ttl for r in cairn.TraceReader(trace)][:2] == [10, 0]
+
+
+def test_sim_with_a_default_ttl_is_cairn_sim_with_ttl():
+    # What `cairn sim --trace cloudPhysicsIO.oracleGeneral.bin.zst -p lru -s 1%,10%
+    # --ttl 60 [--prefetch obl] --csv -` prints; 91,657 misses at 10 % without TTL.
+    rows = cairn.sim(TRACE, ["lru", lru_in_python()], [0.1], ttl=60, threads=2)
+    assert [(r["misses"], r["expired"]) for r in rows] == [(96846, 5189)] * 2
+    rows = cairn.sim(TRACE, ["lru"], [0.01, 0.1], prefetch="obl", ttl=60)
+    assert [(r["misses"], r["prefetched"], r["prefetch_hits"], r["expired"]) for r in rows] == [
+        (98814, 1243, 1235, 4629),
+        (95611, 1243, 1235, 5189),
+    ]
+
+
+def test_a_cache_with_a_default_ttl_expires_objects():
+    cache = cairn.Cache("lru", 10, default_ttl=3)
+
+    def at(seconds, obj=1, ttl=0):
+        return cairn.Request(obj, time=seconds * 1_000_000, ttl=ttl)
+
+    # Inserted at 0 s to expire at 3 s; hits do not refresh it; at 4 s it
+    # has expired: a miss that inserts it again, to expire at 7 s.
+    assert [cache.get(at(t)) for t in [0, 2, 3, 4, 7, 8]] == [False, True, True, False, True, False]
+    # A request's own TTL wins over the default.
+    assert [cache.get(at(t, obj=2, ttl=10)) for t in [0, 9, 10, 11]] == [False, True, True, False]
+    with pytest.raises(TypeError, match="needs the time"):
+        cache.get(5)
+    # Without a default, requests' own TTLs still count.
+    plain = cairn.Cache("lru", 10)
+    assert [plain.get(at(t, ttl=1)) for t in [0, 1, 2]] == [False, True, False]
+    # A plugin cache too.
+    plugin = cairn.PluginCache(10, *lru_hooks(), default_ttl=3)
+    assert [plugin.get(at(t)) for t in [0, 3, 4]] == [False, True, False]
+
+
+def test_process_trace_honours_the_trace_ttls(tmp_path):
+    trace = write_twr_trace(tmp_path / "t.oracleSysTwrNS", TTL_STEPS)
+    assert cairn.Cache("lru", 4).process_trace(trace)[0] == pytest.approx(5 / 11)
+    assert cairn.Cache("lru", 4, default_ttl=3).process_trace(trace)[0] == pytest.approx(7 / 11)
+    # No TTLs in the trace, none by default: as before.
+    assert cairn.Cache("lru", 4897, default_ttl=None).process_trace(TRACE)[0] == pytest.approx(91657 / REQUESTS)
+
+
+def test_the_mrc_refuses_a_trace_with_ttls(tmp_path):
+    trace = write_twr_trace(tmp_path / "t.oracleSysTwrNS", TTL_STEPS)
+    with pytest.raises(ValueError, match="not a stack algorithm"):
+        cairn.mrc(trace)
+    # Without them: LRU's curve, which sim gives at each size.
+    curve = cairn.mrc(trace, ignore_trace_ttl=True)
+    for size, ratio in curve:
+        (row,) = cairn.sim(trace, ["lru"], [size], ignore_trace_ttl=True)
+        assert row["miss_ratio"] == pytest.approx(ratio)
+
+
+def test_bad_ttls_are_clear_errors():
+    for bad in [-1, float("nan"), float("inf")]:
+        with pytest.raises(ValueError, match="TTL"):
+            cairn.sim(TRACE, ["lru"], [0.1], ttl=bad)
+        with pytest.raises(ValueError, match="TTL"):
+            cairn.Cache("lru", 10, default_ttl=bad)
+    with pytest.raises(TypeError):
+        cairn.sim(TRACE, ["lru"], [0.1], ttl="30s")
 
 
 def test_the_trace_reader_yields_every_request():

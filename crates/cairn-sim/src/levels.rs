@@ -74,6 +74,25 @@ impl SecondLevel {
         self.hierarchy
     }
 
+    /// The units L2 evicted for the last access.
+    pub fn l2_victims(&self) -> &[u64] {
+        &self.victims
+    }
+
+    /// Whether either level holds `key` (`upper` is L1).
+    pub fn holds(&self, upper: &dyn Policy, key: u64) -> bool {
+        upper.contains(key) || self.policy.contains(key)
+    }
+
+    /// Removes `key` from both levels (an expired unit, [`crate::ttl`]);
+    /// returns whether either held it.
+    pub fn remove(&mut self, upper: &mut dyn Policy, key: u64) -> bool {
+        self.upper.remove(&key);
+        let in_upper = upper.remove(key);
+        let in_lower = self.policy.remove(key);
+        in_upper || in_lower
+    }
+
     /// Serves `access` from `upper` (L1) and this level, records it in
     /// `metrics`, and says where it was served. `victims` is scratch space;
     /// it is left holding the units L1 evicted for this access.

@@ -187,6 +187,9 @@ struct Slot {
     /// With TTL: the expiries of the resident units. Empty, and never
     /// touched, without TTL.
     expiring: Expiring,
+    /// With TTL: how long a unit a prefetcher loads lives (the default TTL),
+    /// µs; `None`: forever.
+    prefetch_ttl_us: Option<u64>,
 }
 
 /// A prefetcher beside a policy, and what it loaded.
@@ -201,7 +204,9 @@ struct Prefetching {
 impl Prefetching {
     /// After `access` was served (`hit`; the policy evicted `victims` for
     /// it): tells the prefetcher, then loads what it names that is not
-    /// resident, as units of the access's size (libCacheSim's order).
+    /// resident, as units of the access's size (libCacheSim's order). With
+    /// TTL, `expiring` keeps the policy's expiries and each loaded unit
+    /// expires at the `u64` beside it ([`crate::ttl`]).
     fn after(
         &mut self,
         policy: &mut dyn Policy,
@@ -209,6 +214,7 @@ impl Prefetching {
         hit: bool,
         victims: &mut Vec<u64>,
         metrics: &mut Metrics,
+        mut expiring: Option<(&mut Expiring, u64)>,
     ) {
         // Only a hit can touch a prefetched unit: `unused` holds resident
         // units only, so a miss needs no lookup.
@@ -236,7 +242,14 @@ impl Prefetching {
             // looked up (policies with history record it), then admitted.
             let resident = policy.lookup(&unit);
             debug_assert!(!resident);
-            if policy.admit(&unit, victims) {
+            let admitted = policy.admit(&unit, victims);
+            if let Some((expiring, expires_us)) = expiring.as_mut() {
+                expiring.forget(victims);
+                if admitted {
+                    expiring.admitted(key, *expires_us);
+                }
+            }
+            if admitted {
                 metrics.prefetched += 1;
                 self.unused.insert(key, ());
             }
@@ -287,25 +300,63 @@ impl Slot {
             let hit = self.policy.access(access, victims);
             self.metrics.record(access, hit, victims.len());
             if let Some(prefetch) = &mut self.prefetch {
-                prefetch.after(&mut *self.policy, access, hit, victims, &mut self.metrics);
+                prefetch.after(
+                    &mut *self.policy,
+                    access,
+                    hit,
+                    victims,
+                    &mut self.metrics,
+                    None,
+                );
             }
         }
     }
 }
 
 impl Slot {
-    /// [`Slot::run`] with TTL (one level, no prefetcher, no hints), as
-    /// libCacheSim's `cache_find_base` does it: a resident unit whose expiry
-    /// is below the access's time is removed, and the access is a miss (and
-    /// inserts it again, as any miss); a hit leaves the expiry as it was.
+    /// [`Slot::run`] with TTL (no hints), as libCacheSim's
+    /// `cache_find_base` does it: a resident unit whose expiry is below the
+    /// access's time is removed, and the access is a miss (and inserts it
+    /// again, as any miss); a hit leaves the expiry as it was. Two levels
+    /// and prefetchers follow [`crate::ttl`]'s rules.
     fn run_ttl(&mut self, chunk: &[Access], stamps: &[Stamp], victims: &mut Vec<u64>) {
         for (access, &stamp) in chunk.iter().zip(stamps) {
             if self.seen == self.warmup {
                 self.metrics = Metrics::default();
             }
             self.seen += 1;
-            self.expiring
-                .access(&mut *self.policy, access, stamp, victims, &mut self.metrics);
+            if let Some(lower) = self.lower.as_mut() {
+                self.expiring.access_levels(
+                    &mut *self.policy,
+                    lower,
+                    access,
+                    stamp,
+                    victims,
+                    &mut self.metrics,
+                );
+                continue;
+            }
+            let hit =
+                self.expiring
+                    .access(&mut *self.policy, access, stamp, victims, &mut self.metrics);
+            if let Some(prefetch) = &mut self.prefetch {
+                if !hit {
+                    // Had it been a prefetched unit, it expired: the demand
+                    // miss loaded it again.
+                    prefetch.unused.remove(&access.key);
+                }
+                let expires_us = self
+                    .prefetch_ttl_us
+                    .map_or(cairn_policy::NEVER, |ttl| stamp.now_us.saturating_add(ttl));
+                prefetch.after(
+                    &mut *self.policy,
+                    access,
+                    hit,
+                    victims,
+                    &mut self.metrics,
+                    Some((&mut self.expiring, expires_us)),
+                );
+            }
         }
     }
 
@@ -365,16 +416,6 @@ pub fn replay(
                 wanted: Vec::new(),
                 unused: KeyMap::default(),
             });
-        if accesses.stamped() && (prefetch.is_some() || configuration.l2.is_some()) {
-            return Err(SimError::Unsupported {
-                label: configuration.label.clone(),
-                what: if prefetch.is_some() {
-                    "TTL with a prefetcher"
-                } else {
-                    "TTL with a two-level hierarchy"
-                },
-            });
-        }
         let lower = match &configuration.l2 {
             None => None,
             Some(_) if prefetch.is_some() => {
@@ -402,6 +443,7 @@ pub fn replay(
             seen: 0,
             warmup: options.warmup_accesses,
             expiring: Expiring::new(),
+            prefetch_ttl_us: accesses.ttl().and_then(|ttl| ttl.default_us),
         });
     }
     let chunk_accesses = options.chunk_accesses.max(1);

@@ -243,6 +243,12 @@ pub trait AccessSource {
         false
     }
 
+    /// The TTL rules the stamps follow (`None` without TTL). The replay reads
+    /// the default TTL from it for the units a prefetcher loads.
+    fn ttl(&self) -> Option<Ttl> {
+        None
+    }
+
     /// [`fill`](Self::fill), and one [`Stamp`] per access appended to
     /// `stamps`. The default stamps [`Stamp::NONE`] (nothing expires).
     fn fill_stamped(
@@ -264,6 +270,10 @@ impl AccessSource for AccessStream {
 
     fn stamped(&self) -> bool {
         self.ttl.is_some()
+    }
+
+    fn ttl(&self) -> Option<Ttl> {
+        self.ttl
     }
 
     fn fill_stamped(

@@ -8,11 +8,26 @@
 //!
 //! [`Ttl`] stamps each access with its clock ([`Stamp`]) in the stream;
 //! [`Expiring`] keeps the expiry of each resident unit beside a policy.
+//!
+//! libCacheSim has no hierarchy and no prefetcher under TTL; Cairn extends
+//! the rules to both:
+//!
+//! - **Two levels** ([`Expiring::access_levels`]): the expiry belongs to the
+//!   unit, not to a level. It is set when a miss of both levels fetches the
+//!   unit, travels with it between the levels (an L2 hit, a write-through, a
+//!   demotion keep it), and is forgotten when neither level holds the unit.
+//!   An access that finds its unit expired removes it from both levels and
+//!   counts one `expired` (overall, not per level); the access is a miss of
+//!   both levels and fetches the unit again.
+//! - **A prefetcher**: a unit it loads expires after the default TTL from
+//!   the access that triggered it (never, without a default: a prefetched
+//!   unit has no request, so no TTL of its own).
 
 use cairn_policy::{Access, KeyMap, NEVER, Policy};
 use cairn_trace::Request;
 
-use crate::metrics::Metrics;
+use crate::levels::SecondLevel;
+use crate::metrics::{Metrics, Served};
 
 /// When a unit expires, as libCacheSim sets it (`copy_request_to_cache_obj`,
 /// `cache_insert_base`): at insertion, the request's own TTL if it carries
@@ -110,6 +125,67 @@ impl Expiring {
         metrics.expired += u64::from(expired);
         metrics.record(access, hit, victims.len());
         hit
+    }
+
+    /// [`access`](Self::access) for a two-level hierarchy: `upper` (L1) over
+    /// `lower`. A unit expired in either level is removed from both (one
+    /// `expired`); a miss of both levels sets the expiry of the unit it
+    /// fetches; the expiry is forgotten when neither level holds the unit.
+    /// `victims` is left holding the units L1 evicted.
+    #[inline]
+    pub fn access_levels(
+        &mut self,
+        upper: &mut dyn Policy,
+        lower: &mut SecondLevel,
+        access: &Access,
+        stamp: Stamp,
+        victims: &mut Vec<u64>,
+        metrics: &mut Metrics,
+    ) -> Served {
+        let mut expired = false;
+        if let Some(&expires_us) = self.expiry.get(&access.key)
+            && expires_us < stamp.now_us
+        {
+            self.expiry.remove(&access.key);
+            expired = lower.remove(upper, access.key);
+        }
+        let served = lower.access(upper, access, victims, metrics);
+        // A unit one level evicts may live on in the other (inclusive: L2's
+        // victims may stay in L1; exclusive: L1's move down).
+        for &victim in victims.iter().chain(lower.l2_victims()) {
+            if !lower.holds(upper, victim) {
+                self.expiry.remove(&victim);
+            }
+        }
+        if served != Served::L1 {
+            if !lower.holds(upper, access.key) {
+                // Refused by both levels (an admission filter, a unit too
+                // large for either).
+                self.expiry.remove(&access.key);
+            } else if served == Served::Miss && stamp.expires_us != NEVER {
+                self.expiry.insert(access.key, stamp.expires_us);
+            }
+        }
+        metrics.expired += u64::from(expired);
+        served
+    }
+
+    /// Forgets the expiries of `victims`, units the policy evicted outside
+    /// [`access`](Self::access) (for a prefetcher's loads).
+    #[inline]
+    pub(crate) fn forget(&mut self, victims: &[u64]) {
+        for victim in victims {
+            self.expiry.remove(victim);
+        }
+    }
+
+    /// `key`, just admitted outside [`access`](Self::access) (a prefetcher's
+    /// load), expires at `expires_us` ([`NEVER`]: never).
+    #[inline]
+    pub(crate) fn admitted(&mut self, key: u64, expires_us: u64) {
+        if expires_us != NEVER {
+            self.expiry.insert(key, expires_us);
+        }
     }
 
     /// Resident units that will expire.

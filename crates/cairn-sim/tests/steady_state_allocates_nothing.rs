@@ -291,3 +291,98 @@ fn ttl_allocates_nothing_in_the_steady_state() {
         "TTL allocating in the steady state: {failures:?}"
     );
 }
+
+/// TTL in a two-level hierarchy (`--ttl` with `--l2`), both modes: the one
+/// map of expiries beside both levels must not allocate once both are full,
+/// while units expire from either level and come back.
+#[test]
+fn ttl_in_two_levels_allocates_nothing_in_the_steady_state() {
+    use cairn_sim::{Expiring, Hierarchy, Metrics, SecondLevel, Stamp};
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warm = trace(400_000, 20_000, 7);
+    warm.extend(trace(1_600_000, 20_000, 9));
+    let measured = trace(200_000, 20_000, 11);
+    let stamp = |at: usize| {
+        let now_us = at as u64 / 1_000 * 1_000_000;
+        Stamp {
+            now_us,
+            expires_us: now_us + 4_000_000,
+        }
+    };
+    let mut failures = Vec::new();
+    for hierarchy in [Hierarchy::Inclusive, Hierarchy::Exclusive] {
+        for (l1, l2) in [("lru", "s3fifo"), ("lirs", "lru")] {
+            let build = |name: &str, objects: u64| {
+                PolicyConfig::default_for(name)
+                    .expect("a listed name")
+                    .build(Capacity::Objects(objects))
+                    .expect("default config builds")
+            };
+            let mut upper = build(l1, 1_000);
+            let mut lower = SecondLevel::new(build(l2, 4_000), hierarchy);
+            let mut expiring = Expiring::new();
+            let mut metrics = Metrics::default();
+            let mut victims = Vec::with_capacity(1024);
+            for (at, access) in warm.iter().enumerate() {
+                expiring.access_levels(
+                    &mut *upper,
+                    &mut lower,
+                    access,
+                    stamp(at),
+                    &mut victims,
+                    &mut metrics,
+                );
+            }
+            let mut rounds = Vec::with_capacity(ROUNDS);
+            let mut at = warm.len();
+            for _ in 0..ROUNDS {
+                ALLOCATIONS.store(0, Ordering::Relaxed);
+                COUNTING.store(true, Ordering::Relaxed);
+                for access in &measured {
+                    expiring.access_levels(
+                        &mut *upper,
+                        &mut lower,
+                        access,
+                        stamp(at),
+                        &mut victims,
+                        &mut metrics,
+                    );
+                    at += 1;
+                }
+                COUNTING.store(false, Ordering::Relaxed);
+                let round = ALLOCATIONS.load(Ordering::Relaxed);
+                rounds.push(round);
+                if round == 0 {
+                    break;
+                }
+            }
+            println!(
+                "{hierarchy:?} {l1} over {l2} with TTL: {rounds:?} allocations per round, \
+                 {} expired, {} L2 hits, {} expiries held",
+                metrics.expired,
+                metrics.l2_hits,
+                expiring.len()
+            );
+            assert!(
+                metrics.expired > 0,
+                "{hierarchy:?} {l1}/{l2}: nothing expired"
+            );
+            assert!(metrics.l2_hits > 0, "{hierarchy:?} {l1}/{l2}: L2 never hit");
+            // Expiries of units neither level holds are forgotten.
+            assert!(
+                expiring.len() <= 5_000,
+                "{hierarchy:?} {l1}/{l2}: {} expiries for at most 5,000 units",
+                expiring.len()
+            );
+            if allocates(&rounds) {
+                failures.push(format!("{hierarchy:?} {l1}/{l2}: {rounds:?}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "TTL in two levels allocating in the steady state: {failures:?}"
+    );
+}

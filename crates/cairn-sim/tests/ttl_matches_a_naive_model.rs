@@ -7,14 +7,21 @@
 //! (inline and threaded, chunks cut mid-trace), and that every policy's
 //! `remove` and the lookup-then-admit path agree with the plain replay when
 //! nothing expires. One small trace is worked by hand.
+//!
+//! Two levels (`--l2`) and a prefetcher (`--prefetch`) are checked against
+//! naive models that keep each unit's expiry in the cache entries
+//! themselves (so it travels between levels with the unit), where the
+//! replay keeps one map beside the policies and must forget an expiry
+//! exactly when no level holds the unit any more.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 
-use cairn_policy::{AdmissionConfig, Capacity, PolicyConfig};
+use cairn_policy::{AdmissionConfig, Capacity, PolicyConfig, PrefetchConfig};
 use cairn_sim::{
-    AccessStream, Configuration, Metrics, NoProgress, ReplayOptions, StreamOptions, Ttl, replay,
+    AccessStream, Configuration, Hierarchy, Level2, Metrics, NoProgress, ReplayOptions,
+    StreamOptions, Ttl, replay,
 };
 use cairn_trace::{NEVER, Op, Request};
 use proptest::prelude::*;
@@ -59,6 +66,17 @@ fn run(
         capacity: Capacity::Objects(objects),
         l2: None,
     };
+    run_configuration(requests, configuration, ttl, threads)
+}
+
+/// Replays `requests` against `configuration` (and a twin of it, which must
+/// count the same).
+fn run_configuration(
+    requests: &[Request],
+    configuration: Configuration,
+    ttl: Option<Ttl>,
+    threads: usize,
+) -> Metrics {
     let options = StreamOptions {
         ttl,
         ..StreamOptions::default()
@@ -249,4 +267,379 @@ proptest! {
             );
         }
     }
+}
+
+/// A naive cache entry: the unit and when it expires (`NEVER`: never).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Entry {
+    key: u64,
+    expires: u64,
+}
+
+/// A naive LRU level: `entries[0]` leaves first.
+#[derive(Debug, Default)]
+struct NaiveLru {
+    capacity: usize,
+    entries: Vec<Entry>,
+}
+
+impl NaiveLru {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: Vec::new(),
+        }
+    }
+
+    fn get(&self, key: u64) -> Option<Entry> {
+        self.entries.iter().copied().find(|e| e.key == key)
+    }
+
+    /// Moves a resident `key` to the back; whether it was resident.
+    fn touch(&mut self, key: u64) -> bool {
+        let Some(at) = self.entries.iter().position(|e| e.key == key) else {
+            return false;
+        };
+        let entry = self.entries.remove(at);
+        self.entries.push(entry);
+        true
+    }
+
+    /// Inserts a missing entry; returns the victim.
+    fn insert(&mut self, entry: Entry) -> Option<Entry> {
+        let victim = (self.entries.len() == self.capacity).then(|| self.entries.remove(0));
+        self.entries.push(entry);
+        victim
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Entry> {
+        let at = self.entries.iter().position(|e| e.key == key)?;
+        Some(self.entries.remove(at))
+    }
+}
+
+/// The expiry a request sets when it inserts its unit.
+fn expiry_of(r: &Request, ttl: Ttl) -> u64 {
+    let ttl_us = if ttl.from_trace && r.ttl > 0 {
+        Some(u64::from(r.ttl) * 1_000_000)
+    } else {
+        ttl.default_us
+    };
+    ttl_us.map_or(NEVER, |t| r.time_us + t)
+}
+
+/// The naive two-level model, LRU over LRU: (L1 hits, L2 hits, misses,
+/// expired). Each entry carries its unit's expiry; a unit moving between
+/// levels carries it along; an expired unit leaves both levels.
+fn naive_levels(
+    requests: &[Request],
+    (l1_objects, l2_objects): (usize, usize),
+    hierarchy: Hierarchy,
+    ttl: Ttl,
+) -> (u64, u64, u64, u64) {
+    let (mut l1, mut l2) = (NaiveLru::new(l1_objects), NaiveLru::new(l2_objects));
+    let (mut l1_hits, mut l2_hits, mut misses, mut expired) = (0, 0, 0, 0);
+    for r in requests {
+        let key = r.object;
+        let (in_l1, in_l2) = (l1.get(key), l2.get(key));
+        if let (Some(a), Some(b)) = (in_l1, in_l2) {
+            assert_eq!(a.expires, b.expires, "one unit, two expiries");
+        }
+        if in_l1.or(in_l2).is_some_and(|e| e.expires < r.time_us) {
+            l1.remove(key);
+            l2.remove(key);
+            expired += 1;
+        }
+        let fresh = Entry {
+            key,
+            expires: expiry_of(r, ttl),
+        };
+        match hierarchy {
+            Hierarchy::Inclusive => {
+                if let Some(entry) = l1.get(key) {
+                    l1.touch(key);
+                    if r.op == Op::Write && !l2.touch(key) {
+                        // Written through: the tier caches the unit as L1
+                        // holds it.
+                        l2.insert(entry);
+                    }
+                    l1_hits += 1;
+                    continue;
+                }
+                let entry = if let Some(entry) = l2.get(key) {
+                    l2.touch(key);
+                    l2_hits += 1;
+                    entry
+                } else {
+                    l2.insert(fresh);
+                    misses += 1;
+                    fresh
+                };
+                l1.insert(entry);
+            }
+            Hierarchy::Exclusive => {
+                if l1.touch(key) {
+                    l1_hits += 1;
+                    continue;
+                }
+                let entry = if let Some(entry) = l2.remove(key) {
+                    l2_hits += 1;
+                    entry
+                } else {
+                    misses += 1;
+                    fresh
+                };
+                if let Some(victim) = l1.insert(entry) {
+                    l2.insert(victim);
+                }
+            }
+        }
+    }
+    (l1_hits, l2_hits, misses, expired)
+}
+
+/// LRU of `l1` objects over LRU of `l2`, replayed.
+fn run_levels(
+    requests: &[Request],
+    (l1, l2): (u64, u64),
+    hierarchy: Hierarchy,
+    ttl: Option<Ttl>,
+    threads: usize,
+) -> Metrics {
+    let configuration = Configuration {
+        label: "lru".to_owned(),
+        policy: PolicyConfig::default_for("lru").unwrap(),
+        admission: AdmissionConfig::default(),
+        prefetch: None,
+        size: l1.to_string(),
+        capacity: Capacity::Objects(l1),
+        l2: Some(Level2 {
+            label: "lru".to_owned(),
+            policy: PolicyConfig::default_for("lru").unwrap(),
+            size: l2.to_string(),
+            capacity: Capacity::Objects(l2),
+            hierarchy,
+        }),
+    };
+    run_configuration(requests, configuration, ttl, threads)
+}
+
+/// The naive model of LRU beside OBL with `k` = 1 (a unit one above the
+/// last asks for the next): (hits, misses, expired, prefetched,
+/// prefetch hits). A prefetched unit expires `default` after the access
+/// that loaded it (never without a default).
+fn naive_prefetch(requests: &[Request], objects: usize, ttl: Ttl) -> (u64, u64, u64, u64, u64) {
+    let mut lru = NaiveLru::new(objects);
+    // Prefetched units no demand access has touched yet.
+    let mut unused: Vec<u64> = Vec::new();
+    let mut last = u64::MAX;
+    let (mut hits, mut misses, mut expired, mut prefetched, mut prefetch_hits) = (0, 0, 0, 0, 0);
+    for r in requests {
+        let key = r.object;
+        if lru.get(key).is_some_and(|e| e.expires < r.time_us) {
+            lru.remove(key);
+            unused.retain(|&k| k != key);
+            expired += 1;
+        }
+        if lru.touch(key) {
+            hits += 1;
+            if let Some(at) = unused.iter().position(|&k| k == key) {
+                unused.remove(at);
+                prefetch_hits += 1;
+            }
+        } else {
+            misses += 1;
+            let fresh = Entry {
+                key,
+                expires: expiry_of(r, ttl),
+            };
+            if let Some(victim) = lru.insert(fresh) {
+                unused.retain(|&k| k != victim.key);
+            }
+        }
+        let continues = key == last.wrapping_add(1);
+        last = key;
+        let wanted = key.wrapping_add(1);
+        if continues && lru.get(wanted).is_none() {
+            let entry = Entry {
+                key: wanted,
+                expires: ttl.default_us.map_or(NEVER, |t| r.time_us + t),
+            };
+            if let Some(victim) = lru.insert(entry) {
+                unused.retain(|&k| k != victim.key);
+            }
+            unused.push(wanted);
+            prefetched += 1;
+        }
+    }
+    (hits, misses, expired, prefetched, prefetch_hits)
+}
+
+/// LRU of `objects` objects beside OBL with `k` = 1, replayed.
+fn run_prefetch(requests: &[Request], objects: u64, ttl: Option<Ttl>, threads: usize) -> Metrics {
+    let configuration = Configuration {
+        label: "lru>obl".to_owned(),
+        policy: PolicyConfig::default_for("lru").unwrap(),
+        admission: AdmissionConfig::default(),
+        prefetch: Some(
+            serde_json::from_str::<PrefetchConfig>(
+                r#"{"prefetcher": "obl", "sequential_confidence_k": 1}"#,
+            )
+            .unwrap(),
+        ),
+        size: objects.to_string(),
+        capacity: Capacity::Objects(objects),
+        l2: None,
+    };
+    run_configuration(requests, configuration, ttl, threads)
+}
+
+/// Reads and writes, each with a TTL of its own or none.
+fn mixed_requests_strategy() -> impl Strategy<Value = Vec<Request>> {
+    prop::collection::vec(
+        (
+            0u64..3,
+            0u64..12,
+            prop_oneof![Just(0u32), 1u32..6],
+            any::<bool>(),
+        ),
+        1..300,
+    )
+    .prop_map(|steps| {
+        let mut time = 0;
+        steps
+            .into_iter()
+            .map(|(step, object, ttl, write)| {
+                time += step;
+                let mut r = request(time, object, ttl);
+                if write {
+                    r.op = Op::Write;
+                }
+                r
+            })
+            .collect()
+    })
+}
+
+/// Runs of consecutive objects (so OBL fires), each request with a TTL of
+/// its own or none.
+fn runs_strategy() -> impl Strategy<Value = Vec<Request>> {
+    prop::collection::vec(
+        (0u64..3, 0u64..12, 1u64..5, prop_oneof![Just(0u32), 1u32..6]),
+        1..100,
+    )
+    .prop_map(|runs| {
+        let mut time = 0;
+        let mut requests = Vec::new();
+        for (step, first, len, ttl) in runs {
+            time += step;
+            requests.extend((first..first + len).map(|object| request(time, object, ttl)));
+        }
+        requests
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Two levels with TTL count what the naive two-level model counts, in
+    /// both modes, inline and threaded.
+    #[test]
+    fn two_levels_with_ttl_match_the_naive_model(
+        requests in mixed_requests_strategy(),
+        l1 in 1usize..5,
+        l2 in 1usize..8,
+        exclusive in any::<bool>(),
+        default_s in prop::option::of(0u64..6),
+        from_trace in any::<bool>(),
+    ) {
+        let hierarchy = if exclusive { Hierarchy::Exclusive } else { Hierarchy::Inclusive };
+        let ttl = Ttl { default_us: default_s.map(|s| s * 1_000_000), from_trace };
+        let want = naive_levels(&requests, (l1, l2), hierarchy, ttl);
+        for threads in [1, 2] {
+            let m = run_levels(&requests, (l1 as u64, l2 as u64), hierarchy, Some(ttl), threads);
+            prop_assert_eq!(
+                (m.hits - m.l2_hits, m.l2_hits, m.misses, m.expired),
+                want,
+                "{:?}, threads {}", hierarchy, threads
+            );
+        }
+    }
+
+    /// A prefetcher with TTL counts what the naive model counts, inline and
+    /// threaded.
+    #[test]
+    fn prefetch_with_ttl_matches_the_naive_model(
+        requests in runs_strategy(),
+        objects in 1usize..8,
+        default_s in prop::option::of(0u64..6),
+        from_trace in any::<bool>(),
+    ) {
+        let ttl = Ttl { default_us: default_s.map(|s| s * 1_000_000), from_trace };
+        let want = naive_prefetch(&requests, objects, ttl);
+        for threads in [1, 2] {
+            let m = run_prefetch(&requests, objects as u64, Some(ttl), threads);
+            prop_assert_eq!(
+                (m.hits, m.misses, m.expired, m.prefetched, m.prefetch_hits),
+                want,
+                "threads {}", threads
+            );
+        }
+    }
+}
+
+/// The naive models agree with the replay without TTL too (so the TTL
+/// cases above test expiry, not the models' other steps), and TTL changes
+/// the counts on the same trace.
+#[test]
+fn the_two_level_and_prefetch_models_fit_the_replay_without_ttl() {
+    let requests: Vec<Request> = (0..600u64)
+        .map(|i| {
+            let (a, b) = ((i * 7919) % 11, (i * 104_729 + 13) % 9);
+            let mut r = request(i / 8, a.min(b), 0);
+            if i % 5 == 0 {
+                r.op = Op::Write;
+            }
+            r
+        })
+        .collect();
+    let never = Ttl::default();
+    let short = Ttl {
+        default_us: Some(3_000_000),
+        from_trace: true,
+    };
+    for hierarchy in [Hierarchy::Inclusive, Hierarchy::Exclusive] {
+        let m = run_levels(&requests, (3, 5), hierarchy, None, 1);
+        let plain = (m.hits - m.l2_hits, m.l2_hits, m.misses, m.expired);
+        assert_eq!(
+            plain,
+            naive_levels(&requests, (3, 5), hierarchy, never),
+            "{hierarchy:?}"
+        );
+        assert!(plain.1 > 0, "{hierarchy:?}: L2 never hit: {plain:?}");
+        let timed = naive_levels(&requests, (3, 5), hierarchy, short);
+        println!("{hierarchy:?}: {plain:?} without TTL, {timed:?} with 3 s");
+        assert!(timed.3 > 0 && timed.2 > plain.2, "{hierarchy:?}: {timed:?}");
+    }
+    // Runs of four consecutive objects, each run's first from the skewed
+    // stream above.
+    let requests: Vec<Request> = requests
+        .iter()
+        .step_by(4)
+        .enumerate()
+        .flat_map(|(run, first)| (0..4).map(move |at| request(run as u64, first.object + at, 0)))
+        .collect();
+    let m = run_prefetch(&requests, 6, None, 1);
+    let plain = (m.hits, m.misses, m.expired, m.prefetched, m.prefetch_hits);
+    assert_eq!(plain, naive_prefetch(&requests, 6, never));
+    assert!(plain.3 > 0 && plain.4 > 0, "OBL never fired: {plain:?}");
+    // Prefetched units and demand ones live half a second: what the next
+    // run (a second later) wants has expired.
+    let half = Ttl {
+        default_us: Some(500_000),
+        from_trace: true,
+    };
+    let timed = naive_prefetch(&requests, 6, half);
+    println!("prefetch: {plain:?} without TTL, {timed:?} with 0.5 s");
+    assert!(timed.2 > 0 && timed.1 > plain.1, "{timed:?}");
 }

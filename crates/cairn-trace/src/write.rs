@@ -1,15 +1,18 @@
-//! Trace writers: libCacheSim's oracleGeneral, our canonical CSV, text ids,
-//! VSCSI v1; and [`convert`] from any reader to any writer. [`create`] writes
+//! Trace writers: libCacheSim's oracleGeneral and oracleSysTwrNS, our
+//! canonical CSV, text ids, VSCSI v1; and [`convert`] from any reader to any
+//! writer. oracleSysTwrNS and the CSV (with a `ttl` column) keep requests'
+//! TTLs; the others have no field for them. [`create`] writes
 //! the format a file's name says ([`format_of_name`], the names
 //! [`crate::read::Format::detect`] reads back), zstd-compressed when the name
 //! ends in `.zst`.
 //!
-//! The CSV, text and VSCSI writers stream. The oracleGeneral writer needs the index
+//! The CSV, text and VSCSI writers stream. The oracle writers need the index
 //! of each request's next access to the same object, which is known only
-//! when the trace has been seen to the end: it keeps every request (16 bytes
-//! each) and one map entry per distinct object (about 16 bytes plus hash
-//! table slack) until [`TraceWriter::finish`], then fills the indices in one
-//! backward pass and writes the file. 100 M requests need about 1.6 GB.
+//! when the trace has been seen to the end: they keep every request (16 bytes
+//! each; 24 for oracleSysTwrNS, which keeps the op and TTL too) and one map
+//! entry per distinct object (about 16 bytes plus hash table slack) until
+//! [`TraceWriter::finish`], then fill the indices in one backward pass and
+//! write the file. 100 M requests need about 1.6 GB (2.4 GB).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -18,13 +21,14 @@ use std::path::{Path, PathBuf};
 use hashbrown::HashMap;
 
 use crate::error::TraceError;
-use crate::read::{Format, Reader, oracle_general, vscsi};
+use crate::read::{Format, Reader, oracle_general, oracle_sys_twr_ns, vscsi};
 use crate::split::start_sector_key;
 use crate::{NEVER, Op, Request, Result};
 
-/// The header of the canonical CSV; it belongs to the CSV reader, beside
-/// [`crate::read::CsvConfig::canonical`], and is re-exported here for writers.
-pub use crate::read::csv::CSV_HEADER;
+/// The headers of the canonical CSV, without and with a TTL column; they
+/// belong to the CSV reader, beside [`crate::read::CsvConfig::canonical`],
+/// and are re-exported here for writers.
+pub use crate::read::csv::{CSV_HEADER, CSV_TTL_HEADER};
 
 /// A sink of requests in some trace format.
 pub trait TraceWriter {
@@ -46,11 +50,14 @@ pub enum ObjectKey {
     StartSector,
 }
 
-/// Writes the canonical CSV: [`CSV_HEADER`], then `time_us,object,offset,size,r|w`.
+/// Writes the canonical CSV: [`CSV_HEADER`], then `time_us,object,offset,size,r|w`;
+/// or, [`with_ttl`](Self::with_ttl), [`CSV_TTL_HEADER`] and each request's
+/// TTL (seconds, 0 for none) in a sixth column.
 pub struct CsvWriter<W: Write> {
     sink: W,
     path: PathBuf,
     header_written: bool,
+    ttl: bool,
 }
 
 impl<W: Write> CsvWriter<W> {
@@ -60,7 +67,19 @@ impl<W: Write> CsvWriter<W> {
             sink,
             path: path.to_path_buf(),
             header_written: false,
+            ttl: false,
         }
+    }
+
+    /// Writes the TTL column too.
+    #[must_use]
+    pub fn with_ttl(mut self) -> Self {
+        self.ttl = true;
+        self
+    }
+
+    fn header(&self) -> &'static str {
+        if self.ttl { CSV_TTL_HEADER } else { CSV_HEADER }
     }
 
     fn io(&self, source: std::io::Error) -> TraceError {
@@ -74,24 +93,32 @@ impl<W: Write> CsvWriter<W> {
 impl<W: Write> TraceWriter for CsvWriter<W> {
     fn write(&mut self, request: &Request) -> Result<()> {
         if !self.header_written {
-            writeln!(self.sink, "{CSV_HEADER}").map_err(|e| self.io(e))?;
+            writeln!(self.sink, "{}", self.header()).map_err(|e| self.io(e))?;
             self.header_written = true;
         }
         let op = match request.op {
             Op::Read => 'r',
             Op::Write => 'w',
         };
-        writeln!(
-            self.sink,
-            "{},{},{},{},{op}",
-            request.time_us, request.object, request.offset, request.size
-        )
-        .map_err(|e| self.io(e))
+        let written = if self.ttl {
+            writeln!(
+                self.sink,
+                "{},{},{},{},{op},{}",
+                request.time_us, request.object, request.offset, request.size, request.ttl
+            )
+        } else {
+            writeln!(
+                self.sink,
+                "{},{},{},{},{op}",
+                request.time_us, request.object, request.offset, request.size
+            )
+        };
+        written.map_err(|e| self.io(e))
     }
 
     fn finish(&mut self) -> Result<()> {
         if !self.header_written {
-            writeln!(self.sink, "{CSV_HEADER}").map_err(|e| self.io(e))?;
+            writeln!(self.sink, "{}", self.header()).map_err(|e| self.io(e))?;
             self.header_written = true;
         }
         self.sink.flush().map_err(|e| self.io(e))
@@ -254,14 +281,7 @@ impl<W: Write> TraceWriter for OracleGeneralWriter<W> {
 
     fn finish(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
-        let mut next = vec![NEVER; pending.len()];
-        let mut seen: HashMap<u64, u64> = HashMap::new();
-        for (index, item) in pending.iter().enumerate().rev() {
-            if let Some(later) = seen.insert(item.object, index as u64) {
-                next[index] = later;
-            }
-        }
-        drop(seen);
+        let next = next_indices(pending.iter().map(|p| p.object));
         let io = |source| TraceError::Io {
             path: self.path.clone(),
             source,
@@ -284,14 +304,120 @@ impl<W: Write> TraceWriter for OracleGeneralWriter<W> {
     }
 }
 
+/// For each of `objects` (one per request, in order), the index of the
+/// next request to the same object ([`NEVER`] for none), in one backward
+/// pass.
+fn next_indices(objects: impl DoubleEndedIterator<Item = u64> + ExactSizeIterator) -> Vec<u64> {
+    let mut next = vec![NEVER; objects.len()];
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    for (index, object) in objects.enumerate().rev() {
+        if let Some(later) = seen.insert(object, index as u64) {
+            next[index] = later;
+        }
+    }
+    next
+}
+
+/// One buffered request of the oracleSysTwrNS writer.
+#[derive(Clone, Copy)]
+struct PendingTtl {
+    object: u64,
+    time_s: u32,
+    size: u32,
+    ttl: u32,
+    op: Op,
+}
+
+/// Writes libCacheSim's oracleSysTwrNS (Twitter's format, which carries a
+/// TTL per request), computing next-access indices (memory: see the module
+/// docs). Key size 0, the size as the value size, ops `get` and `set`.
+pub struct OracleSysTwrNsWriter<W: Write> {
+    sink: W,
+    path: PathBuf,
+    pending: Vec<PendingTtl>,
+}
+
+impl<W: Write> OracleSysTwrNsWriter<W> {
+    /// A writer into `sink`; `path` names it in errors.
+    pub fn new(sink: W, path: &Path) -> Self {
+        Self {
+            sink,
+            path: path.to_path_buf(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn malformed(&self, field: &'static str, reason: String) -> TraceError {
+        TraceError::Malformed {
+            path: self.path.clone(),
+            position: crate::error::Position::Record(self.pending.len() as u64),
+            field,
+            reason,
+        }
+    }
+}
+
+impl<W: Write> TraceWriter for OracleSysTwrNsWriter<W> {
+    fn write(&mut self, request: &Request) -> Result<()> {
+        let time_s = u32::try_from(request.time_us / 1_000_000).map_err(|_| {
+            self.malformed(
+                "time",
+                format!("{} µs does not fit u32 seconds", request.time_us),
+            )
+        })?;
+        if i32::try_from(request.ttl).is_err() {
+            return Err(self.malformed(
+                "ttl",
+                format!(
+                    "{} s is over oracleSysTwrNS's 2,147,483,647 (a signed 32-bit field)",
+                    request.ttl
+                ),
+            ));
+        }
+        self.pending.push(PendingTtl {
+            object: request.object,
+            time_s,
+            size: request.size,
+            ttl: request.ttl,
+            op: request.op,
+        });
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let next = next_indices(pending.iter().map(|p| p.object));
+        let io = |source| TraceError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        for (item, next) in pending.iter().zip(next) {
+            let request = Request {
+                time_us: u64::from(item.time_s) * 1_000_000,
+                object: item.object,
+                offset: 0,
+                size: item.size,
+                op: item.op,
+                ttl: item.ttl,
+                next,
+            };
+            self.sink
+                .write_all(&oracle_sys_twr_ns::encode(&request))
+                .map_err(io)?;
+        }
+        self.sink.flush().map_err(io)
+    }
+}
+
 /// The output names [`create_by_name`] understands, for messages.
 pub const OUTPUT_NAMES: &str = "NAME.oracleGeneral.bin or NAME.oracle (oracleGeneral), \
-     NAME.csv (canonical CSV), NAME.txt (text ids), NAME.vscsi (VSCSI v1), each optionally \
-     followed by .zst (zstd-compressed)";
+     NAME.oracleSysTwrNS (oracleSysTwrNS, with TTLs), NAME.csv (canonical CSV), NAME.txt \
+     (text ids), NAME.vscsi (VSCSI v1), each optionally followed by .zst (zstd-compressed)";
 
 /// The format a file's name says, as [`Format::detect`] reads it back (after
 /// dropping `.zst`): `.vscsi` → VSCSI; a name containing `oracleGeneral`, or
-/// ending `.oracle` → oracleGeneral; `.txt` → text; `.csv` → the canonical CSV.
+/// ending `.oracle` → oracleGeneral; a name containing `oracleSysTwrNS` →
+/// oracleSysTwrNS; `.txt` → text; `.csv` → the canonical CSV.
 /// `None` for any other name (`zipf.bin`): a reader could not tell it.
 pub fn format_of_name(path: &Path) -> Option<Format> {
     Format::named(path)
@@ -355,9 +481,11 @@ pub fn create(path: &Path, format: &Format) -> Result<Box<dyn TraceWriter>> {
 }
 
 /// Creates a writer of `format` at `path`: oracleGeneral (keyed by `key`),
-/// CSV (always the canonical CSV, whatever the map), text or VSCSI; other
-/// formats are read-only, and [`ObjectKey::StartSector`] goes with
-/// oracleGeneral only. Compressed with zstd when the name ends in `.zst`.
+/// oracleSysTwrNS, CSV (always the canonical CSV, with the TTL column when
+/// the map has a `ttl_column`), text or VSCSI; other formats are read-only,
+/// and [`ObjectKey::StartSector`] goes with oracleGeneral only. Compressed
+/// with zstd when the name ends in `.zst`. [`Format::carries_ttl`] says
+/// whether the TTLs of the requests written are kept.
 pub fn create_keyed(path: &Path, format: &Format, key: ObjectKey) -> Result<Box<dyn TraceWriter>> {
     let refuse = |reason: String| {
         Err(TraceError::Format {
@@ -370,15 +498,23 @@ pub fn create_keyed(path: &Path, format: &Format, key: ObjectKey) -> Result<Box<
     }
     if !matches!(
         format,
-        Format::OracleGeneral | Format::Csv(_) | Format::Text | Format::Vscsi
+        Format::OracleGeneral
+            | Format::OracleSysTwrNs
+            | Format::Csv(_)
+            | Format::Text
+            | Format::Vscsi
     ) {
         return refuse(format!(
-            "cannot write {format} traces (oracle, csv, text, vscsi)"
+            "cannot write {format} traces (oracle, oraclesystwrns, csv, text, vscsi)"
         ));
     }
     let sink = FileSink::create(path)?;
     Ok(match format {
         Format::OracleGeneral => Box::new(OracleGeneralWriter::new(sink, path, key)),
+        Format::OracleSysTwrNs => Box::new(OracleSysTwrNsWriter::new(sink, path)),
+        Format::Csv(config) if config.ttl_column.is_some() => {
+            Box::new(CsvWriter::new(sink, path).with_ttl())
+        }
         Format::Csv(_) => Box::new(CsvWriter::new(sink, path)),
         Format::Text => Box::new(TextWriter::new(sink, path)),
         _ => Box::new(VscsiWriter::new(sink, path)),

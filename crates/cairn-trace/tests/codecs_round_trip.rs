@@ -5,7 +5,9 @@ use std::io::Cursor;
 use std::path::Path;
 
 use cairn_trace::read::{self, CsvConfig, Format};
-use cairn_trace::write::{CsvWriter, ObjectKey, OracleGeneralWriter, TextWriter, convert};
+use cairn_trace::write::{
+    CsvWriter, ObjectKey, OracleGeneralWriter, OracleSysTwrNsWriter, TextWriter, convert,
+};
 use cairn_trace::{NEVER, Op, Request};
 use proptest::prelude::*;
 
@@ -28,6 +30,28 @@ fn request() -> impl Strategy<Value = Request> {
         })
 }
 
+/// A request with a TTL (none, some seconds, or the largest oracleSysTwrNS
+/// holds).
+fn request_with_ttl() -> impl Strategy<Value = Request> {
+    (
+        request(),
+        prop_oneof![Just(0u32), 1u32..100_000, Just(i32::MAX as u32)],
+    )
+        .prop_map(|(request, ttl)| Request { ttl, ..request })
+}
+
+/// `next` of each request: the index of the next one to the same object.
+fn next_indices(requests: &[Request]) -> Vec<u64> {
+    (0..requests.len())
+        .map(|index| {
+            requests[index + 1..]
+                .iter()
+                .position(|later| later.object == requests[index].object)
+                .map_or(NEVER, |p| (index + 1 + p) as u64)
+        })
+        .collect()
+}
+
 fn read_back(bytes: Vec<u8>, format: &Format) -> Vec<Request> {
     read::from_source(Box::new(Cursor::new(bytes)), Path::new("mem"), format)
         .expect("opens")
@@ -46,6 +70,46 @@ proptest! {
         convert(source(requests.clone()), &mut CsvWriter::new(&mut bytes, Path::new("mem")))
             .expect("writes");
         prop_assert_eq!(read_back(bytes, &Format::Csv(CsvConfig::canonical())), requests);
+    }
+
+    #[test]
+    fn canonical_csv_with_ttls(requests in proptest::collection::vec(request_with_ttl(), 0..50)) {
+        let mut bytes = vec![];
+        convert(
+            source(requests.clone()),
+            &mut CsvWriter::new(&mut bytes, Path::new("mem")).with_ttl(),
+        )
+        .expect("writes");
+        prop_assert_eq!(
+            read_back(bytes, &Format::Csv(CsvConfig::canonical_with_ttl())),
+            requests
+        );
+    }
+
+    #[test]
+    fn oracle_sys_twr_ns(requests in proptest::collection::vec(request_with_ttl(), 0..50)) {
+        let requests: Vec<Request> = requests
+            .into_iter()
+            .map(|r| Request { time_us: r.time_us % (u64::from(u32::MAX) * 1_000_000), ..r })
+            .collect();
+        let mut bytes = vec![];
+        convert(
+            source(requests.clone()),
+            &mut OracleSysTwrNsWriter::new(&mut bytes, Path::new("mem")),
+        )
+        .expect("writes");
+        let back = read_back(bytes, &Format::OracleSysTwrNs);
+        let want: Vec<Request> = requests
+            .iter()
+            .zip(next_indices(&requests))
+            .map(|(r, next)| Request {
+                time_us: r.time_us / 1_000_000 * 1_000_000,
+                offset: 0,
+                next,
+                ..*r
+            })
+            .collect();
+        prop_assert_eq!(back, want);
     }
 
     #[test]
@@ -72,13 +136,9 @@ proptest! {
         .expect("writes");
         let back = read_back(bytes, &Format::OracleGeneral);
         prop_assert_eq!(back.len(), requests.len());
-        for (index, (b, r)) in back.iter().zip(&requests).enumerate() {
+        for ((b, r), next) in back.iter().zip(&requests).zip(next_indices(&requests)) {
             prop_assert_eq!((b.object, b.size), (r.object, r.size));
             prop_assert_eq!(b.time_us, r.time_us / 1_000_000 * 1_000_000);
-            let next = requests[index + 1..]
-                .iter()
-                .position(|later| later.object == r.object)
-                .map_or(NEVER, |p| (index + 1 + p) as u64);
             prop_assert_eq!(b.next, next);
         }
     }

@@ -126,6 +126,11 @@ impl Default for CsvConfig {
 /// back with [`CsvConfig::canonical`]).
 pub const CSV_HEADER: &str = "time_us,object,offset,size,op";
 
+/// The header of the canonical CSV with a TTL column (what
+/// `write::CsvWriter` writes for requests that carry TTLs; read it back
+/// with [`CsvConfig::canonical_with_ttl`]).
+pub const CSV_TTL_HEADER: &str = "time_us,object,offset,size,op,ttl";
+
 impl CsvConfig {
     /// The map of the canonical CSV that `write::CsvWriter` writes:
     /// header [`CSV_HEADER`], op `r`/`w`.
@@ -138,6 +143,15 @@ impl CsvConfig {
             size_column: Some(4),
             op_column: Some(5),
             ..Self::default()
+        }
+    }
+
+    /// The canonical CSV with a sixth column, each request's TTL in seconds
+    /// (0: none): header [`CSV_TTL_HEADER`].
+    pub fn canonical_with_ttl() -> Self {
+        Self {
+            ttl_column: Some(6),
+            ..Self::canonical()
         }
     }
 

@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::str::FromStr;
 
-pub use csv::{CSV_HEADER, CsvConfig, OffsetUnit, TimeUnit};
+pub use csv::{CSV_HEADER, CSV_TTL_HEADER, CsvConfig, OffsetUnit, TimeUnit};
 pub use lines::LINE_BYTES_MAX;
 pub(crate) use stream::fill;
 pub use stream::{Capped, Reader, RequestSource, Requests, boxed};
@@ -121,7 +121,8 @@ impl Format {
     /// `.vscsi` → VSCSI; a name containing `oracleGeneral` → oracleGeneral;
     /// `.txt` → text; `.csv` → `CloudPhysics` if the header is
     /// [`cloudphysics::HEADER`], the canonical CSV if it is
-    /// [`CSV_HEADER`], MSR if the first line has 7 fields with a
+    /// [`CSV_HEADER`] (with a TTL column if [`CSV_TTL_HEADER`]), MSR if the
+    /// first line has 7 fields with a
     /// `Read`/`Write` fourth. Any other CSV needs its column map, so it is
     /// never guessed.
     pub fn detect(path: &Path) -> Result<Format> {
@@ -152,6 +153,9 @@ fn detect_content(head: &[u8]) -> Option<Format> {
         }
         if line == CSV_HEADER {
             return Some(Format::Csv(CsvConfig::canonical()));
+        }
+        if line == CSV_TTL_HEADER {
+            return Some(Format::Csv(CsvConfig::canonical_with_ttl()));
         }
         let fields: Vec<&str> = line.split(',').collect();
         if fields.len() == 7

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use cairn_sim::mrc::{MrcTracker, even_sizes, mean_absolute_error};
 use cairn_sim::{CapacityUnit, GroupMap};
 
-use crate::commands::sim::{CapacityArg, capacity_unit, counted};
+use crate::commands::sim::{CapacityArg, capacity_unit, counted, parse_duration_us};
 use crate::input::{TraceArgs, TraceInput};
 use crate::output::{self, Destination, table};
 use crate::plot;
@@ -28,7 +28,15 @@ the exact curve over the printed sizes.
 Byte mode (--capacity bytes, or a --max with a byte unit) weights distances by
 unit size; it equals byte-LRU while every unit fits in the cache (see
 docs/simulator.md). Keys follow the trace as in `cairn sim` (--unit auto). An
-empty trace, or one with a single distinct key, is an error: it has no curve.";
+empty trace, or one with a single distinct key, is an error: it has no curve.
+
+No TTL: a one-pass curve needs LRU to be a stack algorithm (what a cache holds,
+a larger one holds too), and with TTL it is not: a larger cache keeps an older
+copy of an object, which expires first, so it can miss where a smaller cache,
+which evicted and fetched the object again, hits. --ttl, and a trace whose
+requests carry TTLs (oraclesystwrns, a CSV with a ttl column) without
+--ignore-trace-ttl, are errors; `cairn sim -p lru --ttl ... -s ...` simulates
+LRU with TTL at the sizes you name.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -80,10 +88,33 @@ pub struct MrcArgs {
     /// Plot the curve(s) to FILE.svg or FILE.png.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+
+    /// Refused, with the reason: with TTL, LRU is not a stack algorithm, so
+    /// it has no one-pass curve (see above); `cairn sim --ttl` simulates it
+    /// at given sizes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_us)]
+    ttl: Option<u64>,
+
+    /// Compute the curve of a trace whose requests carry TTLs as if they
+    /// carried none (without it such a trace is refused).
+    #[arg(long)]
+    ignore_trace_ttl: bool,
 }
+
+/// Why `cairn mrc` has no TTL, for its errors.
+const NO_TTL: &str = "the curve comes from LRU's stack distances in one pass (Mattson; SHARDS \
+     samples them), which needs LRU to be a stack algorithm, and with TTL it is not: a larger \
+     cache keeps an older copy of an object, which expires first, so it can miss where a \
+     smaller one hits";
 
 /// Runs `cairn mrc`.
 pub fn run(args: &MrcArgs, quiet: bool) -> Result<()> {
+    if args.ttl.is_some() {
+        bail!(
+            "--ttl: {NO_TTL}; simulate LRU with TTL at the sizes you need instead \
+             (cairn sim -p lru --ttl DURATION -s 1%,5%,10%,20%)"
+        );
+    }
     if let Some(rate) = args.shards
         && !(rate > 0.0 && rate <= 1.0)
     {
@@ -111,6 +142,16 @@ pub fn run(args: &MrcArgs, quiet: bool) -> Result<()> {
         output::check_writable(path, "--plot")?;
     }
     let input = TraceInput::from_args(&args.trace, GroupMap::default())?;
+    if input.carries_ttl() && !args.ignore_trace_ttl {
+        bail!(
+            "trace {} carries TTLs ({}): {NO_TTL}; give --ignore-trace-ttl for the curve \
+             without expiry, or simulate LRU with the TTLs at the sizes you need \
+             (cairn sim --trace {} -p lru -s 1%,5%,10%,20%)",
+            input.name(),
+            input.format_name(),
+            input.name()
+        );
+    }
 
     let mut exact = MrcTracker::exact(unit);
     let mut estimates: Vec<(String, MrcTracker)> = Vec::new();

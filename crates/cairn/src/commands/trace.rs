@@ -42,7 +42,7 @@ pub enum TraceCommand {
     /// Print a trace's statistics: requests, read/write mix, working set, sizes, time span.
     #[command(long_about = STATS_ABOUT, after_long_help = STATS_EXAMPLES)]
     Stats(StatsArgs),
-    /// Convert a trace from any readable format to oracleGeneral, CSV, text or VSCSI.
+    /// Convert a trace from any readable format to oracleGeneral, oracleSysTwrNS, CSV, text or VSCSI.
     #[command(long_about = CONVERT_ABOUT, after_long_help = CONVERT_EXAMPLES)]
     Convert(ConvertArgs),
     /// Analyze a trace: reuse and stack distances, popularity (Zipf fit), one-hit wonders, sizes, rates over time.
@@ -97,11 +97,17 @@ Examples:
       A compressed block trace, blocks of 64 KiB, as JSON.";
 
 const CONVERT_ABOUT: &str = "\
-Convert a trace from any readable format to oracleGeneral, CSV, text or VSCSI.
-The output's name says the format to write, as for `trace gen`
-(NAME.oracleGeneral.bin or NAME.oracle, NAME.csv, NAME.txt, NAME.vscsi, each
-optionally followed by .zst); --to may name it for another name, and must agree
-with a name that says one.";
+Convert a trace from any readable format to oracleGeneral, oracleSysTwrNS, CSV,
+text or VSCSI. The output's name says the format to write, as for `trace gen`
+(NAME.oracleGeneral.bin or NAME.oracle, NAME.oracleSysTwrNS, NAME.csv,
+NAME.txt, NAME.vscsi, each optionally followed by .zst); --to may name it for
+another name, and must agree with a name that says one.
+
+Requests' TTLs (an oracleSysTwrNS trace, a CSV with a ttl column) are carried
+to oracleSysTwrNS and to the CSV (a sixth column, `ttl`, in seconds, which
+`cairn sim` reads back); oracleGeneral, text and VSCSI have no field for them,
+so converting to those drops them, and a warning says how many requests' TTLs
+were dropped.";
 
 const CONVERT_EXAMPLES: &str = "\
 Examples:
@@ -128,7 +134,7 @@ pub struct GenArgs {
     /// Output file; its name says the format (see above).
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Output format: oracle, csv, text or vscsi. Default: from the output's
+    /// Output format: oracle, oraclesystwrns, csv, text or vscsi. Default: from the output's
     /// name; must agree with a name that says one.
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<String>,
@@ -160,8 +166,8 @@ pub struct ConvertArgs {
     /// Input format (auto, oracle, msr, vscsi, cloudphysics, text, csv).
     #[arg(long, default_value = "auto")]
     pub from: String,
-    /// Output format (oracle, csv, text, vscsi). Default: from the output's
-    /// name; must agree with a name that says one.
+    /// Output format (oracle, oraclesystwrns, csv, text, vscsi). Default:
+    /// from the output's name; must agree with a name that says one.
     #[arg(long)]
     pub to: Option<String>,
     /// oracleGeneral object ids: `object` (the request's object) or
@@ -214,9 +220,13 @@ fn output_format(given: Option<&str>, path: &Path, flag: &str) -> Result<Format>
     };
     let format = match text.parse::<Format>().map_err(|e| anyhow!("{e}"))? {
         Format::Csv(_) => Format::Csv(read::CsvConfig::canonical()),
-        format @ (Format::OracleGeneral | Format::Text | Format::Vscsi) => format,
+        format
+        @ (Format::OracleGeneral | Format::OracleSysTwrNs | Format::Text | Format::Vscsi) => format,
         other => {
-            bail!("{flag} {other}: cannot write {other} traces; choose oracle, csv, text or vscsi")
+            bail!(
+                "{flag} {other}: cannot write {other} traces; choose oracle, oraclesystwrns, \
+                 csv, text or vscsi"
+            )
         }
     };
     if let Some(named) = by_name
@@ -376,7 +386,11 @@ fn stats(args: &StatsArgs) -> Result<()> {
 
 fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
     let from = input_format(&args.from, &args.input)?;
-    let to = output_format(args.to.as_deref(), &args.output, "--to")?;
+    let to = match output_format(args.to.as_deref(), &args.output, "--to")? {
+        // The CSV keeps the TTLs of a trace that has them, in a sixth column.
+        Format::Csv(_) if from.carries_ttl() => Format::Csv(read::CsvConfig::canonical_with_ttl()),
+        to => to,
+    };
     let key = match args.oracle_key.as_str() {
         "object" => ObjectKey::Object,
         "start-sector" => ObjectKey::StartSector,
@@ -420,9 +434,17 @@ fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
     };
     let read_count = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&read_count);
+    // Requests written with a TTL the output cannot hold.
+    let dropped_ttls = Arc::new(AtomicU64::new(0));
+    let dropped = Arc::clone(&dropped_ttls);
+    let drops_ttls = !to.carries_ttl();
     let reader: read::Reader = read::boxed(read::open(&args.input, &from)?.filter(move |r| {
         counter.fetch_add(1, Ordering::Relaxed);
-        r.as_ref().map_or(true, &kept)
+        let keep = r.as_ref().map_or(true, &kept);
+        if keep && drops_ttls && r.as_ref().is_ok_and(|r| r.ttl > 0) {
+            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        keep
     }));
     let mut writer = write::create_keyed(&args.output, &to, key)?;
     let bar = Bar::new(None, "converting", quiet);
@@ -439,5 +461,13 @@ fn convert(args: &ConvertArgs, quiet: bool) -> Result<()> {
         args.input.display(),
         args.output.display()
     )?;
+    let dropped = dropped_ttls.load(Ordering::Relaxed);
+    if dropped > 0 {
+        tracing::warn!(
+            "{to} has no TTL field: the TTLs of {dropped} {} were dropped; write \
+             NAME.oracleSysTwrNS or NAME.csv to keep them",
+            crate::input::plural(dropped, "request", "requests")
+        );
+    }
     Ok(())
 }

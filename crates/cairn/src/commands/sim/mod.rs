@@ -108,6 +108,10 @@ Examples:
   cairn sim --trace zipf.oracleGeneral.bin -p lru -p s3fifo -s 1%,10% --ttl 30s --csv -
       Objects expire 30 s (trace time) after they enter the cache; the
       `expired` column counts the accesses that found theirs expired.
+  cairn sim -p lru -s 1% --l2 s3fifo@20% --ttl 60s
+      The two levels above with objects living 60 s of the sample trace's
+      clock: an expired object leaves both levels, and `expired` (--csv,
+      --json) counts each once.
   cairn sim --requests 100000 --warmup 20000 -p lru -p s3fifo
       The first 100,000 requests of the sample trace, counting from the
       20,001st (the first 20,000 only warm the caches).
@@ -266,7 +270,9 @@ pub struct SimArgs {
     /// the expiry finds it expired, removes it and misses (libCacheSim's TTL).
     /// Times are the trace's. A trace whose requests carry TTLs
     /// (oraclesystwrns, a CSV with a `ttl_column`) expires objects by those
-    /// even without --ttl. Not with --l2 or --prefetch. Default: none.
+    /// even without --ttl. With --l2 an expired object leaves both levels
+    /// (one `expired`); with --prefetch a prefetched object takes --ttl.
+    /// Default: none.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_us)]
     ttl: Option<u64>,
 
@@ -549,24 +555,6 @@ impl SimConfig {
                 .map(|path| TraceInput::open(Some(path), &args.trace, cost_file.group_map.clone()))
                 .collect::<Result<Vec<_>>>()?
         };
-        let any_ttl = args.ttl.is_some()
-            || (!args.ignore_trace_ttl && inputs.iter().any(TraceInput::carries_ttl));
-        if any_ttl && (!l2.is_empty() || args.prefetch.is_some()) {
-            let with = if l2.is_empty() { "--prefetch" } else { "--l2" };
-            let what = if args.ttl.is_some() {
-                "--ttl"
-            } else {
-                "a trace with TTLs"
-            };
-            bail!(
-                "{what} with {with}: expiry is modelled for one level without a prefetcher;                  drop {with}{}",
-                if args.ttl.is_some() {
-                    ""
-                } else {
-                    ", or give --ignore-trace-ttl"
-                }
-            );
-        }
         for input in &mut inputs {
             let from_trace = !args.ignore_trace_ttl && input.carries_ttl();
             if args.ttl.is_some() || from_trace {
