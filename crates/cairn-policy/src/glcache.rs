@@ -1088,3 +1088,249 @@ impl Policy for GlCache {
         self.capacity
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn config(segment_size: u32, n_merge: u32) -> GlCacheConfig {
+        GlCacheConfig {
+            segment_size,
+            n_merge,
+            ..GlCacheConfig::default()
+        }
+    }
+
+    /// `keys` as accesses of size 1 whose clock advances one second every
+    /// `per_second` accesses, from 1.
+    fn clocked(keys: &[u64], per_second: u64) -> Vec<Access> {
+        let mut trace = testing::keys(keys);
+        for access in &mut trace {
+            access.clock = 1 + access.time / per_second;
+        }
+        trace
+    }
+
+    fn run(policy: &mut GlCache, trace: &[Access]) -> Vec<u64> {
+        let mut victims = vec![];
+        for access in trace {
+            policy.access(access, &mut victims);
+        }
+        victims
+    }
+
+    #[test]
+    fn a_merge_keeps_the_most_recently_used_half() {
+        // Segments of 4: [0 1 2 3] [4 5 6 7] [8 9 10 11]; 1 and 5 are hit.
+        // Key 12 merges the first two: the four most recent (5, 1, 7, 6)
+        // stay, 0, 2, 3 and 4 go.
+        let mut p = GlCache::new(Capacity::Objects(12), &config(4, 2)).unwrap();
+        let mut keys: Vec<u64> = (0..12).collect();
+        keys.extend([1, 5, 12]);
+        let mut victims = run(&mut p, &testing::keys(&keys));
+        victims.sort_unstable();
+        assert_eq!(victims, [0, 2, 3, 4]);
+        assert!([1, 5, 6, 7, 12].iter().all(|&k| p.contains(k)));
+        assert_eq!((p.len(), p.used()), (9, 9));
+        // The merged segment took the first's place; the sweep goes on with
+        // the third, which cannot merge (the fourth is being filled), so it
+        // starts over: the merged segment and the third.
+        let victims = run(&mut p, &testing::keys(&[13, 14, 15, 16]));
+        assert_eq!(victims.len(), 4, "{victims:?}");
+        assert!(p.contains(5) && p.contains(1), "{victims:?}");
+    }
+
+    #[test]
+    fn byte_scores_favour_small_units() {
+        // Sizes 10 (even keys) and 1 (odd). Of the first two segments
+        // [0 1 2 3] [4 5 6 7], the 1-byte units score best per byte and
+        // stay, though 6 is more recent than 1, 3 and 5.
+        // Key 10 finds [8 9] being filled and merges the first two.
+        let mut p = GlCache::new(Capacity::Bytes(60), &config(4, 2)).unwrap();
+        let trace: Vec<Access> = (0..11)
+            .map(|k| Access::read(k, if k % 2 == 0 { 10 } else { 1 }, k))
+            .collect();
+        let victims = run(&mut p, &trace);
+        assert_eq!(victims, [0, 2, 4, 6]);
+        assert_eq!(p.used(), 25);
+    }
+
+    #[test]
+    fn a_cache_too_small_to_merge_evicts_a_whole_segment() {
+        let mut p = GlCache::new(Capacity::Objects(5), &config(4, 2)).unwrap();
+        let victims = run(&mut p, &testing::keys(&[0, 1, 2, 3, 4, 5]));
+        assert_eq!(victims, [0, 1, 2, 3]);
+        assert!(p.contains(4) && p.contains(5));
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        for (c, knob) in [
+            (config(100, 1), "n_merge"),
+            (config(100, 101), "n_merge"),
+            (config(1, 2), "segment_size"),
+            (config(5, 3), "segment_size"),
+            (config(100_000_001, 2), "segment_size"),
+            (
+                GlCacheConfig {
+                    rank_interval: 1.0,
+                    ..GlCacheConfig::default()
+                },
+                "rank_interval",
+            ),
+            (
+                GlCacheConfig {
+                    retrain_interval: 0,
+                    ..GlCacheConfig::default()
+                },
+                "retrain_interval",
+            ),
+        ] {
+            match GlCache::new(Capacity::Objects(10), &c) {
+                Err(ConfigError::OutOfRange {
+                    policy: "glcache",
+                    parameter,
+                    ..
+                }) => assert_eq!(parameter, knob),
+                other => panic!("{c:?}: {other:?}"),
+            }
+        }
+        assert!(GlCache::new(Capacity::Objects(10), &config(4, 2)).is_ok());
+    }
+
+    #[test]
+    fn ghosts_count_until_the_training_forgets_them() {
+        // A 1-second retraining interval; 10 accesses a second.
+        let c = GlCacheConfig {
+            retrain_interval: 1,
+            ..config(4, 2)
+        };
+        let mut p = GlCache::new(Capacity::Objects(12), &c).unwrap();
+        // 13 keys: the first eviction samples the first two segments and
+        // merges them; the evicted units of the sampled segments are ghosts.
+        let keys: Vec<u64> = (0..13).collect();
+        let victims = run(&mut p, &clocked(&keys, 100));
+        assert_eq!(victims.len(), 4);
+        assert_eq!(p.training.len(), 2);
+        let ghosts = |p: &GlCache| p.map.values().filter(|l| l.ghost != NONE).count();
+        // All eight units of the two sampled segments, kept or not, were
+        // unseen since the snapshot.
+        assert_eq!(ghosts(&p), 8);
+        // A request of an evicted unit finds its ghost (and counts it).
+        let before = ghosts(&p);
+        let mut again = clocked(&[victims[0]], 100);
+        again[0].time = 13;
+        again[0].clock = 1;
+        run(&mut p, &again);
+        assert_eq!(ghosts(&p), before - 1);
+        assert!(p.segments.iter().all(|s| s.util_skipped <= 1));
+        // Two seconds later a training is due: the ghosts go.
+        let later: Vec<Access> = (100..140)
+            .map(|k| Access {
+                clock: 3 + (k - 100) / 10,
+                ..Access::read(k, 1, k)
+            })
+            .collect();
+        run(&mut p, &later);
+        assert!(p.trainings() >= 1);
+        assert!(p.model.is_trained());
+        // Ghosts left are only those of segments sampled after the training.
+        assert!(
+            p.map
+                .values()
+                .filter(|l| l.ghost != NONE)
+                .all(|l| p.segments[unpack(l.ghost).0 as usize].sampled)
+        );
+    }
+
+    #[test]
+    fn a_trained_cache_ranks_segments_by_predicted_utility() {
+        // A skewed trace over many seconds: training happens, and the
+        // learned selection ranks and merges.
+        let c = GlCacheConfig {
+            retrain_interval: 5,
+            ..config(8, 2)
+        };
+        let mut p = GlCache::new(Capacity::Objects(64), &c).unwrap();
+        let mut x = 1u64;
+        let keys: Vec<u64> = (0..20_000)
+            .map(|_| {
+                x = crate::mix64(x);
+                (x % 400).min(crate::mix64(x) % 400)
+            })
+            .collect();
+        let trace = clocked(&keys, 100);
+        let hits = testing::replay_checked(&mut p, &trace);
+        assert!(p.trainings() >= 10, "{}", p.trainings());
+        assert!(p.ranked_len > 0);
+        assert!(hits > 1000, "{hits}");
+    }
+
+    #[test]
+    fn remove_leaves_a_hole_the_next_merge_drops() {
+        let mut p = GlCache::new(Capacity::Objects(12), &config(4, 2)).unwrap();
+        let keys: Vec<u64> = (0..12).collect();
+        run(&mut p, &testing::keys(&keys));
+        assert!(p.remove(1) && !p.remove(1) && !p.contains(1));
+        assert_eq!((p.len(), p.used()), (11, 11));
+        // Room for one more without evicting.
+        assert!(run(&mut p, &testing::keys(&[12])).is_empty());
+        let victims = run(&mut p, &testing::keys(&[13, 14, 15]));
+        assert!(!victims.contains(&1));
+        testing::check_invariants(&p);
+    }
+
+    proptest! {
+        /// Capacity is never exceeded, a hit is exactly a resident key, a
+        /// victim was resident and is gone, an admitted key is resident: a
+        /// set of the resident keys kept from the victims agrees with the
+        /// cache at every step, through trainings and removals.
+        #[test]
+        fn residency_matches_the_victims(
+            trace in testing::trace_strategy(60, 600, 6),
+            cap in 1u64..60,
+            bytes: bool,
+            segment_size in 4u32..10,
+            n_merge in 2u32..3,
+            consecutive: bool,
+            per_second in 1u64..20,
+            removals in prop::collection::vec(0u64..60, 0..10),
+        ) {
+            let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
+            let c = GlCacheConfig {
+                segment_size,
+                n_merge,
+                merge_consecutive: consecutive,
+                retrain_interval: 2,
+                ..GlCacheConfig::default()
+            };
+            let mut p = GlCache::new(capacity, &c).unwrap();
+            let mut resident: HashMap<u64, u64> = HashMap::new();
+            let mut victims = vec![];
+            for access in &trace {
+                let access = Access { clock: 1 + access.time / per_second, ..*access };
+                if removals.contains(&access.time) {
+                    let key = access.key;
+                    prop_assert_eq!(p.remove(key), resident.remove(&key).is_some());
+                }
+                victims.clear();
+                let hit = p.access(&access, &mut victims);
+                prop_assert_eq!(hit, resident.contains_key(&access.key));
+                for v in &victims {
+                    prop_assert!(resident.remove(v).is_some(), "victim {} was not resident", v);
+                    prop_assert!(!p.contains(*v));
+                }
+                if !hit && p.contains(access.key) {
+                    resident.insert(access.key, capacity.charge(access.size));
+                }
+                prop_assert_eq!(p.used(), resident.values().sum::<u64>());
+                prop_assert_eq!(p.len(), resident.len());
+                prop_assert!(p.used() <= capacity.limit());
+                prop_assert!(resident.keys().all(|&k| p.contains(k)));
+            }
+        }
+    }
+}
