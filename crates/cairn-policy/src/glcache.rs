@@ -270,6 +270,9 @@ pub struct GlCache {
     clock: i64,
     /// The current request's hit and clock, applied when it is finished.
     pending: Option<(bool, i64)>,
+    /// The key the last lookup missed, while nothing changed since (so
+    /// `admit` need not look it up again).
+    missed: Option<u64>,
     state: CacheState,
     /// -1 before the first eviction, then trainings done.
     trainings: i32,
@@ -291,8 +294,10 @@ pub struct GlCache {
     /// libCacheSim's allocated ranking size: a larger chain ranks again.
     ranked_size: usize,
     ranked_pos: usize,
-    /// Scratch: scores of the units being merged, and the segments.
+    /// Scratch: scores of the units being merged (in segment order, and
+    /// partly sorted), and the segments.
     scores: Vec<f64>,
+    sorted: Vec<f64>,
     picked: Vec<u32>,
 }
 
@@ -323,6 +328,7 @@ impl GlCache {
             requests: 0,
             clock: 0,
             pending: None,
+            missed: None,
             state: CacheState {
                 write_rate: 1.0,
                 req_rate: 1.0,
@@ -361,6 +367,7 @@ impl GlCache {
             ranked_size: 0,
             ranked_pos: 0,
             scores: Vec::with_capacity(n_merge * segment_size),
+            sorted: Vec::with_capacity(n_merge * segment_size),
             picked: Vec::with_capacity(n_merge),
         })
     }
@@ -491,37 +498,40 @@ impl GlCache {
     }
 
     /// Adds a request of a unit of sampled segment `index` to its utility.
-    fn count_utility(&mut self, index: u32, charge: u32) {
-        let requests = self.requests;
-        let segment = &mut self.segments[index as usize];
+    fn count_utility(
+        segments: &mut [Segment],
+        train_y: &mut [f32],
+        retain_per_segment: u32,
+        requests: i64,
+        index: u32,
+        charge: u32,
+    ) {
+        let segment = &mut segments[index as usize];
         let skipped = segment.util_skipped;
         segment.util_skipped = skipped.wrapping_add(1);
-        if skipped >= self.retain_per_segment {
+        if skipped >= retain_per_segment {
             let age = (requests - segment.sampled_at) as f64 + 1.0;
             segment.train_utility += 1.0e6 / age / f64::from(charge);
-            if let Some(y) = self.train_y.get_mut(segment.row) {
+            if let Some(y) = train_y.get_mut(segment.row) {
                 *y = segment.train_utility as f32;
             }
         }
     }
 
-    /// Where a unit leaves its segment: a ghost if the segment is sampled
-    /// and the unit unseen since.
-    fn leave(&mut self, index: u32, slot: usize, unit: Unit, evicted: bool) {
-        let sampled = self.segments[index as usize].sampled;
-        let ghost = sampled && !unit.seen;
-        let Some(location) = self.map.get_mut(&unit.key) else {
-            return;
-        };
-        if evicted {
-            location.live = NONE;
-        }
-        if ghost {
-            debug_assert_eq!(location.ghost, NONE, "one ghost a key");
-            location.ghost = pack(index, slot);
-        }
-        if location.live == NONE && location.ghost == NONE {
-            self.map.remove(&unit.key);
+    /// A unit leaves its place: its key's resident location becomes `live`
+    /// (its new place, or [`NONE`] when evicted), and it leaves a ghost at
+    /// `ghost` unless that is [`NONE`]. One map probe.
+    fn relocate(&mut self, key: u64, live: u64, ghost: u64) {
+        if let hashbrown::hash_map::Entry::Occupied(mut entry) = self.map.entry(key) {
+            let location = entry.get_mut();
+            location.live = live;
+            if ghost != NONE {
+                debug_assert_eq!(location.ghost, NONE, "one ghost a key");
+                location.ghost = ghost;
+            }
+            if location.live == NONE && location.ghost == NONE {
+                entry.remove();
+            }
         }
     }
 
@@ -736,7 +746,7 @@ impl GlCache {
             s.merges = merges + 1;
         }
         self.link_before(self.picked[0], new);
-        // The cut-off score (`find_cutoff`).
+        // The cut-off score (`find_cutoff`): the `segment_size`-th highest.
         self.scores.clear();
         for &p in &self.picked {
             for unit in &self.segments[p as usize].units {
@@ -746,23 +756,27 @@ impl GlCache {
                 }
             }
         }
-        self.scores.sort_unstable_by(f64::total_cmp);
-        let cutoff = if self.scores.len() >= self.segment_size {
-            self.scores[self.scores.len() - self.segment_size]
+        self.sorted.clear();
+        self.sorted.extend_from_slice(&self.scores);
+        let cutoff = if self.sorted.len() >= self.segment_size {
+            let at = self.sorted.len() - self.segment_size;
+            *self.sorted.select_nth_unstable_by(at, f64::total_cmp).1
         } else {
             f64::NEG_INFINITY
         };
+        let mut scored = 0;
         for p in 0..self.n_merge {
             let old = self.picked[p];
+            let sampled = self.segments[old as usize].sampled;
             for slot in 0..self.segments[old as usize].units.len() {
                 let unit = self.segments[old as usize].units[slot];
                 if !unit.resident {
                     continue;
                 }
-                let keep = self.segments[new as usize].units.len() < self.segment_size
-                    && self.score(&unit) >= cutoff;
-                if keep {
-                    let target = &mut self.segments[new as usize];
+                let score = self.scores[scored];
+                scored += 1;
+                let target = &mut self.segments[new as usize];
+                let live = if target.units.len() < self.segment_size && score >= cutoff {
                     let new_slot = target.units.len();
                     target.units.push(Unit {
                         freq: unit.freq.div_ceil(2),
@@ -772,16 +786,20 @@ impl GlCache {
                         ..unit
                     });
                     target.bytes += i64::from(unit.charge);
-                    if let Some(location) = self.map.get_mut(&unit.key) {
-                        location.live = pack(new, new_slot);
-                    }
+                    pack(new, new_slot)
                 } else {
                     self.used -= u64::from(unit.charge);
                     self.len -= 1;
                     victims.push(unit.key);
-                }
+                    NONE
+                };
                 self.segments[old as usize].units[slot].resident = false;
-                self.leave(old, slot, unit, !keep);
+                let ghost = if sampled && !unit.seen {
+                    pack(old, slot)
+                } else {
+                    NONE
+                };
+                self.relocate(unit.key, live, ghost);
             }
             self.retire(old);
         }
@@ -804,7 +822,12 @@ impl GlCache {
             self.len -= 1;
             victims.push(unit.key);
             self.segments[index as usize].units[slot].resident = false;
-            self.leave(index, slot, unit, true);
+            let ghost = if self.segments[index as usize].sampled && !unit.seen {
+                pack(index, slot)
+            } else {
+                NONE
+            };
+            self.relocate(unit.key, NONE, ghost);
         }
         self.retire(index);
     }
@@ -954,24 +977,26 @@ impl Policy for GlCache {
 
     fn lookup(&mut self, access: &Access) -> bool {
         self.finish_request();
+        let requests = self.requests;
+        let retain = self.retain_per_segment;
+        let (segments, train_y) = (&mut self.segments, &mut self.train_y);
         let mut hit = false;
-        if let Some(&location) = self.map.get(&access.key) {
-            let mut location = location;
+        let mut forget = false;
+        if let Some(location) = self.map.get_mut(&access.key) {
             if location.ghost != NONE {
                 let (index, slot) = unpack(location.ghost);
-                let unit = &mut self.segments[index as usize].units[slot];
+                let unit = &mut segments[index as usize].units[slot];
                 unit.seen = true;
                 let charge = unit.charge;
-                self.count_utility(index, charge);
+                Self::count_utility(segments, train_y, retain, requests, index, charge);
                 location.ghost = NONE;
             }
             if location.live == NONE {
-                self.map.remove(&access.key);
+                forget = true;
             } else {
                 hit = true;
                 let (index, slot) = unpack(location.live);
-                let requests = self.requests;
-                let segment = &mut self.segments[index as usize];
+                let segment = &mut segments[index as usize];
                 segment.hits += 1;
                 let unit = &mut segment.units[slot];
                 if !unit.active {
@@ -984,13 +1009,14 @@ impl Policy for GlCache {
                 let charge = unit.charge;
                 if segment.sampled {
                     segment.units[slot].seen = true;
-                    self.count_utility(index, charge);
-                }
-                if let Some(stored) = self.map.get_mut(&access.key) {
-                    *stored = location;
+                    Self::count_utility(segments, train_y, retain, requests, index, charge);
                 }
             }
         }
+        if forget {
+            self.map.remove(&access.key);
+        }
+        self.missed = (!hit).then_some(access.key);
         self.pending = Some((hit, access.clock as i64));
         hit
     }
@@ -1000,11 +1026,7 @@ impl Policy for GlCache {
         if charge > self.capacity.limit() {
             return false;
         }
-        if self
-            .map
-            .get(&access.key)
-            .is_some_and(|location| location.live != NONE)
-        {
+        if self.missed.take() != Some(access.key) && self.contains(access.key) {
             return true; // `admit` without its `lookup`, of a resident key
         }
         while self.used + charge > self.capacity.limit() && self.len > 0 {
@@ -1049,6 +1071,7 @@ impl Policy for GlCache {
     }
 
     fn remove(&mut self, key: u64) -> bool {
+        self.missed = None;
         let Some(location) = self.map.get_mut(&key) else {
             return false;
         };
