@@ -253,7 +253,7 @@ fn miss_counts_equal_libcachesim_0_3_5_on_the_sample_trace() {
     );
 }
 
-/// The GLCache row above compares the untrained path: on the sample trace
+/// The `glcache` row above compares the untrained path: on the sample trace
 /// (7,200 s) no training is due, in libCacheSim as here.
 #[test]
 fn glcache_never_trains_on_the_sample_trace() {
