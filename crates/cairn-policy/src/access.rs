@@ -37,6 +37,10 @@ pub struct Access {
     pub group: u16,
     /// Logical time: the index of this access in the access stream.
     pub time: u64,
+    /// Wall-clock time of the request in whole seconds, as the trace records
+    /// it (libCacheSim's `clock_time`); 0 where unknown. Only `GLCache` reads
+    /// it (its retraining interval and features are in seconds).
+    pub clock: u64,
     /// Logical time of the next access to the same key, or [`NEVER`]. Only the
     /// offline bound (OPT) reads it; traces that do not carry it leave [`NEVER`].
     pub next: u64,
@@ -54,6 +58,7 @@ impl Access {
             block: key,
             group: 0,
             time,
+            clock: 0,
             next: NEVER,
         }
     }

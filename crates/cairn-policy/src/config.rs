@@ -119,6 +119,9 @@ pub enum PolicyConfig {
     /// LRB, Learning Relaxed Belady: gradient-boosted trees predict the
     /// next request (Song, Berger, Li & Lloyd, NSDI'20).
     Lrb(crate::lrb::LrbConfig),
+    /// `GLCache`: segments merged by learned group utility (Yang, Mao, Yue &
+    /// Rashmi, FAST'23).
+    Glcache(crate::glcache::GlCacheConfig),
 }
 
 impl PolicyConfig {
@@ -159,6 +162,7 @@ impl PolicyConfig {
         "hyperbolic",
         "lhd",
         "lrb",
+        "glcache",
         "random",
         "random-two",
         "lru-prob",
@@ -219,6 +223,7 @@ impl PolicyConfig {
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
+            "glcache" => Self::Glcache(crate::glcache::GlCacheConfig::default()),
             _ => return None,
         })
     }
@@ -275,6 +280,7 @@ impl PolicyConfig {
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
+            Self::Glcache(c) => Box::new(crate::glcache::GlCache::new(capacity, c)?),
         })
     }
 }

@@ -136,6 +136,33 @@ impl Model {
         sum
     }
 
+    /// The base score (the first prediction, before any tree).
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// What tree `tree` adds to the prediction for `row`.
+    pub fn tree_value(&self, tree: usize, row: &[f32]) -> f64 {
+        let mut link = self.roots[tree];
+        while link & LEAF == 0 {
+            let node = &self.nodes[link as usize];
+            link = if row[node.feature as usize] <= node.threshold {
+                node.left
+            } else {
+                node.right
+            };
+        }
+        self.values[(link & !LEAF) as usize]
+    }
+
+    /// Keeps the first `trees` trees (early stopping), dropping the rest.
+    pub fn truncate(&mut self, trees: usize) {
+        if trees < self.roots.len() {
+            self.roots.truncate(trees);
+            self.lay_out();
+        }
+    }
+
     /// Predictions for `out.len()` rows of `stride` features each, laid
     /// end to end in `rows`. Walks each tree for all rows in lockstep (the
     /// rows' walks are independent, so the processor overlaps them).

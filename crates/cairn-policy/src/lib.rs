@@ -46,6 +46,7 @@ pub mod flashprob;
 pub mod freq;
 pub mod gbdt;
 pub mod gdsf;
+pub mod glcache;
 pub mod heap;
 pub mod hyperbolic;
 pub mod lecar;

@@ -82,6 +82,10 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     // is shorter, so both evict as LRU throughout (its trained behaviour is
     // checked by `lrb_trained_stays_within_tolerance_of_libcachesim`).
     ("lrb",    [95420, 93897, 91657, 82547], Some([94956, 93700, 92200, 83500])),
+    // GLCache trains its first model 86,401 s after its first eviction; this
+    // trace spans 7,200 s, so both merge segments in FIFO order throughout
+    // (`glcache_never_trains_on_the_sample_trace`).
+    ("glcache", [95394, 93462, 90161, 82752], Some([94678, 92944, 89763, 83747])),
 ];
 
 /// libCacheSim 0.3.5's randomized policies, each size run in a fresh Python
@@ -247,6 +251,30 @@ fn miss_counts_equal_libcachesim_0_3_5_on_the_sample_trace() {
         differences.is_empty(),
         "differences from libCacheSim 0.3.5: {differences:#?}"
     );
+}
+
+/// The `glcache` row above compares the untrained path: on the sample trace
+/// (7,200 s) no training is due, in libCacheSim as here.
+#[test]
+fn glcache_never_trains_on_the_sample_trace() {
+    use cairn_policy::Policy;
+    use cairn_policy::glcache::{GlCache, GlCacheConfig};
+    let accesses = sample_accesses();
+    let span = accesses.last().unwrap().clock - accesses[0].clock;
+    assert_eq!(span, 7200);
+    for capacity in [Capacity::Objects(OBJECTS[0]), Capacity::Bytes(BYTES[3])] {
+        let mut glcache = GlCache::new(capacity, &GlCacheConfig::default()).unwrap();
+        let mut victims = Vec::new();
+        let misses = accesses
+            .iter()
+            .filter(|access| !glcache.access(access, &mut victims))
+            .count();
+        assert!(
+            misses > 80_000 && !victims.is_empty(),
+            "{capacity:?}: {misses}"
+        );
+        assert_eq!(glcache.trainings(), 0, "{capacity:?}");
+    }
 }
 
 #[test]

@@ -68,6 +68,7 @@ impl Splitter {
                     block: 0,
                     group: 0,
                     time: self.time,
+                    clock: request.time_us / 1_000_000,
                     next: request.next,
                 });
                 self.time += 1;
@@ -81,6 +82,7 @@ impl Splitter {
                     block: request.offset / SECTOR_BYTES,
                     group: 0,
                     time: self.time,
+                    clock: request.time_us / 1_000_000,
                     next: NEVER,
                 });
                 self.time += 1;
@@ -101,6 +103,7 @@ impl Splitter {
                         block,
                         group: 0,
                         time: self.time,
+                        clock: request.time_us / 1_000_000,
                         next: NEVER,
                     });
                     self.time += 1;

@@ -27,6 +27,7 @@ pub fn skewed(seed: u64, n: usize, keys: u64, sizes: std::ops::RangeInclusive<u3
                 block: 0,
                 group: (key % 2) as u16,
                 time: t as u64,
+                clock: 0,
                 next: cairn_policy::NEVER,
             }
         })

@@ -87,6 +87,7 @@ impl Shard {
             block,
             group,
             time: self.clock,
+            clock: 0,
             next: NEVER,
         }
     }

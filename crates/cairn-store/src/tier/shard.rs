@@ -92,6 +92,7 @@ impl Shard {
             block,
             group: 0,
             time,
+            clock: 0,
             next: NEVER,
         }
     }

@@ -1,0 +1,1359 @@
+//! `GLCache`: group-level learning. Units are written FIFO into segments of
+//! `segment_size`; an eviction merges `n_merge` segments into one, keeping
+//! the units that score best and evicting the rest; a learned model chooses
+//! which segments to merge.
+//!
+//! Source: J. Yang, Z. Mao, Y. Yue, K. V. Rashmi, "GL-Cache: Group-level
+//! learning for efficient and high-performance caching", USENIX FAST 2023.
+//! Maps to libCacheSim's `GLCache` (`cache/eviction/GLCache/`, type
+//! `learned`, the default), step for step:
+//! - a miss appends the unit to the last segment, opening a new one when it
+//!   is full; a hit counts (`freq`, the segment's hits and active units) and
+//!   moves nothing;
+//! - to make room, `n_merge` segments (never the one being filled) are
+//!   merged into a new segment placed where the first was: of their units
+//!   the `segment_size` with the highest `10^8 / charge / (requests since
+//!   the last access)` stay (ties: the first in segment order), the others
+//!   are evicted; a unit kept has its `freq` halved (`(freq + 1) / 2`);
+//! - until a model exists, the segments merged are the next `n_merge` after
+//!   the previous merge (a pointer sweeping the segment chain, back to its
+//!   start when fewer than `n_merge` segments are left before the last);
+//! - at the first eviction, and after each training, up to 8,192 segments
+//!   are sampled (snapshotted): their features are recorded, and their
+//!   utility is accumulated from then on, `10^6 / (requests since the
+//!   snapshot + 1) / charge` per request of one of their units after the
+//!   first `segment_size / n_merge` (a sampled segment evicted keeps its
+//!   units as ghosts until the next training, to keep counting);
+//! - `retrain_interval` seconds (of the trace's clock, [`Access::clock`])
+//!   after the previous training (or the first eviction) a model is fitted
+//!   on the snapshot (six features: age in seconds, mean unit size, hits,
+//!   active units, request rate and miss ratio when written; utility
+//!   normalised to [0, 1]; every tenth row for validation);
+//! - with a model, all segments are ranked by predicted utility per byte,
+//!   and the lowest are merged (with their next in rank, or with their
+//!   next in the chain when `merge_consecutive`) until `rank_interval` of
+//!   the ranked segments have been taken; then all are ranked again.
+//!
+//! Differences: libCacheSim fits the model with `XGBoost`
+//! (`reg:squarederror`, its defaults, at most 20 rounds, stopping when the
+//! validation error changes less than 1 % three rounds running); ours are
+//! [`crate::gbdt`]'s trees with `XGBoost`'s learning rate (0.3), 20 rounds,
+//! 64 leaves grown best-first (`XGBoost` grows depth 6 level by level), one
+//! unit a leaf at least, and the same early stopping. So once a model exists
+//! the victims are close to, not exactly, libCacheSim's; before (on traces
+//! shorter than `retrain_interval` after the first eviction, or whose clock
+//! is 0, as in the engine) they are exactly libCacheSim 0.3.5's.
+//! Where libCacheSim would read past its ranking or dereference a missing
+//! segment (a ranking with fewer than two usable segments), ours ranks
+//! again or merges the first segments. [`Policy::remove`] leaves a hole
+//! that the next merge of its segment drops (libCacheSim's aborts). The
+//! oracle types (`logOracle`, `itemOracle`, `twoOracle`) and oracle
+//! training labels are not offered.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Knobs;
+use crate::gbdt::{Model, Params, Trainer};
+use crate::{Access, Capacity, ConfigError, KeyMap, Policy};
+
+/// No segment.
+const NIL: u32 = u32::MAX;
+/// No location.
+const NONE: u64 = u64::MAX;
+/// Features per segment (libCacheSim's `N_FEATURE_NORMAL`).
+const FEATURES: usize = 6;
+/// Segments snapshotted at most (`N_MAX_TRAINING_DATA`).
+const MAX_TRAIN_ROWS: usize = 8192;
+/// Validation rows at most (a tenth of the training rows, as libCacheSim).
+const MAX_VALID_ROWS: usize = MAX_TRAIN_ROWS / 10;
+/// Boosting rounds at most (`N_TRAIN_ITER`).
+const TRAIN_ROUNDS: u32 = 20;
+/// The cache state (request rate, miss ratio) is refreshed once both this
+/// many seconds and requests have passed.
+const STATE_SECONDS: i64 = 10;
+const STATE_REQUESTS: i64 = 10_000;
+/// What a segment ranked while its bucket is too small to merge gets added.
+const UNMERGEABLE: f64 = (i32::MAX / 2) as f64;
+/// The ranked position that forces a new ranking (`INT32_MAX`).
+const RERANK: usize = i32::MAX as usize;
+
+/// `GLCache`'s knobs, with libCacheSim 0.3.5's defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GlCacheConfig {
+    /// Units a segment holds, 2..=100,000,000, and more than twice
+    /// `n_merge` (libCacheSim's `segment-size`, 100).
+    pub segment_size: u32,
+    /// Segments merged per eviction, 2..=100 (`n-merge`, 2).
+    pub n_merge: u32,
+    /// Share of the ranked segments taken before ranking again, in (0, 1)
+    /// (`rank-intvl`, 0.02).
+    pub rank_interval: f64,
+    /// Whether a merge takes the lowest-ranked segment's next in the chain
+    /// (true) or in rank (false; `merge-consecutive-segs`: 0.3.5 runs with
+    /// false, `aa0fc40`'s default is true).
+    pub merge_consecutive: bool,
+    /// Seconds between trainings, at least 1 (`retrain-intvl`, 86,400).
+    pub retrain_interval: u32,
+}
+
+impl Default for GlCacheConfig {
+    fn default() -> Self {
+        Self {
+            segment_size: 100,
+            n_merge: 2,
+            rank_interval: 0.02,
+            merge_consecutive: false,
+            retrain_interval: 86_400,
+        }
+    }
+}
+
+impl GlCacheConfig {
+    /// Checks every knob.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let knobs = Knobs("glcache");
+        knobs.one_to("n_merge", self.n_merge, 100, "2 to 100")?;
+        if self.n_merge < 2 {
+            return Err(ConfigError::OutOfRange {
+                policy: "glcache",
+                parameter: "n_merge",
+                value: self.n_merge.to_string(),
+                expected: "2 to 100",
+            });
+        }
+        knobs.one_to(
+            "segment_size",
+            self.segment_size,
+            100_000_000,
+            "2 to 100,000,000, and segment_size / n_merge at least 2",
+        )?;
+        if self.segment_size / self.n_merge < 2 {
+            return Err(ConfigError::OutOfRange {
+                policy: "glcache",
+                parameter: "segment_size",
+                value: self.segment_size.to_string(),
+                expected: "2 to 100,000,000, and segment_size / n_merge at least 2",
+            });
+        }
+        knobs.open_fraction("rank_interval", self.rank_interval)?;
+        knobs.one_to(
+            "retrain_interval",
+            self.retrain_interval,
+            u32::MAX,
+            "at least 1 second",
+        )
+    }
+}
+
+/// A unit in a segment.
+#[derive(Clone, Copy, Debug)]
+struct Unit {
+    key: u64,
+    charge: u32,
+    freq: u32,
+    /// The request count at its insertion or last hit.
+    last_access: i64,
+    /// Counted in its segment's active units since it was written.
+    active: bool,
+    /// Resident (false: a ghost of a sampled segment, or a removed hole).
+    resident: bool,
+    /// Requested since its segment was sampled (no ghost needed).
+    seen: bool,
+}
+
+/// A segment: a bucket-chain node, or (evicted but sampled) a training
+/// segment holding ghosts.
+#[derive(Clone, Debug)]
+struct Segment {
+    units: Vec<Unit>,
+    prev: u32,
+    next: u32,
+    next_ranked: u32,
+    rank: usize,
+    pred_utility: f64,
+    train_utility: f64,
+    /// Requests counted toward `train_utility`, the first
+    /// `segment_size / n_merge` skipped (never reset, as libCacheSim's).
+    util_skipped: u32,
+    bytes: i64,
+    hits: i32,
+    active: i32,
+    merges: i32,
+    create_clock: i32,
+    req_rate: f64,
+    write_rate: f64,
+    miss_ratio: f64,
+    sampled: bool,
+    sampled_at: i64,
+    row: usize,
+}
+
+impl Segment {
+    fn empty(capacity: usize) -> Self {
+        Self {
+            units: Vec::with_capacity(capacity),
+            prev: NIL,
+            next: NIL,
+            next_ranked: NIL,
+            rank: usize::MAX,
+            pred_utility: i64::MAX as f64,
+            train_utility: 0.0,
+            util_skipped: 0,
+            bytes: 0,
+            hits: 0,
+            active: 0,
+            merges: 0,
+            create_clock: 0,
+            req_rate: 0.0,
+            write_rate: 0.0,
+            miss_ratio: 0.0,
+            sampled: false,
+            sampled_at: 0,
+            row: 0,
+        }
+    }
+}
+
+/// Where a key's resident unit and its ghost are (`segment << 32 | slot`).
+#[derive(Clone, Copy, Debug)]
+struct Location {
+    live: u64,
+    ghost: u64,
+}
+
+fn pack(segment: u32, slot: usize) -> u64 {
+    u64::from(segment) << 32 | slot as u64
+}
+
+fn unpack(at: u64) -> (u32, usize) {
+    ((at >> 32) as u32, (at & 0xffff_ffff) as usize)
+}
+
+/// The cache state segments record when written (`cacheState.h`).
+#[derive(Clone, Copy, Debug)]
+struct CacheState {
+    write_rate: f64,
+    req_rate: f64,
+    miss_ratio: f64,
+    last_clock: i64,
+    last_requests: i64,
+    misses: i64,
+}
+
+/// `GLCache` replacement.
+#[derive(Debug)]
+pub struct GlCache {
+    capacity: Capacity,
+    used: u64,
+    len: usize,
+    map: KeyMap<Location>,
+    segments: Vec<Segment>,
+    free: Vec<u32>,
+    /// The bucket chain (libCacheSim uses one bucket).
+    first: u32,
+    last: u32,
+    in_use: usize,
+    /// Where the untrained FIFO selection continues.
+    next_to_evict: u32,
+    /// Sampled segments evicted since the last training.
+    training: Vec<u32>,
+    segment_size: usize,
+    n_merge: usize,
+    retain_per_segment: u32,
+    rank_interval: f64,
+    merge_consecutive: bool,
+    retrain_interval: i64,
+    /// Requests finished (libCacheSim's `curr_vtime`).
+    requests: i64,
+    /// The previous request's clock (`curr_rtime`).
+    clock: i64,
+    /// The current request's hit and clock, applied when it is finished.
+    pending: Option<(bool, i64)>,
+    /// The key the last lookup missed, while nothing changed since (so
+    /// `admit` need not look it up again).
+    missed: Option<u64>,
+    state: CacheState,
+    /// -1 before the first eviction, then trainings done.
+    trainings: i32,
+    last_train_clock: i64,
+    train_rows: usize,
+    train_x: Vec<f32>,
+    train_y: Vec<f32>,
+    valid_x: Vec<f32>,
+    valid_y: Vec<f32>,
+    trainer: Trainer,
+    model: Model,
+    /// Scratch: validation predictions during early stopping.
+    valid_pred: Vec<f64>,
+    inference_x: Vec<f32>,
+    predictions: Vec<f64>,
+    /// Segments by predicted utility; [`NIL`] once taken.
+    ranked: Vec<u32>,
+    ranked_len: usize,
+    /// libCacheSim's allocated ranking size: a larger chain ranks again.
+    ranked_size: usize,
+    ranked_pos: usize,
+    /// Scratch: scores of the units being merged (in segment order, and
+    /// partly sorted), and the segments.
+    scores: Vec<f64>,
+    sorted: Vec<f64>,
+    picked: Vec<u32>,
+}
+
+impl GlCache {
+    /// An empty `GLCache`.
+    pub fn new(capacity: Capacity, config: &GlCacheConfig) -> Result<Self, ConfigError> {
+        config.check()?;
+        let segment_size = config.segment_size as usize;
+        let n_merge = config.n_merge as usize;
+        Ok(Self {
+            capacity,
+            used: 0,
+            len: 0,
+            map: KeyMap::default(),
+            segments: Vec::new(),
+            free: Vec::new(),
+            first: NIL,
+            last: NIL,
+            in_use: 0,
+            next_to_evict: NIL,
+            training: Vec::new(),
+            segment_size,
+            n_merge,
+            retain_per_segment: config.segment_size / config.n_merge,
+            rank_interval: config.rank_interval,
+            merge_consecutive: config.merge_consecutive,
+            retrain_interval: i64::from(config.retrain_interval),
+            requests: 0,
+            clock: 0,
+            pending: None,
+            missed: None,
+            state: CacheState {
+                write_rate: 1.0,
+                req_rate: 1.0,
+                miss_ratio: 0.5,
+                last_clock: 0,
+                last_requests: 0,
+                misses: 0,
+            },
+            trainings: -1,
+            last_train_clock: 0,
+            train_rows: 0,
+            train_x: Vec::new(),
+            train_y: Vec::new(),
+            valid_x: Vec::new(),
+            valid_y: Vec::new(),
+            trainer: Trainer::new(
+                FEATURES,
+                Params {
+                    trees: TRAIN_ROUNDS,
+                    leaves: 64,
+                    learning_rate: 0.3,
+                    feature_fraction: 1.0,
+                    bagging_fraction: 1.0,
+                    bagging_freq: 0,
+                    min_data_in_leaf: 1,
+                    max_bin: 256,
+                    seed: 0,
+                },
+            ),
+            model: Model::default(),
+            valid_pred: Vec::new(),
+            inference_x: Vec::new(),
+            predictions: Vec::new(),
+            ranked: Vec::new(),
+            ranked_len: 0,
+            ranked_size: 0,
+            ranked_pos: 0,
+            scores: Vec::with_capacity(n_merge * segment_size),
+            sorted: Vec::with_capacity(n_merge * segment_size),
+            picked: Vec::with_capacity(n_merge),
+        })
+    }
+
+    /// Trainings done so far.
+    pub fn trainings(&self) -> u32 {
+        self.trainings.max(0) as u32
+    }
+
+    /// The end of a request (libCacheSim's `GLCache_get` after
+    /// `cache_get_base`): train when due, then update the cache state.
+    fn finish_request(&mut self) {
+        let Some((hit, clock)) = self.pending.take() else {
+            return;
+        };
+        if self.last_train_clock > 0 && self.clock - self.last_train_clock > self.retrain_interval {
+            self.train();
+            self.snapshot();
+        }
+        self.clock = clock;
+        self.requests += 1;
+        let state = &mut self.state;
+        if !hit {
+            state.misses += 1;
+        }
+        let seconds = self.clock - state.last_clock;
+        let requests = self.requests - state.last_requests;
+        if seconds > STATE_SECONDS && requests > STATE_REQUESTS {
+            state.write_rate = state.misses as f64 / seconds as f64;
+            state.req_rate = requests as f64 / seconds as f64;
+            state.miss_ratio = state.misses as f64 / requests as f64;
+            state.misses = 0;
+            state.last_clock = self.clock;
+            state.last_requests = self.requests;
+        }
+    }
+
+    fn allocate(&mut self) -> u32 {
+        let clock = self.clock as i32;
+        let index = if let Some(index) = self.free.pop() {
+            index
+        } else {
+            self.segments.push(Segment::empty(self.segment_size));
+            (self.segments.len() - 1) as u32
+        };
+        let segment = &mut self.segments[index as usize];
+        let mut units = std::mem::take(&mut segment.units);
+        units.clear();
+        *segment = Segment {
+            units,
+            create_clock: clock,
+            ..Segment::empty(0)
+        };
+        index
+    }
+
+    fn release(&mut self, index: u32) {
+        self.segments[index as usize].units.clear();
+        self.free.push(index);
+    }
+
+    fn append(&mut self, index: u32) {
+        if self.last == NIL {
+            self.first = index;
+            self.next_to_evict = index;
+        } else {
+            self.segments[self.last as usize].next = index;
+        }
+        let segment = &mut self.segments[index as usize];
+        segment.prev = self.last;
+        segment.next = NIL;
+        self.last = index;
+        self.in_use += 1;
+    }
+
+    fn unlink(&mut self, index: u32) {
+        let (prev, next) = {
+            let s = &self.segments[index as usize];
+            (s.prev, s.next)
+        };
+        if self.first == index {
+            self.first = next;
+        }
+        if self.last == index {
+            self.last = prev;
+        }
+        if prev != NIL {
+            self.segments[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.segments[next as usize].prev = prev;
+        }
+        self.in_use -= 1;
+    }
+
+    /// Links `new` into the chain just before `old`.
+    fn link_before(&mut self, old: u32, new: u32) {
+        let prev = self.segments[old as usize].prev;
+        if prev == NIL {
+            self.first = new;
+        } else {
+            self.segments[prev as usize].next = new;
+        }
+        let n = &mut self.segments[new as usize];
+        n.prev = prev;
+        n.next = old;
+        self.segments[old as usize].prev = new;
+        self.in_use += 1;
+    }
+
+    /// Whether `n` segments, none the last of the chain, follow from
+    /// `index` (in the chain, or in rank).
+    fn evictable(&self, mut index: u32, n: usize, consecutive: bool) -> bool {
+        let mut found = 0;
+        while index != NIL && self.segments[index as usize].next != NIL {
+            found += 1;
+            if found >= n {
+                return true;
+            }
+            let s = &self.segments[index as usize];
+            index = if consecutive { s.next } else { s.next_ranked };
+        }
+        found >= n
+    }
+
+    fn score(&self, unit: &Unit) -> f64 {
+        1.0e8 / f64::from(unit.charge) / (self.requests - unit.last_access) as f64
+    }
+
+    /// Adds a request of a unit of sampled segment `index` to its utility.
+    fn count_utility(
+        segments: &mut [Segment],
+        train_y: &mut [f32],
+        retain_per_segment: u32,
+        requests: i64,
+        index: u32,
+        charge: u32,
+    ) {
+        let segment = &mut segments[index as usize];
+        let skipped = segment.util_skipped;
+        segment.util_skipped = skipped.wrapping_add(1);
+        if skipped >= retain_per_segment {
+            let age = (requests - segment.sampled_at) as f64 + 1.0;
+            segment.train_utility += 1.0e6 / age / f64::from(charge);
+            if let Some(y) = train_y.get_mut(segment.row) {
+                *y = segment.train_utility as f32;
+            }
+        }
+    }
+
+    /// A unit leaves its place: its key's resident location becomes `live`
+    /// (its new place, or [`NONE`] when evicted), and it leaves a ghost at
+    /// `ghost` unless that is [`NONE`]. One map probe.
+    fn relocate(&mut self, key: u64, live: u64, ghost: u64) {
+        if let hashbrown::hash_map::Entry::Occupied(mut entry) = self.map.entry(key) {
+            let location = entry.get_mut();
+            location.live = live;
+            if ghost != NONE {
+                debug_assert_eq!(location.ghost, NONE, "one ghost a key");
+                location.ghost = ghost;
+            }
+            if location.live == NONE && location.ghost == NONE {
+                entry.remove();
+            }
+        }
+    }
+
+    /// A segment whose units have left: to the training segments if sampled,
+    /// else freed.
+    fn retire(&mut self, index: u32) {
+        self.unlink(index);
+        let requests = self.requests;
+        let segment = &mut self.segments[index as usize];
+        if segment.sampled {
+            segment.sampled_at = requests;
+            segment.train_utility = 0.0;
+            self.training.push(index);
+        } else {
+            self.release(index);
+        }
+    }
+
+    fn evict(&mut self, victims: &mut Vec<u64>) {
+        if self.trainings == -1 {
+            self.snapshot();
+            self.last_train_clock = self.clock;
+            self.trainings = 0;
+        }
+        let merge = if self.trainings <= 0 {
+            self.select_fifo()
+        } else {
+            self.select_learned()
+        };
+        if merge {
+            self.merge(victims);
+        } else {
+            let index = self.picked[0];
+            self.evict_segment(index, victims);
+        }
+    }
+
+    /// The untrained selection (`select_segs_fifo`): the next `n_merge`
+    /// segments; false (evict `picked[0]` whole) when none can merge.
+    fn select_fifo(&mut self) -> bool {
+        self.picked.clear();
+        let mut at = self.next_to_evict;
+        if !self.evictable(at, self.n_merge, true) {
+            at = self.first;
+            self.next_to_evict = self.first;
+            if !self.evictable(at, self.n_merge, true) {
+                self.picked.push(self.first);
+                self.next_to_evict = NIL;
+                return false;
+            }
+        }
+        for _ in 0..self.n_merge {
+            self.picked.push(at);
+            at = self.segments[at as usize].next;
+        }
+        self.next_to_evict = if self.in_use > self.n_merge + 1 {
+            at
+        } else {
+            NIL
+        };
+        true
+    }
+
+    fn ranked_at(&self, pos: usize) -> u32 {
+        if pos < self.ranked_len {
+            self.ranked[pos]
+        } else {
+            NIL
+        }
+    }
+
+    fn take_ranked(&mut self, pos: usize) {
+        if pos < self.ranked_len {
+            self.ranked[pos] = NIL;
+        }
+    }
+
+    /// The learned selection (`select_segs_learned`).
+    fn select_learned(&mut self) -> bool {
+        self.picked.clear();
+        let mut resized = false;
+        if self.ranked_size < self.in_use {
+            self.ranked_size = self.in_use * 2;
+            resized = true;
+        }
+        if self.ranked_pos as f64 >= self.ranked_len as f64 * self.rank_interval || resized {
+            self.rank();
+        }
+        let mut pos = self.ranked_pos;
+        let mut at = self.ranked_at(pos);
+        while at == NIL && pos < self.ranked_len {
+            pos += 1;
+            at = self.ranked_at(pos);
+        }
+        let first_pick = at;
+        self.take_ranked(pos);
+        while !self.evictable(at, self.n_merge, self.merge_consecutive) {
+            if pos as f64 > self.ranked_len as f64 * 0.8 {
+                // libCacheSim dereferences a missing first pick; ours takes
+                // the chain's first segment.
+                let one = if first_pick == NIL {
+                    self.first
+                } else {
+                    first_pick
+                };
+                self.picked.push(one);
+                self.ranked_pos = RERANK;
+                return false;
+            }
+            pos += 1;
+            at = self.ranked_at(pos);
+            self.take_ranked(pos);
+        }
+        self.ranked_pos = pos + 1;
+        self.picked.push(at);
+        for _ in 1..self.n_merge {
+            let prev = &self.segments[at as usize];
+            at = if self.merge_consecutive {
+                prev.next
+            } else {
+                prev.next_ranked
+            };
+            self.picked.push(at);
+            let rank = self.segments[at as usize].rank;
+            if rank != usize::MAX {
+                self.take_ranked(rank);
+            }
+        }
+        true
+    }
+
+    /// The features of segment `index` (`prepare_one_row`), in f32 as
+    /// libCacheSim computes them.
+    fn features(&self, index: u32) -> [f32; FEATURES] {
+        let s = &self.segments[index as usize];
+        [
+            self.clock as f32 - s.create_clock as f32,
+            s.bytes as f32 / s.units.len() as f32,
+            s.hits as f32,
+            s.active as f32,
+            s.req_rate as f32,
+            s.miss_ratio as f32,
+        ]
+    }
+
+    /// Predicts every segment's utility and ranks them (`rank_segs`).
+    fn rank(&mut self) {
+        self.inference_x.clear();
+        let mut at = self.first;
+        while at != NIL {
+            let row = self.features(at);
+            self.inference_x.extend_from_slice(&row);
+            at = self.segments[at as usize].next;
+        }
+        let n = self.in_use;
+        self.predictions.clear();
+        self.predictions.resize(n, 0.0);
+        self.model
+            .predict_many(&self.inference_x, FEATURES, &mut self.predictions);
+        self.ranked.clear();
+        let small = self.in_use < self.n_merge + 1;
+        let mut at = self.first;
+        for i in 0..n {
+            let prediction = self.predictions[i] as f32;
+            let s = &mut self.segments[at as usize];
+            if prediction > 0.0 {
+                s.pred_utility = f64::from(prediction) * 1e6 / s.bytes as f64;
+            } else if prediction < 0.0 {
+                s.pred_utility = f64::from(prediction) * s.bytes as f64;
+            }
+            if small {
+                s.pred_utility += UNMERGEABLE;
+            }
+            self.ranked.push(at);
+            at = s.next;
+        }
+        let segments = &self.segments;
+        // glibc's qsort is a stable merge sort here.
+        self.ranked.sort_by(|&a, &b| {
+            let (a, b) = (&segments[a as usize], &segments[b as usize]);
+            a.pred_utility
+                .total_cmp(&b.pred_utility)
+                .then(a.create_clock.cmp(&b.create_clock))
+        });
+        self.ranked_len = n;
+        self.ranked_pos = 0;
+        for i in 0..n {
+            let next = self.ranked.get(i + 1).copied().unwrap_or(NIL);
+            let s = &mut self.segments[self.ranked[i] as usize];
+            s.rank = i;
+            s.next_ranked = next;
+        }
+    }
+
+    /// Merges the picked segments into a new one (`GLCache_merge_segs`).
+    fn merge(&mut self, victims: &mut Vec<u64>) {
+        let new = self.allocate();
+        let (mut req_rate, mut write_rate, mut miss_ratio, mut merges) = (0.0, 0.0, 0.0, 0);
+        for &p in &self.picked {
+            let s = &self.segments[p as usize];
+            req_rate += s.req_rate;
+            write_rate += s.write_rate;
+            miss_ratio += s.miss_ratio;
+            merges = merges.max(s.merges);
+        }
+        let n = self.n_merge as f64;
+        {
+            let s = &mut self.segments[new as usize];
+            s.req_rate = req_rate / n;
+            s.write_rate = write_rate / n;
+            s.miss_ratio = miss_ratio / n;
+            s.merges = merges + 1;
+        }
+        self.link_before(self.picked[0], new);
+        // The cut-off score (`find_cutoff`): the `segment_size`-th highest.
+        self.scores.clear();
+        for &p in &self.picked {
+            for unit in &self.segments[p as usize].units {
+                if unit.resident {
+                    let score = self.score(unit);
+                    self.scores.push(score);
+                }
+            }
+        }
+        self.sorted.clear();
+        self.sorted.extend_from_slice(&self.scores);
+        let cutoff = if self.sorted.len() >= self.segment_size {
+            let at = self.sorted.len() - self.segment_size;
+            *self.sorted.select_nth_unstable_by(at, f64::total_cmp).1
+        } else {
+            f64::NEG_INFINITY
+        };
+        let mut scored = 0;
+        for p in 0..self.n_merge {
+            let old = self.picked[p];
+            let sampled = self.segments[old as usize].sampled;
+            for slot in 0..self.segments[old as usize].units.len() {
+                let unit = self.segments[old as usize].units[slot];
+                if !unit.resident {
+                    continue;
+                }
+                let score = self.scores[scored];
+                scored += 1;
+                let target = &mut self.segments[new as usize];
+                let live = if target.units.len() < self.segment_size && score >= cutoff {
+                    let new_slot = target.units.len();
+                    target.units.push(Unit {
+                        freq: unit.freq.div_ceil(2),
+                        active: false,
+                        resident: true,
+                        seen: false,
+                        ..unit
+                    });
+                    target.bytes += i64::from(unit.charge);
+                    pack(new, new_slot)
+                } else {
+                    self.used -= u64::from(unit.charge);
+                    self.len -= 1;
+                    victims.push(unit.key);
+                    NONE
+                };
+                self.segments[old as usize].units[slot].resident = false;
+                let ghost = if sampled && !unit.seen {
+                    pack(old, slot)
+                } else {
+                    NONE
+                };
+                self.relocate(unit.key, live, ghost);
+            }
+            self.retire(old);
+        }
+    }
+
+    /// Evicts a whole segment (`evict_one_seg`).
+    fn evict_segment(&mut self, index: u32, victims: &mut Vec<u64>) {
+        if index == NIL {
+            return;
+        }
+        if self.next_to_evict == index {
+            self.next_to_evict = NIL;
+        }
+        for slot in 0..self.segments[index as usize].units.len() {
+            let unit = self.segments[index as usize].units[slot];
+            if !unit.resident {
+                continue;
+            }
+            self.used -= u64::from(unit.charge);
+            self.len -= 1;
+            victims.push(unit.key);
+            self.segments[index as usize].units[slot].resident = false;
+            let ghost = if self.segments[index as usize].sampled && !unit.seen {
+                pack(index, slot)
+            } else {
+                NONE
+            };
+            self.relocate(unit.key, NONE, ghost);
+        }
+        self.retire(index);
+    }
+
+    /// Samples segments for the next training (`snapshot_segs_to_training_data`).
+    fn snapshot(&mut self) {
+        if self.train_x.is_empty() {
+            self.train_x.resize(MAX_TRAIN_ROWS * FEATURES, 0.0);
+            self.train_y.resize(MAX_TRAIN_ROWS, 0.0);
+            self.valid_x.resize(MAX_VALID_ROWS * FEATURES, 0.0);
+            self.valid_y.resize(MAX_VALID_ROWS, 0.0);
+        }
+        let ratio = (self.in_use as f64 / MAX_TRAIN_ROWS as f64).max(1.0);
+        let mut credit = 0.0;
+        let mut at = self.first;
+        for _ in 0..self.in_use.saturating_sub(1) {
+            credit += 1.0;
+            let next = self.segments[at as usize].next;
+            if credit >= ratio && next != NIL {
+                self.segments[at as usize].sampled = true;
+                credit -= ratio;
+                if self.train_rows < MAX_TRAIN_ROWS {
+                    let row = self.train_rows;
+                    self.train_rows += 1;
+                    let features = self.features(at);
+                    self.train_x[row * FEATURES..(row + 1) * FEATURES].copy_from_slice(&features);
+                    self.train_y[row] = 0.0;
+                    let requests = self.requests;
+                    let s = &mut self.segments[at as usize];
+                    s.row = row;
+                    s.sampled_at = requests;
+                    s.train_utility = 0.0;
+                }
+            } else {
+                let s = &mut self.segments[at as usize];
+                s.sampled = false;
+                s.train_utility = 0.0;
+            }
+            at = next;
+        }
+    }
+
+    /// Fits a model on the snapshot and forgets the training segments
+    /// (`train`, `prepare_training_data`).
+    fn train(&mut self) {
+        let n = self.train_rows;
+        let (mut min_y, mut max_y) = (self.train_y[0], self.train_y[0]);
+        for &y in &self.train_y[1..n.max(1)] {
+            max_y = max_y.max(y);
+            min_y = min_y.min(y);
+        }
+        let (mut trains, mut valids) = (0, 0);
+        for i in 0..n {
+            let valid = i % 10 == 0 && valids < MAX_VALID_ROWS;
+            let x = i * FEATURES;
+            if self.train_x[x..x + FEATURES].iter().all(|&v| v == 0.0) {
+                continue;
+            }
+            let y = self.train_y[i];
+            let row = self.train_x_row(i);
+            let (xs, ys, at) = if valid {
+                valids += 1;
+                (&mut self.valid_x, &mut self.valid_y, valids - 1)
+            } else {
+                trains += 1;
+                (&mut self.train_x, &mut self.train_y, trains - 1)
+            };
+            xs[at * FEATURES..(at + 1) * FEATURES].copy_from_slice(&row);
+            if max_y - min_y > 0.0 {
+                ys[at] = (y - min_y) / (max_y - min_y);
+            }
+        }
+        self.trainer.clear();
+        for i in 0..trains {
+            self.trainer.push(
+                &self.train_x[i * FEATURES..(i + 1) * FEATURES],
+                self.train_y[i],
+            );
+        }
+        self.trainer.fit(&mut self.model);
+        if valids >= 10 && self.model.is_trained() {
+            self.stop_early(valids);
+        }
+        // Forget the ghosts of the training segments.
+        for t in 0..self.training.len() {
+            let index = self.training[t];
+            for slot in 0..self.segments[index as usize].units.len() {
+                let key = self.segments[index as usize].units[slot].key;
+                if let Some(location) = self.map.get_mut(&key)
+                    && location.ghost == pack(index, slot)
+                {
+                    location.ghost = NONE;
+                    if location.live == NONE {
+                        self.map.remove(&key);
+                    }
+                }
+            }
+            self.release(index);
+        }
+        self.training.clear();
+        self.trainings += 1;
+        self.last_train_clock = self.clock;
+        self.train_rows = 0;
+    }
+
+    fn train_x_row(&self, row: usize) -> [f32; FEATURES] {
+        let mut out = [0.0; FEATURES];
+        out.copy_from_slice(&self.train_x[row * FEATURES..(row + 1) * FEATURES]);
+        out
+    }
+
+    /// `XGBoost`'s early stopping as libCacheSim sets it: after each round,
+    /// the validation RMSE; three rounds in a row within 1 % of the round
+    /// before end the training there.
+    fn stop_early(&mut self, valids: usize) {
+        self.valid_pred.clear();
+        self.valid_pred.resize(valids, self.model.base());
+        let mut last = 0.0;
+        let mut stable = 0;
+        for tree in 0..self.model.trees() {
+            let mut squares = 0.0;
+            for i in 0..valids {
+                let row = &self.valid_x[i * FEATURES..(i + 1) * FEATURES];
+                self.valid_pred[i] += self.model.tree_value(tree, row);
+                let error = self.valid_pred[i] - f64::from(self.valid_y[i]);
+                squares += error * error;
+            }
+            let rmse = (squares / valids as f64).sqrt();
+            if ((last - rmse) / rmse).abs() < 0.01 {
+                stable += 1;
+                if stable > 2 {
+                    self.model.truncate(tree + 1);
+                    return;
+                }
+            } else {
+                stable = 0;
+            }
+            last = rmse;
+        }
+    }
+}
+
+impl Policy for GlCache {
+    fn name(&self) -> &'static str {
+        "glcache"
+    }
+
+    fn lookup(&mut self, access: &Access) -> bool {
+        self.finish_request();
+        let requests = self.requests;
+        let retain = self.retain_per_segment;
+        let (segments, train_y) = (&mut self.segments, &mut self.train_y);
+        let mut hit = false;
+        let mut forget = false;
+        if let Some(location) = self.map.get_mut(&access.key) {
+            if location.ghost != NONE {
+                let (index, slot) = unpack(location.ghost);
+                let unit = &mut segments[index as usize].units[slot];
+                unit.seen = true;
+                let charge = unit.charge;
+                Self::count_utility(segments, train_y, retain, requests, index, charge);
+                location.ghost = NONE;
+            }
+            if location.live == NONE {
+                forget = true;
+            } else {
+                hit = true;
+                let (index, slot) = unpack(location.live);
+                let segment = &mut segments[index as usize];
+                segment.hits += 1;
+                let unit = &mut segment.units[slot];
+                if !unit.active {
+                    unit.active = true;
+                    segment.active += 1;
+                }
+                let unit = &mut segment.units[slot];
+                unit.last_access = requests;
+                unit.freq += 1;
+                let charge = unit.charge;
+                if segment.sampled {
+                    segment.units[slot].seen = true;
+                    Self::count_utility(segments, train_y, retain, requests, index, charge);
+                }
+            }
+        }
+        if forget {
+            self.map.remove(&access.key);
+        }
+        self.missed = (!hit).then_some(access.key);
+        self.pending = Some((hit, access.clock as i64));
+        hit
+    }
+
+    fn admit(&mut self, access: &Access, victims: &mut Vec<u64>) -> bool {
+        let charge = self.capacity.charge(access.size);
+        if charge > self.capacity.limit() {
+            return false;
+        }
+        if self.missed.take() != Some(access.key) && self.contains(access.key) {
+            return true; // `admit` without its `lookup`, of a resident key
+        }
+        while self.used + charge > self.capacity.limit() && self.len > 0 {
+            self.evict(victims);
+        }
+        let last = self.last;
+        if last == NIL || self.segments[last as usize].units.len() == self.segment_size {
+            if last != NIL {
+                let state = self.state;
+                let s = &mut self.segments[last as usize];
+                s.req_rate = state.req_rate;
+                s.write_rate = state.write_rate;
+                s.miss_ratio = state.miss_ratio;
+            }
+            let index = self.allocate();
+            self.append(index);
+        }
+        let index = self.last;
+        let requests = self.requests;
+        let segment = &mut self.segments[index as usize];
+        let slot = segment.units.len();
+        segment.units.push(Unit {
+            key: access.key,
+            charge: charge as u32,
+            freq: 0,
+            last_access: requests,
+            active: false,
+            resident: true,
+            seen: false,
+        });
+        segment.bytes += charge as i64;
+        self.map
+            .entry(access.key)
+            .or_insert(Location {
+                live: NONE,
+                ghost: NONE,
+            })
+            .live = pack(index, slot);
+        self.used += charge;
+        self.len += 1;
+        true
+    }
+
+    fn remove(&mut self, key: u64) -> bool {
+        self.missed = None;
+        let Some(location) = self.map.get_mut(&key) else {
+            return false;
+        };
+        if location.live == NONE {
+            return false;
+        }
+        let (index, slot) = unpack(location.live);
+        location.live = NONE;
+        if location.ghost == NONE {
+            self.map.remove(&key);
+        }
+        let segment = &mut self.segments[index as usize];
+        let unit = &mut segment.units[slot];
+        unit.resident = false;
+        unit.seen = true; // no ghost of a removed unit
+        segment.bytes -= i64::from(unit.charge);
+        self.used -= u64::from(unit.charge);
+        self.len -= 1;
+        true
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.map
+            .get(&key)
+            .is_some_and(|location| location.live != NONE)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn used(&self) -> u64 {
+        self.used
+    }
+
+    fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn config(segment_size: u32, n_merge: u32) -> GlCacheConfig {
+        GlCacheConfig {
+            segment_size,
+            n_merge,
+            ..GlCacheConfig::default()
+        }
+    }
+
+    /// `keys` as accesses of size 1 whose clock advances one second every
+    /// `per_second` accesses, from 1.
+    fn clocked(keys: &[u64], per_second: u64) -> Vec<Access> {
+        let mut trace = testing::keys(keys);
+        for access in &mut trace {
+            access.clock = 1 + access.time / per_second;
+        }
+        trace
+    }
+
+    fn run(policy: &mut GlCache, trace: &[Access]) -> Vec<u64> {
+        let mut victims = vec![];
+        for access in trace {
+            policy.access(access, &mut victims);
+        }
+        victims
+    }
+
+    #[test]
+    fn a_merge_keeps_the_most_recently_used_half() {
+        // Segments of 4: [0 1 2 3] [4 5 6 7] [8 9 10 11]; 1 and 5 are hit.
+        // Key 12 merges the first two: the four most recent (5, 1, 7, 6)
+        // stay, 0, 2, 3 and 4 go.
+        let mut p = GlCache::new(Capacity::Objects(12), &config(4, 2)).unwrap();
+        let mut keys: Vec<u64> = (0..12).collect();
+        keys.extend([1, 5, 12]);
+        let mut victims = run(&mut p, &testing::keys(&keys));
+        victims.sort_unstable();
+        assert_eq!(victims, [0, 2, 3, 4]);
+        assert!([1, 5, 6, 7, 12].iter().all(|&k| p.contains(k)));
+        assert_eq!((p.len(), p.used()), (9, 9));
+        // The merged segment took the first's place; the sweep goes on with
+        // the third, which cannot merge (the fourth is being filled), so it
+        // starts over: the merged segment and the third.
+        let victims = run(&mut p, &testing::keys(&[13, 14, 15, 16]));
+        assert_eq!(victims.len(), 4, "{victims:?}");
+        assert!(p.contains(5) && p.contains(1), "{victims:?}");
+    }
+
+    #[test]
+    fn byte_scores_favour_small_units() {
+        // Sizes 10 (even keys) and 1 (odd). Of the first two segments
+        // [0 1 2 3] [4 5 6 7], the 1-byte units score best per byte and
+        // stay, though 6 is more recent than 1, 3 and 5.
+        // Key 10 finds [8 9] being filled and merges the first two.
+        let mut p = GlCache::new(Capacity::Bytes(60), &config(4, 2)).unwrap();
+        let trace: Vec<Access> = (0..11)
+            .map(|k| Access::read(k, if k % 2 == 0 { 10 } else { 1 }, k))
+            .collect();
+        let victims = run(&mut p, &trace);
+        assert_eq!(victims, [0, 2, 4, 6]);
+        assert_eq!(p.used(), 25);
+    }
+
+    #[test]
+    fn a_cache_too_small_to_merge_evicts_a_whole_segment() {
+        let mut p = GlCache::new(Capacity::Objects(5), &config(4, 2)).unwrap();
+        let victims = run(&mut p, &testing::keys(&[0, 1, 2, 3, 4, 5]));
+        assert_eq!(victims, [0, 1, 2, 3]);
+        assert!(p.contains(4) && p.contains(5));
+    }
+
+    #[test]
+    fn bad_configs_are_errors() {
+        for (c, knob) in [
+            (config(100, 1), "n_merge"),
+            (config(100, 101), "n_merge"),
+            (config(1, 2), "segment_size"),
+            (config(5, 3), "segment_size"),
+            (config(100_000_001, 2), "segment_size"),
+            (
+                GlCacheConfig {
+                    rank_interval: 1.0,
+                    ..GlCacheConfig::default()
+                },
+                "rank_interval",
+            ),
+            (
+                GlCacheConfig {
+                    retrain_interval: 0,
+                    ..GlCacheConfig::default()
+                },
+                "retrain_interval",
+            ),
+        ] {
+            match GlCache::new(Capacity::Objects(10), &c) {
+                Err(ConfigError::OutOfRange {
+                    policy: "glcache",
+                    parameter,
+                    ..
+                }) => assert_eq!(parameter, knob),
+                other => panic!("{c:?}: {other:?}"),
+            }
+        }
+        assert!(GlCache::new(Capacity::Objects(10), &config(4, 2)).is_ok());
+    }
+
+    #[test]
+    fn ghosts_count_until_the_training_forgets_them() {
+        // A 1-second retraining interval; 10 accesses a second.
+        let c = GlCacheConfig {
+            retrain_interval: 1,
+            ..config(4, 2)
+        };
+        let mut p = GlCache::new(Capacity::Objects(12), &c).unwrap();
+        // 13 keys: the first eviction samples the first two segments and
+        // merges them; the evicted units of the sampled segments are ghosts.
+        let keys: Vec<u64> = (0..13).collect();
+        let victims = run(&mut p, &clocked(&keys, 100));
+        assert_eq!(victims.len(), 4);
+        assert_eq!(p.training.len(), 2);
+        let ghosts = |p: &GlCache| p.map.values().filter(|l| l.ghost != NONE).count();
+        // All eight units of the two sampled segments, kept or not, were
+        // unseen since the snapshot.
+        assert_eq!(ghosts(&p), 8);
+        // A request of an evicted unit finds its ghost (and counts it).
+        let before = ghosts(&p);
+        let mut again = clocked(&[victims[0]], 100);
+        again[0].time = 13;
+        again[0].clock = 1;
+        run(&mut p, &again);
+        assert_eq!(ghosts(&p), before - 1);
+        assert!(p.segments.iter().all(|s| s.util_skipped <= 1));
+        // Two seconds later a training is due: the ghosts go.
+        let later: Vec<Access> = (100..140)
+            .map(|k| Access {
+                clock: 3 + (k - 100) / 10,
+                ..Access::read(k, 1, k)
+            })
+            .collect();
+        run(&mut p, &later);
+        assert!(p.trainings() >= 1);
+        assert!(p.model.is_trained());
+        // Ghosts left are only those of segments sampled after the training.
+        assert!(
+            p.map
+                .values()
+                .filter(|l| l.ghost != NONE)
+                .all(|l| p.segments[unpack(l.ghost).0 as usize].sampled)
+        );
+    }
+
+    #[test]
+    fn a_trained_cache_ranks_segments_by_predicted_utility() {
+        // A skewed trace over many seconds: training happens, and the
+        // learned selection ranks and merges.
+        let c = GlCacheConfig {
+            retrain_interval: 5,
+            ..config(8, 2)
+        };
+        let mut p = GlCache::new(Capacity::Objects(64), &c).unwrap();
+        let mut x = 1u64;
+        let keys: Vec<u64> = (0..20_000)
+            .map(|_| {
+                x = crate::mix64(x);
+                (x % 400).min(crate::mix64(x) % 400)
+            })
+            .collect();
+        let trace = clocked(&keys, 100);
+        let hits = testing::replay_checked(&mut p, &trace);
+        assert!(p.trainings() >= 10, "{}", p.trainings());
+        assert!(p.ranked_len > 0);
+        assert!(hits > 1000, "{hits}");
+    }
+
+    #[test]
+    fn remove_leaves_a_hole_the_next_merge_drops() {
+        let mut p = GlCache::new(Capacity::Objects(12), &config(4, 2)).unwrap();
+        let keys: Vec<u64> = (0..12).collect();
+        run(&mut p, &testing::keys(&keys));
+        assert!(p.remove(1) && !p.remove(1) && !p.contains(1));
+        assert_eq!((p.len(), p.used()), (11, 11));
+        // Room for one more without evicting.
+        assert!(run(&mut p, &testing::keys(&[12])).is_empty());
+        let victims = run(&mut p, &testing::keys(&[13, 14, 15]));
+        assert!(!victims.contains(&1));
+        testing::check_invariants(&p);
+    }
+
+    proptest! {
+        /// Capacity is never exceeded, a hit is exactly a resident key, a
+        /// victim was resident and is gone, an admitted key is resident: a
+        /// set of the resident keys kept from the victims agrees with the
+        /// cache at every step, through trainings and removals.
+        #[test]
+        fn residency_matches_the_victims(
+            trace in testing::trace_strategy(60, 600, 6),
+            cap in 1u64..60,
+            bytes: bool,
+            segment_size in 4u32..10,
+            n_merge in 2u32..3,
+            consecutive: bool,
+            per_second in 1u64..20,
+            removals in prop::collection::vec(0u64..60, 0..10),
+        ) {
+            let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
+            let c = GlCacheConfig {
+                segment_size,
+                n_merge,
+                merge_consecutive: consecutive,
+                retrain_interval: 2,
+                ..GlCacheConfig::default()
+            };
+            let mut p = GlCache::new(capacity, &c).unwrap();
+            let mut resident: HashMap<u64, u64> = HashMap::new();
+            let mut victims = vec![];
+            for access in &trace {
+                let access = Access { clock: 1 + access.time / per_second, ..*access };
+                if removals.contains(&access.time) {
+                    let key = access.key;
+                    prop_assert_eq!(p.remove(key), resident.remove(&key).is_some());
+                }
+                victims.clear();
+                let hit = p.access(&access, &mut victims);
+                prop_assert_eq!(hit, resident.contains_key(&access.key));
+                for v in &victims {
+                    prop_assert!(resident.remove(v).is_some(), "victim {} was not resident", v);
+                    prop_assert!(!p.contains(*v));
+                }
+                if !hit && p.contains(access.key) {
+                    resident.insert(access.key, capacity.charge(access.size));
+                }
+                prop_assert_eq!(p.used(), resident.values().sum::<u64>());
+                prop_assert_eq!(p.len(), resident.len());
+                prop_assert!(p.used() <= capacity.limit());
+                prop_assert!(resident.keys().all(|&k| p.contains(k)));
+            }
+        }
+    }
+}
