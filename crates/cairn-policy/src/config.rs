@@ -119,6 +119,10 @@ pub enum PolicyConfig {
     /// LRB, Learning Relaxed Belady: gradient-boosted trees predict the
     /// next request (Song, Berger, Li & Lloyd, NSDI'20).
     Lrb(crate::lrb::LrbConfig),
+    /// 3L-Cache: gradient-boosted trees rank candidates from the LRU end and
+    /// the newest admissions (Zhou et al., FAST'25).
+    #[serde(rename = "3lcache")]
+    ThreeLCache(crate::threelcache::ThreeLCacheConfig),
 }
 
 impl PolicyConfig {
@@ -159,6 +163,7 @@ impl PolicyConfig {
         "hyperbolic",
         "lhd",
         "lrb",
+        "3lcache",
         "random",
         "random-two",
         "lru-prob",
@@ -219,6 +224,7 @@ impl PolicyConfig {
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
+            "3lcache" => Self::ThreeLCache(crate::threelcache::ThreeLCacheConfig::default()),
             _ => return None,
         })
     }
@@ -275,6 +281,7 @@ impl PolicyConfig {
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
+            Self::ThreeLCache(c) => Box::new(crate::threelcache::ThreeLCache::new(capacity, c)?),
         })
     }
 }
