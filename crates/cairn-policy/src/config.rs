@@ -122,6 +122,10 @@ pub enum PolicyConfig {
     /// `GLCache`: segments merged by learned group utility (Yang, Mao, Yue &
     /// Rashmi, FAST'23).
     Glcache(crate::glcache::GlCacheConfig),
+    /// 3L-Cache: gradient-boosted trees rank candidates from the LRU end and
+    /// the newest admissions (Zhou et al., FAST'25).
+    #[serde(rename = "3lcache")]
+    ThreeLCache(crate::threelcache::ThreeLCacheConfig),
 }
 
 impl PolicyConfig {
@@ -163,6 +167,7 @@ impl PolicyConfig {
         "lhd",
         "lrb",
         "glcache",
+        "3lcache",
         "random",
         "random-two",
         "lru-prob",
@@ -224,6 +229,7 @@ impl PolicyConfig {
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
             "glcache" => Self::Glcache(crate::glcache::GlCacheConfig::default()),
+            "3lcache" => Self::ThreeLCache(crate::threelcache::ThreeLCacheConfig::default()),
             _ => return None,
         })
     }
@@ -281,6 +287,7 @@ impl PolicyConfig {
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),
             Self::Glcache(c) => Box::new(crate::glcache::GlCache::new(capacity, c)?),
+            Self::ThreeLCache(c) => Box::new(crate::threelcache::ThreeLCache::new(capacity, c)?),
         })
     }
 }

@@ -84,6 +84,31 @@ impl Knobs {
         }
     }
 
+    /// `value` in `min..=max`; `expected` says so in words ("2 to 1024").
+    pub fn within(
+        self,
+        parameter: &'static str,
+        value: u32,
+        min: u32,
+        max: u32,
+        expected: &'static str,
+    ) -> Result<(), ConfigError> {
+        if (min..=max).contains(&value) {
+            Ok(())
+        } else {
+            Err(self.out_of_range(parameter, &value, expected))
+        }
+    }
+
+    /// `value` in (0, 1]: a rate that must do something.
+    pub fn rate(self, parameter: &'static str, value: f64) -> Result<(), ConfigError> {
+        if value > 0.0 && value <= 1.0 {
+            Ok(())
+        } else {
+            Err(self.out_of_range(parameter, &value, "above 0, at most 1"))
+        }
+    }
+
     /// The knobs of S3-FIFO's probationary front, shared by `s3fifo`,
     /// `qdlp`, `s3lru` and `clock2qplus`: the small FIFO's share in (0, 1),
     /// the ghost's in [0, 1], hits to move to main 1 to 65535.
@@ -121,6 +146,14 @@ mod tests {
             knobs.one_to("n", 0, 15, "1 to 15").unwrap_err().to_string(),
             "p: `n` = 0 is out of range: 1 to 15"
         );
+        assert!(
+            knobs.within("n", 2, 2, 4, "2 to 4").is_ok() && knobs.within("n", 4, 2, 4, "").is_ok()
+        );
+        assert!(knobs.within("n", 1, 2, 4, "").is_err() && knobs.within("n", 5, 2, 4, "").is_err());
+        assert!(knobs.rate("r", 1.0).is_ok() && knobs.rate("r", 1e-9).is_ok());
+        for bad in [0.0, 1.5, f64::NAN] {
+            assert!(knobs.rate("r", bad).is_err(), "{bad}");
+        }
         let front = |small, ghost, threshold| knobs.s3fifo_front(small, ghost, threshold);
         assert!(front(0.1, 0.9, 1).is_ok() && front(0.1, 0.0, 65535).is_ok());
         assert!(front(1.0, 0.9, 1).is_err() && front(0.1, 1.1, 1).is_err());

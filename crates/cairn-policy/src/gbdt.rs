@@ -336,6 +336,22 @@ impl Trainer {
         }
     }
 
+    /// Makes room for `rows` rows in every per-row buffer, so that collecting
+    /// and fitting up to that many allocates nothing.
+    pub fn reserve(&mut self, rows: usize) {
+        fn room<T>(buffer: &mut Vec<T>, total: usize) {
+            buffer.reserve(total.saturating_sub(buffer.len()));
+        }
+        let cells = rows * self.features;
+        room(&mut self.rows, cells);
+        room(&mut self.labels, rows);
+        room(&mut self.bins, cells);
+        room(&mut self.column, rows);
+        room(&mut self.scores, rows);
+        room(&mut self.gradients, rows);
+        room(&mut self.order, rows);
+    }
+
     /// Rows collected since the last fit.
     pub fn len(&self) -> usize {
         self.labels.len()

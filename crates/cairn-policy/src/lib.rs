@@ -80,6 +80,7 @@ pub mod sieve;
 pub mod size;
 pub mod slru;
 pub mod srlru;
+pub mod threelcache;
 pub mod tinylfu;
 pub mod twoq;
 

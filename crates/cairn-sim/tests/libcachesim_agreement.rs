@@ -86,6 +86,10 @@ const LIBCACHESIM_0_3_5: &[MissCounts] = &[
     // trace spans 7,200 s, so both merge segments in FIFO order throughout
     // (`glcache_never_trains_on_the_sample_trace`).
     ("glcache", [95394, 93462, 90161, 82752], Some([94678, 92944, 89763, 83747])),
+    // 3L-Cache trains after 65,536 labelled marks, which this trace does not
+    // yield (ours draws libCacheSim's marks): LRU throughout in both (trained
+    // behaviour: `threelcache_trained_stays_within_tolerance_of_libcachesim`).
+    ("3lcache", [95420, 93897, 91657, 82547], Some([94956, 93700, 92200, 83500])),
 ];
 
 /// libCacheSim 0.3.5's randomized policies, each size run in a fresh Python
@@ -754,5 +758,105 @@ fn lrb_trained_stays_within_tolerance_of_libcachesim() {
     assert!(
         failures.is_empty(),
         "lrb beyond {LRB_TOLERANCE}: {failures:?}"
+    );
+}
+
+/// libCacheSim 0.3.5's `ThreeLCache(cache_size=N).process_trace`, object
+/// mode, on the LRB zipf trace above: (N, misses of 1,000,000).
+const THREELCACHE_0_3_5_ZIPF: [(u64, u64); 4] = [
+    (912, 576_333),
+    (4562, 419_132),
+    (9124, 348_216),
+    (18249, 272_404),
+];
+
+/// The same on the sample trace played 8 times over (910,976 requests; the
+/// oracleGeneral file concatenated 8 times), object mode then byte mode, at
+/// the sample trace's sizes.
+const THREELCACHE_0_3_5_SAMPLE_X8: ([u64; 4], [u64; 4]) = (
+    [757_036, 746_672, 709_265, 613_251],
+    [754_123, 737_302, 703_301, 610_781],
+);
+
+/// The largest |ours − libCacheSim's| miss ratio accepted for 3L-Cache on
+/// each trace. Our trees are not `LightGBM`'s (docs/policies.md, 3lcache),
+/// and on the looped sample trace 3L-Cache amplifies a small change of model:
+/// our own trainer seeds 0 to 3 spread by up to 0.02 there. Measured: at most
+/// 0.0021 on zipf, 0.0078 on the looped sample trace.
+const THREELCACHE_TOLERANCE_ZIPF: f64 = 0.003;
+const THREELCACHE_TOLERANCE_SAMPLE_X8: f64 = 0.01;
+
+#[test]
+fn threelcache_trained_stays_within_tolerance_of_libcachesim() {
+    let zipf = lrb_zipf_accesses();
+    let sample = sample_accesses();
+    let looped: Vec<Access> = (0..8).flat_map(|_| sample.iter().copied()).collect();
+    let (objects, bytes) = THREELCACHE_0_3_5_SAMPLE_X8;
+    // (trace, capacity, libCacheSim's misses, accesses, tolerance, whether
+    // LRU is far enough that an untrained 3L-Cache must fail the tolerance:
+    // on the looped trace only at 10 and 20 %).
+    let zipf_rows = THREELCACHE_0_3_5_ZIPF.map(|(n, misses)| {
+        let capacity = Capacity::Objects(n);
+        (
+            "zipf",
+            capacity,
+            misses,
+            &zipf,
+            THREELCACHE_TOLERANCE_ZIPF,
+            true,
+        )
+    });
+    let looped_rows = OBJECTS
+        .map(Capacity::Objects)
+        .into_iter()
+        .zip(objects)
+        .chain(BYTES.map(Capacity::Bytes).into_iter().zip(bytes))
+        .enumerate()
+        .map(|(i, (capacity, misses))| {
+            let tolerance = THREELCACHE_TOLERANCE_SAMPLE_X8;
+            (
+                "sample x8",
+                capacity,
+                misses,
+                &looped,
+                tolerance,
+                i % 4 >= 2,
+            )
+        });
+    let mut failures = Vec::new();
+    let mut worst = [0.0f64; 2];
+    for (trace, capacity, theirs, accesses, tolerance, models_matter) in
+        zipf_rows.into_iter().chain(looped_rows)
+    {
+        let n = accesses.len() as f64;
+        let ours = count_misses("3lcache", capacity, accesses);
+        let lru = count_misses("lru", capacity, accesses);
+        let (ours, theirs, lru) = (ours as f64 / n, theirs as f64 / n, lru as f64 / n);
+        let off = ours - theirs;
+        let at = usize::from(trace != "zipf");
+        worst[at] = worst[at].max(off.abs());
+        println!(
+            "3lcache {trace:9} {capacity:?}: ours {ours:.6}, libCacheSim 0.3.5 {theirs:.6}, \
+             difference {off:+.6}; lru {lru:.6}"
+        );
+        if off.abs() > tolerance {
+            failures.push(format!(
+                "{trace} {capacity:?}: ours {ours:.6}, libCacheSim {theirs:.6}"
+            ));
+        }
+        if models_matter {
+            assert!(
+                (lru - theirs).abs() > 2.0 * tolerance,
+                "{trace} {capacity:?}: lru {lru:.6} is within twice the tolerance"
+            );
+        }
+    }
+    println!(
+        "worst difference: zipf {:.6}, sample x8 {:.6}",
+        worst[0], worst[1]
+    );
+    assert!(
+        failures.is_empty(),
+        "3lcache beyond tolerance: {failures:?}"
     );
 }
