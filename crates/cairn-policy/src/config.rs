@@ -112,6 +112,10 @@ pub enum PolicyConfig {
     /// choices; libCacheSim aa0fc40's `RandomTwo`).
     #[serde(rename = "random-two")]
     RandomTwo(crate::randomtwo::RandomTwoConfig),
+    /// `n_sample` random draws, the least recently used evicted (sampled
+    /// LRU; libCacheSim aa0fc40's `RandomLRU`).
+    #[serde(rename = "random-lru")]
+    RandomLru(crate::randomlru::RandomLruConfig),
     /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
@@ -161,6 +165,7 @@ impl PolicyConfig {
         "lrb",
         "random",
         "random-two",
+        "random-lru",
         "lru-prob",
         "flashprob",
         "ons",
@@ -216,6 +221,7 @@ impl PolicyConfig {
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "random-two" => Self::RandomTwo(crate::randomtwo::RandomTwoConfig::default()),
+            "random-lru" => Self::RandomLru(crate::randomlru::RandomLruConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
@@ -272,6 +278,7 @@ impl PolicyConfig {
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::RandomTwo(c) => Box::new(crate::randomtwo::RandomTwo::new(capacity, c)?),
+            Self::RandomLru(c) => Box::new(crate::randomlru::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),

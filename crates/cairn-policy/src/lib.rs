@@ -68,6 +68,7 @@ pub mod opt;
 pub mod prefetch;
 pub mod qdlp;
 pub mod random;
+pub mod randomlru;
 pub mod randomtwo;
 pub mod residents;
 pub mod rng;

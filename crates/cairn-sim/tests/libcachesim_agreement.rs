@@ -34,6 +34,7 @@ use cairn_policy::lecar::LecarConfig;
 use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
 use cairn_policy::random::RandomConfig;
+use cairn_policy::randomlru::RandomLruConfig;
 use cairn_policy::randomtwo::RandomTwoConfig;
 use cairn_policy::residents::SamplerVersion;
 use cairn_policy::rng::Generator;
@@ -119,6 +120,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // `cachesim ... randomTwo`, the same table (2^16 buckets) and generator
     // reset; not in the 0.3.5 wheel.
     ("random-two-aa0fc40", [95743, 93830, 91172, 83168], Some([95025, 93720, 91395, 84538])),
+    // `cachesim ... RandomLRU`: 64 draws an eviction whatever its
+    // `n-samples` says.
+    ("random-lru-aa0fc40", [95428, 93875, 91629, 84341], Some([94958, 93692, 92143, 84093])),
     // MMIX from 0 in each of cachesim's runs. (aa0fc40's `lru-prob` reads
     // its list head uninitialised and prints nothing.)
     ("flashprob-aa0fc40", [97236, 92611, 89839, 81082], Some([95971, 92772, 89524, 81466])),
@@ -180,6 +184,10 @@ fn config(name: &str) -> PolicyConfig {
         "random-two-aa0fc40" => PolicyConfig::RandomTwo(RandomTwoConfig {
             version: SamplerVersion::Aa0fc40,
             ..RandomTwoConfig::default()
+        }),
+        "random-lru-aa0fc40" => PolicyConfig::RandomLru(RandomLruConfig {
+            version: SamplerVersion::Aa0fc40,
+            ..RandomLruConfig::default()
         }),
         "flashprob-aa0fc40" => PolicyConfig::Flashprob(FlashProbConfig {
             version: Version::Aa0fc40,
