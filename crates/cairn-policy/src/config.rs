@@ -37,6 +37,19 @@ pub enum PolicyConfig {
     /// Sampled size-aware Belady, libCacheSim's `BeladySize` (needs
     /// next-access times).
     Beladysize(crate::beladysize::BeladySizeConfig),
+    /// FIFO whose eviction passes over units due back soon (libCacheSim
+    /// aa0fc40's `FIFO_Belady`; needs next-access times).
+    #[serde(rename = "fifo-belady")]
+    FifoBelady(crate::fifobelady::FifoBeladyConfig),
+    /// LRU whose eviction passes over units due back soon (libCacheSim
+    /// aa0fc40's `LRU_Belady`; needs next-access times).
+    #[serde(rename = "lru-belady")]
+    LruBelady(crate::lrubelady::LruBeladyConfig),
+    /// SIEVE whose hand passes over units due back soon, admitting only
+    /// those (libCacheSim aa0fc40's `Sieve_Belady`; needs next-access
+    /// times).
+    #[serde(rename = "sieve-belady")]
+    SieveBelady(crate::sievebelady::SieveBeladyConfig),
     /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
     Tinylfu(crate::tinylfu::TinyLfuConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
@@ -174,6 +187,9 @@ impl PolicyConfig {
         "dual",
         "opt",
         "beladysize",
+        "fifo-belady",
+        "lru-belady",
+        "sieve-belady",
     ];
 
     /// The default configuration of the policy called `name`.
@@ -191,6 +207,9 @@ impl PolicyConfig {
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "beladysize" => Self::Beladysize(crate::beladysize::BeladySizeConfig::default()),
+            "fifo-belady" => Self::FifoBelady(crate::fifobelady::FifoBeladyConfig::default()),
+            "lru-belady" => Self::LruBelady(crate::lrubelady::LruBeladyConfig::default()),
+            "sieve-belady" => Self::SieveBelady(crate::sievebelady::SieveBeladyConfig::default()),
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
@@ -232,7 +251,14 @@ impl PolicyConfig {
     /// Whether the policy reads [`Access::next`](crate::Access::next), the
     /// next-access times only an offline replay knows.
     pub fn needs_next_access(&self) -> bool {
-        matches!(self, Self::Opt(_) | Self::Beladysize(_))
+        matches!(
+            self,
+            Self::Opt(_)
+                | Self::Beladysize(_)
+                | Self::FifoBelady(_)
+                | Self::LruBelady(_)
+                | Self::SieveBelady(_)
+        )
     }
 
     /// Builds the policy with the given capacity.
@@ -250,6 +276,9 @@ impl PolicyConfig {
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
             Self::Beladysize(c) => Box::new(crate::beladysize::BeladySize::new(capacity, c)?),
+            Self::FifoBelady(c) => Box::new(crate::fifobelady::new(capacity, c)?),
+            Self::LruBelady(c) => Box::new(crate::lrubelady::LruBelady::new(capacity, c)?),
+            Self::SieveBelady(c) => Box::new(crate::sievebelady::SieveBelady::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
             Self::Qdlp(c) => Box::new(crate::qdlp::Qdlp::new(capacity, c)?),

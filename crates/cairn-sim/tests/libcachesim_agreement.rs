@@ -145,6 +145,14 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     ("cr-lfu", [97060, 95515, 92607, 84964], Some([94703, 92980, 89916, 84760])),
     // MRU (`MRU_init`; not in the 0.3.5 wheel).
     ("mru", [109_437, 105_822, 100_821, 90916], Some([106_763, 102_059, 97864, 89374])),
+    // `cachesim ... fifo-belady | lru-belady | sieve-belady`, which read the
+    // trace's next-access times. Object mode only: in byte mode the horizon
+    // (capacity / miss ratio, in requests) outlasts the trace, every
+    // resident comes due, and aa0fc40 turns its FIFO and LRU queues forever
+    // (no result in 600 s) and dereferences a null hand in SIEVE (a crash).
+    ("fifo-belady", [94928, 91283, 80622, 72110], None),
+    ("lru-belady", [94832, 91288, 80761, 72076], None),
+    ("sieve-belady", [94258, 91729, 85041, 69251], None),
 ];
 
 /// The sample trace, in the repo.
