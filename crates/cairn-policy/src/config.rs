@@ -73,6 +73,9 @@ pub enum PolicyConfig {
     /// S3-LRU: S3-FIFO's small FIFO and ghost before an LRU main
     /// (libCacheSim's own).
     S3lru(crate::s3lru::S3LruConfig),
+    /// S3-FIFO-D: S3-FIFO whose small FIFO is resized by which queue's
+    /// victims come back more (libCacheSim aa0fc40's `S3FIFOd`).
+    S3fifod(crate::s3fifod::S3FifodConfig),
     /// Clock2Q+: S3-FIFO's queues, a 1-bit CLOCK main and a correlation
     /// window on the small FIFO (libCacheSim's own).
     Clock2qplus(crate::clock2qplus::Clock2QPlusConfig),
@@ -170,6 +173,7 @@ impl PolicyConfig {
         "lp-twoq",
         "clock2qplus",
         "s3lru",
+        "s3fifod",
         "tinylfu",
         "gdsf",
         "size",
@@ -219,6 +223,7 @@ impl PolicyConfig {
             "lp-arc" => Self::LpArc(crate::lparc::LpArcConfig::default()),
             "lp-twoq" => Self::LpTwoq(crate::lptwoq::LpTwoQConfig::default()),
             "s3lru" => Self::S3lru(crate::s3lru::S3LruConfig::default()),
+            "s3fifod" => Self::S3fifod(crate::s3fifod::S3FifodConfig::default()),
             "clock2qplus" => Self::Clock2qplus(crate::clock2qplus::Clock2QPlusConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
@@ -287,6 +292,7 @@ impl PolicyConfig {
             Self::LpArc(c) => Box::new(crate::lparc::LpArc::new(capacity, c)?),
             Self::LpTwoq(c) => Box::new(crate::lptwoq::LpTwoQ::new(capacity, c)?),
             Self::S3lru(c) => Box::new(crate::s3lru::S3Lru::new(capacity, c)?),
+            Self::S3fifod(c) => Box::new(crate::s3fifod::S3Fifod::new(capacity, c)?),
             Self::Clock2qplus(c) => Box::new(crate::clock2qplus::Clock2QPlus::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),

@@ -75,6 +75,7 @@ pub mod randomtwo;
 pub mod residents;
 pub mod rng;
 pub mod s3fifo;
+pub mod s3fifod;
 pub mod s3lru;
 pub mod sfifo;
 pub mod sieve;

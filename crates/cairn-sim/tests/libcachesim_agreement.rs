@@ -153,6 +153,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     ("fifo-belady", [94928, 91283, 80622, 72110], None),
     ("lru-belady", [94832, 91288, 80761, 72076], None),
     ("sieve-belady", [94258, 91729, 85041, 69251], None),
+    // `cachesim ... s3fifod` (fifo-size-ratio=0.10, main-cache=Clock2,
+    // move-to-main-threshold=1); not in the 0.3.5 wheel.
+    ("s3fifod", [94343, 91392, 85066, 76504], Some([93566, 90945, 83273, 76350])),
 ];
 
 /// The sample trace, in the repo.
