@@ -37,6 +37,19 @@ pub enum PolicyConfig {
     /// Sampled size-aware Belady, libCacheSim's `BeladySize` (needs
     /// next-access times).
     Beladysize(crate::beladysize::BeladySizeConfig),
+    /// FIFO whose eviction passes over units due back soon (libCacheSim
+    /// aa0fc40's `FIFO_Belady`; needs next-access times).
+    #[serde(rename = "fifo-belady")]
+    FifoBelady(crate::fifobelady::FifoBeladyConfig),
+    /// LRU whose eviction passes over units due back soon (libCacheSim
+    /// aa0fc40's `LRU_Belady`; needs next-access times).
+    #[serde(rename = "lru-belady")]
+    LruBelady(crate::lrubelady::LruBeladyConfig),
+    /// SIEVE whose hand passes over units due back soon, admitting only
+    /// those (libCacheSim aa0fc40's `Sieve_Belady`; needs next-access
+    /// times).
+    #[serde(rename = "sieve-belady")]
+    SieveBelady(crate::sievebelady::SieveBeladyConfig),
     /// W-TinyLFU: LRU window, SLRU main, frequency-sketch admission.
     Tinylfu(crate::tinylfu::TinyLfuConfig),
     /// S3-FIFO: small, main and ghost FIFOs (Yang et al., SOSP'23);
@@ -60,6 +73,9 @@ pub enum PolicyConfig {
     /// S3-LRU: S3-FIFO's small FIFO and ghost before an LRU main
     /// (libCacheSim's own).
     S3lru(crate::s3lru::S3LruConfig),
+    /// S3-FIFO-D: S3-FIFO whose small FIFO is resized by which queue's
+    /// victims come back more (libCacheSim aa0fc40's `S3FIFOd`).
+    S3fifod(crate::s3fifod::S3FifodConfig),
     /// Clock2Q+: S3-FIFO's queues, a 1-bit CLOCK main and a correlation
     /// window on the small FIFO (libCacheSim's own).
     Clock2qplus(crate::clock2qplus::Clock2QPlusConfig),
@@ -112,6 +128,10 @@ pub enum PolicyConfig {
     /// choices; libCacheSim aa0fc40's `RandomTwo`).
     #[serde(rename = "random-two")]
     RandomTwo(crate::randomtwo::RandomTwoConfig),
+    /// `n_sample` random draws, the least recently used evicted (sampled
+    /// LRU; libCacheSim aa0fc40's `RandomLRU`).
+    #[serde(rename = "random-lru")]
+    RandomLru(crate::randomlru::RandomLruConfig),
     /// Hyperbolic caching (Blankstein, Sen & Freedman, ATC'17).
     Hyperbolic(crate::hyperbolic::HyperbolicConfig),
     /// LHD, least hit density (Beckmann, Chen & Cidon, NSDI'18).
@@ -160,6 +180,7 @@ impl PolicyConfig {
         "lp-twoq",
         "clock2qplus",
         "s3lru",
+        "s3fifod",
         "tinylfu",
         "gdsf",
         "size",
@@ -170,6 +191,7 @@ impl PolicyConfig {
         "3lcache",
         "random",
         "random-two",
+        "random-lru",
         "lru-prob",
         "flashprob",
         "ons",
@@ -178,6 +200,9 @@ impl PolicyConfig {
         "dual",
         "opt",
         "beladysize",
+        "fifo-belady",
+        "lru-belady",
+        "sieve-belady",
     ];
 
     /// The default configuration of the policy called `name`.
@@ -195,6 +220,9 @@ impl PolicyConfig {
             "lirs" => Self::Lirs(crate::lirs::LirsConfig::default()),
             "opt" => Self::Opt(crate::opt::OptConfig::default()),
             "beladysize" => Self::Beladysize(crate::beladysize::BeladySizeConfig::default()),
+            "fifo-belady" => Self::FifoBelady(crate::fifobelady::FifoBeladyConfig::default()),
+            "lru-belady" => Self::LruBelady(crate::lrubelady::LruBeladyConfig::default()),
+            "sieve-belady" => Self::SieveBelady(crate::sievebelady::SieveBeladyConfig::default()),
             "tinylfu" => Self::Tinylfu(crate::tinylfu::TinyLfuConfig::default()),
             "s3fifo" => Self::S3fifo(crate::s3fifo::S3FifoConfig::default()),
             "s3fifo-v0" => Self::S3fifo(crate::s3fifo::S3FifoConfig::v0()),
@@ -204,6 +232,7 @@ impl PolicyConfig {
             "lp-arc" => Self::LpArc(crate::lparc::LpArcConfig::default()),
             "lp-twoq" => Self::LpTwoq(crate::lptwoq::LpTwoQConfig::default()),
             "s3lru" => Self::S3lru(crate::s3lru::S3LruConfig::default()),
+            "s3fifod" => Self::S3fifod(crate::s3fifod::S3FifodConfig::default()),
             "clock2qplus" => Self::Clock2qplus(crate::clock2qplus::Clock2QPlusConfig::default()),
             "clock" => Self::Clock(crate::clock::ClockConfig::default()),
             "clockpro" => Self::Clockpro(crate::clockpro::ClockProConfig::default()),
@@ -225,6 +254,7 @@ impl PolicyConfig {
             "size" => Self::Size(crate::size::SizeConfig::default()),
             "random" => Self::Random(crate::random::RandomConfig::default()),
             "random-two" => Self::RandomTwo(crate::randomtwo::RandomTwoConfig::default()),
+            "random-lru" => Self::RandomLru(crate::randomlru::RandomLruConfig::default()),
             "hyperbolic" => Self::Hyperbolic(crate::hyperbolic::HyperbolicConfig::default()),
             "lhd" => Self::Lhd(crate::lhd::LhdConfig::default()),
             "lrb" => Self::Lrb(crate::lrb::LrbConfig::default()),
@@ -237,7 +267,14 @@ impl PolicyConfig {
     /// Whether the policy reads [`Access::next`](crate::Access::next), the
     /// next-access times only an offline replay knows.
     pub fn needs_next_access(&self) -> bool {
-        matches!(self, Self::Opt(_) | Self::Beladysize(_))
+        matches!(
+            self,
+            Self::Opt(_)
+                | Self::Beladysize(_)
+                | Self::FifoBelady(_)
+                | Self::LruBelady(_)
+                | Self::SieveBelady(_)
+        )
     }
 
     /// Builds the policy with the given capacity.
@@ -255,6 +292,9 @@ impl PolicyConfig {
             Self::Lirs(c) => Box::new(crate::lirs::Lirs::new(capacity, c)?),
             Self::Opt(c) => Box::new(crate::opt::Opt::new(capacity, c)?),
             Self::Beladysize(c) => Box::new(crate::beladysize::BeladySize::new(capacity, c)?),
+            Self::FifoBelady(c) => Box::new(crate::fifobelady::new(capacity, c)?),
+            Self::LruBelady(c) => Box::new(crate::lrubelady::LruBelady::new(capacity, c)?),
+            Self::SieveBelady(c) => Box::new(crate::sievebelady::SieveBelady::new(capacity, c)?),
             Self::Tinylfu(c) => Box::new(crate::tinylfu::TinyLfu::new(capacity, c)?),
             Self::S3fifo(c) => Box::new(crate::s3fifo::S3Fifo::new(capacity, c)?),
             Self::Qdlp(c) => Box::new(crate::qdlp::Qdlp::new(capacity, c)?),
@@ -263,6 +303,7 @@ impl PolicyConfig {
             Self::LpArc(c) => Box::new(crate::lparc::LpArc::new(capacity, c)?),
             Self::LpTwoq(c) => Box::new(crate::lptwoq::LpTwoQ::new(capacity, c)?),
             Self::S3lru(c) => Box::new(crate::s3lru::S3Lru::new(capacity, c)?),
+            Self::S3fifod(c) => Box::new(crate::s3fifod::S3Fifod::new(capacity, c)?),
             Self::Clock2qplus(c) => Box::new(crate::clock2qplus::Clock2QPlus::new(capacity, c)?),
             Self::Clock(c) => Box::new(crate::clock::Clock::new(capacity, c)?),
             Self::Clockpro(c) => Box::new(crate::clockpro::ClockPro::new(capacity, c)?),
@@ -283,6 +324,7 @@ impl PolicyConfig {
             Self::Size(c) => Box::new(crate::size::Size::new(capacity, c)?),
             Self::Random(c) => Box::new(crate::random::Random::new(capacity, c)?),
             Self::RandomTwo(c) => Box::new(crate::randomtwo::RandomTwo::new(capacity, c)?),
+            Self::RandomLru(c) => Box::new(crate::randomlru::new(capacity, c)?),
             Self::Hyperbolic(c) => Box::new(crate::hyperbolic::Hyperbolic::new(capacity, c)?),
             Self::Lhd(c) => Box::new(crate::lhd::Lhd::new(capacity, c)?),
             Self::Lrb(c) => Box::new(crate::lrb::Lrb::new(capacity, c)?),

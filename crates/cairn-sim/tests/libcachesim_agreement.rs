@@ -34,6 +34,7 @@ use cairn_policy::lecar::LecarConfig;
 use cairn_policy::libcachesim::Version;
 use cairn_policy::opt::OptConfig;
 use cairn_policy::random::RandomConfig;
+use cairn_policy::randomlru::RandomLruConfig;
 use cairn_policy::randomtwo::RandomTwoConfig;
 use cairn_policy::residents::SamplerVersion;
 use cairn_policy::rng::Generator;
@@ -127,6 +128,9 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     // `cachesim ... randomTwo`, the same table (2^16 buckets) and generator
     // reset; not in the 0.3.5 wheel.
     ("random-two-aa0fc40", [95743, 93830, 91172, 83168], Some([95025, 93720, 91395, 84538])),
+    // `cachesim ... RandomLRU`: 64 draws an eviction whatever its
+    // `n-samples` says.
+    ("random-lru-aa0fc40", [95428, 93875, 91629, 84341], Some([94958, 93692, 92143, 84093])),
     // MMIX from 0 in each of cachesim's runs. (aa0fc40's `lru-prob` reads
     // its list head uninitialised and prints nothing.)
     ("flashprob-aa0fc40", [97236, 92611, 89839, 81082], Some([95971, 92772, 89524, 81466])),
@@ -149,6 +153,17 @@ const LIBCACHESIM_AA0FC40: &[MissCounts] = &[
     ("cr-lfu", [97060, 95515, 92607, 84964], Some([94703, 92980, 89916, 84760])),
     // MRU (`MRU_init`; not in the 0.3.5 wheel).
     ("mru", [109_437, 105_822, 100_821, 90916], Some([106_763, 102_059, 97864, 89374])),
+    // `cachesim ... fifo-belady | lru-belady | sieve-belady`, which read the
+    // trace's next-access times. Object mode only: in byte mode the horizon
+    // (capacity / miss ratio, in requests) outlasts the trace, every
+    // resident comes due, and aa0fc40 turns its FIFO and LRU queues forever
+    // (no result in 600 s) and dereferences a null hand in SIEVE (a crash).
+    ("fifo-belady", [94928, 91283, 80622, 72110], None),
+    ("lru-belady", [94832, 91288, 80761, 72076], None),
+    ("sieve-belady", [94258, 91729, 85041, 69251], None),
+    // `cachesim ... s3fifod` (fifo-size-ratio=0.10, main-cache=Clock2,
+    // move-to-main-threshold=1); not in the 0.3.5 wheel.
+    ("s3fifod", [94343, 91392, 85066, 76504], Some([93566, 90945, 83273, 76350])),
 ];
 
 /// The sample trace, in the repo.
@@ -188,6 +203,10 @@ fn config(name: &str) -> PolicyConfig {
         "random-two-aa0fc40" => PolicyConfig::RandomTwo(RandomTwoConfig {
             version: SamplerVersion::Aa0fc40,
             ..RandomTwoConfig::default()
+        }),
+        "random-lru-aa0fc40" => PolicyConfig::RandomLru(RandomLruConfig {
+            version: SamplerVersion::Aa0fc40,
+            ..RandomLruConfig::default()
         }),
         "flashprob-aa0fc40" => PolicyConfig::Flashprob(FlashProbConfig {
             version: Version::Aa0fc40,
