@@ -31,12 +31,14 @@ pub struct Prepass {
     pub bytes: u64,
     /// Whether any access carries a next-access time from the trace.
     pub carries_next: bool,
-    /// Next-access time per access (indexed by logical time), when asked for.
+    /// Next-access time per access (indexed by logical time), when asked for
+    /// and the trace carries none of its own (`carries_next` false).
     pub next_times: Option<Arc<[u64]>>,
 }
 
 /// Reads `accesses` once. With `want_next_times`, also computes every access's
-/// next-access time (see the module docs for the memory this costs).
+/// next-access time (see the module docs for the memory this costs), unless
+/// the trace carries its own.
 ///
 /// `scaling_factor` reproduces libCacheSim's sampling of very large traces in
 /// `cal_working_set_size`: with a factor `s > 1` only objects whose id is a
@@ -66,7 +68,7 @@ pub fn prepass(
             }
             bytes += u64::from(access.size);
             out.carries_next |= access.next != NEVER;
-            if want_next_times {
+            if want_next_times && !out.carries_next {
                 keys.push(access.key);
             }
             if access.object % scaling_factor == 0 && seen.insert(access.key) {
@@ -80,7 +82,10 @@ pub fn prepass(
     }
     out.working_set.objects *= scaling_factor;
     out.working_set.bytes *= scaling_factor;
-    if want_next_times {
+    // A trace with next-access times of its own (oracleGeneral) is replayed
+    // with those: the keys gathered before the first one are dropped
+    // unused, and the second pass over them is skipped.
+    if want_next_times && !out.carries_next {
         out.next_times = Some(next_access_times(keys).into());
     }
     Ok(out)
@@ -221,5 +226,29 @@ mod tests {
         );
         assert_eq!((p.accesses, p.bytes, p.carries_next), (4, 159, false));
         assert_eq!(&p.next_times.unwrap()[..], &[2, NEVER, NEVER, NEVER]);
+    }
+
+    #[test]
+    fn a_trace_with_its_own_next_times_is_not_given_computed_ones() {
+        // The first access is a one-hit wonder (NEVER), as in oracleGeneral.
+        let accesses = [(1, NEVER), (2, 3), (3, NEVER), (2, NEVER)]
+            .into_iter()
+            .enumerate()
+            .map(|(t, (k, next))| {
+                Ok(Access {
+                    next,
+                    ..Access::read(k, 1, t as u64)
+                })
+            });
+        let p = prepass(
+            crate::FromIter(accesses),
+            true,
+            1,
+            &crate::replay::NoProgress,
+        )
+        .unwrap();
+        assert!(p.carries_next);
+        assert!(p.next_times.is_none());
+        assert_eq!((p.accesses, p.working_set.objects), (4, 3));
     }
 }
