@@ -158,23 +158,38 @@ impl AccessStream {
         let first = out.len();
         let want = first + max.max(1);
         while out.len() < want {
-            let request: Request = match self.next_request() {
-                Some(Ok(r)) => r,
-                Some(Err(e)) if out.len() == first => return Err(e),
-                Some(Err(e)) => {
-                    self.pending = Some(e);
-                    break;
+            if self.requests_at == self.requests_batch.len() && !self.refill_requests() {
+                match self.source_error.take() {
+                    Some(e) if out.len() == first => return Err(e),
+                    Some(e) => self.pending = Some(e),
+                    None => {}
                 }
-                None => break,
-            };
-            self.requests_read += 1;
-            if self.ops.keeps(request.op) {
-                self.splitter.split(&request, out);
-                if let Some(stamps) = stamps.as_deref_mut() {
-                    let stamp = self.ttl.map_or(Stamp::NONE, |ttl| ttl.stamp(&request));
-                    stamps.resize(out.len(), stamp);
-                }
+                break;
             }
+            // The batch's requests in one tight loop: no per-request
+            // `Option<Result<Request>>` moved through the stack.
+            let batch = &self.requests_batch[self.requests_at..];
+            let used = if self.ops == OpFilter::All && stamps.is_none() {
+                self.splitter.split_until(batch, out, want)
+            } else {
+                let mut used = 0;
+                for request in batch {
+                    used += 1;
+                    if self.ops.keeps(request.op) {
+                        self.splitter.split(request, out);
+                        if let Some(stamps) = stamps.as_deref_mut() {
+                            let stamp = self.ttl.map_or(Stamp::NONE, |ttl| ttl.stamp(request));
+                            stamps.resize(out.len(), stamp);
+                        }
+                        if out.len() >= want {
+                            break;
+                        }
+                    }
+                }
+                used
+            };
+            self.requests_at += used;
+            self.requests_read += used as u64;
         }
         if !self.groups.is_trivial() {
             for access in &mut out[first..] {
@@ -193,27 +208,18 @@ impl AccessStream {
         Ok(out.len() - first)
     }
 
-    /// The source's next request, from the current batch; a new batch is
-    /// read (one dynamic call) when it runs out.
-    #[inline]
-    fn next_request(&mut self) -> Option<Result<Request, TraceError>> {
-        if let Some(&request) = self.requests_batch.get(self.requests_at) {
-            self.requests_at += 1;
-            return Some(Ok(request));
-        }
-        if let Some(error) = self.source_error.take() {
-            return Some(Err(error));
+    /// Reads the source's next batch of requests (one dynamic call). False
+    /// when it brought none: the trace has ended, or `source_error` says why
+    /// not. An error met after some requests waits in `source_error` until
+    /// they are used.
+    fn refill_requests(&mut self) -> bool {
+        if self.source_error.is_some() {
+            return false;
         }
         self.requests_batch.clear();
         self.requests_at = 0;
         self.source_error = self.requests.fill(&mut self.requests_batch, REQUEST_BATCH);
-        match self.requests_batch.first() {
-            Some(&request) => {
-                self.requests_at = 1;
-                Some(Ok(request))
-            }
-            None => self.source_error.take().map(Err),
-        }
+        !self.requests_batch.is_empty()
     }
 
     fn refill(&mut self) -> Option<Result<(), TraceError>> {

@@ -53,6 +53,51 @@ impl Splitter {
         Self { unit, time: 0 }
     }
 
+    /// Appends the accesses of `requests` to `out`, as [`split`](Self::split)
+    /// of each in turn, until `out` holds at least `until` accesses; returns
+    /// how many requests were used (all, or up to the one that reached
+    /// `until`). In object mode, one access a request, this is one
+    /// reserve-and-extend: no per-request call or capacity check.
+    #[inline]
+    pub fn split_until(
+        &mut self,
+        requests: &[Request],
+        out: &mut Vec<Access>,
+        until: usize,
+    ) -> usize {
+        if self.unit == Unit::Object {
+            let used = requests.len().min(until.saturating_sub(out.len()).max(1));
+            let time = self.time;
+            out.extend(
+                requests[..used]
+                    .iter()
+                    .zip(time..)
+                    .map(|(request, time)| Access {
+                        key: request.object,
+                        size: request.size,
+                        op: request.op,
+                        object: request.object,
+                        block: 0,
+                        group: 0,
+                        time,
+                        clock: request.time_us / 1_000_000,
+                        next: request.next,
+                    }),
+            );
+            self.time += used as u64;
+            return used;
+        }
+        let mut used = 0;
+        for request in requests {
+            used += 1;
+            self.split(request, out);
+            if out.len() >= until {
+                break;
+            }
+        }
+        used
+    }
+
     /// Appends the accesses of `request` to `out` (without clearing it).
     /// In object mode the request's `next` carries over; start-sector and
     /// block mode leave [`NEVER`] (the simulator computes next-access times itself when OPT runs).
@@ -160,5 +205,49 @@ mod tests {
         let sizes: Vec<u32> = out.iter().map(|a| a.size).collect();
         assert_eq!(sizes, [8192, 512, 512, 1]);
         assert_eq!(out[3].time, 3);
+    }
+
+    proptest::proptest! {
+        /// `split_until` over a batch gives what `split` of each request
+        /// gives, stops at the request that reaches `until`, and numbers time
+        /// on from where it left off.
+        #[test]
+        fn split_until_is_split_of_each_request(
+            requests in proptest::collection::vec((0u64..4, 0u64..20_000, 1u32..10_000, 0u64..3_000_000), 0..40),
+            unit in 0usize..3,
+            untils in proptest::collection::vec(1usize..30, 1..10),
+        ) {
+            let unit = [Unit::Object, Unit::StartSector, Unit::Block { block_size: 4096 }][unit];
+            let requests: Vec<Request> = requests
+                .into_iter()
+                .map(|(object, offset, size, time_us)| Request { object, offset, size, time_us, next: object * 7, ..Request::default() })
+                .collect();
+            let mut one = Splitter::new(unit);
+            let mut expected = vec![];
+            for request in &requests {
+                one.split(request, &mut expected);
+            }
+            let mut many = Splitter::new(unit);
+            let mut out = vec![];
+            let mut at = 0;
+            for until in untils.iter().cycle() {
+                if at == requests.len() {
+                    break;
+                }
+                let before = out.len();
+                let used = many.split_until(&requests[at..], &mut out, before + until);
+                proptest::prop_assert!(used >= 1 && at + used <= requests.len());
+                // Stopped at `until` or at the end, and not a request later.
+                proptest::prop_assert!(out.len() >= before + until || at + used == requests.len());
+                let mut check = Splitter::new(unit);
+                let mut without_last = vec![];
+                for request in &requests[..at + used - 1] {
+                    check.split(request, &mut without_last);
+                }
+                proptest::prop_assert!(without_last.len() < before + until);
+                at += used;
+            }
+            proptest::prop_assert_eq!(out, expected);
+        }
     }
 }
