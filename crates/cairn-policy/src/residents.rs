@@ -15,9 +15,11 @@
 //!   position there, so a draw is one random number mapped onto the array
 //!   (Lemire's multiply-shift, no division) and removal is a swap with the
 //!   last member;
-//! - a sample of many draws ([`Residents::sample_into`]) computes every index
-//!   first and starts loading every node before reading any, so the nodes'
-//!   cache misses overlap instead of following one another.
+//! - a sample of many draws ([`SampledTable::sample_into`]) starts loading
+//!   every node before reading any, so the nodes' cache misses overlap
+//!   instead of following one another; the generator's numbers are drawn
+//!   four ahead, so the next sample's nodes and index slots are loading
+//!   while the accesses in between are served.
 //!
 //! Growth of the slab, the index and the array are the only allocations; a
 //! cache in its steady state allocates nothing.
@@ -149,22 +151,6 @@ impl<T: Copy> Residents<T> {
         }
     }
 
-    /// Fills `out` with independent uniform draws (repeats possible), and
-    /// starts loading each drawn node before returning. Leaves `out` as it
-    /// was if nothing is resident.
-    #[inline]
-    pub fn sample_into(&self, rng: &mut Rng, out: &mut [Index]) {
-        let len = self.members.len();
-        if len == 0 {
-            return;
-        }
-        for slot in out.iter_mut() {
-            let index = self.members[below(rng.next_u64(), len)];
-            self.slab.prefetch(index);
-            *slot = index;
-        }
-    }
-
     /// The replay's three-stage hint for `key`: the index slots, then the
     /// node. Nothing is relinked on a hit, so `Next` does nothing.
     #[inline]
@@ -227,12 +213,24 @@ pub enum SampledTable<T> {
         residents: Residents<T>,
         /// The generator of the draws.
         rng: Rng,
-        /// The next two draws of [`sample`](Self::sample), drawn early so
-        /// their victims can be loaded before they are needed.
-        ahead: [u64; 2],
+        /// The generator's next four numbers, drawn early (and used in
+        /// order, so the draws are the generator's sequence) so the victims
+        /// they pick can be loaded before they are needed.
+        ahead: [u64; AHEAD],
     },
     /// libCacheSim's chained table with its own generator.
     Libcachesim(ChainedTable<T>),
+}
+
+/// Numbers a [`SampledTable::Cairn`] draws ahead: the next two draws'
+/// victims are read while the two after are loading.
+const AHEAD: usize = 4;
+
+/// Uses up the oldest number drawn ahead and draws one more behind the rest.
+#[inline]
+fn next_ahead(ahead: &mut [u64; AHEAD], rng: &mut Rng) {
+    ahead.rotate_left(1);
+    ahead[AHEAD - 1] = rng.next_u64();
 }
 
 impl<T: Copy> SampledTable<T> {
@@ -265,7 +263,7 @@ impl<T: Copy> SampledTable<T> {
             }
             let generator = Generator::Lehmer64;
             let mut rng = Rng::new(generator, seed.unwrap_or(generator.default_seed()));
-            let ahead = [rng.next_u64(), rng.next_u64()];
+            let ahead = std::array::from_fn(|_| rng.next_u64());
             return Ok(SampledTable::Cairn {
                 residents: Residents::default(),
                 rng,
@@ -354,7 +352,7 @@ impl<T: Copy> SampledTable<T> {
                 ahead,
             } => {
                 let picked = residents.pick(ahead[0])?;
-                *ahead = [ahead[1], rng.next_u64()];
+                next_ahead(ahead, rng);
                 residents.warm(ahead[0], ahead[1]);
                 Some(picked)
             }
@@ -368,7 +366,26 @@ impl<T: Copy> SampledTable<T> {
     #[inline]
     pub fn sample_into(&mut self, out: &mut [u32]) {
         match self {
-            SampledTable::Cairn { residents, rng, .. } => residents.sample_into(rng, out),
+            SampledTable::Cairn {
+                residents,
+                rng,
+                ahead,
+            } => {
+                if residents.is_empty() {
+                    return;
+                }
+                for slot in out.iter_mut() {
+                    let index = residents.pick(ahead[0]).expect("residents");
+                    next_ahead(ahead, rng);
+                    residents.slab.prefetch(index);
+                    *slot = index;
+                }
+                // The next sample's first two draws: their nodes were
+                // loaded by the previous call; start on their index slots
+                // (a victim's removal needs them) and on the nodes after.
+                residents.warm(ahead[0], ahead[2]);
+                residents.warm(ahead[1], ahead[3]);
+            }
             SampledTable::Libcachesim(table) => {
                 for slot in out {
                     match table.sample() {
@@ -422,9 +439,52 @@ mod tests {
             let off = (f64::from(n) - expected).abs() / expected;
             assert!(off < 0.1, "key {key}: {n} draws, expected {expected:.0}");
         }
-        let mut batch = [0; 64];
-        residents.sample_into(&mut rng, &mut batch);
-        assert!(batch.iter().all(|&i| residents.key(i) % 3000 != 0));
+    }
+
+    #[test]
+    fn a_sample_draws_only_residents() {
+        let mut table = SampledTable::new("t", SamplerVersion::Cairn, Some(7), None).unwrap();
+        let mut batch = [u32::MAX; 4];
+        table.sample_into(&mut batch);
+        assert_eq!(batch, [u32::MAX; 4], "an empty table draws nothing");
+        for key in 0..100u64 {
+            table.insert(key * 1000, key);
+        }
+        for key in (0..100u64).step_by(3) {
+            let slot = table.get(key * 1000).unwrap();
+            table.remove(slot);
+        }
+        let mut drawn = HashMap::new();
+        for _ in 0..1000 {
+            let mut batch = [0; 2];
+            table.sample_into(&mut batch);
+            for slot in batch {
+                let key = *drawn.entry(slot).or_insert(*table.value(slot));
+                assert!(key % 3 != 0, "removed key {key} drawn");
+            }
+        }
+        assert_eq!(drawn.len(), table.len(), "every resident drawn");
+    }
+
+    #[test]
+    fn numbers_drawn_ahead_are_used_in_the_generators_order() {
+        let mut table = SampledTable::new("t", SamplerVersion::Cairn, Some(7), None).unwrap();
+        let mut twin: Residents<u64> = Residents::default();
+        for key in 0..50u64 {
+            table.insert(key, key);
+            twin.insert(key, key);
+        }
+        let mut rng = Rng::new(Generator::Lehmer64, 7);
+        let mut expected = || *twin.value(twin.pick(rng.next_u64()).unwrap());
+        for round in 0..20 {
+            let mut batch = [0; 3];
+            table.sample_into(&mut batch[..=round % 3]);
+            for &slot in &batch[..=round % 3] {
+                assert_eq!(*table.value(slot), expected(), "round {round}");
+            }
+            let one = table.sample().unwrap();
+            assert_eq!(*table.value(one), expected(), "round {round}");
+        }
     }
 
     #[test]
@@ -432,9 +492,6 @@ mod tests {
         let residents: Residents<u8> = Residents::default();
         let mut rng = Rng::new(Generator::Lehmer64, 1);
         assert_eq!(residents.pick(rng.next_u64()), None);
-        let mut batch = [u32::MAX; 4];
-        residents.sample_into(&mut rng, &mut batch);
-        assert_eq!(batch, [u32::MAX; 4]);
     }
 
     proptest! {
