@@ -1,0 +1,17 @@
+//! Cairn's file gateway: objects of a backing store (a local directory, a
+//! throttled one; an S3 bucket later) served over HTTP/1.1 and the S3
+//! GET/HEAD object API, through a file-aware cache of large blocks.
+//!
+//! - [`backend`]: where objects come from ([`Backend`]), with errors as
+//!   values that say not found / forbidden / retryable / other.
+//!
+//! What it is not (yet): a writer (PUT/DELETE are `405`), an authenticator
+//! (requests are anonymous; an `Authorization` header is accepted and
+//! ignored), a TLS endpoint. Limits are in [`limits`].
+
+pub mod backend;
+pub mod limits;
+
+pub use backend::{
+    Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, ObjectInfo, ThrottledBackend,
+};
