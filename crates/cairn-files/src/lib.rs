@@ -4,14 +4,19 @@
 //!
 //! - [`backend`]: where objects come from ([`Backend`]), with errors as
 //!   values that say not found / forbidden / retryable / other.
+//! - [`cache`]: the large-block cache: (object, block) keys, any policy
+//!   (ONS by default), single-flight misses, zero-copy [`BlockRef`](cairn_store::BlockRef) handles.
 //!
 //! What it is not (yet): a writer (PUT/DELETE are `405`), an authenticator
 //! (requests are anonymous; an `Authorization` header is accepted and
 //! ignored), a TLS endpoint. Limits are in [`limits`].
 
 pub mod backend;
+pub mod cache;
 pub mod limits;
 
 pub use backend::{
-    Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, ObjectInfo, ThrottledBackend,
+    Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, MemoryBackend, ObjectInfo,
+    ThrottledBackend,
 };
+pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};

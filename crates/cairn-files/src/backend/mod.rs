@@ -1,7 +1,8 @@
 //! Where objects come from: the [`Backend`] trait and its implementations —
 //! a local directory ([`DirBackend`]) and a throttled wrapper
 //! ([`ThrottledBackend`]) that slows any backend to a chosen latency and
-//! bandwidth. The object-store client (S3) will be a third.
+//! bandwidth, and an in-memory one that counts and fails reads on demand
+//! ([`MemoryBackend`], for tests). The object-store client (S3) will be another.
 //!
 //! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
 //! with errors as values that say what the gateway should tell the client:
@@ -9,9 +10,11 @@
 //! (502). None of them is ever cached.
 
 mod dir;
+mod memory;
 mod throttled;
 
 pub use dir::DirBackend;
+pub use memory::MemoryBackend;
 pub use throttled::ThrottledBackend;
 
 use std::time::SystemTime;
