@@ -288,7 +288,14 @@ impl<'a, B: Backend> Connection<'a, B> {
                 let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
                 let mut request = httparse::Request::new(&mut headers);
                 match request.parse(&self.head[..self.filled]) {
-                    Ok(httparse::Status::Complete(len)) => return Ok(Head::Complete(len)),
+                    Ok(httparse::Status::Complete(len)) => {
+                        let line = self.head.iter().position(|&b| b == b'\n').unwrap_or(len);
+                        return Ok(if line > REQUEST_LINE_MAX_BYTES {
+                            Head::Reject(S3Error::URI_TOO_LONG)
+                        } else {
+                            Head::Complete(len)
+                        });
+                    }
                     Ok(httparse::Status::Partial) => {}
                     Err(httparse::Error::TooManyHeaders) => {
                         return Ok(Head::Reject(S3Error::HEADERS_TOO_LARGE));

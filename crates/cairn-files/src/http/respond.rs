@@ -195,42 +195,37 @@ pub(super) fn serve<B: Backend>(
     let mut fail = |out: &mut Vec<u8>, error: S3Error, message: &str, resource: &str| {
         error_head(out, error, message, resource, head_only, !keep_alive);
     };
-    if f.bad || (request.version == Some(1) && !f.host) {
-        fail(
-            out,
-            S3Error::BAD_REQUEST,
-            "a bad Content-Length, or no Host",
-            target,
-        );
-    } else if method != "GET" && method != "HEAD" {
+    let (raw_path, query) = target.split_once('?').unwrap_or((target, ""));
+    let bad = if f.bad || (request.version == Some(1) && !f.host) {
+        Some("a bad Content-Length, or no Host")
+    } else if !raw_path.starts_with('/') || percent_decode(raw_path, path).is_none() {
+        Some("the path is not /BUCKET/KEY in UTF-8")
+    } else {
+        None
+    };
+    if let Some(message) = bad {
+        // A client this confused gets no second request.
+        error_head(out, S3Error::BAD_REQUEST, message, target, head_only, true);
+        stream.write_all(out)?;
+        return Ok(false);
+    }
+    let (bucket, key) = path[1..].split_once('/').unwrap_or((&path[1..], ""));
+    if method != "GET" && method != "HEAD" {
         fail(
             out,
             S3Error::METHOD_NOT_ALLOWED,
             "read-only: GET and HEAD",
             target,
         );
+    } else if bucket != context.bucket {
+        fail(out, S3Error::NO_SUCH_BUCKET, "no such bucket", bucket);
+    } else if key.is_empty() {
+        bucket_answer(context, out, query, head_only, keep_alive, &mut fail);
     } else {
-        let (raw_path, query) = target.split_once('?').unwrap_or((target, ""));
-        if !raw_path.starts_with('/') || percent_decode(raw_path, path).is_none() {
-            fail(
-                out,
-                S3Error::BAD_REQUEST,
-                "the path is not /BUCKET/KEY in UTF-8",
-                target,
-            );
-        } else {
-            let (bucket, key) = path[1..].split_once('/').unwrap_or((&path[1..], ""));
-            if bucket != context.bucket {
-                fail(out, S3Error::NO_SUCH_BUCKET, "no such bucket", bucket);
-            } else if key.is_empty() {
-                bucket_answer(context, out, query, head_only, keep_alive, &mut fail);
-            } else {
-                let resource = &path[..];
-                return object(
-                    context, &f, key, resource, head_only, keep_alive, stream, out, slices,
-                );
-            }
-        }
+        let resource = &path[..];
+        return object(
+            context, &f, key, resource, head_only, keep_alive, stream, out, slices,
+        );
     }
     stream.write_all(out)?;
     Ok(keep_alive)
