@@ -107,7 +107,7 @@ struct Shared<B> {
     cache: Arc<FileCache<B>>,
     config: GatewayConfig,
     active: AtomicUsize,
-    counters: GatewayCounters,
+    counters: Arc<GatewayCounters>,
 }
 
 impl<B: Backend + 'static> Gateway<B> {
@@ -127,7 +127,7 @@ impl<B: Backend + 'static> Gateway<B> {
                 cache,
                 config,
                 active: AtomicUsize::new(0),
-                counters: GatewayCounters::default(),
+                counters: Arc::new(GatewayCounters::default()),
             }),
             listener,
             stop: Arc::new(AtomicBool::new(false)),
@@ -150,9 +150,10 @@ impl<B: Backend + 'static> Gateway<B> {
         &self.shared.cache
     }
 
-    /// The front end's counters.
-    pub fn counters(&self) -> &GatewayCounters {
-        &self.shared.counters
+    /// The front end's counters (shared: they stay readable while another
+    /// thread serves).
+    pub fn counters(&self) -> Arc<GatewayCounters> {
+        Arc::clone(&self.shared.counters)
     }
 
     /// Accepts and serves connections until the stop flag is set.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use cairn_files::http::GatewayCounters;
 use cairn_files::{Backend, FileCache, FileCacheConfig, Gateway, GatewayConfig};
 
 pub const BUCKET: &str = "media";
@@ -15,6 +16,7 @@ pub const BUCKET: &str = "media";
 pub struct Running<B: Backend + 'static> {
     pub addr: SocketAddr,
     pub cache: Arc<FileCache<B>>,
+    pub counters: Arc<GatewayCounters>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -49,10 +51,12 @@ pub fn start<B: Backend + 'static>(
     let gateway = Gateway::bind("127.0.0.1:0", Arc::clone(&cache), config).expect("bind");
     let addr = gateway.local_addr().expect("addr");
     let stop = gateway.stop_flag();
+    let counters = gateway.counters();
     let thread = std::thread::spawn(move || gateway.serve().expect("serve"));
     Running {
         addr,
         cache,
+        counters,
         stop,
         thread: Some(thread),
     }
@@ -85,4 +89,40 @@ pub fn status(answer: &[u8]) -> u16 {
         .and_then(|line| line.get(9..12))
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {:?}", String::from_utf8_lossy(answer)))
+}
+
+/// `name` on PATH; if it is missing, `None` after printing why the test
+/// skips — unless `CAIRN_REQUIRE_SYSTEM_TOOLS` is set (test.sh sets it),
+/// when a missing tool fails the test.
+pub fn required_tool(name: &str, install: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CAIRN_REQUIRE_SYSTEM_TOOLS").is_none(),
+            "{name} is not installed and CAIRN_REQUIRE_SYSTEM_TOOLS is set: {install} (test.sh does)"
+        );
+        eprintln!("SKIPPED: {name} is not installed ({install}; test.sh does)");
+    }
+    found
+}
+
+/// A directory of objects to serve: `big.bin` (3 MiB + 123 bytes), `small.txt`,
+/// `dir/a b.bin`, `dir/é.txt`, `empty`; a `secret` beside the root and an
+/// `escape` symlink to it inside.
+pub fn objects() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("dir")).expect("mkdir");
+    std::fs::write(root.join("big.bin"), pattern((3 << 20) + 123, 7)).expect("write");
+    std::fs::write(root.join("small.txt"), b"small object\n").expect("write");
+    std::fs::write(root.join("dir/a b.bin"), pattern(300_001, 2)).expect("write");
+    std::fs::write(root.join("dir/é.txt"), "accented\n").expect("write");
+    std::fs::write(root.join("empty"), b"").expect("write");
+    std::fs::write(dir.path().join("secret"), b"TOP-SECRET").expect("write");
+    std::os::unix::fs::symlink("../secret", root.join("escape")).expect("symlink");
+    (dir, root)
 }
