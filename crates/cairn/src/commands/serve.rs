@@ -336,7 +336,22 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         return Ok(());
     }
     if let Some(dir) = &args.files {
-        return files::run(args, dir, quiet);
+        let size = |flag: &str, text: &Option<String>| {
+            text.as_deref()
+                .map(parse_size)
+                .transpose()
+                .context(flag.to_owned())
+        };
+        return files::run(&files::FilesArgs {
+            dir,
+            listen: args.listen.as_ref(),
+            export: &args.export,
+            block_size: size("--block-size", &args.block_size)?,
+            cache_size: size("--cache-size", &args.cache_size)?,
+            policy: args.policy.as_deref(),
+            connections_max: args.connections_max,
+            quiet,
+        });
     }
     // Before any thread starts: taking the systemd socket edits the environment.
     let activated = if args.stdio {

@@ -2,6 +2,7 @@
 //! GET/HEAD object API through the file gateway (`cairn-files`), instead of
 //! NBD volumes. See docs/files.md.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,30 +11,50 @@ use anyhow::{Context, Result, bail};
 use cairn_files::{DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig};
 use cairn_nbd::ListenAddress;
 
-use super::{ServeArgs, parse_size, print};
 use crate::policy_spec;
 
 /// Where the gateway listens without --listen.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-/// Serves `dir` until SIGINT or SIGTERM.
-pub(super) fn run(args: &ServeArgs, dir: &Path, quiet: bool) -> Result<()> {
-    let address = match &args.listen {
+/// `cairn serve`'s flags that --files reads, sizes parsed.
+pub(super) struct FilesArgs<'a> {
+    /// --files.
+    pub dir: &'a Path,
+    /// --listen.
+    pub listen: Option<&'a ListenAddress>,
+    /// --export: the bucket.
+    pub export: &'a str,
+    /// --block-size, bytes.
+    pub block_size: Option<u64>,
+    /// --cache-size, bytes.
+    pub cache_size: Option<u64>,
+    /// --policy.
+    pub policy: Option<&'a str>,
+    /// --connections-max.
+    pub connections_max: Option<usize>,
+    /// -q: print nothing on stdout.
+    pub quiet: bool,
+}
+
+/// Serves `args.dir` until SIGINT or SIGTERM.
+pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
+    let dir = args.dir;
+    let address = match args.listen {
         None => DEFAULT_LISTEN.to_owned(),
         Some(ListenAddress::Tcp(address)) => address.clone(),
         Some(other) => bail!("--files listens on TCP only (--listen tcp:HOST:PORT), not {other}"),
     };
     let mut cache_config = FileCacheConfig::default();
-    if let Some(size) = &args.block_size {
-        cache_config.block_size_bytes = parse_size(size).context("--block-size")?;
+    if let Some(size) = args.block_size {
+        cache_config.block_size_bytes = size;
     }
-    if let Some(size) = &args.cache_size {
-        cache_config.capacity_bytes = parse_size(size).context("--cache-size")?;
+    if let Some(size) = args.cache_size {
+        cache_config.capacity_bytes = size;
     }
-    if let Some(policy) = &args.policy {
+    if let Some(policy) = args.policy {
         cache_config.policy = policy_spec::parse(policy).context("--policy")?;
     }
-    let mut config = GatewayConfig::new(&args.export);
+    let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
         config.connections_max = connections;
     }
@@ -63,13 +84,17 @@ pub(super) fn run(args: &ServeArgs, dir: &Path, quiet: bool) -> Result<()> {
         cache.shards(),
         cache.policy_name()
     );
-    if !quiet {
-        print(&format!(
-            "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)\n",
+    if !args.quiet {
+        // A closed stdout is no reason not to serve.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(
+            stdout,
+            "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)",
             dir.display(),
             args.export,
             args.export
-        ));
+        );
+        let _ = stdout.flush();
     }
     let stop = gateway.stop_flag();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
