@@ -18,6 +18,8 @@
 pub mod date;
 pub mod request;
 mod respond;
+#[cfg(test)]
+mod tests;
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
