@@ -376,7 +376,18 @@ impl<B: Backend> FileCache<B> {
                 let flight = Arc::clone(flight);
                 drop(shard);
                 let result = flight.wait();
-                if result.is_ok() {
+                if let Ok(block) = &result {
+                    // The wait was an access too: if the block it got is
+                    // still the resident copy, the policy counts it as a hit
+                    // (ONS's hit counts see every reader of a popular block).
+                    let mut shard = lock(&cell.shard);
+                    if let Some(Slot::Ready(resident)) = shard.map.get(&cache_key)
+                        && resident.same_buffer(block)
+                    {
+                        let access = shard.access(cache_key, object.number, index, self.block_size);
+                        shard.policy.lookup(&access);
+                    }
+                    drop(shard);
                     cell.counters.coalesced.fetch_add(1, Ordering::Relaxed);
                     cell.counters
                         .bytes_from_cache

@@ -231,3 +231,48 @@ fn every_servable_policy_keeps_the_cache_within_capacity() {
     }
     assert!(built >= 40, "only {built} policies serve");
 }
+
+#[test]
+fn readers_who_waited_count_as_accesses_for_the_policy() {
+    // LFU over 2 blocks: block 0 read by 10 readers at once (1 load + 9
+    // waits), block 1 by one reader then 3 hits. Loading block 2 must evict
+    // block 1 (4 accesses), not block 0 (10) — only if the waits counted.
+    let cache = Arc::new(cache(512 << 10, "lfu"));
+    cache
+        .backend()
+        .put("f", pattern(MIB as usize, 3), SystemTime::UNIX_EPOCH);
+    cache.backend().set_delay(Duration::from_millis(150));
+    let object = cache.open("f").expect("open");
+    let barrier = Arc::new(Barrier::new(10));
+    let readers: Vec<_> = (0..10)
+        .map(|_| {
+            let (cache, barrier) = (Arc::clone(&cache), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                cache.block("f", &object, 0).map(|_| ())
+            })
+        })
+        .collect();
+    for reader in readers {
+        reader.join().expect("join").expect("block 0");
+    }
+    assert!(cache.stats().coalesced >= 5, "{:?}", cache.stats());
+    cache.backend().set_delay(Duration::ZERO);
+    for _ in 0..4 {
+        cache.block("f", &object, 1).expect("block 1");
+    }
+    cache.block("f", &object, 2).expect("block 2");
+    let reads = cache.backend().reads();
+    cache.block("f", &object, 0).expect("block 0 again");
+    assert_eq!(
+        cache.backend().reads(),
+        reads,
+        "block 0 was evicted: the waits did not count"
+    );
+    cache.block("f", &object, 1).expect("block 1 again");
+    assert_eq!(
+        cache.backend().reads(),
+        reads + 1,
+        "block 1 should have been the victim"
+    );
+}
