@@ -17,7 +17,8 @@
 //!   and its policy. A hit locks only its shard and allocates nothing.
 //! - **Single-flight**: the first reader to miss a block reads the backend;
 //!   readers of the same block meanwhile — from any connection — wait for
-//!   that read and get the same buffer, or the same error. A failed read
+//!   that read and get the same buffer, or the same error; a wait that got
+//!   the resident copy counts for the policy as a hit. A failed read
 //!   leaves nothing behind: the next reader tries the backend again.
 //! - **Zero-copy handles**: a block is a [`BlockRef`] (the store's handle
 //!   type); a hit clones it (one atomic increment) and the bytes stay valid
