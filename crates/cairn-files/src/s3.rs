@@ -210,7 +210,13 @@ pub fn list_objects_v2(
                 truncated = true;
                 break 'pages;
             }
-            let rest = &entry.key[prefix.len()..];
+            let Some(rest) = entry.key.strip_prefix(prefix.as_str()) else {
+                // A backend that breaks its contract is an error, not a panic.
+                return Err((
+                    S3Error::BAD_GATEWAY,
+                    format!("the backend listed {:?} for prefix {prefix:?}", entry.key),
+                ));
+            };
             let common = delimiter.as_deref().and_then(|d| {
                 rest.find(d)
                     .map(|at| entry.key[..prefix.len() + at + d.len()].to_owned())
