@@ -74,8 +74,15 @@ if [ -z "${CAIRN_TEST_S3_ENDPOINT:-}" ]; then
     fi
   fi
 fi
+# boto3 for crates/cairn-files/tests/s3_clients_boto3.rs (an S3 client reading
+# through the file gateway).
+if ! python3 -c 'import boto3' 2>/dev/null; then
+  echo "test.sh: installing boto3 (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check boto3
+fi
 # Installed above, so the tests that honour it (crates/cairn/tests/metrics_*.rs:
-# prometheus, chromium, fio, curl) fail when one is missing instead of skipping.
+# prometheus, chromium, fio, curl; crates/cairn-files/tests: curl, boto3) fail
+# when one is missing instead of skipping.
 export CAIRN_REQUIRE_SYSTEM_TOOLS=1
 if ! command -v cargo >/dev/null; then
   echo "test.sh: cargo not found; install Rust with rustup (the toolchain is pinned in rust-toolchain.toml)" >&2

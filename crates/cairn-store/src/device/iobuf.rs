@@ -162,8 +162,9 @@ impl BlockRef {
 
     /// A handle on shared bytes that are never written while shared (a
     /// writer that finds them shared copies them first): a memory device's
-    /// stripe.
-    pub(crate) fn shared(bytes: Arc<Vec<u8>>) -> Self {
+    /// stripe, or a block of the file gateway's cache (`cairn-files`).
+    /// Panics if `bytes` is 4 GiB or longer.
+    pub fn shared(bytes: Arc<Vec<u8>>) -> Self {
         let len = u32::try_from(bytes.len()).expect("a shared buffer under 4 GiB");
         Self {
             backing: Backing::Bytes(bytes),

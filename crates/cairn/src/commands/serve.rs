@@ -5,7 +5,10 @@
 //! `./cairn-data`), or from
 //! the quick overrides `--memory SIZE` and `--file PATH` (one raw device).
 //! The spec is assembled by `cairn_store::Volume`; at shutdown every export is
-//! flushed and every log disk destaged and checkpointed.
+//! flushed and every log disk destaged and checkpointed. `--files DIR` serves
+//! a directory over HTTP and S3 instead (`files.rs`).
+
+mod files;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,19 @@ anything else is refused, never formatted over.
 
 Quick overrides: --memory SIZE serves DRAM (empty at every start); --file PATH
 serves a file or block device as is (with --size, created sparse or grown).
+
+Files (docs/files.md): --files DIR serves the regular files under DIR,
+read-only, over HTTP/1.1 and the S3 GET/HEAD object API instead of NBD
+volumes: GET and HEAD /BUCKET/KEY, BUCKET being --export's name (path-style
+S3: boto3, aws-cli and curl read through it), single byte ranges, ETag and
+Last-Modified with conditional requests, keep-alive, ListObjectsV2 at GET
+/BUCKET. Anonymous: an Authorization header is accepted and not checked.
+Reads go through a DRAM cache of --block-size blocks (256KiB to 4MiB, default
+1MiB) holding --cache-size bytes (default 256MiB), replaced by --policy
+(default ons, papers/000); concurrent readers of a missing block share one
+read of the file. It listens on --listen tcp:HOST:PORT (default
+tcp:127.0.0.1:8080), at most --connections-max connections (default 256; more
+are answered 503). SIGINT or SIGTERM stops it.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
@@ -154,6 +170,9 @@ Examples:
   cairn serve --memory 1GiB --metrics tcp:127.0.0.1:9100
   curl -s http://127.0.0.1:9100/metrics
       Prometheus metrics on loopback port 9100; the dashboard is http://127.0.0.1:9100/.
+  cairn serve --files ./videos --export media --listen tcp:127.0.0.1:8080
+  curl -r 0-1023 -o head.bin http://127.0.0.1:8080/media/movie.mp4
+      A directory over HTTP and S3 (bucket \"media\"); the first KiB of one file.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -189,13 +208,44 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
 
+    /// Serve the files under DIR over HTTP/1.1 and the S3 GET/HEAD object
+    /// API (read-only, docs/files.md) instead of NBD volumes; the bucket is
+    /// --export's name, the address --listen tcp:HOST:PORT (default
+    /// tcp:127.0.0.1:8080).
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "metrics", "read_only"]
+    )]
+    files: Option<PathBuf>,
+
+    /// With --files: the cache's block size, a power of two from 256KiB to
+    /// 4MiB. Default 1MiB.
+    #[arg(long, value_name = "SIZE", requires = "files")]
+    block_size: Option<String>,
+
+    /// With --files: the cache's capacity. Default 256MiB.
+    #[arg(long, value_name = "SIZE", requires = "files")]
+    cache_size: Option<String>,
+
+    /// With --files: the cache's replacement policy, `name` or
+    /// `name:key=value,...` as `cairn sim --policy` takes (not opt and its
+    /// offline kin, nor dual). Default ons.
+    #[arg(long, value_name = "POLICY", requires = "files")]
+    policy: Option<String>,
+
+    /// With --files: connections served at once; more are answered 503.
+    /// Default 256.
+    #[arg(long, value_name = "N", requires = "files")]
+    connections_max: Option<usize>,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
     size: Option<String>,
 
-    /// The export's name with --memory or --file. Clients that ask for the
-    /// empty name get the first export.
+    /// The export's name with --memory or --file (clients that ask for the
+    /// empty name get the first export), and the bucket with --files.
     #[arg(
         long,
         value_name = "NAME",
@@ -284,6 +334,24 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     if args.print_default_config {
         print(DEFAULT_SPEC);
         return Ok(());
+    }
+    if let Some(dir) = &args.files {
+        let size = |flag: &str, text: &Option<String>| {
+            text.as_deref()
+                .map(parse_size)
+                .transpose()
+                .context(flag.to_owned())
+        };
+        return files::run(&files::FilesArgs {
+            dir,
+            listen: args.listen.as_ref(),
+            export: &args.export,
+            block_size: size("--block-size", &args.block_size)?,
+            cache_size: size("--cache-size", &args.cache_size)?,
+            policy: args.policy.as_deref(),
+            connections_max: args.connections_max,
+            quiet,
+        });
     }
     // Before any thread starts: taking the systemd socket edits the environment.
     let activated = if args.stdio {

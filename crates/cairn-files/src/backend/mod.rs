@@ -1,0 +1,177 @@
+//! Where objects come from: the [`Backend`] trait and its implementations —
+//! a local directory ([`DirBackend`]) and a throttled wrapper
+//! ([`ThrottledBackend`]) that slows any backend to a chosen latency and
+//! bandwidth, and an in-memory one that counts and fails reads on demand
+//! ([`MemoryBackend`], for tests). The object-store client (S3) will be another.
+//!
+//! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
+//! with errors as values that say what the gateway should tell the client:
+//! not found (404), forbidden (403), timed out (504), retryable or other
+//! (502). None of them is ever cached.
+
+mod dir;
+mod memory;
+mod throttled;
+
+pub use dir::DirBackend;
+pub use memory::MemoryBackend;
+pub use throttled::ThrottledBackend;
+
+use std::time::SystemTime;
+
+/// What a backend knows about one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Length in bytes.
+    pub size: u64,
+    /// Last modification time.
+    pub modified: SystemTime,
+}
+
+/// One object a listing found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListEntry {
+    /// Its key.
+    pub key: String,
+    /// Its size and modification time.
+    pub info: ObjectInfo,
+}
+
+/// What went wrong in a backend, in the terms a client is answered in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendErrorKind {
+    /// No such object (or the key names a directory).
+    NotFound,
+    /// The key is refused: it would leave the backend's root.
+    Forbidden,
+    /// The backend did not answer in time; retrying may work.
+    Timeout,
+    /// A transient failure (a reset connection, an overloaded server);
+    /// retrying may work.
+    Retryable,
+    /// Anything else (an I/O error, an object that shrank while read).
+    Other,
+}
+
+/// A backend's error: its kind and a message naming the key and the cause.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    /// What kind of failure.
+    pub kind: BackendErrorKind,
+    /// What failed, naming the key.
+    pub message: String,
+}
+
+impl BackendError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether retrying may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            BackendErrorKind::Timeout | BackendErrorKind::Retryable
+        )
+    }
+}
+
+/// A store of immutable-while-read objects, read by key. `Send + Sync`:
+/// every connection's thread calls it at once.
+pub trait Backend: Send + Sync {
+    /// The object's size and modification time.
+    fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError>;
+
+    /// Reads `buf.len()` bytes of `key` at `offset`. Fewer bytes (the object
+    /// shrank) is an error of kind [`BackendErrorKind::Other`].
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+
+    /// Appends to `out`, in key order, up to `max` objects whose key starts
+    /// with `prefix` and sorts after `after` (if given); returns whether more
+    /// matched.
+    fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        max: usize,
+        out: &mut Vec<ListEntry>,
+    ) -> Result<bool, BackendError>;
+}
+
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError> {
+        (**self).stat(key)
+    }
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        (**self).read_at(key, offset, buf)
+    }
+    fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        max: usize,
+        out: &mut Vec<ListEntry>,
+    ) -> Result<bool, BackendError> {
+        (**self).list(prefix, after, max, out)
+    }
+}
+
+/// Checks that `key` is a relative `/`-separated name that stays below the
+/// root: not empty, not longer than [`KEY_MAX_BYTES`](crate::limits::KEY_MAX_BYTES),
+/// no empty, `.` or `..` component, no leading `/`, no NUL or backslash.
+pub fn check_key(key: &str) -> Result<(), BackendError> {
+    let refuse = |why: &str| {
+        Err(BackendError::new(
+            BackendErrorKind::Forbidden,
+            format!("key {key:?} refused: {why}"),
+        ))
+    };
+    if key.is_empty() {
+        return refuse("empty");
+    }
+    if key.len() > crate::limits::KEY_MAX_BYTES {
+        return refuse("too long");
+    }
+    if key.contains(['\0', '\\']) {
+        return refuse("contains NUL or a backslash");
+    }
+    if key
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return refuse("an empty, `.` or `..` path component, or a leading `/`");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_could_leave_the_root_are_refused() {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a/.",
+            "a\\b",
+            "a\0",
+            "a/",
+        ] {
+            let error = check_key(bad).expect_err(bad);
+            assert_eq!(error.kind, BackendErrorKind::Forbidden, "{bad:?}");
+        }
+        for good in ["a", "a/b.mp4", "..a", "a..b/c", "x/.hidden"] {
+            check_key(good).expect(good);
+        }
+    }
+}

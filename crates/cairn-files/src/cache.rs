@@ -1,0 +1,496 @@
+//! The file-aware block cache (DESIGN technique 1, papers/000): objects cut
+//! into large blocks, kept in DRAM, handed out without a copy.
+//!
+//! - **Keys** are (object, block index). An object is numbered by its key,
+//!   size and modification time ([`FileCache::open`]), so a file that
+//!   changes gets a new number and its old blocks are never served again
+//!   (they age out). The policy key is `number << 28 | index`
+//!   ([`BLOCK_INDEX_BITS`]); the policy also sees the object and index
+//!   (`Access::object`, `Access::block`), what prefaces and streams need.
+//! - **Large blocks**: a power of two in [`BLOCK_SIZE_MIN`]–[`BLOCK_SIZE_MAX`]
+//!   (default 1 MiB); an object's last block holds only its remaining bytes.
+//! - **Any policy** of `cairn-policy` by name (default `ons`), one instance
+//!   per shard on its share of the capacity; the policies that need future
+//!   requests (`opt` and kin) and `dual` (not wired to prefaces yet) are
+//!   refused.
+//! - **Sharded** by a hash of the key; a shard is one mutex over its slot map
+//!   and its policy. A hit locks only its shard and allocates nothing.
+//! - **Single-flight**: the first reader to miss a block reads the backend;
+//!   readers of the same block meanwhile — from any connection — wait for
+//!   that read and get the same buffer, or the same error; a wait that got
+//!   the resident copy counts for the policy as a hit. A failed read
+//!   leaves nothing behind: the next reader tries the backend again.
+//! - **Zero-copy handles**: a block is a [`BlockRef`] (the store's handle
+//!   type); a hit clones it (one atomic increment) and the bytes stay valid
+//!   for as long as the caller holds it, eviction or not.
+//! - **Counters** ([`FileCacheStats`]) are relaxed atomics beside each shard:
+//!   no lock and no allocation to count.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
+use cairn_store::BlockRef;
+use hashbrown::HashMap;
+
+use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
+use crate::limits::{
+    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX, SHARDS_MAX,
+};
+
+/// Fibonacci hashing constant: spreads keys over shards.
+const SPREAD: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// What a [`FileCache`] is built from. `Default`: 1 MiB blocks, 256 MiB,
+/// ONS, automatic sharding.
+#[derive(Clone, Debug)]
+pub struct FileCacheConfig {
+    /// Block size in bytes: a power of two in [`BLOCK_SIZE_MIN`],
+    /// [`BLOCK_SIZE_MAX`]. Default 1 MiB.
+    pub block_size_bytes: u64,
+    /// Capacity in bytes, at least one block per shard. Default 256 MiB.
+    pub capacity_bytes: u64,
+    /// The replacement policy. Default ONS (papers/000).
+    pub policy: PolicyConfig,
+    /// Shards, a power of two up to [`SHARDS_MAX`]; 0 chooses: 4 per core,
+    /// halved while a shard would hold fewer than 64 blocks. Default 0.
+    pub shards: usize,
+}
+
+impl Default for FileCacheConfig {
+    fn default() -> Self {
+        Self {
+            block_size_bytes: BLOCK_SIZE_DEFAULT,
+            capacity_bytes: 256 << 20,
+            policy: PolicyConfig::default_for("ons").expect("cairn-policy has ons"),
+            shards: 0,
+        }
+    }
+}
+
+/// A cache configuration that cannot be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileCacheError {
+    /// The block size is not a power of two in range.
+    #[error(
+        "block size {0} bytes is not a power of two between {BLOCK_SIZE_MIN} and {BLOCK_SIZE_MAX}"
+    )]
+    BlockSize(u64),
+    /// The shard count is not a power of two in range.
+    #[error("shard count {0} is not a power of two between 1 and {SHARDS_MAX}")]
+    Shards(usize),
+    /// The capacity holds less than one block per shard.
+    #[error(
+        "capacity {capacity} bytes holds less than one {block_size}-byte block in each of {shards} shards"
+    )]
+    Capacity {
+        /// The capacity given.
+        capacity: u64,
+        /// The block size.
+        block_size: u64,
+        /// The shard count.
+        shards: usize,
+    },
+    /// The policy cannot run in a server.
+    #[error(
+        "policy {0}: it needs knowledge a server does not have (future requests, or file prefaces not yet wired); choose another, e.g. ons or lru"
+    )]
+    Unservable(&'static str),
+    /// The policy's parameters are out of range.
+    #[error("policy: {0}")]
+    Policy(#[from] cairn_policy::ConfigError),
+}
+
+impl FileCacheConfig {
+    /// Checks the configuration; returns the shard count to use.
+    pub fn validate(&self) -> Result<usize, FileCacheError> {
+        let block = self.block_size_bytes;
+        if !block.is_power_of_two() || !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&block) {
+            return Err(FileCacheError::BlockSize(block));
+        }
+        if self.policy.needs_next_access() {
+            return Err(FileCacheError::Unservable("opt and its kin"));
+        }
+        if matches!(self.policy, PolicyConfig::Dual(_)) {
+            return Err(FileCacheError::Unservable("dual"));
+        }
+        let blocks = self.capacity_bytes / block;
+        let shards = if self.shards == 0 {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            let mut shards = (cores * 4).next_power_of_two().min(SHARDS_MAX);
+            while shards > 1 && blocks / (shards as u64) < 64 {
+                shards /= 2;
+            }
+            shards
+        } else {
+            self.shards
+        };
+        if !shards.is_power_of_two() || shards > SHARDS_MAX {
+            return Err(FileCacheError::Shards(shards));
+        }
+        if blocks < shards as u64 {
+            return Err(FileCacheError::Capacity {
+                capacity: self.capacity_bytes,
+                block_size: block,
+                shards,
+            });
+        }
+        Ok(shards)
+    }
+}
+
+/// An object as the cache numbers it: what [`FileCache::open`] returns and
+/// [`FileCache::block`] reads from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Object {
+    number: u64,
+    /// Its size and modification time when opened.
+    pub info: ObjectInfo,
+}
+
+/// A snapshot of the counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileCacheStats {
+    /// Blocks served from the cache.
+    pub hits: u64,
+    /// Blocks read from the backend (one read each).
+    pub misses: u64,
+    /// Blocks served by waiting for another reader's backend read.
+    pub coalesced: u64,
+    /// Backend reads that failed (nothing was cached).
+    pub backend_errors: u64,
+    /// Bytes served from the cache (hits and coalesced waits).
+    pub bytes_from_cache: u64,
+    /// Bytes read from the backend.
+    pub bytes_from_backend: u64,
+    /// Blocks resident now.
+    pub resident_blocks: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    coalesced: AtomicU64,
+    backend_errors: AtomicU64,
+    bytes_from_cache: AtomicU64,
+    bytes_from_backend: AtomicU64,
+}
+
+enum Slot {
+    Ready(BlockRef),
+    Loading(Arc<Flight>),
+}
+
+/// One block's backend read in progress; waiters get its result.
+struct Flight {
+    result: Mutex<Option<Result<BlockRef, BackendError>>>,
+    done: Condvar,
+}
+
+impl Flight {
+    fn complete(&self, result: Result<BlockRef, BackendError>) {
+        *lock(&self.result) = Some(result);
+        self.done.notify_all();
+    }
+
+    fn wait(&self) -> Result<BlockRef, BackendError> {
+        let mut result = lock(&self.result);
+        loop {
+            if let Some(result) = &*result {
+                return result.clone();
+            }
+            result = self
+                .done
+                .wait(result)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+struct Shard {
+    map: HashMap<u64, Slot>,
+    policy: Box<dyn Policy>,
+    victims: Vec<u64>,
+    clock: u64,
+}
+
+/// A shard's lock and counters, alone on their cache lines.
+#[repr(align(128))]
+struct ShardCell {
+    shard: Mutex<Shard>,
+    counters: Counters,
+}
+
+/// The object numbering: key → (number, version).
+struct Objects {
+    numbers: HashMap<Box<str>, Object>,
+    next: u64,
+}
+
+/// A large-block cache over a [`Backend`]. See the module docs.
+pub struct FileCache<B> {
+    backend: B,
+    shards: Box<[ShardCell]>,
+    shard_mask: u64,
+    block_shift: u32,
+    block_size: u32,
+    objects: Mutex<Objects>,
+    policy_name: &'static str,
+    capacity_bytes: u64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<B: Backend> FileCache<B> {
+    /// A cache over `backend`.
+    pub fn new(backend: B, config: &FileCacheConfig) -> Result<Self, FileCacheError> {
+        let shards = config.validate()?;
+        let block = config.block_size_bytes;
+        let per_shard_blocks = config.capacity_bytes / block / shards as u64;
+        let mut cells = Vec::with_capacity(shards);
+        let mut policy_name = "";
+        for _ in 0..shards {
+            let policy = config
+                .policy
+                .build(Capacity::Bytes(per_shard_blocks * block))?;
+            policy_name = policy.name();
+            cells.push(ShardCell {
+                shard: Mutex::new(Shard {
+                    map: HashMap::with_capacity(per_shard_blocks as usize + 16),
+                    policy,
+                    victims: Vec::with_capacity(16),
+                    clock: 0,
+                }),
+                counters: Counters::default(),
+            });
+        }
+        Ok(Self {
+            backend,
+            shards: cells.into_boxed_slice(),
+            shard_mask: shards as u64 - 1,
+            block_shift: block.trailing_zeros(),
+            block_size: block as u32,
+            objects: Mutex::new(Objects {
+                numbers: HashMap::new(),
+                next: 0,
+            }),
+            policy_name,
+            capacity_bytes: per_shard_blocks * block * shards as u64,
+        })
+    }
+
+    /// The backend under the cache.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        u64::from(self.block_size)
+    }
+
+    /// Capacity in bytes (whole blocks per shard).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The policy's short name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy_name
+    }
+
+    /// Looks `key` up in the backend and numbers this version of it.
+    pub fn open(&self, key: &str) -> Result<Object, BackendError> {
+        let info = self.backend.stat(key)?;
+        if info.size.div_ceil(self.block_size()) > 1 << BLOCK_INDEX_BITS {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!(
+                    "{key}: {} bytes is more than {} blocks",
+                    info.size,
+                    1u64 << BLOCK_INDEX_BITS
+                ),
+            ));
+        }
+        let mut objects = lock(&self.objects);
+        if let Some(object) = objects.numbers.get(key)
+            && object.info == info
+        {
+            return Ok(*object);
+        }
+        if objects.numbers.len() >= OBJECTS_MAX {
+            // Forget the numbering; numbers are never reused, so no block
+            // cached under an old number is ever served for a new one.
+            objects.numbers.clear();
+        }
+        let object = Object {
+            number: objects.next,
+            info,
+        };
+        objects.next += 1;
+        objects.numbers.insert(key.into(), object);
+        Ok(object)
+    }
+
+    /// Block `index` of `object` (opened as `key`): its bytes, from the
+    /// cache or read from the backend once however many readers want it.
+    pub fn block(&self, key: &str, object: &Object, index: u64) -> Result<BlockRef, BackendError> {
+        let offset = index << self.block_shift;
+        if offset >= object.info.size {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!(
+                    "{key}: block {index} is past the end ({} bytes)",
+                    object.info.size
+                ),
+            ));
+        }
+        let len = (object.info.size - offset).min(self.block_size()) as usize;
+        let cache_key = (object.number << BLOCK_INDEX_BITS) | index;
+        let cell = &self.shards[(cache_key.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize];
+        let mut shard = lock(&cell.shard);
+        let access = shard.access(cache_key, object.number, index, self.block_size);
+        match shard.map.get(&cache_key) {
+            Some(Slot::Ready(block)) => {
+                let block = block.clone();
+                let resident = shard.policy.lookup(&access);
+                debug_assert!(resident, "a ready block is in the policy");
+                drop(shard);
+                cell.counters.hits.fetch_add(1, Ordering::Relaxed);
+                cell.counters
+                    .bytes_from_cache
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                return Ok(block);
+            }
+            Some(Slot::Loading(flight)) => {
+                let flight = Arc::clone(flight);
+                drop(shard);
+                let result = flight.wait();
+                if let Ok(block) = &result {
+                    // The wait was an access too: if the block it got is
+                    // still the resident copy, the policy counts it as a hit
+                    // (ONS's hit counts see every reader of a popular block).
+                    let mut shard = lock(&cell.shard);
+                    if let Some(Slot::Ready(resident)) = shard.map.get(&cache_key)
+                        && resident.same_buffer(block)
+                    {
+                        let access = shard.access(cache_key, object.number, index, self.block_size);
+                        shard.policy.lookup(&access);
+                    }
+                    drop(shard);
+                    cell.counters.coalesced.fetch_add(1, Ordering::Relaxed);
+                    cell.counters
+                        .bytes_from_cache
+                        .fetch_add(len as u64, Ordering::Relaxed);
+                }
+                return result;
+            }
+            None => {}
+        }
+        // The leader: claim the slot, read outside the lock.
+        let resident = shard.policy.lookup(&access);
+        debug_assert!(!resident, "a block without a slot is not in the policy");
+        let flight = Arc::new(Flight {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        });
+        shard
+            .map
+            .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
+        drop(shard);
+        let mut bytes = vec![0u8; len];
+        let result = self
+            .backend
+            .read_at(key, offset, &mut bytes)
+            .map(|()| BlockRef::shared(Arc::new(bytes)));
+        let mut shard = lock(&cell.shard);
+        if let Ok(block) = &result {
+            shard.install(cache_key, &access, block);
+            drop(shard);
+            cell.counters.misses.fetch_add(1, Ordering::Relaxed);
+            cell.counters
+                .bytes_from_backend
+                .fetch_add(len as u64, Ordering::Relaxed);
+        } else {
+            // Nothing cached: the next reader tries the backend again.
+            shard.map.remove(&cache_key);
+            drop(shard);
+            cell.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        flight.complete(result.clone());
+        result
+    }
+
+    /// The counters, summed over shards.
+    pub fn stats(&self) -> FileCacheStats {
+        let mut stats = FileCacheStats::default();
+        for cell in &self.shards {
+            let c = &cell.counters;
+            stats.hits += c.hits.load(Ordering::Relaxed);
+            stats.misses += c.misses.load(Ordering::Relaxed);
+            stats.coalesced += c.coalesced.load(Ordering::Relaxed);
+            stats.backend_errors += c.backend_errors.load(Ordering::Relaxed);
+            stats.bytes_from_cache += c.bytes_from_cache.load(Ordering::Relaxed);
+            stats.bytes_from_backend += c.bytes_from_backend.load(Ordering::Relaxed);
+            let shard = lock(&cell.shard);
+            stats.resident_blocks += shard
+                .map
+                .values()
+                .filter(|s| matches!(s, Slot::Ready(_)))
+                .count() as u64;
+        }
+        stats
+    }
+}
+
+impl Shard {
+    #[inline]
+    fn access(&mut self, key: u64, object: u64, block: u64, size: u32) -> Access {
+        self.clock += 1;
+        Access {
+            key,
+            size,
+            op: Op::Read,
+            object,
+            block,
+            group: 0,
+            time: self.clock,
+            clock: 0,
+            next: NEVER,
+        }
+    }
+
+    /// A leader's read succeeded: admit the block if the policy will,
+    /// evicting what it names.
+    fn install(&mut self, key: u64, access: &Access, block: &BlockRef) {
+        let mut victims = std::mem::take(&mut self.victims);
+        victims.clear();
+        if self.policy.admit(access, &mut victims) {
+            self.map.insert(key, Slot::Ready(block.clone()));
+        } else {
+            self.map.remove(&key);
+        }
+        for victim in &victims {
+            let removed = self.map.remove(victim);
+            debug_assert!(
+                matches!(removed, Some(Slot::Ready(_))),
+                "the policy evicted {victim:#x}, which is not resident"
+            );
+        }
+        self.victims = victims;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+//! `cairn serve --files DIR`: a directory served over HTTP/1.1 and the S3
+//! GET/HEAD object API through the file gateway (`cairn-files`), instead of
+//! NBD volumes. See docs/files.md.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result, bail};
+use cairn_files::{DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig};
+use cairn_nbd::ListenAddress;
+
+use crate::policy_spec;
+
+/// Where the gateway listens without --listen.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// `cairn serve`'s flags that --files reads, sizes parsed.
+pub(super) struct FilesArgs<'a> {
+    /// --files.
+    pub dir: &'a Path,
+    /// --listen.
+    pub listen: Option<&'a ListenAddress>,
+    /// --export: the bucket.
+    pub export: &'a str,
+    /// --block-size, bytes.
+    pub block_size: Option<u64>,
+    /// --cache-size, bytes.
+    pub cache_size: Option<u64>,
+    /// --policy.
+    pub policy: Option<&'a str>,
+    /// --connections-max.
+    pub connections_max: Option<usize>,
+    /// -q: print nothing on stdout.
+    pub quiet: bool,
+}
+
+/// Serves `args.dir` until SIGINT or SIGTERM.
+pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
+    let dir = args.dir;
+    let address = match args.listen {
+        None => DEFAULT_LISTEN.to_owned(),
+        Some(ListenAddress::Tcp(address)) => address.clone(),
+        Some(other) => bail!("--files listens on TCP only (--listen tcp:HOST:PORT), not {other}"),
+    };
+    let mut cache_config = FileCacheConfig::default();
+    if let Some(size) = args.block_size {
+        cache_config.block_size_bytes = size;
+    }
+    if let Some(size) = args.cache_size {
+        cache_config.capacity_bytes = size;
+    }
+    if let Some(policy) = args.policy {
+        cache_config.policy = policy_spec::parse(policy).context("--policy")?;
+    }
+    let mut config = GatewayConfig::new(args.export);
+    if let Some(connections) = args.connections_max {
+        config.connections_max = connections;
+    }
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
+    let backend = DirBackend::open(dir).with_context(|| format!("--files {}", dir.display()))?;
+    let cache = Arc::new(FileCache::new(backend, &cache_config).context("the file cache")?);
+    let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
+        .with_context(|| format!("listening on tcp:{address}"))?;
+    let bound = gateway.local_addr()?;
+    if !bound.ip().to_canonical().is_loopback() {
+        tracing::warn!(
+            "serving {} on tcp:{bound}, not a loopback address: the gateway has no authentication, \
+             whoever reaches it reads every file under the directory",
+            dir.display()
+        );
+    }
+    tracing::info!(
+        "serving the files under {} as bucket {:?} at http://{bound}/{}/ \
+         ({} blocks of {} bytes, {} shards, policy {})",
+        dir.display(),
+        args.export,
+        args.export,
+        cache.capacity_bytes() / cache.block_size(),
+        cache.block_size(),
+        cache.shards(),
+        cache.policy_name()
+    );
+    if !args.quiet {
+        // A closed stdout is no reason not to serve.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(
+            stdout,
+            "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)",
+            dir.display(),
+            args.export,
+            args.export
+        );
+        let _ = stdout.flush();
+    }
+    let stop = gateway.stop_flag();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("installing the signal handlers")?;
+    }
+    gateway.serve().context("serving")?;
+    let stats = cache.stats();
+    let counters = gateway.counters();
+    tracing::info!(
+        "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
+         {} coalesced, {} backend errors; {} bytes from the cache, {} from the directory",
+        counters.connections.load(Ordering::Relaxed),
+        counters.refused.load(Ordering::Relaxed),
+        counters.requests.load(Ordering::Relaxed),
+        stats.hits,
+        stats.misses,
+        stats.coalesced,
+        stats.backend_errors,
+        stats.bytes_from_cache,
+        stats.bytes_from_backend
+    );
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! `cairn serve --files DIR` serves a directory over HTTP as printed: the
+//! address it prints answers GETs and ranges with the files' bytes, SIGTERM
+//! stops it with exit 0 and a summary of what the cache did, and bad flags
+//! are clear errors before anything listens.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Server, cairn, terminate};
+
+fn get(address: &str, path: &str, extra: &str) -> Vec<u8> {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    answer
+}
+
+fn split(answer: &[u8]) -> (String, &[u8]) {
+    let at = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    (
+        String::from_utf8_lossy(&answer[..at]).into_owned(),
+        &answer[at + 4..],
+    )
+}
+
+#[test]
+fn serve_files_answers_at_the_printed_address_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let videos = dir.path().join("videos");
+    std::fs::create_dir_all(&videos).unwrap();
+    let movie: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(videos.join("movie.mp4"), &movie).unwrap();
+    let mut child = cairn()
+        .args(["serve", "--files"])
+        .arg(&videos)
+        .args([
+            "--export",
+            "media",
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--block-size",
+            "256KiB",
+        ])
+        .args(["--cache-size", "4MiB", "--policy", "lru"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(Some(child));
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    assert!(line.contains("bucket media, path-style"), "{line}");
+
+    let whole = get(&address, "/media/movie.mp4", "");
+    let (head, body) = split(&whole);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(body == movie, "the whole body differs");
+    let answer = get(&address, "/media/movie.mp4", "Range: bytes=0-1023\r\n");
+    let (head, body) = split(&answer);
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert!(
+        head.contains("Content-Range: bytes 0-1023/3000000"),
+        "{head}"
+    );
+    assert_eq!(body, &movie[..1024]);
+    let missing = get(&address, "/media/missing", "");
+    let (head, _) = split(&missing);
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+
+    let mut server = server;
+    terminate(server.take());
+    let mut log = String::new();
+    BufReader::new(stderr).read_to_string(&mut log).unwrap();
+    assert!(log.contains("policy lru"), "{log}");
+    // 12 blocks of 256 KiB read once; the range was a hit.
+    assert!(log.contains("blocks: 1 hits, 12 misses"), "{log}");
+}
+
+#[test]
+fn serve_files_refuses_bad_flags_before_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expected) in [
+        (
+            vec!["--block-size", "3MiB"],
+            "block size 3145728 bytes is not a power of two",
+        ),
+        (vec!["--block-size", "128KiB"], "between 262144 and 4194304"),
+        (
+            vec!["--policy", "opt"],
+            "needs knowledge a server does not have",
+        ),
+        (vec!["--policy", "nosuch"], "nosuch"),
+        (vec!["--export", "Bad_Name"], "bucket name \"Bad_Name\""),
+        (vec!["--listen", "unix:/tmp/x.sock"], "TCP only"),
+        (vec!["--connections-max", "0"], "connections_max 0"),
+    ] {
+        let output = cairn()
+            .args(["serve", "--files"])
+            .arg(dir.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} started");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let output = cairn()
+        .args(["serve", "--files"])
+        .arg(dir.path().join("missing"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing"));
+    let output = cairn()
+        .args(["serve", "--files", ".", "--memory", "1GiB"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be used with"));
+}
