@@ -374,11 +374,18 @@ impl<T: Copy> SampledTable<T> {
                 if residents.is_empty() {
                     return;
                 }
-                for slot in out.iter_mut() {
-                    let index = residents.pick(ahead[0]).expect("residents");
-                    next_ahead(ahead, rng);
+                // The numbers drawn ahead first, then the generator's; then
+                // as many drawn ahead again as were used.
+                let used = out.len().min(AHEAD);
+                for (at, slot) in out.iter_mut().enumerate() {
+                    let r = if at < used { ahead[at] } else { rng.next_u64() };
+                    let index = residents.pick(r).expect("residents");
                     residents.slab.prefetch(index);
                     *slot = index;
+                }
+                ahead.copy_within(used.., 0);
+                for r in &mut ahead[AHEAD - used..] {
+                    *r = rng.next_u64();
                 }
                 // The next sample's first two draws: their nodes were
                 // loaded by the previous call; start on their index slots
