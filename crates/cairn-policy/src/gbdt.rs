@@ -16,6 +16,12 @@
 //!   `G_L²/n_L + G_R²/n_R − G²/n` (hessians are 1), found on per-leaf
 //!   histograms, the larger child's as its parent's minus the smaller's;
 //! - a leaf's output is `−learning_rate · G/n`;
+//! - optionally as `XGBoost` (for [`glcache`](crate::glcache)): an L2 term
+//!   λ (`lambda_l2`) makes gains `G²/(n + λ)` and outputs
+//!   `−learning_rate · G/(n + λ)`, `max_depth` stops a leaf that deep from
+//!   splitting (with `2^max_depth` leaves allowed, best-first growth gives
+//!   the same tree as `XGBoost`'s level-by-level), and a split must gain more
+//!   than `min_gain_to_split` (`XGBoost`'s 1e-6);
 //! - each tree sees a random `feature_fraction` of the features, and every
 //!   `bagging_freq` iterations a fresh random `bagging_fraction` of the rows.
 //!
@@ -47,6 +53,14 @@ pub struct Params {
     pub max_bin: u32,
     /// The sampling generator's seed.
     pub seed: u64,
+    /// L2 regularisation of leaf outputs (`lambda_l2`; `XGBoost`'s
+    /// `lambda`): a gain's and an output's row counts get this added.
+    pub lambda_l2: f64,
+    /// The deepest a leaf may be, the root at depth 0; 0 for no limit
+    /// (`max_depth`).
+    pub max_depth: u32,
+    /// The least gain a split needs (`min_gain_to_split`).
+    pub min_gain_to_split: f64,
 }
 
 impl Default for Params {
@@ -62,6 +76,9 @@ impl Default for Params {
             min_data_in_leaf: 20,
             max_bin: 255,
             seed: 0,
+            lambda_l2: 0.0,
+            max_depth: 0,
+            min_gain_to_split: 0.0,
         }
     }
 }
@@ -269,6 +286,8 @@ struct Leaf {
     begin: usize,
     end: usize,
     gradient: f64,
+    /// Splits from the root to this leaf.
+    depth: u32,
     /// Where the link to this leaf lives: a tree root or a node's child.
     parent: Parent,
     best: Option<Split>,
@@ -500,6 +519,7 @@ impl Trainer {
             begin: 0,
             end: self.order.len(),
             gradient,
+            depth: 0,
             parent: Parent::Root,
             best: None,
         });
@@ -552,6 +572,7 @@ impl Trainer {
                 begin: leaf.begin,
                 end: mid,
                 gradient: left_gradient,
+                depth: leaf.depth + 1,
                 parent: Parent::Left(node),
                 best: None,
             };
@@ -559,6 +580,7 @@ impl Trainer {
                 begin: mid,
                 end: leaf.end,
                 gradient: leaf.gradient - left_gradient,
+                depth: leaf.depth + 1,
                 parent: Parent::Right(node),
                 best: None,
             });
@@ -580,9 +602,11 @@ impl Trainer {
         }
         // Leaf outputs; link each leaf into the tree.
         let shrink = self.params.learning_rate;
+        let lambda = self.params.lambda_l2;
         for i in 0..self.leaves.len() {
             let leaf = self.leaves[i];
-            let count = (leaf.end - leaf.begin).max(1) as f64;
+            let count = (leaf.end - leaf.begin) as f64 + lambda;
+            let count = if count > 0.0 { count } else { 1.0 };
             let value = model.values.len() as u32 | LEAF;
             model.values.push(-shrink * leaf.gradient / count);
             match leaf.parent {
@@ -638,11 +662,14 @@ impl Trainer {
         let leaf = self.leaves[slot];
         let n = (leaf.end - leaf.begin) as u32;
         let min = self.params.min_data_in_leaf.max(1);
-        if n < 2 * min {
+        let max_depth = self.params.max_depth;
+        if n < 2 * min || (max_depth > 0 && leaf.depth >= max_depth) {
             return None;
         }
+        let lambda = self.params.lambda_l2;
         let total = leaf.gradient;
-        let parent_score = total * total / f64::from(n);
+        let parent_score = total * total / (f64::from(n) + lambda);
+        let least = (1e-12 * parent_score.max(1.0)).max(self.params.min_gain_to_split);
         let histogram = &self.histograms[slot * cells..(slot + 1) * cells];
         let mut best: Option<Split> = None;
         for &f in &self.tree_features {
@@ -662,10 +689,10 @@ impl Trainer {
                     break;
                 }
                 let right_gradient = total - left_gradient;
-                let gain = left_gradient * left_gradient / f64::from(left_n)
-                    + right_gradient * right_gradient / f64::from(right_n)
+                let gain = left_gradient * left_gradient / (f64::from(left_n) + lambda)
+                    + right_gradient * right_gradient / (f64::from(right_n) + lambda)
                     - parent_score;
-                if gain > 1e-12 * parent_score.max(1.0) && best.is_none_or(|s| gain > s.gain) {
+                if gain > least && best.is_none_or(|s| gain > s.gain) {
                     best = Some(Split {
                         gain,
                         feature: f as u32,
@@ -803,6 +830,75 @@ mod tests {
         // The threshold sits between the classes' neighbouring values.
         assert!((model.predict(&[99.4, 0.0]) - 1.0).abs() < 1e-9);
         assert!((model.predict(&[99.6, 0.0]) - 9.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn depth_and_l2_bound_a_tree_as_xgboost_does() {
+        // Labels 0, 1, 2, 3 (20 rows each) over x = 0..4: a free tree has
+        // four leaves and fits exactly; depth 1 leaves two, and λ = 1
+        // shrinks each output to G / (n + 1).
+        let fit = |max_depth, lambda_l2| {
+            let mut trainer = Trainer::new(
+                1,
+                Params {
+                    learning_rate: 1.0,
+                    min_data_in_leaf: 1,
+                    max_depth,
+                    lambda_l2,
+                    ..params(1)
+                },
+            );
+            for i in 0..80 {
+                let x = (i / 20) as f32;
+                trainer.push(&[x], x);
+            }
+            let mut model = Model::default();
+            trainer.fit(&mut model);
+            [0.0, 1.0, 2.0, 3.0].map(|x| model.predict(&[x]))
+        };
+        let free = fit(0, 0.0);
+        assert!(
+            free.iter()
+                .zip(0..)
+                .all(|(p, x)| (p - f64::from(x)).abs() < 1e-9),
+            "{free:?}"
+        );
+        let shallow = fit(1, 0.0);
+        assert!(
+            (shallow[0] - 0.5).abs() < 1e-9 && (shallow[1] - 0.5).abs() < 1e-9,
+            "{shallow:?}"
+        );
+        assert!(
+            (shallow[2] - 2.5).abs() < 1e-9 && (shallow[3] - 2.5).abs() < 1e-9,
+            "{shallow:?}"
+        );
+        // Base 1.5; the left leaf's 40 rows have G = 40: 1.5 − 40/41.
+        let shrunk = fit(1, 1.0);
+        assert!((shrunk[0] - (1.5 - 40.0 / 41.0)).abs() < 1e-9, "{shrunk:?}");
+        assert!((shrunk[3] - (1.5 + 40.0 / 41.0)).abs() < 1e-9, "{shrunk:?}");
+    }
+
+    #[test]
+    fn a_split_needs_min_gain_to_split() {
+        let fit = |min_gain_to_split| {
+            let mut trainer = Trainer::new(
+                1,
+                Params {
+                    learning_rate: 1.0,
+                    min_data_in_leaf: 1,
+                    min_gain_to_split,
+                    ..params(1)
+                },
+            );
+            // Two rows, labels 0 and 0.001: the only split gains 5e-7.
+            trainer.push(&[0.0], 0.0);
+            trainer.push(&[1.0], 0.001);
+            let mut model = Model::default();
+            trainer.fit(&mut model);
+            model.predict(&[0.0])
+        };
+        assert!(fit(0.0).abs() < 1e-9);
+        assert!((fit(1e-6) - 0.0005).abs() < 1e-9);
     }
 
     #[test]

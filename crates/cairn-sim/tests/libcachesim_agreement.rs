@@ -879,3 +879,134 @@ fn threelcache_trained_stays_within_tolerance_of_libcachesim() {
         "3lcache beyond tolerance: {failures:?}"
     );
 }
+
+/// A trace on which GL-Cache trains: `cairn trace gen zipf items=100000
+/// alpha=0.9 requests=1000000 interval_us=500000 seed=26` (91,248 objects,
+/// 499,999 s: five trainings at every size below), each object's size
+/// `1024 × (1 + (object × 0x9E3779B97F4A7C15 mod 2^64) >> 59)`, 1 to 32 KiB
+/// (1,541,626,880 bytes in all). libCacheSim read it as oracleGeneral: the
+/// generator's CSV with that size column, then `cairn trace convert`.
+fn glcache_zipf_accesses() -> Vec<Access> {
+    let config = cairn_trace::generate::ZipfConfig {
+        items: 100_000,
+        alpha: 0.9,
+        pace: cairn_trace::generate::Pace {
+            requests: 1_000_000,
+            interval_us: 500_000,
+            seed: 26,
+            ..cairn_trace::generate::Pace::default()
+        },
+        ..cairn_trace::generate::ZipfConfig::default()
+    };
+    let mut splitter = Splitter::new(Unit::Object);
+    let mut accesses = Vec::new();
+    for mut request in config.generator().expect("the zipf config is valid") {
+        let class = request.object.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
+        request.size = 1024 * (1 + class as u32);
+        splitter.split(&request, &mut accesses);
+    }
+    accesses
+}
+
+/// libCacheSim 0.3.5's `GLCache(cache_size=N, retrain_intvl=R)
+/// .process_trace(reader)` on that trace, object mode (`ignore_obj_size`)
+/// then byte mode, N = 1, 5, 10, 20 % of 91,248 objects or 1,541,626,880
+/// bytes: (N, misses of 1,000,000 trained (R = 86,400, the default),
+/// misses untrained (R = 10^9, never due)). Trained and untrained differ:
+/// the wheel trains.
+const GLCACHE_0_3_5_ZIPF: [(Capacity, u64, u64); 8] = [
+    (Capacity::Objects(912), 700_751, 654_084),
+    (Capacity::Objects(4562), 487_969, 486_772),
+    (Capacity::Objects(9124), 394_775, 400_023),
+    (Capacity::Objects(18249), 296_753, 304_913),
+    (Capacity::Bytes(15_416_268), 631_994, 637_539),
+    (Capacity::Bytes(77_081_344), 449_346, 455_903),
+    (Capacity::Bytes(154_162_688), 349_177, 368_203),
+    (Capacity::Bytes(308_325_376), 259_059, 274_631),
+];
+
+/// The largest |ours − libCacheSim's| miss ratio accepted for a trained
+/// GL-Cache: our trees are not `XGBoost`'s (docs/policies.md, glcache), and
+/// its labels hang on a few segments hit right after a snapshot. At 912
+/// objects the cache holds 9 segments and a model learns from 7 rows, so
+/// one different ranking moves the ratio most. Measured: 0.0066 at 912
+/// objects, at most 0.0035 elsewhere.
+const GLCACHE_TOLERANCE_SMALL: f64 = 0.012;
+const GLCACHE_TOLERANCE: f64 = 0.005;
+
+#[test]
+fn glcache_trained_stays_within_tolerance_of_libcachesim() {
+    use cairn_policy::Policy;
+    use cairn_policy::glcache::{GlCache, GlCacheConfig};
+    let accesses = glcache_zipf_accesses();
+    let n = accesses.len() as f64;
+    assert_eq!(accesses.last().unwrap().clock - accesses[0].clock, 499_999);
+    let run = |capacity, retrain_interval| {
+        let config = GlCacheConfig {
+            retrain_interval,
+            ..GlCacheConfig::default()
+        };
+        let mut glcache = GlCache::new(capacity, &config).expect("builds");
+        let mut victims = Vec::new();
+        let misses = accesses
+            .iter()
+            .filter(|access| {
+                victims.clear();
+                !glcache.access(access, &mut victims)
+            })
+            .count() as u64;
+        (misses, glcache.trainings())
+    };
+    let mut failures = Vec::new();
+    let mut worst = 0.0f64;
+    let (mut lru_far, mut untrained_far) = (Vec::new(), Vec::new());
+    for (i, (capacity, theirs, theirs_untrained)) in GLCACHE_0_3_5_ZIPF.into_iter().enumerate() {
+        // Untrained, both take the same victims: the trace is read alike.
+        let (untrained, none) = run(capacity, 1_000_000_000);
+        assert_eq!(none, 0);
+        assert_eq!(untrained, theirs_untrained, "{capacity:?} untrained");
+        let (ours, trainings) = run(capacity, 86_400);
+        assert!(trainings >= 4, "{capacity:?}: {trainings} trainings");
+        let lru = count_misses("lru", capacity, &accesses);
+        let (ours, theirs, lru, untrained) = (
+            ours as f64 / n,
+            theirs as f64 / n,
+            lru as f64 / n,
+            untrained as f64 / n,
+        );
+        let tolerance = if i == 0 {
+            GLCACHE_TOLERANCE_SMALL
+        } else {
+            GLCACHE_TOLERANCE
+        };
+        let off = ours - theirs;
+        worst = worst.max(off.abs() / tolerance);
+        println!(
+            "glcache {capacity:?}: ours {ours:.6}, libCacheSim 0.3.5 {theirs:.6}, \
+             difference {off:+.6} ({trainings} trainings); untrained {untrained:.6}, \
+             lru {lru:.6}"
+        );
+        if off.abs() > tolerance {
+            failures.push(format!(
+                "{capacity:?}: ours {ours:.6}, libCacheSim {theirs:.6}"
+            ));
+        }
+        // Where another policy would fail the tolerance twice over.
+        if (lru - theirs).abs() > 2.0 * tolerance {
+            lru_far.push(i);
+        }
+        if (untrained - theirs).abs() > 2.0 * tolerance {
+            untrained_far.push(i);
+        }
+    }
+    println!("worst difference: {worst:.2} of the tolerance");
+    // LRU is that far everywhere but at 4,562 objects (0.009 away); the
+    // untrained path (FIFO merging) at 912 objects and the two largest byte
+    // sizes, where the models matter most.
+    assert_eq!(lru_far, [0, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(untrained_far, [0, 6, 7]);
+    assert!(
+        failures.is_empty(),
+        "glcache beyond tolerance: {failures:?}"
+    );
+}

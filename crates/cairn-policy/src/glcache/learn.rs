@@ -209,12 +209,13 @@ impl GlCache {
             let index = self.training[t];
             for slot in 0..self.segments[index as usize].units.len() {
                 let key = self.segments[index as usize].units[slot].key;
-                if let Some(location) = self.map.get_mut(&key)
-                    && location.ghost == pack(index, slot)
-                {
-                    location.ghost = NONE;
-                    if location.live == NONE {
-                        self.map.remove(&key);
+                if let Some(entry) = self.map.get(key, &self.locations) {
+                    let location = self.locations.get_mut(entry);
+                    if location.ghost == pack(index, slot) {
+                        location.ghost = NONE;
+                        if location.live == NONE {
+                            self.forget(entry);
+                        }
                     }
                 }
             }
