@@ -11,10 +11,18 @@
 //!   (default 1 MiB); an object's last block holds only its remaining bytes.
 //! - **Any policy** of `cairn-policy` by name (default `ons`), one instance
 //!   per shard on its share of the capacity; the policies that need future
-//!   requests (`opt` and kin) and `dual` (not wired to prefaces yet) are
-//!   refused.
-//! - **Sharded** by a hash of the key; a shard is one mutex over its slot map
-//!   and its policy. A hit locks only its shard and allocates nothing.
+//!   requests (`opt` and kin) are refused.
+//! - **Dual** (papers/001): `dual` sees each block's object number and index,
+//!   which is all it needs (the simulator feeds it the same from a trace): it
+//!   counts active files, estimates their sizes from the blocks read, sizes
+//!   the preface and evicts whole prefaces, which leave through the same
+//!   eviction path as any victim. Its file-level state must see every block
+//!   of a file, so with `dual` the shards are chosen by object, not by block,
+//!   and the automatic shard count is 1 (the preface formula's `N_f` and
+//!   `S_lf` are then the whole cache's, as in `cairn sim -p dual`).
+//! - **Sharded** by a hash of the key (of the object, with `dual`); a shard
+//!   is one mutex over its slot map and its policy. A hit locks only its
+//!   shard and allocates nothing.
 //! - **Single-flight**: the first reader to miss a block reads the backend;
 //!   readers of the same block meanwhile — from any connection — wait for
 //!   that read and get the same buffer, or the same error; a wait that got
@@ -94,7 +102,7 @@ pub enum FileCacheError {
     },
     /// The policy cannot run in a server.
     #[error(
-        "policy {0}: it needs knowledge a server does not have (future requests, or file prefaces not yet wired); choose another, e.g. ons or lru"
+        "policy {0}: it needs knowledge a server does not have (future requests); choose another, e.g. ons or lru"
     )]
     Unservable(&'static str),
     /// The policy's parameters are out of range.
@@ -103,6 +111,12 @@ pub enum FileCacheError {
 }
 
 impl FileCacheConfig {
+    /// Whether blocks are sharded by their object (`dual`, whose prefaces
+    /// and active files are per file) rather than by block.
+    pub fn shards_by_object(&self) -> bool {
+        matches!(self.policy, PolicyConfig::Dual(_))
+    }
+
     /// Checks the configuration; returns the shard count to use.
     pub fn validate(&self) -> Result<usize, FileCacheError> {
         let block = self.block_size_bytes;
@@ -112,11 +126,10 @@ impl FileCacheConfig {
         if self.policy.needs_next_access() {
             return Err(FileCacheError::Unservable("opt and its kin"));
         }
-        if matches!(self.policy, PolicyConfig::Dual(_)) {
-            return Err(FileCacheError::Unservable("dual"));
-        }
         let blocks = self.capacity_bytes / block;
-        let shards = if self.shards == 0 {
+        let shards = if self.shards == 0 && self.shards_by_object() {
+            1
+        } else if self.shards == 0 {
             let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
             let mut shards = (cores * 4).next_power_of_two().min(SHARDS_MAX);
             while shards > 1 && blocks / (shards as u64) < 64 {
@@ -234,6 +247,8 @@ pub struct FileCache<B> {
     backend: B,
     shards: Box<[ShardCell]>,
     shard_mask: u64,
+    /// Shards chosen by object number (`dual`), not by cache key.
+    by_object: bool,
     block_shift: u32,
     block_size: u32,
     objects: Mutex<Objects>,
@@ -274,6 +289,7 @@ impl<B: Backend> FileCache<B> {
             backend,
             shards: cells.into_boxed_slice(),
             shard_mask: shards as u64 - 1,
+            by_object: config.shards_by_object(),
             block_shift: block.trailing_zeros(),
             block_size: block as u32,
             objects: Mutex::new(Objects {
@@ -358,7 +374,12 @@ impl<B: Backend> FileCache<B> {
         }
         let len = (object.info.size - offset).min(self.block_size()) as usize;
         let cache_key = (object.number << BLOCK_INDEX_BITS) | index;
-        let cell = &self.shards[(cache_key.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize];
+        let spread = if self.by_object {
+            object.number
+        } else {
+            cache_key
+        };
+        let cell = &self.shards[(spread.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize];
         let mut shard = lock(&cell.shard);
         let access = shard.access(cache_key, object.number, index, self.block_size);
         match shard.map.get(&cache_key) {

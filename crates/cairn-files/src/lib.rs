@@ -22,7 +22,7 @@ pub mod s3;
 
 pub use backend::{
     Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, MemoryBackend, ObjectInfo,
-    ThrottledBackend,
+    StripedBackend, ThrottledBackend,
 };
 pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};
 pub use http::{Gateway, GatewayConfig};

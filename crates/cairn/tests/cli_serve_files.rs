@@ -100,6 +100,68 @@ fn serve_files_answers_at_the_printed_address_and_stops_on_sigterm() {
 }
 
 #[test]
+fn serve_files_reads_objects_striped_over_throttled_directories_through_dual() {
+    let dir = tempfile::tempdir().unwrap();
+    let movie: Vec<u8> = (0..2_700_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let servers: Vec<_> = (0..4).map(|i| dir.path().join(format!("s{i}"))).collect();
+    let unit = 256 << 10;
+    for server in &servers {
+        std::fs::create_dir_all(server).unwrap();
+    }
+    for (stripe, chunk) in movie.chunks(unit).enumerate() {
+        let path = servers[stripe % 4].join("movie.mp4");
+        let mut part = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        part.write_all(chunk).unwrap();
+    }
+    let list: Vec<String> = servers.iter().map(|s| s.display().to_string()).collect();
+    let mut child = cairn()
+        .args(["serve", "--files", &list.join(",")])
+        .args(["--export", "media", "--listen", "tcp:127.0.0.1:0"])
+        .args(["--block-size", "256KiB", "--cache-size", "4MiB"])
+        .args(["--policy", "dual:alpha=20", "--throttle", "1000,200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(Some(child));
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let whole = get(&address, "/media/movie.mp4", "");
+    let (head, body) = split(&whole);
+    assert!(head.contains("Content-Length: 2700000"), "{head}");
+    assert!(body == movie, "the striped body differs");
+    let answer = get(
+        &address,
+        "/media/movie.mp4",
+        "Range: bytes=500000-1500000\r\n",
+    );
+    let (head, body) = split(&answer);
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert_eq!(body, &movie[500_000..=1_500_000]);
+    let mut server = server;
+    terminate(server.take());
+    let mut log = String::new();
+    BufReader::new(stderr).read_to_string(&mut log).unwrap();
+    assert!(log.contains("policy dual"), "{log}");
+    // 11 blocks read once; the range's 5 blocks were hits.
+    assert!(log.contains("blocks: 5 hits, 11 misses"), "{log}");
+}
+
+#[test]
 fn serve_files_refuses_bad_flags_before_listening() {
     let dir = tempfile::tempdir().unwrap();
     for (args, expected) in [
@@ -116,6 +178,8 @@ fn serve_files_refuses_bad_flags_before_listening() {
         (vec!["--export", "Bad_Name"], "bucket name \"Bad_Name\""),
         (vec!["--listen", "unix:/tmp/x.sock"], "TCP only"),
         (vec!["--connections-max", "0"], "connections_max 0"),
+        (vec!["--throttle", "fast"], "LATENCY_US,MB_S"),
+        (vec!["--throttle", "100,0"], "the rate > 0 MB/s"),
     ] {
         let output = cairn()
             .args(["serve", "--files"])

@@ -48,14 +48,21 @@ fn block_sizes_and_unservable_policies_are_refused() {
         };
         assert_eq!(config.validate().is_ok(), ok, "{size}");
     }
-    for name in ["opt", "dual"] {
-        let config = FileCacheConfig {
-            policy: PolicyConfig::default_for(name).expect(name),
-            ..FileCacheConfig::default()
-        };
-        let error = config.validate().expect_err(name).to_string();
-        assert!(error.contains("ons or lru"), "{error}");
-    }
+    let opt = FileCacheConfig {
+        policy: PolicyConfig::default_for("opt").expect("opt"),
+        ..FileCacheConfig::default()
+    };
+    let error = opt.validate().expect_err("opt").to_string();
+    assert!(error.contains("ons or lru"), "{error}");
+    let dual = FileCacheConfig {
+        policy: PolicyConfig::default_for("dual").expect("dual"),
+        ..FileCacheConfig::default()
+    };
+    assert_eq!(
+        dual.validate().expect("dual serves"),
+        1,
+        "one shard: the preface formula sees every file"
+    );
     let tiny = FileCacheConfig {
         capacity_bytes: MIB,
         shards: 2,
@@ -275,4 +282,87 @@ fn readers_who_waited_count_as_accesses_for_the_policy() {
         reads + 1,
         "block 1 should have been the victim"
     );
+}
+
+/// A dual cache of 40 blocks of 256 KiB (an FPC of 4) with the preface
+/// pinned at `preface` blocks.
+fn dual_cache(preface: u64) -> FileCache<Arc<MemoryBackend>> {
+    let backend = Arc::new(MemoryBackend::new());
+    let dual = cairn_policy::dual::DualConfig {
+        preface_min_blocks: preface,
+        preface_max_blocks: preface,
+        ..cairn_policy::dual::DualConfig::default()
+    };
+    let config = FileCacheConfig {
+        block_size_bytes: 256 << 10,
+        capacity_bytes: 10 * MIB,
+        policy: PolicyConfig::Dual(dual),
+        shards: 0,
+    };
+    let cache = FileCache::new(backend, &config).expect("dual");
+    assert_eq!((cache.policy_name(), cache.shards()), ("dual", 1));
+    cache
+}
+
+/// Reads `indices` of `key`; returns how many went to the backend.
+fn read_blocks(
+    cache: &FileCache<Arc<MemoryBackend>>,
+    key: &str,
+    indices: impl IntoIterator<Item = u64>,
+) -> u64 {
+    let before = cache.backend().reads();
+    let object = cache.open(key).expect("open");
+    for index in indices {
+        cache.block(key, &object, index).expect("block");
+    }
+    cache.backend().reads() - before
+}
+
+#[test]
+fn dual_keeps_a_preface_while_the_residual_part_churns() {
+    let dual = dual_cache(2);
+    let backend = dual.backend();
+    backend.put("movie", pattern(8 << 20, 1), SystemTime::UNIX_EPOCH);
+    backend.put("stream", pattern(64 << 20, 2), SystemTime::UNIX_EPOCH);
+    assert_eq!(read_blocks(&dual, "movie", 0..4), 4);
+    // 200 blocks of another file's residual part through a 36-block RPC.
+    assert_eq!(read_blocks(&dual, "stream", 2..202), 200);
+    assert_eq!(
+        read_blocks(&dual, "movie", 0..2),
+        0,
+        "the preface stayed in the FPC"
+    );
+    assert_eq!(
+        read_blocks(&dual, "movie", 2..4),
+        2,
+        "the rest of the file churned out of the RPC"
+    );
+    assert_eq!(read_blocks(&dual, "stream", 2..3), 1);
+    // The same reads through one LRU cache of the same size lose the preface.
+    let lru = cache(10 * MIB, "lru");
+    lru.backend()
+        .put("movie", pattern(8 << 20, 1), SystemTime::UNIX_EPOCH);
+    lru.backend()
+        .put("stream", pattern(64 << 20, 2), SystemTime::UNIX_EPOCH);
+    read_blocks(&lru, "movie", 0..4);
+    read_blocks(&lru, "stream", 2..202);
+    assert_eq!(read_blocks(&lru, "movie", 0..2), 2);
+}
+
+#[test]
+fn dual_evicts_the_least_recent_files_whole_preface() {
+    // FPC: 4 blocks; prefaces of 2.
+    let dual = dual_cache(2);
+    for (key, seed) in [("a", 1), ("b", 2), ("c", 3)] {
+        dual.backend()
+            .put(key, pattern(2 << 20, seed), SystemTime::UNIX_EPOCH);
+    }
+    assert_eq!(read_blocks(&dual, "a", 0..2), 2);
+    assert_eq!(read_blocks(&dual, "b", 0..2), 2);
+    assert_eq!(dual.stats().resident_blocks, 4);
+    // c's preface needs room: all of a's (the least recent file) leaves.
+    assert_eq!(read_blocks(&dual, "c", 0..1), 1);
+    assert_eq!(dual.stats().resident_blocks, 3, "both of a's blocks left");
+    assert_eq!(read_blocks(&dual, "b", 0..2), 0, "b's preface stays");
+    assert_eq!(read_blocks(&dual, "a", 1..2), 1, "a's block 1 left too");
 }

@@ -35,17 +35,24 @@ pub fn start<B: Backend + 'static>(
     backend: B,
     adjust: impl FnOnce(&mut GatewayConfig),
 ) -> Running<B> {
-    let cache = Arc::new(
-        FileCache::new(
-            backend,
-            &FileCacheConfig {
-                block_size_bytes: 256 << 10,
-                capacity_bytes: 8 << 20,
-                ..FileCacheConfig::default()
-            },
-        )
-        .expect("cache"),
-    );
+    let cache = FileCache::new(
+        backend,
+        &FileCacheConfig {
+            block_size_bytes: 256 << 10,
+            capacity_bytes: 8 << 20,
+            ..FileCacheConfig::default()
+        },
+    )
+    .expect("cache");
+    start_cache(cache, adjust)
+}
+
+/// Serves `cache` with `config`'s limits.
+pub fn start_cache<B: Backend + 'static>(
+    cache: FileCache<B>,
+    adjust: impl FnOnce(&mut GatewayConfig),
+) -> Running<B> {
+    let cache = Arc::new(cache);
     let mut config = GatewayConfig::new(BUCKET);
     adjust(&mut config);
     let gateway = Gateway::bind("127.0.0.1:0", Arc::clone(&cache), config).expect("bind");

@@ -211,7 +211,8 @@ pub struct ServeArgs {
     /// Serve the files under DIR over HTTP/1.1 and the S3 GET/HEAD object
     /// API (read-only, docs/files.md) instead of NBD volumes; the bucket is
     /// --export's name, the address --listen tcp:HOST:PORT (default
-    /// tcp:127.0.0.1:8080).
+    /// tcp:127.0.0.1:8080). DIR1,DIR2,...: objects striped round robin over
+    /// the directories in stripes of --block-size (docs/files.md's layout).
     #[arg(
         long,
         value_name = "DIR",
@@ -229,8 +230,8 @@ pub struct ServeArgs {
     cache_size: Option<String>,
 
     /// With --files: the cache's replacement policy, `name` or
-    /// `name:key=value,...` as `cairn sim --policy` takes (not opt and its
-    /// offline kin, nor dual). Default ons.
+    /// `name:key=value,...` as `cairn sim --policy` takes, e.g.
+    /// dual:alpha=20 (not opt and its offline kin). Default ons.
     #[arg(long, value_name = "POLICY", requires = "files")]
     policy: Option<String>,
 
@@ -238,6 +239,12 @@ pub struct ServeArgs {
     /// Default 256.
     #[arg(long, value_name = "N", requires = "files")]
     connections_max: Option<usize>,
+
+    /// With --files: slow every directory (each striped one on its own) to a
+    /// latency (microseconds) per read plus its length at a rate (MB/s), one
+    /// read at a time, as a disk or a remote server. E.g. 8000,12.5.
+    #[arg(long, value_name = "LATENCY_US,MB_S", requires = "files")]
+    throttle: Option<String>,
 
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
@@ -350,6 +357,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             cache_size: size("--cache-size", &args.cache_size)?,
             policy: args.policy.as_deref(),
             connections_max: args.connections_max,
+            throttle: args.throttle.as_deref(),
             quiet,
         });
     }

@@ -8,8 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, bail};
-use cairn_files::{DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig};
+use cairn_files::{
+    Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, StripedBackend,
+    ThrottledBackend,
+};
 use cairn_nbd::ListenAddress;
+use cairn_store::device::Throttle;
 
 use crate::policy_spec;
 
@@ -18,7 +22,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// `cairn serve`'s flags that --files reads, sizes parsed.
 pub(super) struct FilesArgs<'a> {
-    /// --files.
+    /// --files: a directory, or several separated by commas (striped).
     pub dir: &'a Path,
     /// --listen.
     pub listen: Option<&'a ListenAddress>,
@@ -32,8 +36,50 @@ pub(super) struct FilesArgs<'a> {
     pub policy: Option<&'a str>,
     /// --connections-max.
     pub connections_max: Option<usize>,
+    /// --throttle: latency in µs, rate in MB/s.
+    pub throttle: Option<&'a str>,
     /// -q: print nothing on stdout.
     pub quiet: bool,
+}
+
+/// The directory of --files, or its directories striped in stripes of
+/// `unit` bytes, each throttled by `throttle` if given.
+fn backend(dir: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
+    let throttle = throttle
+        .map(|text| -> Result<Throttle> {
+            let (latency, rate) = text
+                .split_once(',')
+                .context("--throttle: LATENCY_US,MB_S, e.g. 8000,12.5")?;
+            let op_us: f64 = latency.trim().parse().context("--throttle: the latency")?;
+            let bandwidth_mb_s: f64 = rate.trim().parse().context("--throttle: the MB/s")?;
+            if !(op_us >= 0.0 && op_us.is_finite() && bandwidth_mb_s > 0.0) {
+                bail!("--throttle {text}: the latency must be >= 0 µs and the rate > 0 MB/s");
+            }
+            Ok(Throttle {
+                op_us,
+                seek_us: 0.0,
+                bandwidth_mb_s,
+            })
+        })
+        .transpose()?;
+    let open = |path: &Path| -> Result<Arc<dyn Backend>> {
+        let dir = DirBackend::open(path).with_context(|| format!("--files {}", path.display()))?;
+        Ok(match throttle {
+            Some(throttle) => Arc::new(ThrottledBackend::new(dir, throttle)),
+            None => Arc::new(dir),
+        })
+    };
+    let text = dir.to_string_lossy();
+    if !text.contains(',') {
+        return open(dir);
+    }
+    let servers = text
+        .split(',')
+        .map(|part| open(Path::new(part)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(
+        StripedBackend::new(servers, unit).map_err(|e| anyhow::anyhow!("--files: {e}"))?,
+    ))
 }
 
 /// Serves `args.dir` until SIGINT or SIGTERM.
@@ -61,7 +107,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = DirBackend::open(dir).with_context(|| format!("--files {}", dir.display()))?;
+    let backend = backend(dir, args.throttle, cache_config.block_size_bytes)?;
     let cache = Arc::new(FileCache::new(backend, &cache_config).context("the file cache")?);
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
