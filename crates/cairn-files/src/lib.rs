@@ -21,8 +21,8 @@ pub mod limits;
 pub mod s3;
 
 pub use backend::{
-    Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, MemoryBackend, ObjectInfo,
-    ThrottledBackend,
+    Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
+    MemoryBackend, ObjectInfo, ThrottledBackend,
 };
 pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};
 pub use http::{Gateway, GatewayConfig};

@@ -2,7 +2,8 @@
 //! a local directory ([`DirBackend`]) and a throttled wrapper
 //! ([`ThrottledBackend`]) that slows any backend to a chosen latency and
 //! bandwidth, and an in-memory one that counts and fails reads on demand
-//! ([`MemoryBackend`], for tests). The object-store client (S3) will be another.
+//! ([`MemoryBackend`], for tests), and an HTTP origin ([`HttpBackend`]: another
+//! gateway, an S3-compatible store path-style, or a plain web server).
 //!
 //! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
 //! with errors as values that say what the gateway should tell the client:
@@ -10,10 +11,12 @@
 //! (502). None of them is ever cached.
 
 mod dir;
+mod http;
 mod memory;
 mod throttled;
 
 pub use dir::DirBackend;
+pub use http::{HttpBackend, HttpBackendConfig};
 pub use memory::MemoryBackend;
 pub use throttled::ThrottledBackend;
 

@@ -1,6 +1,6 @@
-//! `cairn serve --files DIR`: a directory served over HTTP/1.1 and the S3
-//! GET/HEAD object API through the file gateway (`cairn-files`), instead of
-//! NBD volumes. See docs/files.md.
+//! `cairn serve --files DIR|URL`: a directory, or the objects of an HTTP
+//! origin, served over HTTP/1.1 and the S3 GET/HEAD object API through the
+//! file gateway (`cairn-files`), instead of NBD volumes. See docs/files.md.
 
 use std::io::Write;
 use std::path::Path;
@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, bail};
-use cairn_files::{DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig};
+use cairn_files::{
+    Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
+    HttpBackendConfig,
+};
 use cairn_nbd::ListenAddress;
 
 use crate::policy_spec;
@@ -36,6 +39,23 @@ pub(super) struct FilesArgs<'a> {
     pub quiet: bool,
 }
 
+/// The backend `--files` names: an origin URL (`http://HOST:PORT/BUCKET`,
+/// anything with `://`) or a directory.
+fn open_backend(files: &Path) -> Result<Arc<dyn Backend>> {
+    match files.to_str() {
+        Some(url) if url.contains("://") => {
+            let backend = HttpBackend::new(url, HttpBackendConfig::default())
+                .map_err(|e| anyhow::anyhow!("--files {e}"))?;
+            Ok(Arc::new(backend))
+        }
+        _ => {
+            let backend =
+                DirBackend::open(files).with_context(|| format!("--files {}", files.display()))?;
+            Ok(Arc::new(backend))
+        }
+    }
+}
+
 /// Serves `args.dir` until SIGINT or SIGTERM.
 pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let dir = args.dir;
@@ -61,7 +81,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = DirBackend::open(dir).with_context(|| format!("--files {}", dir.display()))?;
+    let backend = open_backend(dir)?;
     let cache = Arc::new(FileCache::new(backend, &cache_config).context("the file cache")?);
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
@@ -106,7 +126,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let counters = gateway.counters();
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-         {} coalesced, {} backend errors; {} bytes from the cache, {} from the directory",
+         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend",
         counters.connections.load(Ordering::Relaxed),
         counters.refused.load(Ordering::Relaxed),
         counters.requests.load(Ordering::Relaxed),
