@@ -199,6 +199,7 @@ error_log {d}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
   access_log off;
+  keepalive_requests 1000000; keepalive_timeout 300s;
   client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
   proxy_cache_path {d}/cache levels=1:2 keys_zone=files:16m max_size={cache} inactive=1h use_temp_path=off;
@@ -292,7 +293,8 @@ struct Load {
 }
 
 /// One GET of `len` bytes at `offset` on `stream`; checks status, length and
-/// bytes.
+/// bytes. Returns whether the server closes the connection after it
+/// (`Connection: close`, as nginx does after `keepalive_requests`).
 fn get(
     stream: &mut TcpStream,
     path: &str,
@@ -301,7 +303,7 @@ fn get(
     len: u64,
     buf: &mut [u8],
     head: &mut Vec<u8>,
-) -> Result<()> {
+) -> Result<bool> {
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: bench\r\nRange: bytes={offset}-{}\r\n\r\n",
@@ -309,7 +311,7 @@ fn get(
     )?;
     head.clear();
     let mut chunk = [0u8; 4096];
-    let (status, content_length, head_len) = loop {
+    let (status, content_length, close, head_len) = loop {
         let n = stream.read(&mut chunk)?;
         if n == 0 {
             bail!("{path}: the server closed the connection");
@@ -329,7 +331,10 @@ fn get(
                         .parse::<u64>()
                         .ok()
                 });
-            break (response.code.unwrap_or(0), length, len);
+            let close = response.headers.iter().any(|h| {
+                h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close")
+            });
+            break (response.code.unwrap_or(0), length, close, len);
         }
         if head.len() > 16 << 10 {
             bail!("{path}: an answer head over 16 KiB");
@@ -354,7 +359,7 @@ fn get(
         }
         at += 4096;
     }
-    Ok(())
+    Ok(close)
 }
 
 /// N readers for `load.seconds` from their starts; returns what they read.
@@ -369,9 +374,13 @@ fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> R
                     let object = r % load.objects;
                     let path = format!("{prefix}/obj{object}");
                     let first = (r / load.objects) as u64 * requests / 8 % requests;
-                    let mut stream = TcpStream::connect(addr)?;
-                    stream.set_nodelay(true)?;
-                    stream.set_read_timeout(Some(Duration::from_mins(1)))?;
+                    let connect = || -> Result<TcpStream> {
+                        let stream = TcpStream::connect(addr)?;
+                        stream.set_nodelay(true)?;
+                        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
+                        Ok(stream)
+                    };
+                    let mut stream = connect()?;
                     let mut buf = vec![0u8; load.request as usize];
                     let mut head = Vec::with_capacity(16 << 10);
                     let mut latencies = Vec::new();
