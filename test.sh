@@ -44,6 +44,9 @@ need_bare=()
 command -v prometheus >/dev/null || need_bare+=(prometheus)
 command -v chromium >/dev/null || need_bare+=(chromium)
 command -v curl >/dev/null || need_apt+=(curl)
+# nginx: an origin for the file gateway's HTTP backend
+# (crates/cairn-files/tests/http_origin_backend.rs) and `cairn bench files`.
+command -v nginx >/dev/null || need_bare+=(nginx-light)
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then

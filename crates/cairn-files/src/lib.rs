@@ -21,8 +21,8 @@ pub mod limits;
 pub mod s3;
 
 pub use backend::{
-    Backend, BackendError, BackendErrorKind, DirBackend, ListEntry, MemoryBackend, ObjectInfo,
-    StripedBackend, ThrottledBackend,
+    Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
+    MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend,
 };
 pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};
 pub use http::{Gateway, GatewayConfig};

@@ -151,3 +151,88 @@ fn bench_stream_refuses_bad_sizes() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("--size"));
 }
+
+/// `cairn bench files` at a tiny scale: both fronts' rows with numbers (the
+/// nginx columns need nginx; without it they are `-`), the policy table,
+/// and bad flags refused.
+#[test]
+fn bench_files_prints_cairn_against_nginx_and_every_policy() {
+    let nginx = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nginx").is_file()));
+    assert!(
+        nginx || std::env::var_os("CAIRN_REQUIRE_SYSTEM_TOOLS").is_none(),
+        "nginx is missing and CAIRN_REQUIRE_SYSTEM_TOOLS is set (test.sh installs nginx-light)"
+    );
+    let out = cairn(&[
+        "bench",
+        "files",
+        "--objects",
+        "2",
+        "--size",
+        "4MiB",
+        "--block",
+        "256KiB",
+        "--request",
+        "256KiB",
+        "--readers",
+        "2,3",
+        "--seconds",
+        "0.2",
+        "--throttle",
+        "200us,2GiB/s",
+        "--policies",
+        "ons,lru",
+    ]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|w: &Vec<&str>| w.len() >= 6 && (w[1] == "read" || w[1] == "re-read"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    for row in &rows {
+        let ours: f64 = row[2].parse().unwrap();
+        assert!(ours > 0.0, "{out}");
+        if nginx {
+            let theirs: f64 = row[3].parse().unwrap();
+            let ratio: f64 = row[4].parse().unwrap();
+            assert!(
+                theirs > 0.0 && (ratio - ours / theirs).abs() < 0.02 * ratio + 0.01,
+                "{out}"
+            );
+        } else {
+            assert_eq!(row[3], "-", "{out}");
+        }
+    }
+    for policy in ["ons", "lru"] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(policy) && l.ends_with('%')),
+            "{out}"
+        );
+    }
+    for (flag, value, expected) in [
+        ("--throttle", "2ms", "OP,BANDWIDTH"),
+        ("--readers", "0", "--readers"),
+        ("--objects", "0", "--objects must be between"),
+        ("--policies", "opt", "needs knowledge"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args([
+                "bench",
+                "files",
+                "--size",
+                "4MiB",
+                "--block",
+                "256KiB",
+                "--request",
+                "256KiB",
+                flag,
+                value,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flag} {value}");
+        assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
+    }
+}

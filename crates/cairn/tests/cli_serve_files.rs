@@ -124,7 +124,7 @@ fn serve_files_reads_objects_striped_over_throttled_directories_through_dual() {
         .args(["serve", "--files", &list.join(",")])
         .args(["--export", "media", "--listen", "tcp:127.0.0.1:0"])
         .args(["--block-size", "256KiB", "--cache-size", "4MiB"])
-        .args(["--policy", "dual:alpha=20", "--throttle", "1000,200"])
+        .args(["--policy", "dual:alpha=20", "--throttle", "1ms,200MB/s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -178,8 +178,8 @@ fn serve_files_refuses_bad_flags_before_listening() {
         (vec!["--export", "Bad_Name"], "bucket name \"Bad_Name\""),
         (vec!["--listen", "unix:/tmp/x.sock"], "TCP only"),
         (vec!["--connections-max", "0"], "connections_max 0"),
-        (vec!["--throttle", "fast"], "LATENCY_US,MB_S"),
-        (vec!["--throttle", "100,0"], "the rate > 0 MB/s"),
+        (vec!["--throttle", "fast"], "OP,BANDWIDTH"),
+        (vec!["--throttle", "100us,0MB/s"], "the bandwidth > 0"),
     ] {
         let output = cairn()
             .args(["serve", "--files"])
@@ -202,4 +202,81 @@ fn serve_files_refuses_bad_flags_before_listening() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be used with"));
+}
+
+/// Starts `cairn serve --files FILES --listen tcp:127.0.0.1:0 EXTRA…`;
+/// returns the server, its address and its stderr.
+fn spawn_files(
+    files: &std::ffi::OsStr,
+    extra: &[&str],
+) -> (Server, String, std::process::ChildStderr) {
+    let mut child = cairn()
+        .args(["serve", "--files"])
+        .arg(files)
+        .args(["--listen", "tcp:127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(Some(child));
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let address = line
+        .split(" at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    (server, address, stderr)
+}
+
+#[test]
+fn serve_files_over_an_http_origin_serves_the_origins_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let movie: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_246_822_519) >> 23) as u8)
+        .collect();
+    std::fs::create_dir_all(dir.path().join("v")).unwrap();
+    std::fs::write(dir.path().join("v/movie.mp4"), &movie).unwrap();
+    let (_origin, origin, _) = spawn_files(dir.path().as_os_str(), &["--export", "origin"]);
+    let url = format!("http://{origin}/origin");
+    let (front, address, stderr) = spawn_files(
+        url.as_ref(),
+        &["--export", "media", "--block-size", "256KiB"],
+    );
+    let whole = get(&address, "/media/v/movie.mp4", "");
+    let (head, body) = split(&whole);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(body == movie, "the whole body differs");
+    let answer = get(&address, "/media/v/movie.mp4", "Range: bytes=-1000\r\n");
+    let (head, body) = split(&answer);
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    assert_eq!(body, &movie[movie.len() - 1000..]);
+    let (head, _) = split(&get(&address, "/media/v/missing", ""));
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    let listing = get(&address, "/media?list-type=2&prefix=v/", "");
+    let (head, body) = split(&listing);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = String::from_utf8_lossy(body);
+    assert!(
+        body.contains("<Key>v/movie.mp4</Key>") && body.contains("<Size>3000000</Size>"),
+        "{body}"
+    );
+    let mut front = front;
+    terminate(front.take());
+    let mut log = String::new();
+    BufReader::new(stderr).read_to_string(&mut log).unwrap();
+    // 12 blocks of 256 KiB from the origin once; the suffix range was a hit.
+    assert!(log.contains("blocks: 1 hits, 12 misses"), "{log}");
+
+    let output = cairn()
+        .args(["serve", "--files", "https://127.0.0.1:1/b"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("no TLS"), "{stderr}");
 }

@@ -2,9 +2,10 @@
 //! a local directory ([`DirBackend`]) and a throttled wrapper
 //! ([`ThrottledBackend`]) that slows any backend to a chosen latency and
 //! bandwidth, and an in-memory one that counts and fails reads on demand
-//! ([`MemoryBackend`], for tests), and [`StripedBackend`], one object striped
-//! round robin over several of them (papers/001's I/O servers). The
-//! object-store client (S3) will be another.
+//! ([`MemoryBackend`], for tests), an HTTP origin ([`HttpBackend`]: another
+//! gateway, an S3-compatible store path-style, or a plain web server), and
+//! [`StripedBackend`], one object striped round robin over several of them
+//! (papers/001's I/O servers).
 //!
 //! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
 //! with errors as values that say what the gateway should tell the client:
@@ -12,11 +13,13 @@
 //! (502). None of them is ever cached.
 
 mod dir;
+mod http;
 mod memory;
 pub mod striped;
 mod throttled;
 
 pub use dir::DirBackend;
+pub use http::{HttpBackend, HttpBackendConfig};
 pub use memory::MemoryBackend;
 pub use striped::{StripedBackend, stripe_file};
 pub use throttled::ThrottledBackend;

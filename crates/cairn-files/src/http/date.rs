@@ -106,6 +106,56 @@ pub fn parse_http_date(text: &str) -> Option<u64> {
     Some(days as u64 * 86_400 + u64::from(hour) * 3600 + u64::from(minute) * 60 + u64::from(second))
 }
 
+/// Seconds since the epoch of an ISO 8601 UTC time as S3 listings give it,
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` (the fraction dropped); `None` if it
+/// is not one.
+pub fn parse_iso8601(text: &str) -> Option<u64> {
+    let b = text.trim().as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let tail = &b[19..];
+    let valid_tail = tail == b"Z"
+        || (tail.len() > 2
+            && tail[0] == b'.'
+            && tail[tail.len() - 1] == b'Z'
+            && tail[1..tail.len() - 1].iter().all(u8::is_ascii_digit));
+    if !valid_tail {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<u32> {
+        let digits = &b[range];
+        digits.iter().all(u8::is_ascii_digit).then(|| {
+            digits
+                .iter()
+                .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let year = i64::from(number(0..4)?);
+    let (month, day) = (number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+        || year < 1970
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    if civil(days) != (year, month, day) {
+        return None;
+    }
+    Some(days as u64 * 86_400 + u64::from(hour) * 3600 + u64::from(minute) * 60 + u64::from(second))
+}
+
 /// `seconds` since the epoch as a `SystemTime`.
 pub fn from_unix_seconds(seconds: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(seconds)
@@ -127,6 +177,16 @@ mod tests {
         let mut iso = String::new();
         write_iso8601(&mut iso, 1_255_369_830);
         assert_eq!(iso, "2009-10-12T17:50:30.000Z");
+        assert_eq!(parse_iso8601(&iso), Some(1_255_369_830));
+        assert_eq!(parse_iso8601("2009-10-12T17:50:30Z"), Some(1_255_369_830));
+        for bad in [
+            "2009-02-30T00:00:00Z",
+            "2009-10-12 17:50:30Z",
+            "2009-10-12T17:50:30",
+            "2009-10-12T17:50:30.Z",
+        ] {
+            assert_eq!(parse_iso8601(bad), None, "{bad}");
+        }
         for seconds in [0, 86_399, 951_782_400, 4_107_542_399, 1_700_000_000] {
             let mut out = Vec::new();
             write_http_date(&mut out, seconds);

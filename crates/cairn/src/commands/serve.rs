@@ -63,8 +63,9 @@ anything else is refused, never formatted over.
 Quick overrides: --memory SIZE serves DRAM (empty at every start); --file PATH
 serves a file or block device as is (with --size, created sparse or grown).
 
-Files (docs/files.md): --files DIR serves the regular files under DIR,
-read-only, over HTTP/1.1 and the S3 GET/HEAD object API instead of NBD
+Files (docs/files.md): --files DIR serves the regular files under DIR
+(--files http://HOST:PORT/BUCKET: the objects of an HTTP origin, read by
+HEAD and ranged GET, listed by ListObjectsV2), read-only, over HTTP/1.1 and the S3 GET/HEAD object API instead of NBD
 volumes: GET and HEAD /BUCKET/KEY, BUCKET being --export's name (path-style
 S3: boto3, aws-cli and curl read through it), single byte ranges, ETag and
 Last-Modified with conditional requests, keep-alive, ListObjectsV2 at GET
@@ -208,14 +209,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
 
-    /// Serve the files under DIR over HTTP/1.1 and the S3 GET/HEAD object
+    /// Serve the files under DIR — or the objects of the HTTP origin
+    /// http://HOST:PORT/BUCKET (another gateway, an S3-compatible store) —
+    /// over HTTP/1.1 and the S3 GET/HEAD object
     /// API (read-only, docs/files.md) instead of NBD volumes; the bucket is
     /// --export's name, the address --listen tcp:HOST:PORT (default
     /// tcp:127.0.0.1:8080). DIR1,DIR2,...: objects striped round robin over
     /// the directories in stripes of --block-size (docs/files.md's layout).
     #[arg(
         long,
-        value_name = "DIR",
+        value_name = "DIR|URL",
         conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "metrics", "read_only"]
     )]
     files: Option<PathBuf>,
@@ -241,9 +244,9 @@ pub struct ServeArgs {
     connections_max: Option<usize>,
 
     /// With --files: slow every directory (each striped one on its own) to a
-    /// latency (microseconds) per read plus its length at a rate (MB/s), one
-    /// read at a time, as a disk or a remote server. E.g. 8000,12.5.
-    #[arg(long, value_name = "LATENCY_US,MB_S", requires = "files")]
+    /// cost per read plus its length at a bandwidth, one read at a time, as a
+    /// disk or a remote server: OP,BANDWIDTH, e.g. 8ms,12MiB/s or 500us,1GiB/s.
+    #[arg(long, value_name = "OP,BANDWIDTH", requires = "files")]
     throttle: Option<String>,
 
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 
+pub mod files;
 pub mod hetero;
 pub mod logdisk;
 pub mod nbd;
@@ -37,6 +38,10 @@ pub enum BenchCommand {
     /// over an SSD and an HDD at 3:1, LRU against cost groups with online costs.
     #[command(long_about = hetero::HETERO_LONG_ABOUT)]
     Hetero(hetero::HeteroBenchArgs),
+    /// papers/000's streaming server over HTTP: Cairn's file gateway against
+    /// nginx's `proxy_cache` + `slice` over the same slowed origin.
+    #[command(long_about = files::FILES_LONG_ABOUT)]
+    Files(files::FilesBenchArgs),
     /// Cairn's cache tier against nbdkit's cache filter over the same emulated
     /// slow device (calibrated first), through fio's nbd engine.
     #[command(long_about = tier::TIER_LONG_ABOUT)]
@@ -53,5 +58,6 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Stream(args) => stream::run(args),
         BenchCommand::Hetero(args) => hetero::run(args),
         BenchCommand::Tier(args) => tier::run(args),
+        BenchCommand::Files(args) => files::run(args),
     }
 }

@@ -1,6 +1,6 @@
-//! `cairn serve --files DIR`: a directory served over HTTP/1.1 and the S3
-//! GET/HEAD object API through the file gateway (`cairn-files`), instead of
-//! NBD volumes. See docs/files.md.
+//! `cairn serve --files DIR|URL`: a directory, or the objects of an HTTP
+//! origin, served over HTTP/1.1 and the S3 GET/HEAD object API through the
+//! file gateway (`cairn-files`), instead of NBD volumes. See docs/files.md.
 
 use std::io::Write;
 use std::path::Path;
@@ -9,12 +9,12 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, bail};
 use cairn_files::{
-    Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, StripedBackend,
-    ThrottledBackend,
+    Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
+    HttpBackendConfig, StripedBackend, ThrottledBackend,
 };
 use cairn_nbd::ListenAddress;
-use cairn_store::device::Throttle;
 
+use crate::commands::bench::files::parse_throttle;
 use crate::policy_spec;
 
 /// Where the gateway listens without --listen.
@@ -42,26 +42,24 @@ pub(super) struct FilesArgs<'a> {
     pub quiet: bool,
 }
 
-/// The directory of --files, or its directories striped in stripes of
-/// `unit` bytes, each throttled by `throttle` if given.
-fn backend(dir: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
-    let throttle = throttle
-        .map(|text| -> Result<Throttle> {
-            let (latency, rate) = text
-                .split_once(',')
-                .context("--throttle: LATENCY_US,MB_S, e.g. 8000,12.5")?;
-            let op_us: f64 = latency.trim().parse().context("--throttle: the latency")?;
-            let bandwidth_mb_s: f64 = rate.trim().parse().context("--throttle: the MB/s")?;
-            if !(op_us >= 0.0 && op_us.is_finite() && bandwidth_mb_s > 0.0) {
-                bail!("--throttle {text}: the latency must be >= 0 µs and the rate > 0 MB/s");
-            }
-            Ok(Throttle {
-                op_us,
-                seek_us: 0.0,
-                bandwidth_mb_s,
-            })
-        })
-        .transpose()?;
+/// The backend --files names: an origin URL (`http://HOST:PORT/BUCKET`,
+/// anything with `://`), a directory, or directories separated by commas
+/// striped in stripes of `unit` bytes; directories throttled by `throttle`
+/// (`cairn bench files`'s syntax, e.g. `2ms,200MiB/s`) if given.
+fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
+    let text = files.to_string_lossy();
+    if text.contains("://") {
+        if throttle.is_some() {
+            bail!("--throttle slows directories, not an origin URL");
+        }
+        let backend = HttpBackend::new(&text, HttpBackendConfig::default())
+            .map_err(|e| anyhow::anyhow!("--files {e}"))?;
+        return Ok(Arc::new(backend));
+    }
+    let throttle = match throttle {
+        Some(text) => parse_throttle(text).context("--throttle")?,
+        None => None,
+    };
     let open = |path: &Path| -> Result<Arc<dyn Backend>> {
         let dir = DirBackend::open(path).with_context(|| format!("--files {}", path.display()))?;
         Ok(match throttle {
@@ -69,9 +67,8 @@ fn backend(dir: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Back
             None => Arc::new(dir),
         })
     };
-    let text = dir.to_string_lossy();
     if !text.contains(',') {
-        return open(dir);
+        return open(files);
     }
     let servers = text
         .split(',')
@@ -152,7 +149,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let counters = gateway.counters();
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-         {} coalesced, {} backend errors; {} bytes from the cache, {} from the directory",
+         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend",
         counters.connections.load(Ordering::Relaxed),
         counters.refused.load(Ordering::Relaxed),
         counters.requests.load(Ordering::Relaxed),

@@ -1,0 +1,660 @@
+//! `cairn bench files`: papers/000's streaming-server setting over HTTP —
+//! Cairn's file gateway against nginx's `proxy_cache` with `slice`, both in
+//! front of the same origin slowed like a disk, driven by the same in-repo
+//! client (keep-alive connections, every response's bytes checked).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cairn_files::{
+    Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
+    HttpBackendConfig, ThrottledBackend,
+};
+use cairn_store::Throttle;
+
+use crate::output::outln;
+use crate::policy_spec;
+
+pub const FILES_LONG_ABOUT: &str = "\
+papers/000's streaming-server experiment over HTTP. An origin (Cairn's gateway
+over a directory, slowed like a disk by --throttle: a fixed cost per read plus
+its length at a bandwidth, one read at a time, and a cache of one block, so
+nearly every read reaches the throttle) holds --objects files of --size. In
+front of it, on loopback, (a) Cairn's gateway over the origin (`serve --files
+http://…`) with a --cache of --block blocks and each policy, and (b) nginx as a
+reverse proxy with proxy_cache (max_size the same --cache, on /tmp) and
+`slice` of the same --block, proxy_cache_lock on and kept-alive upstream
+connections; its configuration is written into a temporary directory.
+
+For each reader count in --readers, reader r reads object r mod --objects in
+--request-sized ranged GETs on one kept-alive connection, starting r/--objects
+eighths into it (wrapping), for --seconds (read, cold), then the same again
+(re-read, warm). Every response's status, length and bytes (one 8-byte word
+per 4 KiB, which encodes its object and offset) are checked. The table gives
+aggregate MB/s (10^6 B/s), the ratio Cairn/nginx and each side's p99 request
+latency, and how much nginx's cache held after the re-read (its cache manager
+enforces max_size only every few seconds, so it may hold more than --cache);
+a second table compares the policies on re-read at the largest
+reader count, with the gateway's block hit ratio. nginx missing: its columns
+are skipped (apt-get install nginx-light).";
+
+/// `cairn bench files` flags.
+#[derive(clap::Args, Debug)]
+pub struct FilesBenchArgs {
+    /// Objects (large files) on the origin.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    objects: usize,
+
+    /// Size of each object.
+    #[arg(long, value_name = "SIZE", default_value = "32MiB")]
+    size: String,
+
+    /// Cache capacity of each front (Cairn and nginx); default half of all objects.
+    #[arg(long, value_name = "SIZE")]
+    cache: Option<String>,
+
+    /// Cache block (Cairn) and slice (nginx), a power of two from 256KiB to 4MiB.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB")]
+    block: String,
+
+    /// Size of each ranged GET.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB")]
+    request: String,
+
+    /// Reader counts (connections) to run, comma-separated.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', default_values_t = [10, 20, 40])]
+    readers: Vec<usize>,
+
+    /// Seconds per phase.
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    seconds: f64,
+
+    /// The origin's speed: `OP,BANDWIDTH` (`2ms,200MiB/s`), or `none`.
+    #[arg(long, value_name = "OP,BW", default_value = "2ms,200MiB/s")]
+    throttle: String,
+
+    /// Cairn policies: the first runs at every reader count, all on re-read at the largest.
+    #[arg(long, value_name = "P,P,...", value_delimiter = ',', default_values = ["ons", "lru", "lfu"])]
+    policies: Vec<String>,
+
+    /// The nginx binary.
+    #[arg(long, value_name = "PATH", default_value = "nginx")]
+    nginx: PathBuf,
+}
+
+/// Parses a throttle `OP,BANDWIDTH` — `2ms,200MiB/s`, `500us,1GiB/s` — or
+/// `none`. One function so every flag that takes a throttle reads it alike.
+pub fn parse_throttle(text: &str) -> Result<Option<Throttle>> {
+    if text == "none" {
+        return Ok(None);
+    }
+    let (op, bandwidth) = text
+        .split_once(',')
+        .with_context(|| format!("throttle {text:?}: OP,BANDWIDTH as in 2ms,200MiB/s"))?;
+    let op_us = if let Some(ms) = op.strip_suffix("ms") {
+        ms.trim().parse::<f64>().map(|v| v * 1000.0)
+    } else if let Some(us) = op.strip_suffix("us") {
+        us.trim().parse::<f64>()
+    } else {
+        bail!("throttle {text:?}: the operation cost needs a unit, us or ms")
+    }
+    .with_context(|| format!("throttle {text:?}: operation cost {op:?}"))?;
+    let per_second = bandwidth
+        .strip_suffix("/s")
+        .with_context(|| format!("throttle {text:?}: the bandwidth is SIZE/s"))?;
+    let bytes = cairn_sim::parse_bytes(per_second)
+        .with_context(|| format!("throttle {text:?}: bandwidth {per_second:?}"))?;
+    if !(op_us.is_finite() && op_us >= 0.0) || bytes == 0 {
+        bail!("throttle {text:?}: the cost must be ≥ 0 and the bandwidth > 0");
+    }
+    Ok(Some(Throttle {
+        op_us,
+        seek_us: 0.0,
+        bandwidth_mb_s: bytes as f64 / 1e6,
+    }))
+}
+
+/// The word at `offset` (a multiple of 8) of object `object`.
+fn word(object: usize, offset: u64) -> u64 {
+    ((object as u64) << 48) | (offset / 8)
+}
+
+/// A gateway on a loopback port in this process; stopped on drop.
+struct InProcess {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stats: Box<dyn Fn() -> cairn_files::FileCacheStats + Send>,
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve<B: Backend + 'static>(
+    backend: B,
+    config: &FileCacheConfig,
+    bucket: &str,
+) -> Result<InProcess> {
+    let cache = Arc::new(FileCache::new(backend, config).context("the file cache")?);
+    let mut gateway_config = GatewayConfig::new(bucket);
+    gateway_config.connections_max = 1024;
+    let gateway = Gateway::bind("127.0.0.1:0", Arc::clone(&cache), gateway_config)?;
+    let addr = gateway.local_addr()?;
+    let stop = gateway.stop_flag();
+    let thread = std::thread::spawn(move || {
+        if let Err(e) = gateway.serve() {
+            tracing::error!("gateway: {e}");
+        }
+    });
+    Ok(InProcess {
+        addr,
+        stop,
+        thread: Some(thread),
+        stats: Box::new(move || cache.stats()),
+    })
+}
+
+/// nginx as a caching reverse proxy; stopped on drop.
+struct Nginx {
+    child: std::process::Child,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM to the master stops its workers too.
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn start_nginx(nginx: &Path, origin: SocketAddr, cache: u64, block: u64) -> Result<Nginx> {
+    let dir = tempfile::Builder::new()
+        .prefix("cairn-bench-nginx")
+        .tempdir()?;
+    let port = free_port()?;
+    let d = dir.path().display();
+    let config = format!(
+        "daemon off; master_process on; worker_processes 2; pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  proxy_cache_path {d}/cache levels=1:2 keys_zone=files:16m max_size={cache} inactive=1h use_temp_path=off;
+  upstream origin {{ server {origin}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
+    location / {{
+      slice {block};
+      proxy_cache files;
+      proxy_cache_key $uri$slice_range;
+      proxy_set_header Range $slice_range;
+      proxy_cache_valid 200 206 1h;
+      proxy_cache_lock on;
+      proxy_cache_lock_timeout 60s;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_pass http://origin;
+    }}
+  }}
+}}
+"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), config)?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let server = Nginx {
+        child: std::process::Command::new(nginx)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", nginx.display()))?,
+        addr,
+        dir,
+    };
+    for _ in 0..500 {
+        if TcpStream::connect(addr).is_ok() {
+            return Ok(server);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bail!(
+        "nginx did not listen on {addr}: {}",
+        std::fs::read_to_string(server.dir.path().join("error.log")).unwrap_or_default()
+    )
+}
+
+/// Bytes in the files below `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                Ok(_) => e.metadata().map_or(0, |m| m.len()),
+                Err(_) => 0,
+            })
+            .sum()
+    })
+}
+
+/// What one run of N readers measured.
+struct Measured {
+    bytes: u64,
+    seconds: f64,
+    /// Request latencies, microseconds, sorted.
+    latencies: Vec<u32>,
+}
+
+impl Measured {
+    fn mb_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e6
+    }
+    fn p99_ms(&self) -> f64 {
+        let n = self.latencies.len();
+        if n == 0 {
+            return 0.0;
+        }
+        f64::from(self.latencies[(n * 99 / 100).min(n - 1)]) / 1000.0
+    }
+}
+
+struct Load {
+    objects: usize,
+    size: u64,
+    request: u64,
+    seconds: f64,
+}
+
+/// One GET of `len` bytes at `offset` on `stream`; checks status, length and
+/// bytes. Returns whether the server closes the connection after it
+/// (`Connection: close`, as nginx does after `keepalive_requests`).
+fn get(
+    stream: &mut TcpStream,
+    path: &str,
+    object: usize,
+    offset: u64,
+    len: u64,
+    buf: &mut [u8],
+    head: &mut Vec<u8>,
+) -> Result<bool> {
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: bench\r\nRange: bytes={offset}-{}\r\n\r\n",
+        offset + len - 1
+    )?;
+    head.clear();
+    let mut chunk = [0u8; 4096];
+    let (status, content_length, close, head_len) = loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            bail!("{path}: the server closed the connection");
+        }
+        head.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut headers);
+        if let httparse::Status::Complete(len) = response.parse(head)? {
+            let length = response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| {
+                    std::str::from_utf8(h.value)
+                        .ok()?
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                });
+            let close = response.headers.iter().any(|h| {
+                h.name.eq_ignore_ascii_case("connection") && h.value.eq_ignore_ascii_case(b"close")
+            });
+            break (response.code.unwrap_or(0), length, close, len);
+        }
+        if head.len() > 16 << 10 {
+            bail!("{path}: an answer head over 16 KiB");
+        }
+    };
+    if status != 206 || content_length != Some(len) {
+        bail!("{path} bytes {offset}+{len}: status {status}, length {content_length:?}");
+    }
+    let body = &mut buf[..len as usize];
+    let already = (head.len() - head_len).min(body.len());
+    body[..already].copy_from_slice(&head[head_len..head_len + already]);
+    stream.read_exact(&mut body[already..])?;
+    let mut at = 0;
+    while at + 8 <= body.len() {
+        let got = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+        let want = word(object, offset + at as u64);
+        if got != want {
+            bail!(
+                "{path}: wrong bytes at {}: {got:#x}, expected {want:#x}",
+                offset + at as u64
+            );
+        }
+        at += 4096;
+    }
+    Ok(close)
+}
+
+/// N readers for `load.seconds` from their starts; returns what they read.
+fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> Result<Measured> {
+    let requests = load.size / load.request;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(load.seconds);
+    let results: Vec<Result<(u64, Vec<u32>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..readers)
+            .map(|r| {
+                scope.spawn(move || -> Result<(u64, Vec<u32>)> {
+                    let object = r % load.objects;
+                    let path = format!("{prefix}/obj{object}");
+                    let first = (r / load.objects) as u64 * requests / 8 % requests;
+                    let connect = || -> Result<TcpStream> {
+                        let stream = TcpStream::connect(addr)?;
+                        stream.set_nodelay(true)?;
+                        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
+                        Ok(stream)
+                    };
+                    let mut stream = connect()?;
+                    let mut buf = vec![0u8; load.request as usize];
+                    let mut head = Vec::with_capacity(16 << 10);
+                    let mut latencies = Vec::new();
+                    let mut bytes = 0;
+                    let mut i = 0;
+                    while Instant::now() < deadline {
+                        let offset = (first + i) % requests * load.request;
+                        let t = Instant::now();
+                        get(
+                            &mut stream,
+                            &path,
+                            object,
+                            offset,
+                            load.request,
+                            &mut buf,
+                            &mut head,
+                        )?;
+                        latencies.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+                        bytes += load.request;
+                        i += 1;
+                    }
+                    Ok((bytes, latencies))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader panicked")))
+            })
+            .collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let mut measured = Measured {
+        bytes: 0,
+        seconds,
+        latencies: Vec::new(),
+    };
+    for result in results {
+        let (bytes, latencies) = result?;
+        measured.bytes += bytes;
+        measured.latencies.extend(latencies);
+    }
+    measured.latencies.sort_unstable();
+    Ok(measured)
+}
+
+/// Read then re-read through a fresh front at `addr`.
+fn two_phases(
+    addr: SocketAddr,
+    prefix: &str,
+    readers: usize,
+    load: &Load,
+) -> Result<[Measured; 2]> {
+    let read = run_readers(addr, prefix, readers, load)?;
+    let reread = run_readers(addr, prefix, readers, load)?;
+    Ok([read, reread])
+}
+
+/// Run `cairn bench files`.
+pub fn run(args: &FilesBenchArgs) -> Result<()> {
+    let bytes = |flag: &str, text: &str| {
+        cairn_sim::parse_bytes(text).with_context(|| format!("--{flag} {text:?}"))
+    };
+    let size = bytes("size", &args.size)?;
+    let block = bytes("block", &args.block)?;
+    let request = bytes("request", &args.request)?;
+    if !(1..=64).contains(&args.objects) {
+        bail!("--objects must be between 1 and 64");
+    }
+    let cache = match &args.cache {
+        Some(text) => bytes("cache", text)?,
+        None => size * args.objects as u64 / 2,
+    };
+    if request == 0 || request > 64 << 20 || size < 8 * request || size % request != 0 {
+        bail!("--size must be a multiple of --request (at most 64MiB) and at least 8 requests");
+    }
+    if size % 8 != 0 || request % 8 != 0 {
+        bail!("--size and --request must be multiples of 8 bytes");
+    }
+    if args.readers.is_empty() || args.readers.iter().any(|&n| n == 0 || n > 512) {
+        bail!("--readers must list counts between 1 and 512");
+    }
+    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+        bail!("--seconds must be in (0, 600]");
+    }
+    if args.policies.is_empty() {
+        bail!("--policies must name at least one policy");
+    }
+    let throttle = parse_throttle(&args.throttle).context("--throttle")?;
+    let policies = args
+        .policies
+        .iter()
+        .map(|p| policy_spec::parse(p).with_context(|| format!("--policies {p}")))
+        .collect::<Result<Vec<_>>>()?;
+    let front_config = |policy: &cairn_policy::PolicyConfig| FileCacheConfig {
+        block_size_bytes: block,
+        capacity_bytes: cache,
+        policy: policy.clone(),
+        shards: 0,
+    };
+    front_config(&policies[0])
+        .validate()
+        .context("--block/--cache")?;
+
+    // The objects, each word naming its object and offset.
+    let data = tempfile::Builder::new()
+        .prefix("cairn-bench-files")
+        .tempdir()?;
+    let mut chunk = vec![0u8; 1 << 20];
+    for object in 0..args.objects {
+        let mut file = std::fs::File::create(data.path().join(format!("obj{object}")))?;
+        let mut offset = 0u64;
+        while offset < size {
+            let len = (size - offset).min(chunk.len() as u64) as usize;
+            for (i, w) in chunk[..len].chunks_exact_mut(8).enumerate() {
+                w.copy_from_slice(&word(object, offset + 8 * i as u64).to_le_bytes());
+            }
+            file.write_all(&chunk[..len])?;
+            offset += len as u64;
+        }
+    }
+    // The origin: a one-block cache over the throttled directory.
+    let dir = DirBackend::open(data.path())?;
+    let origin_config = FileCacheConfig {
+        block_size_bytes: block,
+        capacity_bytes: block,
+        shards: 1,
+        ..FileCacheConfig::default()
+    };
+    let origin = match throttle {
+        Some(throttle) => serve(
+            ThrottledBackend::new(dir, throttle),
+            &origin_config,
+            "origin",
+        )?,
+        None => serve(dir, &origin_config, "origin")?,
+    };
+    let url = format!("http://{}/origin", origin.addr);
+    let nginx_found = std::process::Command::new(&args.nginx)
+        .arg("-v")
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !nginx_found {
+        eprintln!(
+            "cairn bench files: {} not found (apt-get install nginx-light): Cairn only",
+            args.nginx.display()
+        );
+    }
+    let load = Load {
+        objects: args.objects,
+        size,
+        request,
+        seconds: args.seconds,
+    };
+    let cairn_front = |policy: &cairn_policy::PolicyConfig| -> Result<InProcess> {
+        let backend = HttpBackend::new(
+            &url,
+            HttpBackendConfig {
+                connections_max: 64,
+                ..HttpBackendConfig::default()
+            },
+        )
+        .map_err(anyhow::Error::msg)?;
+        serve(backend, &front_config(policy), "files")
+    };
+    outln!(
+        "{} objects of {size} B on an origin at {} (block {block} B); fronts' caches {cache} B; \
+         {request} B ranged GETs, {} s per phase",
+        args.objects,
+        args.throttle,
+        args.seconds
+    )?;
+    outln!(
+        "{:>7}  {:<7}  {:>12}  {:>12}  {:>11}  {:>13}  {:>13}",
+        "readers",
+        "phase",
+        "cairn MB/s",
+        "nginx MB/s",
+        "cairn/nginx",
+        "cairn p99 ms",
+        "nginx p99 ms"
+    )?;
+    let policy_name = &args.policies[0];
+    for &readers in &args.readers {
+        let front = cairn_front(&policies[0])?;
+        let ours = two_phases(front.addr, "/files", readers, &load)?;
+        drop(front);
+        let mut nginx_cache = 0;
+        let theirs = if nginx_found {
+            let nginx = start_nginx(&args.nginx, origin.addr, cache, block)?;
+            let phases = two_phases(nginx.addr, "/origin", readers, &load)?;
+            nginx_cache = dir_bytes(&nginx.dir.path().join("cache"));
+            Some(phases)
+        } else {
+            None
+        };
+        for (phase, name) in ["read", "re-read"].iter().enumerate() {
+            let (their_mb, ratio, their_p99) = match &theirs {
+                Some(t) => (
+                    format!("{:.1}", t[phase].mb_s()),
+                    format!("{:.2}", ours[phase].mb_s() / t[phase].mb_s()),
+                    format!("{:.1}", t[phase].p99_ms()),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            outln!(
+                "{readers:>7}  {name:<7}  {:>12.1}  {their_mb:>12}  {ratio:>11}  {:>13.1}  {their_p99:>13}  {:>15}",
+                ours[phase].mb_s(),
+                ours[phase].p99_ms(),
+                if phase == 1 && theirs.is_some() {
+                    format!("{}", nginx_cache >> 20)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+    }
+    let readers = *args.readers.iter().max().expect("not empty");
+    outln!(
+        "\nCairn's policies at {readers} readers (cairn MB/s; the first row's policy above is {policy_name})"
+    )?;
+    outln!(
+        "{:<24}  {:>10}  {:>10}  {:>13}",
+        "policy",
+        "read",
+        "re-read",
+        "re-read hits"
+    )?;
+    for (name, policy) in args.policies.iter().zip(&policies) {
+        let front = cairn_front(policy)?;
+        let read = run_readers(front.addr, "/files", readers, &load)?;
+        let before = (front.stats)();
+        let reread = run_readers(front.addr, "/files", readers, &load)?;
+        let after = (front.stats)();
+        let hits = (after.hits + after.coalesced) - (before.hits + before.coalesced);
+        let all = hits + (after.misses - before.misses);
+        outln!(
+            "{name:<24}  {:>10.1}  {:>10.1}  {:>12.1}%",
+            read.mb_s(),
+            reread.mb_s(),
+            100.0 * hits as f64 / all.max(1) as f64
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttles_parse_or_say_why_not() {
+        let t = parse_throttle("2ms,200MiB/s")
+            .expect("parses")
+            .expect("some");
+        assert!((t.op_us - 2000.0).abs() < 1e-9);
+        assert!((t.bandwidth_mb_s - 209.715_2).abs() < 1e-6);
+        let t = parse_throttle("500us,1GB/s")
+            .expect("parses")
+            .expect("some");
+        assert!((t.op_us - 500.0).abs() < 1e-9);
+        assert!(parse_throttle("none").expect("parses").is_none());
+        for bad in [
+            "2,200MiB/s",
+            "2ms",
+            "2ms,200MiB",
+            "-1ms,1MiB/s",
+            "2ms,0B/s",
+            "xms,1MiB/s",
+        ] {
+            assert!(parse_throttle(bad).is_err(), "{bad}");
+        }
+    }
+}
