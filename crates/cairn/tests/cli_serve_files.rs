@@ -45,34 +45,19 @@ fn serve_files_answers_at_the_printed_address_and_stops_on_sigterm() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
     std::fs::write(videos.join("movie.mp4"), &movie).unwrap();
-    let mut child = cairn()
-        .args(["serve", "--files"])
-        .arg(&videos)
-        .args([
+    let (server, address, stderr) = spawn_files(
+        videos.as_os_str(),
+        &[
             "--export",
             "media",
-            "--listen",
-            "tcp:127.0.0.1:0",
             "--block-size",
             "256KiB",
-        ])
-        .args(["--cache-size", "4MiB", "--policy", "lru"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(Some(child));
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
-    assert!(line.contains("bucket media, path-style"), "{line}");
+            "--cache-size",
+            "4MiB",
+            "--policy",
+            "lru",
+        ],
+    );
 
     let whole = get(&address, "/media/movie.mp4", "");
     let (head, body) = split(&whole);
@@ -95,6 +80,7 @@ fn serve_files_answers_at_the_printed_address_and_stops_on_sigterm() {
     let mut log = String::new();
     BufReader::new(stderr).read_to_string(&mut log).unwrap();
     assert!(log.contains("policy lru"), "{log}");
+    assert!(log.contains("as bucket \"media\""), "{log}");
     // 12 blocks of 256 KiB read once; the range was a hit.
     assert!(log.contains("blocks: 1 hits, 12 misses"), "{log}");
 }
@@ -120,26 +106,21 @@ fn serve_files_reads_objects_striped_over_throttled_directories_through_dual() {
         part.write_all(chunk).unwrap();
     }
     let list: Vec<String> = servers.iter().map(|s| s.display().to_string()).collect();
-    let mut child = cairn()
-        .args(["serve", "--files", &list.join(",")])
-        .args(["--export", "media", "--listen", "tcp:127.0.0.1:0"])
-        .args(["--block-size", "256KiB", "--cache-size", "4MiB"])
-        .args(["--policy", "dual:alpha=20", "--throttle", "1ms,200MB/s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(Some(child));
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let address = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_owned();
+    let (server, address, stderr) = spawn_files(
+        list.join(",").as_ref(),
+        &[
+            "--export",
+            "media",
+            "--block-size",
+            "256KiB",
+            "--cache-size",
+            "4MiB",
+            "--policy",
+            "dual:alpha=20",
+            "--throttle",
+            "1ms,200MB/s",
+        ],
+    );
     let whole = get(&address, "/media/movie.mp4", "");
     let (head, body) = split(&whole);
     assert!(head.contains("Content-Length: 2700000"), "{head}");
@@ -230,6 +211,7 @@ fn spawn_files(
         .and_then(|rest| rest.split('/').next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_owned();
+    assert!(line.contains(", path-style)"), "{line}");
     (server, address, stderr)
 }
 
