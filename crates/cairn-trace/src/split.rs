@@ -40,6 +40,23 @@ pub fn start_sector_key(request: &Request) -> u64 {
 /// up to 2^44 blocks (64 PiB at 4 KiB), and 2^20 distinct objects (disks).
 pub const BLOCK_INDEX_BITS: u32 = 44;
 
+/// The one access of `request` in [`Unit::Object`] mode, at logical `time`:
+/// key = object id, and the request's `next` carried over.
+#[inline]
+fn object_access(request: &Request, time: u64) -> Access {
+    Access {
+        key: request.object,
+        size: request.size,
+        op: request.op,
+        object: request.object,
+        block: 0,
+        group: 0,
+        time,
+        clock: request.time_us / 1_000_000,
+        next: request.next,
+    }
+}
+
 /// Splits requests into accesses, numbering them with logical time.
 #[derive(Clone, Debug)]
 pub struct Splitter {
@@ -72,17 +89,7 @@ impl Splitter {
                 requests[..used]
                     .iter()
                     .zip(time..)
-                    .map(|(request, time)| Access {
-                        key: request.object,
-                        size: request.size,
-                        op: request.op,
-                        object: request.object,
-                        block: 0,
-                        group: 0,
-                        time,
-                        clock: request.time_us / 1_000_000,
-                        next: request.next,
-                    }),
+                    .map(|(request, time)| object_access(request, time)),
             );
             self.time += used as u64;
             return used;
@@ -105,17 +112,7 @@ impl Splitter {
     pub fn split(&mut self, request: &Request, out: &mut Vec<Access>) {
         match self.unit {
             Unit::Object => {
-                out.push(Access {
-                    key: request.object,
-                    size: request.size,
-                    op: request.op,
-                    object: request.object,
-                    block: 0,
-                    group: 0,
-                    time: self.time,
-                    clock: request.time_us / 1_000_000,
-                    next: request.next,
-                });
+                out.push(object_access(request, self.time));
                 self.time += 1;
             }
             Unit::StartSector => {
