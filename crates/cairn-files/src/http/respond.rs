@@ -12,7 +12,7 @@ use super::date::{unix_seconds, write_http_date};
 use super::request::{
     Conditions, Precondition, RangeAnswer, Validators, parse_range, percent_decode,
 };
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::cache::{FileCache, Object};
 use crate::limits::BLOCKS_PER_WRITE;
 use crate::s3::{S3Error, error_body, list_objects_v2, reason, write_etag};
@@ -259,6 +259,28 @@ fn bucket_answer<B: Backend>(
     }
 }
 
+/// Answers a backend's error (its status and S3 code) before any of the
+/// body was sent; returns whether the connection stays open.
+fn backend_error(
+    out: &mut Vec<u8>,
+    stream: &mut impl Write,
+    error: &BackendError,
+    resource: &str,
+    head_only: bool,
+    keep_alive: bool,
+) -> io::Result<bool> {
+    error_head(
+        out,
+        S3Error::of(error),
+        &error.message,
+        resource,
+        head_only,
+        !keep_alive,
+    );
+    stream.write_all(out)?;
+    Ok(keep_alive)
+}
+
 /// GET or HEAD of an object.
 #[allow(clippy::too_many_arguments)] // the connection's buffers, passed down
 fn object<B: Backend>(
@@ -275,18 +297,7 @@ fn object<B: Backend>(
     let cache = context.cache;
     let object = match cache.open(key) {
         Ok(object) => object,
-        Err(e) => {
-            error_head(
-                out,
-                S3Error::of(&e),
-                &e.message,
-                resource,
-                head_only,
-                !keep_alive,
-            );
-            stream.write_all(out)?;
-            return Ok(keep_alive);
-        }
+        Err(e) => return backend_error(out, stream, &e, resource, head_only, keep_alive),
     };
     let size = object.info.size;
     let modified = unix_seconds(object.info.modified);
@@ -354,16 +365,7 @@ fn object<B: Backend>(
     slices.clear();
     let mut next = start;
     if !head_only && let Err(e) = fill(cache, key, &object, &mut next, end, slices) {
-        error_head(
-            out,
-            S3Error::of(&e),
-            &e.message,
-            resource,
-            head_only,
-            !keep_alive,
-        );
-        stream.write_all(out)?;
-        return Ok(keep_alive);
+        return backend_error(out, stream, &e, resource, head_only, keep_alive);
     }
     status_line(out, status, !keep_alive);
     validator_headers(out);
