@@ -628,17 +628,7 @@ mod tests {
     use super::*;
     use crate::lru::{Lru, LruConfig};
 
-    fn read(key: u64) -> Access {
-        Access::read(key, 1, 0)
-    }
-
-    fn run(policy: &mut dyn Policy, keys: impl IntoIterator<Item = u64>) -> (u64, Vec<u64>) {
-        let (mut hits, mut victims) = (0, Vec::new());
-        for key in keys {
-            hits += u64::from(policy.access(&read(key), &mut victims));
-        }
-        (hits, victims)
-    }
+    use crate::testing::{read, run_keys as run};
 
     #[test]
     fn features_are_libcachesims_on_a_hand_trace() {

@@ -106,6 +106,22 @@ pub fn replay_checked(policy: &mut dyn Policy, trace: &[Access]) -> usize {
     hits
 }
 
+/// A read of `key`, size 1, at logical time 0 (for policies that number
+/// time themselves).
+pub fn read(key: u64) -> Access {
+    Access::read(key, 1, 0)
+}
+
+/// Runs [`read`]s of `keys` through `policy`; returns the hits and every
+/// victim in order.
+pub fn run_keys(policy: &mut dyn Policy, keys: impl IntoIterator<Item = u64>) -> (u64, Vec<u64>) {
+    let (mut hits, mut victims) = (0, Vec::new());
+    for key in keys {
+        hits += u64::from(policy.access(&read(key), &mut victims));
+    }
+    (hits, victims)
+}
+
 /// Builds accesses from `(key, size)` pairs, with logical times 0, 1, 2, ...
 /// and `next` filled in (so OPT can use the same traces).
 pub fn accesses(items: &[(u64, u32)]) -> Vec<Access> {
