@@ -73,6 +73,15 @@ pub fn write_iso8601(out: &mut String, seconds: u64) {
     );
 }
 
+/// The value of a run of ASCII digits; `None` if any byte is not one.
+fn decimal(digits: &[u8]) -> Option<u32> {
+    digits.iter().all(u8::is_ascii_digit).then(|| {
+        digits
+            .iter()
+            .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
+    })
+}
+
 /// Parses an IMF-fixdate into seconds since the epoch; `None` if it is not
 /// one (or before 1970).
 pub fn parse_http_date(text: &str) -> Option<u64> {
@@ -84,14 +93,7 @@ pub fn parse_http_date(text: &str) -> Option<u64> {
     if b[19] != b':' || b[22] != b':' || &b[25..] != b" GMT" {
         return None;
     }
-    let number = |range: std::ops::Range<usize>| -> Option<u32> {
-        let digits = &b[range];
-        digits.iter().all(u8::is_ascii_digit).then(|| {
-            digits
-                .iter()
-                .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
-        })
-    };
+    let number = |range: std::ops::Range<usize>| decimal(&b[range]);
     let day = number(5..7)?;
     let month = MONTHS.iter().position(|m| m.as_bytes() == &b[8..11])? as u32 + 1;
     let year = i64::from(number(12..16)?);
@@ -129,14 +131,7 @@ pub fn parse_iso8601(text: &str) -> Option<u64> {
     if !valid_tail {
         return None;
     }
-    let number = |range: std::ops::Range<usize>| -> Option<u32> {
-        let digits = &b[range];
-        digits.iter().all(u8::is_ascii_digit).then(|| {
-            digits
-                .iter()
-                .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'))
-        })
-    };
+    let number = |range: std::ops::Range<usize>| decimal(&b[range]);
     let year = i64::from(number(0..4)?);
     let (month, day) = (number(5..7)?, number(8..10)?);
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
