@@ -185,7 +185,9 @@ admin socket = $dir/run/\$name.asok
 pid file = $dir/run/\$name.pid
 crash dir = $dir/crash
 log to stderr = false
-err to stderr = false
+# errors also reach DIR/log/NAME.out: a daemon that exits before its log is
+# flushed (a mon refusing to start) still says why
+err to stderr = true
 osd pool default size = 1
 osd pool default min size = 1
 osd pool default pg num = 8
@@ -195,8 +197,12 @@ osd crush chooseleaf type = 0
 mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
+# The mon refuses to start, and shuts down, when its file system's free share
+# is at or below crit (an integer percentage, rounded down). On a large disk
+# shared with others 1 % is gigabytes, and 0 % is anything under 1 %: -1 turns
+# the check off (the mon's store is a few MB).
 mon data avail warn = 2
-mon data avail crit = 1
+mon data avail crit = -1
 mon max pg per osd = 1000
 
 [mon]
