@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
+use cairn_objects::ObjectStore as _;
 use common::{Server, cairn, terminate};
 
 fn get(address: &str, path: &str, extra: &str) -> Vec<u8> {
@@ -191,7 +192,17 @@ fn spawn_files(
     files: &std::ffi::OsStr,
     extra: &[&str],
 ) -> (Server, String, std::process::ChildStderr) {
+    spawn_files_env(files, extra, &[])
+}
+
+/// [`spawn_files`] with these environment variables set.
+fn spawn_files_env(
+    files: &std::ffi::OsStr,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Server, String, std::process::ChildStderr) {
     let mut child = cairn()
+        .envs(env.iter().copied())
         .args(["serve", "--files"])
         .arg(files)
         .args(["--listen", "tcp:127.0.0.1:0"])
@@ -261,4 +272,85 @@ fn serve_files_over_an_http_origin_serves_the_origins_bytes() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("no TLS"), "{stderr}");
+}
+
+#[test]
+fn serve_files_over_an_s3_bucket_signs_with_the_aws_variables() {
+    // What is wrong is said before anything is sent.
+    for (env, expected) in [
+        (vec![], "set AWS_ENDPOINT_URL"),
+        (
+            vec![("AWS_ENDPOINT_URL", "http://127.0.0.1:1")],
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ),
+    ] {
+        let output = cairn()
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("AWS_ENDPOINT_URL_S3")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .envs(env.iter().copied())
+            .args(["serve", "--files", "s3://bucket"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{env:?} started");
+        assert!(stderr.contains(expected), "{env:?}: {stderr}");
+    }
+    let output = cairn()
+        .args(["serve", "--files", "s3://bucket/videos"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stderr).contains("name one bucket"));
+
+    let Some(config) = cairn_objects::testing::s3_config(
+        "serve_files_over_an_s3_bucket_signs_with_the_aws_variables",
+    ) else {
+        return;
+    };
+    let store = cairn_objects::S3Store::new(&config).unwrap();
+    let prefix = format!("cli-files-s3-{}/", std::process::id());
+    let movie: Vec<u8> = (0..1_500_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 21) as u8)
+        .collect();
+    let key = format!("{prefix}movie.mp4");
+    store.put(&key, &movie).unwrap();
+    let url = format!("s3://{}", config.bucket);
+    let (server, address, stderr) = spawn_files_env(
+        url.as_ref(),
+        &["--export", "media", "--block-size", "256KiB"],
+        &[
+            ("AWS_ENDPOINT_URL", config.endpoint.as_str()),
+            ("AWS_ACCESS_KEY_ID", config.access_key.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", config.secret_key.as_str()),
+            ("AWS_REGION", config.region.as_str()),
+        ],
+    );
+    let whole = get(&address, &format!("/media/{key}"), "");
+    let (head, body) = split(&whole);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let whole_matches = body == movie;
+    let range = get(
+        &address,
+        &format!("/media/{key}"),
+        "Range: bytes=300000-700000\r\n",
+    );
+    let (head, body) = split(&range);
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    let range_matches = body == &movie[300_000..=700_000];
+    let listing = get(&address, &format!("/media?list-type=2&prefix={prefix}"), "");
+    let listing = String::from_utf8_lossy(split(&listing).1).into_owned();
+    let mut server = server;
+    terminate(server.take());
+    let _ = store.delete(&key);
+    assert!(whole_matches, "the whole body differs");
+    assert!(range_matches, "the range differs");
+    assert!(
+        listing.contains(&format!("<Key>{key}</Key>")) && listing.contains("<Size>1500000</Size>"),
+        "{listing}"
+    );
+    let mut log = String::new();
+    BufReader::new(stderr).read_to_string(&mut log).unwrap();
+    // 6 blocks of 256 KiB read once; the range's 2 blocks were hits.
+    assert!(log.contains("blocks: 2 hits, 6 misses"), "{log}");
 }

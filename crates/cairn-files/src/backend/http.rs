@@ -1,5 +1,10 @@
 //! [`HttpBackend`]: the objects of an HTTP origin — another Cairn gateway,
-//! an S3-compatible store (path-style, anonymous), or a plain web server.
+//! an S3-compatible store (path-style, anonymous or signed), or a plain web
+//! server.
+//!
+//! [`HttpBackend::s3`] signs every request with SigV4 (`rusty-s3`, as the
+//! object tier's S3 client does: query-string signatures, so the request's
+//! path and query carry the signature and nothing else changes).
 //!
 //! - `stat` is a `HEAD`: `Content-Length` is the size; `Last-Modified` the
 //!   modification time, whose sub-second part carries a hash of the `ETag`
@@ -27,9 +32,15 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use rusty_s3::actions::S3Action;
+
 use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo, check_key};
 use crate::http::date::{from_unix_seconds, parse_http_date, parse_iso8601};
 use crate::limits::{HEADERS_MAX, LIST_KEYS_MAX, REQUEST_HEAD_MAX_BYTES};
+
+/// How long a request's signature stays valid: it is made just before the
+/// request is sent, so this only has to cover clock skew and a slow answer.
+const SIGNATURE_LIFE: Duration = Duration::from_mins(15);
 
 /// The largest body other than a block's bytes (an error page, a listing)
 /// read from the origin.
@@ -66,8 +77,43 @@ pub struct HttpBackend {
     /// `/BUCKET`, or empty: a key's path is `{base}/{key}`.
     base: String,
     config: HttpBackendConfig,
+    /// Signs each request (an S3 store with keys), or none (anonymous).
+    signer: Option<Signer>,
     pool: Mutex<Pool>,
     freed: Condvar,
+}
+
+/// A bucket and the keys its requests are signed with.
+struct Signer {
+    bucket: rusty_s3::Bucket,
+    credentials: rusty_s3::Credentials,
+}
+
+/// Where S3 is and who we are to it, for [`HttpBackend::s3`].
+#[derive(Clone)]
+pub struct S3Origin {
+    /// `http://HOST:PORT` (no path): Ceph RGW, MinIO.
+    pub endpoint: String,
+    /// The bucket; path-style addressing (`/BUCKET/KEY`).
+    pub bucket: String,
+    /// The SigV4 region (`us-east-1` for stores that ignore it).
+    pub region: String,
+    /// Access key id.
+    pub access_key: String,
+    /// Secret key (never printed by `Debug`).
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for S3Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Origin")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"…")
+            .finish()
+    }
 }
 
 #[derive(Default)]
@@ -164,9 +210,52 @@ impl HttpBackend {
             addrs,
             base,
             config,
+            signer: None,
             pool: Mutex::new(Pool::default()),
             freed: Condvar::new(),
         })
+    }
+
+    /// The bucket `origin.bucket` of an S3-compatible store at
+    /// `origin.endpoint`, every request signed with SigV4 by `origin`'s keys.
+    /// Nothing is sent until the first request: a wrong key shows there, as
+    /// `403` ([`Forbidden`](BackendErrorKind::Forbidden)).
+    pub fn s3(origin: &S3Origin, config: HttpBackendConfig) -> Result<Self, String> {
+        let endpoint = origin.endpoint.trim_end_matches('/');
+        let parsed = url::Url::parse(endpoint).map_err(|e| format!("endpoint {endpoint}: {e}"))?;
+        if parsed.path() != "/" || parsed.query().is_some() {
+            return Err(format!(
+                "endpoint {endpoint}: the store's URL is http://HOST:PORT, with no path"
+            ));
+        }
+        if origin.bucket.is_empty() || origin.bucket.contains(['/', '?', '#']) {
+            return Err(format!("{:?} is not a bucket name", origin.bucket));
+        }
+        let mut backend = Self::new(&format!("{endpoint}/{}", origin.bucket), config)?;
+        let host = parsed
+            .host_str()
+            .ok_or_else(|| format!("endpoint {endpoint}: no host"))?;
+        // The Host header must be what the signature covers: the URL's host,
+        // with its port only when it is not the scheme's default.
+        backend.authority = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        let bucket = rusty_s3::Bucket::new(
+            parsed,
+            rusty_s3::UrlStyle::Path,
+            origin.bucket.clone(),
+            origin.region.clone(),
+        )
+        .map_err(|e| format!("endpoint {endpoint}, bucket {}: {e}", origin.bucket))?;
+        backend.signer = Some(Signer {
+            bucket,
+            credentials: rusty_s3::Credentials::new(
+                origin.access_key.clone(),
+                origin.secret_key.clone(),
+            ),
+        });
+        Ok(backend)
     }
 
     /// The origin's URL as given.
@@ -303,7 +392,24 @@ impl HttpBackend {
         }
     }
 
-    fn target(&self, key: &str) -> String {
+    /// The request target of `method` (`HEAD` or `GET`) on `key`: its path,
+    /// and with a signer the signature's query.
+    fn target(&self, method: &str, key: &str) -> String {
+        if let Some(signer) = &self.signer {
+            let credentials = Some(&signer.credentials);
+            let url = if method == "HEAD" {
+                signer
+                    .bucket
+                    .head_object(credentials, key)
+                    .sign(SIGNATURE_LIFE)
+            } else {
+                signer
+                    .bucket
+                    .get_object(credentials, key)
+                    .sign(SIGNATURE_LIFE)
+            };
+            return url[url::Position::BeforePath..].to_owned();
+        }
         let mut target = String::with_capacity(self.base.len() + key.len() + 8);
         target.push_str(&self.base);
         target.push('/');
@@ -335,12 +441,27 @@ impl HttpBackend {
         max: usize,
         out: &mut Vec<ListEntry>,
     ) -> Result<(bool, Option<String>), BackendError> {
-        let mut target = format!("{}/?list-type=2&max-keys={max}&prefix=", self.base);
-        encode_query(&mut target, prefix);
-        if let Some(after) = after {
-            target.push_str("&start-after=");
-            encode_query(&mut target, after);
-        }
+        let target = if let Some(signer) = &self.signer {
+            let mut action = signer.bucket.list_objects_v2(Some(&signer.credentials));
+            // Keys come back as they are, as they do unsigned (rusty-s3 asks
+            // for them URL-encoded).
+            action.query_mut().remove("encoding-type");
+            action.with_max_keys(max);
+            action.with_prefix(prefix);
+            if let Some(after) = after {
+                action.with_start_after(after);
+            }
+            let url = action.sign(SIGNATURE_LIFE);
+            url[url::Position::BeforePath..].to_owned()
+        } else {
+            let mut target = format!("{}/?list-type=2&max-keys={max}&prefix=", self.base);
+            encode_query(&mut target, prefix);
+            if let Some(after) = after {
+                target.push_str("&start-after=");
+                encode_query(&mut target, after);
+            }
+            target
+        };
         let mut body = Vec::new();
         let mut error_body = Vec::new();
         let head = self.request(
@@ -411,7 +532,7 @@ impl HttpBackend {
 impl Backend for HttpBackend {
     fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError> {
         check_key(key)?;
-        let target = self.target(key);
+        let target = self.target("HEAD", key);
         let mut error_body = Vec::new();
         let head = self.request("HEAD", &target, None, &mut Sink::None, &mut error_body)?;
         if !(200..300).contains(&head.status) {
@@ -443,7 +564,7 @@ impl Backend for HttpBackend {
         if buf.is_empty() {
             return Ok(());
         }
-        let target = self.target(key);
+        let target = self.target("GET", key);
         let last = offset + buf.len() as u64 - 1;
         let len = buf.len() as u64;
         let mut error_body = Vec::new();
@@ -875,13 +996,61 @@ mod tests {
     use super::*;
 
     #[test]
+    fn s3_requests_carry_a_signature_over_the_host_sent() {
+        let origin = S3Origin {
+            endpoint: "http://127.0.0.1:80/".into(),
+            bucket: "media".into(),
+            region: "us-east-1".into(),
+            access_key: "AKEXAMPLE".into(),
+            secret_key: "secret".into(),
+        };
+        let backend = HttpBackend::s3(&origin, HttpBackendConfig::default()).expect("origin");
+        // The url crate drops a default port, so the signature covers
+        // `127.0.0.1`: the Host header must say the same.
+        assert_eq!(backend.authority, "127.0.0.1");
+        let head = backend.target("HEAD", "a b.mp4");
+        let get = backend.target("GET", "a b.mp4");
+        for target in [&head, &get] {
+            assert!(target.starts_with("/media/a%20b.mp4?"), "{target}");
+            assert!(target.contains("X-Amz-Credential=AKEXAMPLE%2F"), "{target}");
+            assert!(target.contains("X-Amz-Signature="), "{target}");
+        }
+        let signature = |t: &str| t.rsplit_once("X-Amz-Signature=").map(|(_, s)| s.to_owned());
+        assert_ne!(signature(&head), signature(&get), "the method is signed");
+        assert!(
+            !format!("{origin:?}").contains("secret\""),
+            "Debug hides the secret"
+        );
+        for (endpoint, bucket) in [
+            ("http://127.0.0.1:80/path", "media"),
+            ("http://127.0.0.1:80?x", "media"),
+            ("not a url", "media"),
+            ("http://127.0.0.1:80", "a/b"),
+            ("http://127.0.0.1:80", ""),
+        ] {
+            let bad = S3Origin {
+                endpoint: endpoint.into(),
+                bucket: bucket.into(),
+                ..origin.clone()
+            };
+            assert!(
+                HttpBackend::s3(&bad, HttpBackendConfig::default()).is_err(),
+                "{endpoint} {bucket}"
+            );
+        }
+    }
+
+    #[test]
     fn urls_are_checked_and_keys_encoded() {
         let backend = HttpBackend::new("http://127.0.0.1:9/media", HttpBackendConfig::default())
             .expect("url");
-        assert_eq!(backend.target("a b/ü&.mp4"), "/media/a%20b/%C3%BC%26.mp4");
+        assert_eq!(
+            backend.target("GET", "a b/ü&.mp4"),
+            "/media/a%20b/%C3%BC%26.mp4"
+        );
         let root =
             HttpBackend::new("http://127.0.0.1:9/", HttpBackendConfig::default()).expect("url");
-        assert_eq!(root.target("x"), "/x");
+        assert_eq!(root.target("GET", "x"), "/x");
         for bad in [
             "https://127.0.0.1:9/b",
             "ftp://h/b",

@@ -210,8 +210,10 @@ pub struct ServeArgs {
     file: Option<PathBuf>,
 
     /// Serve the files under DIR — or the objects of the HTTP origin
-    /// http://HOST:PORT/BUCKET (another gateway, an S3-compatible store) —
-    /// over HTTP/1.1 and the S3 GET/HEAD object
+    /// http://HOST:PORT/BUCKET (another gateway, an S3-compatible store), or
+    /// of the bucket `s3://BUCKET` with SigV4-signed requests (the store and
+    /// keys from `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`) — over HTTP/1.1 and the S3 GET/HEAD object
     /// API (read-only, docs/files.md) instead of NBD volumes; the bucket is
     /// --export's name, the address --listen tcp:HOST:PORT (default
     /// tcp:127.0.0.1:8080). DIR1,DIR2,...: objects striped round robin over

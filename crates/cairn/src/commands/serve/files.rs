@@ -1,5 +1,5 @@
 //! `cairn serve --files DIR|URL`: a directory, or the objects of an HTTP
-//! origin, served over HTTP/1.1 and the S3 GET/HEAD object API through the
+//! origin or an S3 bucket, served over HTTP/1.1 and the S3 GET/HEAD object API through the
 //! file gateway (`cairn-files`), instead of NBD volumes. See docs/files.md.
 
 use std::io::Write;
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail};
 use cairn_files::{
     Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
-    HttpBackendConfig, StripedBackend, ThrottledBackend,
+    HttpBackendConfig, S3Origin, StripedBackend, ThrottledBackend,
 };
 use cairn_nbd::ListenAddress;
 
@@ -42,8 +42,46 @@ pub(super) struct FilesArgs<'a> {
     pub quiet: bool,
 }
 
-/// The backend --files names: an origin URL (`http://HOST:PORT/BUCKET`,
-/// anything with `://`), a directory, or directories separated by commas
+/// The bucket `s3://BUCKET` names, signed with the standard AWS environment
+/// variables (those aws-cli and boto3 read): the endpoint from
+/// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the keys from
+/// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, the region from
+/// `AWS_REGION` or `AWS_DEFAULT_REGION` (default `us-east-1`).
+fn s3_origin(bucket: &str) -> Result<S3Origin> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let bucket = bucket.trim_end_matches('/');
+    if bucket.is_empty() || bucket.contains('/') {
+        bail!("--files s3://{bucket}: name one bucket, s3://BUCKET (the whole bucket is served)");
+    }
+    let Some(endpoint) = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")) else {
+        bail!(
+            "--files s3://{bucket}: set AWS_ENDPOINT_URL to the store's URL (e.g. \
+             http://127.0.0.1:7480 for a Ceph RGW); AWS itself needs TLS, which the gateway's \
+             origin client does not have yet"
+        );
+    };
+    let (Some(access_key), Some(secret_key)) =
+        (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
+    else {
+        bail!(
+            "--files s3://{bucket}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for an \
+             anonymous bucket use --files {endpoint}/{bucket})",
+            endpoint = endpoint.trim_end_matches('/')
+        );
+    };
+    Ok(S3Origin {
+        endpoint,
+        bucket: bucket.to_owned(),
+        region: var("AWS_REGION")
+            .or_else(|| var("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_owned()),
+        access_key,
+        secret_key,
+    })
+}
+
+/// The backend --files names: an S3 bucket (`s3://BUCKET`), an origin URL
+/// (`http://HOST:PORT/BUCKET`, anything else with `://`), a directory, or directories separated by commas
 /// striped in stripes of `unit` bytes; directories throttled by `throttle`
 /// (`cairn bench files`'s syntax, e.g. `2ms,200MiB/s`) if given.
 fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
@@ -52,8 +90,11 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
         if throttle.is_some() {
             bail!("--throttle slows directories, not an origin URL");
         }
-        let backend = HttpBackend::new(&text, HttpBackendConfig::default())
-            .map_err(|e| anyhow::anyhow!("--files {e}"))?;
+        let backend = match text.strip_prefix("s3://") {
+            Some(bucket) => HttpBackend::s3(&s3_origin(bucket)?, HttpBackendConfig::default()),
+            None => HttpBackend::new(&text, HttpBackendConfig::default()),
+        }
+        .map_err(|e| anyhow::anyhow!("--files {e}"))?;
         return Ok(Arc::new(backend));
     }
     let throttle = match throttle {
