@@ -36,6 +36,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
@@ -63,6 +64,11 @@ pub struct FileCacheConfig {
     /// Shards, a power of two up to [`SHARDS_MAX`]; 0 chooses: 4 per core,
     /// halved while a shard would hold fewer than 64 blocks. Default 0.
     pub shards: usize,
+    /// How long an object's size and modification time, once read from the
+    /// backend, are trusted: a request within it opens the object without
+    /// asking the backend (a `HEAD` for an HTTP origin), so a change is seen
+    /// up to this late. Zero (the default): every request asks.
+    pub revalidate: Duration,
 }
 
 impl Default for FileCacheConfig {
@@ -72,6 +78,7 @@ impl Default for FileCacheConfig {
             capacity_bytes: 256 << 20,
             policy: PolicyConfig::default_for("ons").expect("cairn-policy has ons"),
             shards: 0,
+            revalidate: Duration::ZERO,
         }
     }
 }
@@ -238,8 +245,14 @@ struct ShardCell {
 
 /// The object numbering: key → (number, version).
 struct Objects {
-    numbers: HashMap<Box<str>, Object>,
+    numbers: HashMap<Box<str>, Known>,
     next: u64,
+}
+
+/// A numbered object version and when the backend last confirmed it.
+struct Known {
+    object: Object,
+    checked: Instant,
 }
 
 /// A large-block cache over a [`Backend`]. See the module docs.
@@ -252,6 +265,7 @@ pub struct FileCache<B> {
     block_shift: u32,
     block_size: u32,
     objects: Mutex<Objects>,
+    revalidate: Duration,
     policy_name: &'static str,
     capacity_bytes: u64,
 }
@@ -296,6 +310,7 @@ impl<B: Backend> FileCache<B> {
                 numbers: HashMap::new(),
                 next: 0,
             }),
+            revalidate: config.revalidate,
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
         })
@@ -326,8 +341,17 @@ impl<B: Backend> FileCache<B> {
         self.policy_name
     }
 
-    /// Looks `key` up in the backend and numbers this version of it.
+    /// Looks `key` up in the backend and numbers this version of it — or,
+    /// within [`FileCacheConfig::revalidate`] of the backend's last answer
+    /// for it, returns that version without asking.
     pub fn open(&self, key: &str) -> Result<Object, BackendError> {
+        if !self.revalidate.is_zero()
+            && let Some(known) = lock(&self.objects).numbers.get(key)
+            && known.checked.elapsed() < self.revalidate
+        {
+            return Ok(known.object);
+        }
+        let checked = Instant::now();
         let info = self.backend.stat(key)?;
         if info.size.div_ceil(self.block_size()) > 1 << BLOCK_INDEX_BITS {
             return Err(BackendError::new(
@@ -340,10 +364,11 @@ impl<B: Backend> FileCache<B> {
             ));
         }
         let mut objects = lock(&self.objects);
-        if let Some(object) = objects.numbers.get(key)
-            && object.info == info
+        if let Some(known) = objects.numbers.get_mut(key)
+            && known.object.info == info
         {
-            return Ok(*object);
+            known.checked = known.checked.max(checked);
+            return Ok(known.object);
         }
         if objects.numbers.len() >= OBJECTS_MAX {
             // Forget the numbering; numbers are never reused, so no block
@@ -355,7 +380,9 @@ impl<B: Backend> FileCache<B> {
             info,
         };
         objects.next += 1;
-        objects.numbers.insert(key.into(), object);
+        objects
+            .numbers
+            .insert(key.into(), Known { object, checked });
         Ok(object)
     }
 

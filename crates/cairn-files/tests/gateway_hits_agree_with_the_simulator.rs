@@ -86,6 +86,7 @@ fn gateway(policy: &PolicyConfig, script: &[(usize, u64, u64)]) -> (u64, u64) {
         capacity_bytes: CAPACITY,
         policy: policy.clone(),
         shards: 1,
+        ..FileCacheConfig::default()
     };
     let running = common::start_cache(
         FileCache::new(Arc::new(backend), &config).expect("cache"),

@@ -162,6 +162,10 @@ fn serve_files_refuses_bad_flags_before_listening() {
         (vec!["--connections-max", "0"], "connections_max 0"),
         (vec!["--throttle", "fast"], "OP,BANDWIDTH"),
         (vec!["--throttle", "100us,0MB/s"], "the bandwidth > 0"),
+        (
+            vec!["--revalidate", "soon"],
+            "--revalidate `soon`: unknown unit",
+        ),
     ] {
         let output = cairn()
             .args(["serve", "--files"])

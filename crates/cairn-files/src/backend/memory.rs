@@ -17,6 +17,7 @@ type Stored = (Arc<Vec<u8>>, SystemTime);
 pub struct MemoryBackend {
     objects: RwLock<BTreeMap<String, Stored>>,
     reads: AtomicU64,
+    stats: AtomicU64,
     delay: Mutex<Duration>,
     /// Failures to return, oldest first, instead of the next reads.
     failures: Mutex<Vec<BackendErrorKind>>,
@@ -39,6 +40,11 @@ impl MemoryBackend {
     /// Reads so far (successful or not).
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Stats so far (successful or not).
+    pub fn stats(&self) -> u64 {
+        self.stats.load(Ordering::Relaxed)
     }
 
     /// Makes every later read sleep `delay` first.
@@ -72,6 +78,7 @@ impl MemoryBackend {
 
 impl Backend for MemoryBackend {
     fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError> {
+        self.stats.fetch_add(1, Ordering::Relaxed);
         let (bytes, modified) = self.get(key)?;
         Ok(ObjectInfo {
             size: bytes.len() as u64,

@@ -21,6 +21,7 @@ fn cache(capacity: u64, policy: &str) -> FileCache<Arc<MemoryBackend>> {
         capacity_bytes: capacity,
         policy: PolicyConfig::default_for(policy).expect("a policy"),
         shards: 1,
+        ..FileCacheConfig::default()
     };
     FileCache::new(backend, &config).expect("cache")
 }
@@ -204,6 +205,7 @@ fn every_servable_policy_keeps_the_cache_within_capacity() {
             capacity_bytes: 2 * MIB,
             policy,
             shards: 1,
+            ..FileCacheConfig::default()
         };
         let Ok(cache) = FileCache::new(MemoryBackend::new(), &config) else {
             assert!(
@@ -298,6 +300,7 @@ fn dual_cache(preface: u64) -> FileCache<Arc<MemoryBackend>> {
         capacity_bytes: 10 * MIB,
         policy: PolicyConfig::Dual(dual),
         shards: 0,
+        ..FileCacheConfig::default()
     };
     let cache = FileCache::new(backend, &config).expect("dual");
     assert_eq!((cache.policy_name(), cache.shards()), ("dual", 1));
@@ -365,4 +368,47 @@ fn dual_evicts_the_least_recent_files_whole_preface() {
     assert_eq!(dual.stats().resident_blocks, 3, "both of a's blocks left");
     assert_eq!(read_blocks(&dual, "b", 0..2), 0, "b's preface stays");
     assert_eq!(read_blocks(&dual, "a", 1..2), 1, "a's block 1 left too");
+}
+
+#[test]
+fn revalidate_trusts_the_backends_answer_for_its_duration() {
+    let backend = Arc::new(MemoryBackend::new());
+    let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
+    backend.put("v", vec![1; 1000], SystemTime::UNIX_EPOCH);
+    // Zero: every open asks the backend.
+    let every = FileCache::new(Arc::clone(&backend), &FileCacheConfig::default()).expect("cache");
+    for _ in 0..5 {
+        every.open("v").expect("open");
+    }
+    assert_eq!(backend.stats(), 5);
+
+    let ttl = Duration::from_millis(300);
+    let config = FileCacheConfig {
+        revalidate: ttl,
+        ..FileCacheConfig::default()
+    };
+    let trusting = FileCache::new(Arc::clone(&backend), &config).expect("cache");
+    let start = std::time::Instant::now();
+    let first = trusting.open("v").expect("open");
+    for _ in 0..5 {
+        assert_eq!(trusting.open("v").expect("open").number, first.number);
+    }
+    // A change within the duration is not seen yet...
+    backend.put("v", vec![2; 2000], later);
+    let stale = trusting.open("v").expect("open");
+    if start.elapsed() < ttl {
+        assert_eq!((stale.number, stale.info.size), (first.number, 1000));
+        assert_eq!(backend.stats(), 6, "one stat for seven opens");
+    }
+    // ...and is after it, as a new version.
+    std::thread::sleep(ttl);
+    let fresh = trusting.open("v").expect("open");
+    assert_ne!(fresh.number, first.number);
+    assert_eq!(fresh.info.size, 2000);
+    // A missing object is asked about every time (no negative caching).
+    let stats = backend.stats();
+    for _ in 0..3 {
+        assert!(trusting.open("missing").is_err());
+    }
+    assert_eq!(backend.stats(), stats + 3);
 }

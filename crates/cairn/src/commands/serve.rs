@@ -251,6 +251,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "OP,BANDWIDTH", requires = "files")]
     throttle: Option<String>,
 
+    /// With --files: how long what the backend said of an object (its size
+    /// and version) is trusted before a request asks again, e.g. 0s, 500ms,
+    /// 1m; a changed object is served as it was for up to this long. Default
+    /// 0s for directories (a stat per request), 1s for an HTTP or S3 origin
+    /// (a HEAD per object per second at most).
+    #[arg(long, value_name = "DURATION", requires = "files")]
+    revalidate: Option<String>,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
@@ -363,6 +371,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             policy: args.policy.as_deref(),
             connections_max: args.connections_max,
             throttle: args.throttle.as_deref(),
+            revalidate: args.revalidate.as_deref(),
             quiet,
         });
     }

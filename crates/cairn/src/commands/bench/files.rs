@@ -20,6 +20,10 @@ use cairn_store::Throttle;
 use crate::output::outln;
 use crate::policy_spec;
 
+/// How long both gateways trust what the origin said of an object: nginx's
+/// `proxy_cache_valid` and Cairn's `revalidate`.
+const NGINX_VALID: std::time::Duration = std::time::Duration::from_hours(1);
+
 pub const FILES_LONG_ABOUT: &str = "\
 papers/000's streaming-server experiment over HTTP. An origin (Cairn's gateway
 over a directory, slowed like a disk by --throttle: a fixed cost per read plus
@@ -29,7 +33,9 @@ front of it, on loopback, (a) Cairn's gateway over the origin (`serve --files
 http://…`) with a --cache of --block blocks and each policy, and (b) nginx as a
 reverse proxy with proxy_cache (max_size the same --cache, on /tmp) and
 `slice` of the same --block, proxy_cache_lock on and kept-alive upstream
-connections; its configuration is written into a temporary directory.
+connections; its configuration is written into a temporary directory. Both
+trust an object's size and version for an hour (nginx's proxy_cache_valid,
+Cairn's revalidate), so neither asks the origin again within the run.
 
 For each reader count in --readers, reader r reads object r mod --objects in
 --request-sized ranged GETs on one kept-alive connection, starting r/--objects
@@ -193,6 +199,7 @@ fn start_nginx(nginx: &Path, origin: SocketAddr, cache: u64, block: u64) -> Resu
         .tempdir()?;
     let port = free_port()?;
     let d = dir.path().display();
+    let valid = NGINX_VALID.as_secs();
     let config = format!(
         "daemon off; master_process on; worker_processes 2; pid {d}/nginx.pid;
 error_log {d}/error.log warn;
@@ -211,7 +218,7 @@ http {{
       proxy_cache files;
       proxy_cache_key $uri$slice_range;
       proxy_set_header Range $slice_range;
-      proxy_cache_valid 200 206 1h;
+      proxy_cache_valid 200 206 {valid}s;
       proxy_cache_lock on;
       proxy_cache_lock_timeout 60s;
       proxy_http_version 1.1;
@@ -482,6 +489,9 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         capacity_bytes: cache,
         policy: policy.clone(),
         shards: 0,
+        // What nginx's `proxy_cache_valid 200 206 1h` grants it: no
+        // revalidation with the origin within the run.
+        revalidate: NGINX_VALID,
     };
     front_config(&policies[0])
         .validate()

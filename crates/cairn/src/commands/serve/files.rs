@@ -15,7 +15,11 @@ use cairn_files::{
 use cairn_nbd::ListenAddress;
 
 use crate::commands::bench::files::parse_throttle;
+use crate::commands::sim::parse_duration_us;
 use crate::policy_spec;
+
+/// How long an origin's answer for an object is trusted without --revalidate.
+const ORIGIN_REVALIDATE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Where the gateway listens without --listen.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -38,6 +42,8 @@ pub(super) struct FilesArgs<'a> {
     pub connections_max: Option<usize>,
     /// --throttle: latency in µs, rate in MB/s.
     pub throttle: Option<&'a str>,
+    /// --revalidate.
+    pub revalidate: Option<&'a str>,
     /// -q: print nothing on stdout.
     pub quiet: bool,
 }
@@ -138,6 +144,13 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     if let Some(policy) = args.policy {
         cache_config.policy = policy_spec::parse(policy).context("--policy")?;
     }
+    cache_config.revalidate = match args.revalidate {
+        Some(text) => std::time::Duration::from_micros(
+            parse_duration_us(text).map_err(|e| anyhow::anyhow!("--revalidate {e}"))?,
+        ),
+        None if dir.to_string_lossy().contains("://") => ORIGIN_REVALIDATE,
+        None => std::time::Duration::ZERO,
+    };
     let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
         config.connections_max = connections;
