@@ -22,7 +22,7 @@ pub mod s3;
 
 pub use backend::{
     Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
-    MemoryBackend, ObjectInfo, S3Origin, StripedBackend, ThrottledBackend,
+    MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend,
 };
 pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};
 pub use http::{Gateway, GatewayConfig};

@@ -9,22 +9,15 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cairn_files::{Backend, BackendErrorKind, HttpBackend, HttpBackendConfig, S3Origin};
-use cairn_objects::{ObjectStore, S3Store, testing::s3_config};
+use cairn_files::{Backend, BackendErrorKind, HttpBackend, HttpBackendConfig};
+use cairn_objects::{ObjectStore, S3Config, S3Store, testing::s3_config};
 use common::{BUCKET, exchange, pattern, start, status};
 
-/// The test bucket's store (to upload with) and the gateway's origin, or
+/// The test bucket's store (to upload with) and its configuration, or
 /// `None` when no store is configured.
-fn store(test: &str) -> Option<(S3Store, S3Origin)> {
+fn store(test: &str) -> Option<(S3Store, S3Config)> {
     let config = s3_config(test)?;
-    let origin = S3Origin {
-        endpoint: config.endpoint.clone(),
-        bucket: config.bucket.clone(),
-        region: config.region.clone(),
-        access_key: config.access_key.clone(),
-        secret_key: config.secret_key.clone(),
-    };
-    Some((S3Store::new(&config).expect("store"), origin))
+    Some((S3Store::new(&config).expect("store"), config))
 }
 
 /// A key prefix no other test or run uses.
@@ -119,7 +112,7 @@ fn a_signed_s3_origin_serves_the_bytes_it_holds() {
 
     // A wrong secret is refused by the store, not read anonymously.
     let wrong = HttpBackend::s3(
-        &S3Origin {
+        &S3Config {
             secret_key: "not-the-secret".into(),
             ..origin.clone()
         },

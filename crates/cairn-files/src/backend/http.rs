@@ -32,6 +32,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
+use cairn_objects::S3Config;
 use rusty_s3::actions::S3Action;
 
 use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo, check_key};
@@ -87,33 +88,6 @@ pub struct HttpBackend {
 struct Signer {
     bucket: rusty_s3::Bucket,
     credentials: rusty_s3::Credentials,
-}
-
-/// Where S3 is and who we are to it, for [`HttpBackend::s3`].
-#[derive(Clone)]
-pub struct S3Origin {
-    /// `http://HOST:PORT` (no path): Ceph RGW, MinIO.
-    pub endpoint: String,
-    /// The bucket; path-style addressing (`/BUCKET/KEY`).
-    pub bucket: String,
-    /// The SigV4 region (`us-east-1` for stores that ignore it).
-    pub region: String,
-    /// Access key id.
-    pub access_key: String,
-    /// Secret key (never printed by `Debug`).
-    pub secret_key: String,
-}
-
-impl std::fmt::Debug for S3Origin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Origin")
-            .field("endpoint", &self.endpoint)
-            .field("bucket", &self.bucket)
-            .field("region", &self.region)
-            .field("access_key", &self.access_key)
-            .field("secret_key", &"…")
-            .finish()
-    }
 }
 
 #[derive(Default)]
@@ -216,22 +190,24 @@ impl HttpBackend {
         })
     }
 
-    /// The bucket `origin.bucket` of an S3-compatible store at
-    /// `origin.endpoint`, every request signed with SigV4 by `origin`'s keys.
-    /// Nothing is sent until the first request: a wrong key shows there, as
-    /// `403` ([`Forbidden`](BackendErrorKind::Forbidden)).
-    pub fn s3(origin: &S3Origin, config: HttpBackendConfig) -> Result<Self, String> {
-        let endpoint = origin.endpoint.trim_end_matches('/');
+    /// The bucket of an S3-compatible store (`store`: endpoint, bucket,
+    /// region, keys), every request signed with SigV4 by `store`'s keys;
+    /// `store.timeout` replaces `config.io_timeout`. Nothing is sent until
+    /// the first request: a wrong key shows there, as `403`
+    /// ([`Forbidden`](BackendErrorKind::Forbidden)).
+    pub fn s3(store: &S3Config, mut config: HttpBackendConfig) -> Result<Self, String> {
+        let endpoint = store.endpoint.trim_end_matches('/');
         let parsed = url::Url::parse(endpoint).map_err(|e| format!("endpoint {endpoint}: {e}"))?;
         if parsed.path() != "/" || parsed.query().is_some() {
             return Err(format!(
                 "endpoint {endpoint}: the store's URL is http://HOST:PORT, with no path"
             ));
         }
-        if origin.bucket.is_empty() || origin.bucket.contains(['/', '?', '#']) {
-            return Err(format!("{:?} is not a bucket name", origin.bucket));
+        if store.bucket.is_empty() || store.bucket.contains(['/', '?', '#']) {
+            return Err(format!("{:?} is not a bucket name", store.bucket));
         }
-        let mut backend = Self::new(&format!("{endpoint}/{}", origin.bucket), config)?;
+        config.io_timeout = store.timeout;
+        let mut backend = Self::new(&format!("{endpoint}/{}", store.bucket), config)?;
         let host = parsed
             .host_str()
             .ok_or_else(|| format!("endpoint {endpoint}: no host"))?;
@@ -244,15 +220,15 @@ impl HttpBackend {
         let bucket = rusty_s3::Bucket::new(
             parsed,
             rusty_s3::UrlStyle::Path,
-            origin.bucket.clone(),
-            origin.region.clone(),
+            store.bucket.clone(),
+            store.region.clone(),
         )
-        .map_err(|e| format!("endpoint {endpoint}, bucket {}: {e}", origin.bucket))?;
+        .map_err(|e| format!("endpoint {endpoint}, bucket {}: {e}", store.bucket))?;
         backend.signer = Some(Signer {
             bucket,
             credentials: rusty_s3::Credentials::new(
-                origin.access_key.clone(),
-                origin.secret_key.clone(),
+                store.access_key.clone(),
+                store.secret_key.clone(),
             ),
         });
         Ok(backend)
@@ -997,17 +973,19 @@ mod tests {
 
     #[test]
     fn s3_requests_carry_a_signature_over_the_host_sent() {
-        let origin = S3Origin {
+        let origin = S3Config {
             endpoint: "http://127.0.0.1:80/".into(),
             bucket: "media".into(),
             region: "us-east-1".into(),
             access_key: "AKEXAMPLE".into(),
             secret_key: "secret".into(),
+            timeout: Duration::from_secs(7),
         };
         let backend = HttpBackend::s3(&origin, HttpBackendConfig::default()).expect("origin");
         // The url crate drops a default port, so the signature covers
         // `127.0.0.1`: the Host header must say the same.
         assert_eq!(backend.authority, "127.0.0.1");
+        assert_eq!(backend.config.io_timeout, Duration::from_secs(7));
         let head = backend.target("HEAD", "a b.mp4");
         let get = backend.target("GET", "a b.mp4");
         for target in [&head, &get] {
@@ -1028,7 +1006,7 @@ mod tests {
             ("http://127.0.0.1:80", "a/b"),
             ("http://127.0.0.1:80", ""),
         ] {
-            let bad = S3Origin {
+            let bad = S3Config {
                 endpoint: endpoint.into(),
                 bucket: bucket.into(),
                 ..origin.clone()

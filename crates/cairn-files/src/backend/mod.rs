@@ -19,7 +19,7 @@ pub mod striped;
 mod throttled;
 
 pub use dir::DirBackend;
-pub use http::{HttpBackend, HttpBackendConfig, S3Origin};
+pub use http::{HttpBackend, HttpBackendConfig};
 pub use memory::MemoryBackend;
 pub use striped::{StripedBackend, stripe_file};
 pub use throttled::ThrottledBackend;

@@ -10,9 +10,10 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, Result, bail};
 use cairn_files::{
     Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
-    HttpBackendConfig, S3Origin, StripedBackend, ThrottledBackend,
+    HttpBackendConfig, StripedBackend, ThrottledBackend,
 };
 use cairn_nbd::ListenAddress;
+use cairn_objects::S3Config;
 
 use crate::commands::bench::files::parse_throttle;
 use crate::commands::sim::parse_duration_us;
@@ -53,7 +54,7 @@ pub(super) struct FilesArgs<'a> {
 /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the keys from
 /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, the region from
 /// `AWS_REGION` or `AWS_DEFAULT_REGION` (default `us-east-1`).
-fn s3_origin(bucket: &str) -> Result<S3Origin> {
+fn s3_origin(bucket: &str) -> Result<S3Config> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let bucket = bucket.trim_end_matches('/');
     if bucket.is_empty() || bucket.contains('/') {
@@ -75,7 +76,7 @@ fn s3_origin(bucket: &str) -> Result<S3Origin> {
             endpoint = endpoint.trim_end_matches('/')
         );
     };
-    Ok(S3Origin {
+    Ok(S3Config {
         endpoint,
         bucket: bucket.to_owned(),
         region: var("AWS_REGION")
@@ -83,6 +84,7 @@ fn s3_origin(bucket: &str) -> Result<S3Origin> {
             .unwrap_or_else(|| "us-east-1".to_owned()),
         access_key,
         secret_key,
+        timeout: HttpBackendConfig::default().io_timeout,
     })
 }
 
