@@ -46,6 +46,7 @@ fn hits_allocate_nothing() {
                 capacity_bytes: 8 << 20,
                 policy: PolicyConfig::default_for(policy).expect(policy),
                 shards: 4,
+                prefetch_window_blocks: 0,
             },
         )
         .expect("cache");

@@ -249,6 +249,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "OP,BANDWIDTH", requires = "files")]
     throttle: Option<String>,
 
+    /// With --files: papers/001's readahead. A read continuing its file's
+    /// sequence (or at its start) has the next N × DIRS blocks read ahead,
+    /// DIRS the striped directories (1 for one directory or an origin), in
+    /// parallel over them. Default 0: off.
+    #[arg(long, value_name = "N", requires = "files")]
+    prefetch_stripes: Option<u64>,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
@@ -361,6 +368,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             policy: args.policy.as_deref(),
             connections_max: args.connections_max,
             throttle: args.throttle.as_deref(),
+            prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
             quiet,
         });
     }

@@ -482,6 +482,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         capacity_bytes: cache,
         policy: policy.clone(),
         shards: 0,
+        prefetch_window_blocks: 0,
     };
     front_config(&policies[0])
         .validate()

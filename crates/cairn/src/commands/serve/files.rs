@@ -38,6 +38,8 @@ pub(super) struct FilesArgs<'a> {
     pub connections_max: Option<usize>,
     /// --throttle: latency in µs, rate in MB/s.
     pub throttle: Option<&'a str>,
+    /// --prefetch-stripes: readahead of this many stripes (0: none).
+    pub prefetch_stripes: u64,
     /// -q: print nothing on stdout.
     pub quiet: bool,
 }
@@ -97,6 +99,13 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     if let Some(policy) = args.policy {
         cache_config.policy = policy_spec::parse(policy).context("--policy")?;
     }
+    let text = dir.to_string_lossy();
+    let servers = if text.contains("://") {
+        1
+    } else {
+        text.split(',').count() as u64
+    };
+    cache_config.prefetch_window_blocks = args.prefetch_stripes.saturating_mul(servers);
     let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
         config.connections_max = connections;
@@ -105,7 +114,10 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
     let backend = backend(dir, args.throttle, cache_config.block_size_bytes)?;
-    let cache = Arc::new(FileCache::new(backend, &cache_config).context("the file cache")?);
+    let cache = Arc::new(
+        FileCache::new(backend, &cache_config)
+            .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
+    );
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
     let bound = gateway.local_addr()?;
@@ -118,14 +130,15 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     }
     tracing::info!(
         "serving the files under {} as bucket {:?} at http://{bound}/{}/ \
-         ({} blocks of {} bytes, {} shards, policy {})",
+         ({} blocks of {} bytes, {} shards, policy {}, readahead {} blocks)",
         dir.display(),
         args.export,
         args.export,
         cache.capacity_bytes() / cache.block_size(),
         cache.block_size(),
         cache.shards(),
-        cache.policy_name()
+        cache.policy_name(),
+        cache_config.prefetch_window_blocks
     );
     if !args.quiet {
         // A closed stdout is no reason not to serve.
@@ -149,7 +162,8 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let counters = gateway.counters();
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend",
+         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
+         read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
         counters.connections.load(Ordering::Relaxed),
         counters.refused.load(Ordering::Relaxed),
         counters.requests.load(Ordering::Relaxed),
@@ -158,7 +172,11 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         stats.coalesced,
         stats.backend_errors,
         stats.bytes_from_cache,
-        stats.bytes_from_backend
+        stats.bytes_from_backend,
+        stats.prefetch_issued,
+        stats.prefetch_used,
+        stats.prefetch_wasted,
+        stats.prefetch_dropped
     );
     Ok(())
 }
