@@ -65,25 +65,31 @@ impl DualArgs {
     }
 }
 
+/// The experiment's spec (`reproduce/dual.toml`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Spec {
-    workloads: Vec<TableOneWorkload>,
+pub(crate) struct Spec {
+    pub workloads: Vec<TableOneWorkload>,
     requests: u64,
-    seed: u64,
-    request_size_bytes: u32,
-    block_size_bytes: u32,
-    cache_bytes: u64,
+    pub seed: u64,
+    pub request_size_bytes: u32,
+    pub block_size_bytes: u32,
+    pub cache_bytes: u64,
     fpc_fraction: f64,
     preface_max_blocks: u64,
     alphas: Vec<f64>,
     alpha: f64,
-    single: String,
+    pub single: String,
     inner: String,
-    servers: u32,
-    prefetch_stripes: u32,
+    pub servers: u32,
+    pub prefetch_stripes: u32,
     hit: ServiceCost,
     miss: ServiceCost,
+}
+
+/// The embedded spec (what `cairn bench files --workload table1` runs).
+pub(crate) fn default_spec() -> Result<Spec> {
+    load_spec(None)
 }
 
 #[derive(Clone, Debug)]
@@ -112,7 +118,35 @@ fn load_spec(path: Option<&PathBuf>) -> Result<Spec> {
 }
 
 impl Spec {
-    fn model(&self) -> Model {
+    /// The dual cache's policy at `alpha`, as the experiment runs it.
+    pub(crate) fn dual_policy(&self, alpha: f64) -> Result<PolicyConfig> {
+        let label = format!(
+            "dual:inner={},alpha={alpha:?},fpc_fraction={:?},preface_max_blocks={}",
+            toml::Value::String(self.inner.clone()),
+            self.fpc_fraction,
+            self.preface_max_blocks
+        );
+        policy_spec::parse(&label)
+    }
+
+    /// Workload `workload`'s first `requests` requests and its files' sizes.
+    pub(crate) fn trace(
+        &self,
+        workload: TableOneWorkload,
+        requests: u64,
+    ) -> Result<(Vec<Request>, Vec<u64>)> {
+        let config = FileWorkloadConfig {
+            requests,
+            seed: self.seed,
+            request_size_bytes: self.request_size_bytes,
+            ..FileWorkloadConfig::table_one(workload)
+        };
+        let generator = config.generator()?;
+        let sizes = generator.file_sizes().to_vec();
+        Ok((generator.collect(), sizes))
+    }
+
+    pub(crate) fn model(&self) -> Model {
         Model {
             cache_bytes: self.cache_bytes,
             block_size_bytes: self.block_size_bytes,
@@ -124,7 +158,7 @@ impl Spec {
     }
 }
 
-fn workload_name(w: TableOneWorkload) -> &'static str {
+pub(crate) fn workload_name(w: TableOneWorkload) -> &'static str {
     match w {
         TableOneWorkload::A => "A",
         TableOneWorkload::B => "B",
@@ -260,25 +294,13 @@ pub fn run(args: &DualArgs, quiet: bool) -> Result<Vec<Claim>> {
     let single = policy_spec::parse(&spec.single)?;
     let mut configs: Vec<(Option<f64>, PolicyConfig)> = vec![(None, single)];
     for &alpha in &alphas {
-        let label = format!(
-            "dual:inner={},alpha={alpha:?},fpc_fraction={:?},preface_max_blocks={}",
-            toml::Value::String(spec.inner.clone()),
-            spec.fpc_fraction,
-            spec.preface_max_blocks
-        );
-        configs.push((Some(alpha), policy_spec::parse(&label)?));
+        configs.push((Some(alpha), spec.dual_policy(alpha)?));
     }
 
     let bar = Bar::new(Some(spec.workloads.len() as u64), "reproduce dual", quiet);
     let mut rows = Vec::new();
     for &workload in &spec.workloads {
-        let config = FileWorkloadConfig {
-            requests,
-            seed: spec.seed,
-            request_size_bytes: spec.request_size_bytes,
-            ..FileWorkloadConfig::table_one(workload)
-        };
-        let trace: Vec<Request> = config.generator()?.collect();
+        let (trace, _) = spec.trace(workload, requests)?;
         let model = spec.model();
         let results: Vec<Result<Simulated>> = std::thread::scope(|scope| {
             let handles: Vec<_> = configs
