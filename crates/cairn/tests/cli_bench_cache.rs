@@ -253,6 +253,9 @@ fn bench_files_table1_measures_what_the_simulator_predicts() {
         "1,20",
         "--throttle",
         "200us,2GiB/s",
+        // 64 blocks: evictions, so the policy's order matters.
+        "--cache",
+        "16MiB",
     ]);
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -270,19 +273,21 @@ fn bench_files_table1_measures_what_the_simulator_predicts() {
             .map(|c| c.parse().unwrap())
             .collect();
         let (measured, predicted, delta, mean_ms) = (cells[0], cells[1], cells[2], cells[3]);
-        assert!(measured > 50.0 && mean_ms > 0.0, "{out}");
+        assert!(measured > 30.0 && mean_ms > 0.0, "{out}");
         assert!(
             (delta - (measured - predicted)).abs() < 0.02,
             "Δ is measured − predicted: {out}"
         );
         assert!(delta.abs() <= 1.0, "papers/001's bar, within 1 pp: {out}");
-        let issued: u64 = row[row.len() - 1]
+        let counts: Vec<u64> = row[row.len() - 1]
             .split('/')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(issued > 0, "the readahead read ahead: {out}");
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(counts[0] > 0, "the readahead read ahead: {out}");
+        if counts[3] == 0 {
+            // Nothing dropped: the policy saw the simulator's sequence.
+            assert!(delta.abs() < 0.005, "exactly the prediction: {out}");
+        }
     }
     assert!(out.contains("(the bar: within 1 pp): met"), "{out}");
     for (flag, value, expected) in [

@@ -49,7 +49,8 @@ are skipped (apt-get install nginx-light).
 --workload table1: papers/001's Table I workloads A-D on real HTTP. The
 generator, seed, cache, striping and readahead of reproduce/dual.toml, each
 size 16x the spec's so that a block is the gateway's smallest (256 KiB
-blocks, 1 MiB requests, a 160 MiB cache, files of 40-240 MiB, written sparse),
+blocks, 1 MiB requests, a 160 MiB cache unless --cache says otherwise, files
+of 40-240 MiB, written sparse),
 --requests requests per workload. The files are striped over 4 temporary
 directories, each slowed by --throttle; for the single cache (lru) and dual
 at each of --alphas, a gateway with that policy and a readahead of
@@ -105,7 +106,8 @@ pub struct FilesBenchArgs {
     #[arg(long, value_name = "SIZE", default_value = "32MiB")]
     size: String,
 
-    /// Cache capacity of each front (Cairn and nginx); default half of all objects.
+    /// Cache capacity of each front (Cairn and nginx); default half of all
+    /// objects (--workload table1: 16 × reproduce/dual.toml's, 160MiB).
     #[arg(long, value_name = "SIZE")]
     cache: Option<String>,
 

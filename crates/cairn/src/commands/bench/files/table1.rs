@@ -121,8 +121,12 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
     }
     let scale = BLOCK / spec_block;
     let servers = spec.servers as usize;
+    let cache_bytes = match &args.cache {
+        Some(text) => cairn_sim::parse_bytes(text).with_context(|| format!("--cache {text:?}"))?,
+        None => spec.cache_bytes * scale,
+    };
     let model = Model {
-        cache_bytes: spec.cache_bytes * scale,
+        cache_bytes,
         block_size_bytes: BLOCK as u32,
         prefetch_stripes: u32::try_from(args.prefetch_stripes).context("--prefetch-stripes")?,
         ..spec.model()
@@ -143,7 +147,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
     };
     cache_config(&configs[0].1)
         .validate()
-        .context("--prefetch-stripes")?;
+        .context("--cache/--prefetch-stripes")?;
     outln!(
         "papers/001 on HTTP: Table I workloads, {} requests each (reproduce/dual.toml's generator, \
          seed {}), sizes ×{scale}: {} KiB blocks, {} KiB requests, a {} MiB cache; files striped \
