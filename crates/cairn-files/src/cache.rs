@@ -33,11 +33,26 @@
 //!   for as long as the caller holds it, eviction or not.
 //! - **Counters** ([`FileCacheStats`]) are relaxed atomics beside each shard:
 //!   no lock and no allocation to count.
+//! - **Readahead** (papers/001, off unless
+//!   [`FileCacheConfig::prefetch_window_blocks`] > 0): after each demand
+//!   access, [`Readahead`] (the rule `cairn reproduce dual` simulates) names
+//!   the next window of the object's blocks when the access is sequential;
+//!   each one not held is admitted into the policy at once (as the
+//!   simulator admits it: it can evict, it is not an access) under a
+//!   single-flight slot, and read by a pool of `window` prefetch threads,
+//!   blocks on different servers of a striped backend in parallel. A demand
+//!   reader of a block being read ahead waits for that read (a policy hit,
+//!   counted `coalesced`). At most 4 × window reads (at least
+//!   [`PREFETCH_IN_FLIGHT_MIN`]) are queued or running; more are dropped
+//!   (counted). Since the policy sees the same admissions in
+//!   the same order as the simulator, one reader's block hits are the
+//!   simulator's whatever the reads' timing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cairn_policy::prefetch::{Readahead, readahead};
 use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
 use hashbrown::HashMap;
@@ -69,7 +84,17 @@ pub struct FileCacheConfig {
     /// asking the backend (a `HEAD` for an HTTP origin), so a change is seen
     /// up to this late. Zero (the default): every request asks.
     pub revalidate: Duration,
+    /// Readahead window in blocks (papers/001: stripes × servers); 0, the
+    /// default, reads nothing ahead. At most [`PREFETCH_WINDOW_MAX`].
+    pub prefetch_window_blocks: u64,
 }
+
+/// The largest readahead window, blocks (also the most prefetch threads).
+pub const PREFETCH_WINDOW_MAX: u64 = 256;
+
+/// Reads ahead queued or running at once: 4 windows, at least this many (a
+/// window of a reader's range of 16 blocks, each naming a few more).
+pub const PREFETCH_IN_FLIGHT_MIN: u64 = 64;
 
 impl Default for FileCacheConfig {
     fn default() -> Self {
@@ -79,6 +104,7 @@ impl Default for FileCacheConfig {
             policy: PolicyConfig::default_for("ons").expect("cairn-policy has ons"),
             shards: 0,
             revalidate: Duration::ZERO,
+            prefetch_window_blocks: 0,
         }
     }
 }
@@ -112,6 +138,9 @@ pub enum FileCacheError {
         "policy {0}: it needs knowledge a server does not have (future requests); choose another, e.g. ons or lru"
     )]
     Unservable(&'static str),
+    /// The readahead window is too large.
+    #[error("readahead window {0} blocks is more than {PREFETCH_WINDOW_MAX}")]
+    PrefetchWindow(u64),
     /// The policy's parameters are out of range.
     #[error("policy: {0}")]
     Policy(#[from] cairn_policy::ConfigError),
@@ -132,6 +161,9 @@ impl FileCacheConfig {
         }
         if self.policy.needs_next_access() {
             return Err(FileCacheError::Unservable("opt and its kin"));
+        }
+        if self.prefetch_window_blocks > PREFETCH_WINDOW_MAX {
+            return Err(FileCacheError::PrefetchWindow(self.prefetch_window_blocks));
         }
         let blocks = self.capacity_bytes / block;
         let shards = if self.shards == 0 && self.shards_by_object() {
@@ -186,6 +218,14 @@ pub struct FileCacheStats {
     pub bytes_from_backend: u64,
     /// Blocks resident now.
     pub resident_blocks: u64,
+    /// Blocks the readahead read (or is reading) ahead of any demand.
+    pub prefetch_issued: u64,
+    /// Of those, blocks a demand access then found (resident or in flight).
+    pub prefetch_used: u64,
+    /// Of those, blocks evicted before any demand access (wasted reads).
+    pub prefetch_wasted: u64,
+    /// Blocks the readahead named but did not read: too many reads in flight.
+    pub prefetch_dropped: u64,
 }
 
 #[derive(Default)]
@@ -196,10 +236,14 @@ struct Counters {
     backend_errors: AtomicU64,
     bytes_from_cache: AtomicU64,
     bytes_from_backend: AtomicU64,
+    prefetch_issued: AtomicU64,
+    prefetch_used: AtomicU64,
 }
 
 enum Slot {
     Ready(BlockRef),
+    /// Read ahead; no demand access has found it yet.
+    Prefetched(BlockRef),
     Loading(Arc<Flight>),
 }
 
@@ -207,9 +251,22 @@ enum Slot {
 struct Flight {
     result: Mutex<Option<Result<BlockRef, BackendError>>>,
     done: Condvar,
+    /// A readahead's read (already admitted into the policy).
+    prefetch: bool,
+    /// A demand access found it (set and read under the shard lock).
+    used: AtomicBool,
 }
 
 impl Flight {
+    fn new(prefetch: bool) -> Arc<Self> {
+        Arc::new(Self {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+            prefetch,
+            used: AtomicBool::new(false),
+        })
+    }
+
     fn complete(&self, result: Result<BlockRef, BackendError>) {
         *lock(&self.result) = Some(result);
         self.done.notify_all();
@@ -234,6 +291,8 @@ struct Shard {
     policy: Box<dyn Policy>,
     victims: Vec<u64>,
     clock: u64,
+    /// Read-ahead blocks evicted before any demand access.
+    prefetch_wasted: u64,
 }
 
 /// A shard's lock and counters, alone on their cache lines.
@@ -255,10 +314,35 @@ struct Known {
     checked: Instant,
 }
 
+/// One block to read ahead, for a prefetch thread.
+struct Job {
+    key: Box<str>,
+    cache_key: u64,
+    offset: u64,
+    len: usize,
+    cell: usize,
+    flight: Arc<Flight>,
+}
+
+/// One readahead and the buffer it names blocks into.
+type ReadaheadState = (Readahead, Vec<u64>);
+
+/// The readahead: its state (sharded by object) and its threads' queue.
+struct Prefetch {
+    /// Readahead state and its output buffer, by object.
+    readaheads: Box<[Mutex<ReadaheadState>]>,
+    queue: Option<std::sync::mpsc::SyncSender<Job>>,
+    /// Reads queued or running.
+    in_flight: Arc<AtomicU64>,
+    in_flight_max: u64,
+    dropped: AtomicU64,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
 /// A large-block cache over a [`Backend`]. See the module docs.
 pub struct FileCache<B> {
-    backend: B,
-    shards: Box<[ShardCell]>,
+    backend: Arc<B>,
+    shards: Arc<[ShardCell]>,
     shard_mask: u64,
     /// Shards chosen by object number (`dual`), not by cache key.
     by_object: bool,
@@ -268,6 +352,19 @@ pub struct FileCache<B> {
     revalidate: Duration,
     policy_name: &'static str,
     capacity_bytes: u64,
+    prefetch: Option<Prefetch>,
+}
+
+impl<B> Drop for FileCache<B> {
+    fn drop(&mut self) {
+        if let Some(prefetch) = &mut self.prefetch {
+            // Closing the queue ends each thread after its current read.
+            prefetch.queue = None;
+            for thread in prefetch.threads.drain(..) {
+                let _ = thread.join();
+            }
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -276,8 +373,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<B: Backend> FileCache<B> {
-    /// A cache over `backend`.
+impl<B: Backend + 'static> FileCache<B> {
+    /// A cache over `backend` (with readahead, its threads start here).
     pub fn new(backend: B, config: &FileCacheConfig) -> Result<Self, FileCacheError> {
         let shards = config.validate()?;
         let block = config.block_size_bytes;
@@ -295,13 +392,18 @@ impl<B: Backend> FileCache<B> {
                     policy,
                     victims: Vec::with_capacity(16),
                     clock: 0,
+                    prefetch_wasted: 0,
                 }),
                 counters: Counters::default(),
             });
         }
+        let backend = Arc::new(backend);
+        let cells: Arc<[ShardCell]> = cells.into();
+        let prefetch = (config.prefetch_window_blocks > 0)
+            .then(|| start_prefetch(&backend, &cells, config.prefetch_window_blocks, shards));
         Ok(Self {
             backend,
-            shards: cells.into_boxed_slice(),
+            shards: cells,
             shard_mask: shards as u64 - 1,
             by_object: config.shards_by_object(),
             block_shift: block.trailing_zeros(),
@@ -313,9 +415,96 @@ impl<B: Backend> FileCache<B> {
             revalidate: config.revalidate,
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
+            prefetch,
         })
     }
+}
 
+/// Starts `window` prefetch threads reading `backend` into `shards`.
+fn start_prefetch<B: Backend + 'static>(
+    backend: &Arc<B>,
+    shards: &Arc<[ShardCell]>,
+    window: u64,
+    readaheads: usize,
+) -> Prefetch {
+    let in_flight_max = (4 * window).max(PREFETCH_IN_FLIGHT_MIN);
+    let (queue, jobs) = std::sync::mpsc::sync_channel::<Job>(in_flight_max as usize);
+    let jobs = Arc::new(Mutex::new(jobs));
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let threads = (0..window)
+        .filter_map(|i| {
+            let (backend, shards) = (Arc::clone(backend), Arc::clone(shards));
+            let (jobs, in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
+            std::thread::Builder::new()
+                .name(format!("cairn-prefetch-{i}"))
+                .spawn(move || prefetch_thread(&*backend, &shards, &jobs, &in_flight))
+                .ok()
+        })
+        .collect();
+    let per = (readahead::OBJECTS_MAX_DEFAULT / readaheads).max(1);
+    Prefetch {
+        readaheads: (0..readaheads)
+            .map(|_| {
+                Mutex::new((
+                    Readahead::with_objects_max(window, per),
+                    Vec::with_capacity(window as usize),
+                ))
+            })
+            .collect(),
+        queue: Some(queue),
+        in_flight,
+        in_flight_max,
+        dropped: AtomicU64::new(0),
+        threads,
+    }
+}
+
+/// A prefetch thread: reads queued blocks until the queue closes.
+fn prefetch_thread<B: Backend>(
+    backend: &B,
+    shards: &[ShardCell],
+    jobs: &Mutex<std::sync::mpsc::Receiver<Job>>,
+    in_flight: &AtomicU64,
+) {
+    loop {
+        let job = lock(jobs).recv();
+        let Ok(job) = job else { return };
+        let mut bytes = vec![0u8; job.len];
+        let result = backend
+            .read_at(&job.key, job.offset, &mut bytes)
+            .map(|()| BlockRef::shared(Arc::new(bytes)));
+        let cell = &shards[job.cell];
+        let mut shard = lock(&cell.shard);
+        let ours = matches!(shard.map.get(&job.cache_key),
+            Some(Slot::Loading(flight)) if Arc::ptr_eq(flight, &job.flight));
+        if let Ok(block) = &result {
+            if ours {
+                let slot = if job.flight.used.load(Ordering::Relaxed) {
+                    Slot::Ready(block.clone())
+                } else {
+                    Slot::Prefetched(block.clone())
+                };
+                shard.map.insert(job.cache_key, slot);
+            }
+            drop(shard);
+            cell.counters
+                .bytes_from_backend
+                .fetch_add(job.len as u64, Ordering::Relaxed);
+        } else {
+            if ours {
+                // Admitted at issue: out of the policy again.
+                shard.map.remove(&job.cache_key);
+                shard.policy.remove(job.cache_key);
+            }
+            drop(shard);
+            cell.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        in_flight.fetch_sub(1, Ordering::Release);
+        job.flight.complete(result);
+    }
+}
+
+impl<B: Backend> FileCache<B> {
     /// The backend under the cache.
     pub fn backend(&self) -> &B {
         &self.backend
@@ -387,8 +576,99 @@ impl<B: Backend> FileCache<B> {
     }
 
     /// Block `index` of `object` (opened as `key`): its bytes, from the
-    /// cache or read from the backend once however many readers want it.
+    /// cache or read from the backend once however many readers want it;
+    /// then, with readahead on, the blocks it names start being read.
     pub fn block(&self, key: &str, object: &Object, index: u64) -> Result<BlockRef, BackendError> {
+        let block = self.demand(key, object, index)?;
+        if let Some(prefetch) = &self.prefetch {
+            self.read_ahead(prefetch, key, object, index);
+        }
+        Ok(block)
+    }
+
+    /// Waits until no read ahead is queued or running (for tests and
+    /// benchmarks that want the simulator's order: each request's readahead
+    /// done before the next request).
+    pub fn wait_for_prefetches(&self) {
+        if let Some(prefetch) = &self.prefetch {
+            while prefetch.in_flight.load(Ordering::Acquire) > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// The shard cell of a cache key (of `object`'s number with `dual`).
+    fn cell_index(&self, cache_key: u64, object: u64) -> usize {
+        let spread = if self.by_object { object } else { cache_key };
+        (spread.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize
+    }
+
+    /// After a demand access to `index`: the blocks the readahead names,
+    /// each not held admitted and queued for a prefetch thread.
+    fn read_ahead(&self, prefetch: &Prefetch, key: &str, object: &Object, index: u64) {
+        let readaheads = &prefetch.readaheads;
+        let which = (object.number.wrapping_mul(SPREAD) >> 32) as usize % readaheads.len();
+        let mut state = lock(&readaheads[which]);
+        let (readahead, named) = &mut *state;
+        named.clear();
+        let blocks = object.info.size.div_ceil(self.block_size());
+        readahead.access(object.number, index, Some(blocks), named);
+        for &ahead in named.iter() {
+            self.issue(prefetch, key, object, ahead);
+        }
+    }
+
+    /// Reads block `index` ahead unless it is held or being read.
+    fn issue(&self, prefetch: &Prefetch, key: &str, object: &Object, index: u64) {
+        let offset = index << self.block_shift;
+        let len = (object.info.size - offset).min(self.block_size()) as usize;
+        let cache_key = (object.number << BLOCK_INDEX_BITS) | index;
+        let cell_index = self.cell_index(cache_key, object.number);
+        let cell = &self.shards[cell_index];
+        let mut shard = lock(&cell.shard);
+        if shard.map.contains_key(&cache_key) {
+            return;
+        }
+        if prefetch.in_flight.load(Ordering::Acquire) >= prefetch.in_flight_max {
+            drop(shard);
+            prefetch.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let access = shard.access(cache_key, object.number, index, self.block_size);
+        let flight = Flight::new(true);
+        if !shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight))) {
+            return;
+        }
+        prefetch.in_flight.fetch_add(1, Ordering::AcqRel);
+        let job = Job {
+            key: key.into(),
+            cache_key,
+            offset,
+            len,
+            cell: cell_index,
+            flight,
+        };
+        let sent = prefetch
+            .queue
+            .as_ref()
+            .is_some_and(|queue| queue.try_send(job).is_ok());
+        if sent {
+            drop(shard);
+            cell.counters
+                .prefetch_issued
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Not expected (the queue holds in_flight_max): undo.
+            shard.map.remove(&cache_key);
+            shard.policy.remove(cache_key);
+            drop(shard);
+            prefetch.in_flight.fetch_sub(1, Ordering::AcqRel);
+            prefetch.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The demand part of [`block`](Self::block).
+    fn demand(&self, key: &str, object: &Object, index: u64) -> Result<BlockRef, BackendError> {
         let offset = index << self.block_shift;
         if offset >= object.info.size {
             return Err(BackendError::new(
@@ -421,6 +701,39 @@ impl<B: Backend> FileCache<B> {
                     .fetch_add(len as u64, Ordering::Relaxed);
                 return Ok(block);
             }
+            Some(Slot::Prefetched(block)) => {
+                let block = block.clone();
+                shard.map.insert(cache_key, Slot::Ready(block.clone()));
+                let resident = shard.policy.lookup(&access);
+                debug_assert!(resident, "a read-ahead block is in the policy");
+                drop(shard);
+                cell.counters.hits.fetch_add(1, Ordering::Relaxed);
+                cell.counters.prefetch_used.fetch_add(1, Ordering::Relaxed);
+                cell.counters
+                    .bytes_from_cache
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                return Ok(block);
+            }
+            Some(Slot::Loading(flight)) if flight.prefetch => {
+                // Admitted when read ahead: a hit for the policy now, as in
+                // the simulator; the bytes are the read ahead's.
+                let flight = Arc::clone(flight);
+                let resident = shard.policy.lookup(&access);
+                debug_assert!(resident, "a block being read ahead is in the policy");
+                let first = !flight.used.swap(true, Ordering::Relaxed);
+                drop(shard);
+                if first {
+                    cell.counters.prefetch_used.fetch_add(1, Ordering::Relaxed);
+                }
+                let result = flight.wait();
+                if result.is_ok() {
+                    cell.counters.coalesced.fetch_add(1, Ordering::Relaxed);
+                    cell.counters
+                        .bytes_from_cache
+                        .fetch_add(len as u64, Ordering::Relaxed);
+                }
+                return result;
+            }
             Some(Slot::Loading(flight)) => {
                 let flight = Arc::clone(flight);
                 drop(shard);
@@ -449,10 +762,7 @@ impl<B: Backend> FileCache<B> {
         // The leader: claim the slot, read outside the lock.
         let resident = shard.policy.lookup(&access);
         debug_assert!(!resident, "a block without a slot is not in the policy");
-        let flight = Arc::new(Flight {
-            result: Mutex::new(None),
-            done: Condvar::new(),
-        });
+        let flight = Flight::new(false);
         shard
             .map
             .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
@@ -483,7 +793,7 @@ impl<B: Backend> FileCache<B> {
     /// The counters, summed over shards.
     pub fn stats(&self) -> FileCacheStats {
         let mut stats = FileCacheStats::default();
-        for cell in &self.shards {
+        for cell in self.shards.iter() {
             let c = &cell.counters;
             stats.hits += c.hits.load(Ordering::Relaxed);
             stats.misses += c.misses.load(Ordering::Relaxed);
@@ -491,12 +801,18 @@ impl<B: Backend> FileCache<B> {
             stats.backend_errors += c.backend_errors.load(Ordering::Relaxed);
             stats.bytes_from_cache += c.bytes_from_cache.load(Ordering::Relaxed);
             stats.bytes_from_backend += c.bytes_from_backend.load(Ordering::Relaxed);
+            stats.prefetch_issued += c.prefetch_issued.load(Ordering::Relaxed);
+            stats.prefetch_used += c.prefetch_used.load(Ordering::Relaxed);
             let shard = lock(&cell.shard);
             stats.resident_blocks += shard
                 .map
                 .values()
-                .filter(|s| matches!(s, Slot::Ready(_)))
+                .filter(|s| matches!(s, Slot::Ready(_) | Slot::Prefetched(_)))
                 .count() as u64;
+            stats.prefetch_wasted += shard.prefetch_wasted;
+        }
+        if let Some(prefetch) = &self.prefetch {
+            stats.prefetch_dropped = prefetch.dropped.load(Ordering::Relaxed);
         }
         stats
     }
@@ -522,21 +838,38 @@ impl Shard {
     /// A leader's read succeeded: admit the block if the policy will,
     /// evicting what it names.
     fn install(&mut self, key: u64, access: &Access, block: &BlockRef) {
-        let mut victims = std::mem::take(&mut self.victims);
-        victims.clear();
-        if self.policy.admit(access, &mut victims) {
-            self.map.insert(key, Slot::Ready(block.clone()));
-        } else {
+        if !self.admit(key, access, Slot::Ready(block.clone())) {
             self.map.remove(&key);
         }
+    }
+
+    /// Admits `key` into the policy with `slot`, if the policy will, and
+    /// drops the slots of the victims it names. Returns whether admitted.
+    fn admit(&mut self, key: u64, access: &Access, slot: Slot) -> bool {
+        let mut victims = std::mem::take(&mut self.victims);
+        victims.clear();
+        let admitted = self.policy.admit(access, &mut victims);
+        if admitted {
+            self.map.insert(key, slot);
+        }
         for victim in &victims {
-            let removed = self.map.remove(victim);
-            debug_assert!(
-                matches!(removed, Some(Slot::Ready(_))),
-                "the policy evicted {victim:#x}, which is not resident"
-            );
+            match self.map.remove(victim) {
+                Some(Slot::Ready(_)) => {}
+                Some(Slot::Prefetched(_)) => self.prefetch_wasted += 1,
+                // Evicted while read ahead: its thread finds the slot gone.
+                Some(Slot::Loading(flight)) if flight.prefetch => {
+                    if !flight.used.load(Ordering::Relaxed) {
+                        self.prefetch_wasted += 1;
+                    }
+                }
+                _ => debug_assert!(
+                    false,
+                    "the policy evicted {victim:#x}, which is not resident"
+                ),
+            }
         }
         self.victims = victims;
+        admitted
     }
 }
 

@@ -236,3 +236,72 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
         assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
     }
 }
+
+/// `cairn bench files --workload table1` at a tiny scale: papers/001's bar,
+/// every workload's hit ratio on HTTP within 1 pp of the simulator's
+/// prediction for the same requests and readahead; bad flags refused.
+#[test]
+fn bench_files_table1_measures_what_the_simulator_predicts() {
+    let out = cairn(&[
+        "bench",
+        "files",
+        "--workload",
+        "table1",
+        "--requests",
+        "150",
+        "--alphas",
+        "1,20",
+        "--throttle",
+        "200us,2GiB/s",
+        // 64 blocks: evictions, so the policy's order matters.
+        "--cache",
+        "16MiB",
+    ]);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|w: &Vec<&str>| w.len() >= 6 && ["A", "B", "C", "D"].contains(&w[0]))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        12,
+        "4 workloads × (lru, dual α=1, dual α=20): {out}"
+    );
+    for row in &rows {
+        let cells: Vec<f64> = row[row.len() - 5..row.len() - 1]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        let (measured, predicted, delta, mean_ms) = (cells[0], cells[1], cells[2], cells[3]);
+        assert!(measured > 30.0 && mean_ms > 0.0, "{out}");
+        assert!(
+            (delta - (measured - predicted)).abs() < 0.02,
+            "Δ is measured − predicted: {out}"
+        );
+        assert!(delta.abs() <= 1.0, "papers/001's bar, within 1 pp: {out}");
+        let counts: Vec<u64> = row[row.len() - 1]
+            .split('/')
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(counts[0] > 0, "the readahead read ahead: {out}");
+        if counts[3] == 0 {
+            // Nothing dropped: the policy saw the simulator's sequence.
+            assert!(delta.abs() < 0.005, "exactly the prediction: {out}");
+        }
+    }
+    assert!(out.contains("(the bar: within 1 pp): met"), "{out}");
+    for (flag, value, expected) in [
+        ("--requests", "0", "--requests"),
+        ("--alphas", "0", "--alphas"),
+        ("--prefetch-stripes", "100", "--prefetch-stripes"),
+        ("--throttle", "2ms", "OP,BANDWIDTH"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["bench", "files", "--workload", "table1", flag, value])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flag} {value}");
+        assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
+    }
+}

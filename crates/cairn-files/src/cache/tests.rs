@@ -412,3 +412,229 @@ fn revalidate_trusts_the_backends_answer_for_its_duration() {
     }
     assert_eq!(backend.stats(), stats + 3);
 }
+
+/// A cache of `window` blocks of readahead over `servers` memory backends
+/// striped in 256 KiB stripes, each throttled to `op_ms` per read, one at a
+/// time; `files` written striped.
+fn striped_cache(
+    servers: usize,
+    op_ms: f64,
+    window: u64,
+    capacity: u64,
+    policy: &str,
+    files: &[(&str, &[u8])],
+) -> FileCache<crate::backend::StripedBackend<crate::backend::ThrottledBackend<MemoryBackend>>> {
+    let unit = 256usize << 10;
+    let throttle = cairn_store::Throttle {
+        op_us: op_ms * 1000.0,
+        seek_us: 0.0,
+        bandwidth_mb_s: 1e6,
+    };
+    let parts: Vec<_> = (0..servers)
+        .map(|server| {
+            let memory = MemoryBackend::new();
+            for &(key, bytes) in files {
+                let part: Vec<u8> = bytes
+                    .chunks(unit)
+                    .enumerate()
+                    .filter(|(stripe, _)| stripe % servers == server)
+                    .flat_map(|(_, chunk)| chunk.iter().copied())
+                    .collect();
+                memory.put(key, part, SystemTime::UNIX_EPOCH);
+            }
+            crate::backend::ThrottledBackend::new(memory, throttle)
+        })
+        .collect();
+    let backend = crate::backend::StripedBackend::new(parts, unit as u64).expect("striped");
+    let config = FileCacheConfig {
+        block_size_bytes: unit as u64,
+        capacity_bytes: capacity,
+        policy: PolicyConfig::default_for(policy).expect("a policy"),
+        shards: 1,
+        prefetch_window_blocks: window,
+        ..FileCacheConfig::default()
+    };
+    FileCache::new(backend, &config).expect("cache")
+}
+
+/// Reads every block of `key` in order; returns the time taken.
+fn read_through<B: Backend>(cache: &FileCache<B>, key: &str, bytes: &[u8]) -> Duration {
+    let start = std::time::Instant::now();
+    let object = cache.open(key).expect("open");
+    let mut whole = Vec::new();
+    for index in 0..(bytes.len() as u64).div_ceil(256 << 10) {
+        whole.extend_from_slice(&cache.block(key, &object, index).expect("block"));
+    }
+    assert!(whole == bytes, "{key}: the bytes read are the object's");
+    start.elapsed()
+}
+
+#[test]
+fn a_sequential_reader_finds_the_blocks_read_ahead_on_every_server() {
+    let bytes = pattern(32 * (256 << 10) - 1000, 5);
+    let files = [("movie", &bytes[..])];
+    let without = striped_cache(4, 15.0, 0, 64 * MIB, "lru", &files);
+    let slow = read_through(&without, "movie", &bytes);
+    let stats = without.stats();
+    assert_eq!(
+        (stats.misses, stats.hits, stats.prefetch_issued),
+        (32, 0, 0)
+    );
+
+    // 2 stripes × 4 servers.
+    let with = striped_cache(4, 15.0, 8, 64 * MIB, "lru", &files);
+    let fast = read_through(&with, "movie", &bytes);
+    with.wait_for_prefetches();
+    let stats = with.stats();
+    println!("without readahead {slow:?}, with {fast:?}; {stats:?}");
+    assert_eq!(stats.misses, 1, "only block 0 is a demand read");
+    assert_eq!(stats.hits + stats.coalesced, 31);
+    assert_eq!(
+        (
+            stats.prefetch_issued,
+            stats.prefetch_used,
+            stats.prefetch_wasted,
+            stats.prefetch_dropped
+        ),
+        (31, 31, 0, 0),
+        "the window stops at the object's last block"
+    );
+    assert_eq!(stats.bytes_from_backend, bytes.len() as u64);
+    // 32 reads of 15 ms one after another, against 8 per server in parallel.
+    assert!(
+        fast.as_secs_f64() < 0.6 * slow.as_secs_f64(),
+        "{fast:?} vs {slow:?}"
+    );
+    let servers = with.backend().servers();
+    assert!(
+        servers.iter().all(|s| s.inner().reads() == 8),
+        "each block read once, 8 on each server"
+    );
+}
+
+#[test]
+fn read_ahead_blocks_left_unread_count_as_wasted_when_evicted() {
+    let a = pattern(40 * (256 << 10), 1);
+    let b = pattern(40 * (256 << 10), 2);
+    // 8 blocks of cache, a window of 6: reading 2 blocks of each file then
+    // jumping leaves most of each window unread, and evicted.
+    let cache = striped_cache(2, 0.0, 6, 2 * MIB, "lru", &[("a", &a), ("b", &b)]);
+    for key in ["a", "b", "a", "b"] {
+        let object = cache.open(key).expect("open");
+        for index in [0, 1, 30] {
+            cache.block(key, &object, index).expect("block");
+            cache.wait_for_prefetches();
+        }
+    }
+    let stats = cache.stats();
+    println!("{stats:?}");
+    assert!(stats.prefetch_issued >= 8, "{stats:?}");
+    assert!(stats.prefetch_used >= 2, "{stats:?}");
+    assert!(stats.prefetch_wasted >= 4, "{stats:?}");
+    assert!(
+        stats.prefetch_used + stats.prefetch_wasted <= stats.prefetch_issued,
+        "{stats:?}"
+    );
+    assert!(stats.resident_blocks <= 8);
+}
+
+#[test]
+fn readahead_under_concurrent_readers_never_returns_wrong_bytes() {
+    let files: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| {
+            let len = (5 + 7 * i) * (256 << 10) + 333 * i;
+            (format!("f{i}"), pattern(len, i as u8))
+        })
+        .collect();
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(k, b)| (&k[..], &b[..])).collect();
+    for policy in ["lru", "dual", "ons"] {
+        // 12 blocks of cache: windows are evicted while they are read.
+        let cache = Arc::new(striped_cache(4, 1.0, 8, 3 * MIB, policy, &refs));
+        let readers: Vec<_> = (0..8u64)
+            .map(|reader| {
+                let cache = Arc::clone(&cache);
+                let files = files.clone();
+                std::thread::spawn(move || {
+                    let mut state = reader * 0x9e37_79b9 + 1;
+                    for _ in 0..60 {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        let (key, bytes) = &files[(state % 6) as usize];
+                        let object = cache.open(key).expect("open");
+                        let blocks = (bytes.len() as u64).div_ceil(256 << 10);
+                        // A sequential run from the start or from anywhere.
+                        let first = if state % 3 == 0 {
+                            0
+                        } else {
+                            (state >> 8) % blocks
+                        };
+                        for index in first..blocks.min(first + 6) {
+                            let block = cache.block(key, &object, index).expect("block");
+                            let at = (index << 18) as usize;
+                            assert!(
+                                block[..] == bytes[at..(at + (256 << 10)).min(bytes.len())],
+                                "{key} block {index}"
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for reader in readers {
+            reader.join().expect("a reader");
+        }
+        cache.wait_for_prefetches();
+        let stats = cache.stats();
+        println!("{policy}: {stats:?}");
+        assert!(
+            stats.prefetch_issued > 0 && stats.prefetch_used > 0,
+            "{policy}"
+        );
+        assert!(stats.resident_blocks <= 12, "{policy}");
+        assert_eq!(stats.backend_errors, 0);
+    }
+}
+
+#[test]
+fn a_failed_read_ahead_leaves_nothing_behind() {
+    let bytes = pattern(10 * (256 << 10), 4);
+    let backend = Arc::new(MemoryBackend::new());
+    backend.put("f", bytes.clone(), SystemTime::UNIX_EPOCH);
+    let config = FileCacheConfig {
+        block_size_bytes: 256 << 10,
+        capacity_bytes: 16 * MIB,
+        policy: PolicyConfig::default_for("lru").expect("lru"),
+        shards: 1,
+        prefetch_window_blocks: 1,
+        ..FileCacheConfig::default()
+    };
+    let cache = FileCache::new(Arc::clone(&backend), &config).expect("cache");
+    let object = cache.open("f").expect("open");
+    cache.block("f", &object, 0).expect("block 0");
+    cache.wait_for_prefetches();
+    // Block 1 was read ahead; block 2's read ahead (after block 1) fails.
+    backend.fail_next_read(BackendErrorKind::Retryable);
+    assert_eq!(
+        &cache.block("f", &object, 1).expect("1")[..],
+        &bytes[256 << 10..512 << 10]
+    );
+    cache.wait_for_prefetches();
+    let stats = cache.stats();
+    assert_eq!((stats.prefetch_issued, stats.backend_errors), (2, 1));
+    // The demand read of block 2 reads it again and gets the bytes.
+    assert_eq!(
+        &cache.block("f", &object, 2).expect("2")[..],
+        &bytes[512 << 10..768 << 10]
+    );
+    let stats = cache.stats();
+    assert_eq!((stats.misses, stats.hits), (2, 1));
+    assert!(
+        FileCacheConfig {
+            prefetch_window_blocks: PREFETCH_WINDOW_MAX + 1,
+            ..FileCacheConfig::default()
+        }
+        .validate()
+        .is_err()
+    );
+}

@@ -16,6 +16,10 @@
 //! - [`mithril`]: mined associations between units that are missed close
 //!   together, again and again (Yang et al., `SoCC` 2017; libCacheSim's
 //!   `Mithril`).
+//! - [`readahead`]: papers/001's sequential readahead of a window of
+//!   (servers × stripes) blocks per file; not a [`Prefetcher`], since it
+//!   needs each block's file and the file's length (the file gateway and
+//!   `cairn reproduce dual` call it).
 //!
 //! # Who calls what
 //! For each demand access the cache looks the unit up and serves it (a miss
@@ -35,8 +39,10 @@ mod config;
 pub mod mithril;
 pub mod obl;
 pub mod pg;
+pub mod readahead;
 
 pub use config::PrefetchConfig;
+pub use readahead::Readahead;
 
 /// A prefetcher: after each demand access, which units to load now?
 pub trait Prefetcher: Send {

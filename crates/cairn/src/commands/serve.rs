@@ -258,6 +258,12 @@ pub struct ServeArgs {
     /// (a HEAD per object per second at most).
     #[arg(long, value_name = "DURATION", requires = "files")]
     revalidate: Option<String>,
+    /// With --files: papers/001's readahead. A read continuing its file's
+    /// sequence (or at its start) has the next N × DIRS blocks read ahead,
+    /// DIRS the striped directories (1 for one directory or an origin), in
+    /// parallel over them. Default 0: off.
+    #[arg(long, value_name = "N", requires = "files")]
+    prefetch_stripes: Option<u64>,
 
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
@@ -372,6 +378,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             connections_max: args.connections_max,
             throttle: args.throttle.as_deref(),
             revalidate: args.revalidate.as_deref(),
+            prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
             quiet,
         });
     }

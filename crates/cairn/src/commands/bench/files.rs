@@ -23,9 +23,11 @@ use crate::policy_spec;
 /// How long both gateways trust what the origin said of an object: nginx's
 /// `proxy_cache_valid` and Cairn's `revalidate`.
 const NGINX_VALID: std::time::Duration = std::time::Duration::from_hours(1);
+mod table1;
 
 pub const FILES_LONG_ABOUT: &str = "\
-papers/000's streaming-server experiment over HTTP. An origin (Cairn's gateway
+papers/000's streaming-server experiment over HTTP (--workload stream, the
+default; --workload table1 is papers/001's, below). An origin (Cairn's gateway
 over a directory, slowed like a disk by --throttle: a fixed cost per read plus
 its length at a bandwidth, one read at a time, and a cache of one block, so
 nearly every read reaches the throttle) holds --objects files of --size. In
@@ -47,11 +49,60 @@ latency, and how much nginx's cache held after the re-read (its cache manager
 enforces max_size only every few seconds, so it may hold more than --cache);
 a second table compares the policies on re-read at the largest
 reader count, with the gateway's block hit ratio. nginx missing: its columns
-are skipped (apt-get install nginx-light).";
+are skipped (apt-get install nginx-light).
+
+--workload table1: papers/001's Table I workloads A-D on real HTTP. The
+generator, seed, cache, striping and readahead of reproduce/dual.toml, each
+size 16x the spec's so that a block is the gateway's smallest (256 KiB
+blocks, 1 MiB requests, a 160 MiB cache unless --cache says otherwise, files
+of 40-240 MiB, written sparse),
+--requests requests per workload. The files are striped over 4 temporary
+directories, each slowed by --throttle; for the single cache (lru) and dual
+at each of --alphas, a gateway with that policy and a readahead of
+--prefetch-stripes x 4 blocks serves the workload's requests as ranged GETs
+in trace order on one connection. Prints each one's block hit ratio (the
+gateway's counters: blocks not read from a directory on demand), the
+simulator's prediction for the same requests with the same readahead
+(`cairn reproduce dual`'s model), their difference in percentage points (the
+bar: within 1), the mean response time and the readahead's counters. The
+other flags are --workload stream's.";
+
+pub const FILES_EXAMPLES: &str = "\
+Examples:
+  cairn bench files                         Cairn against nginx, 10-40 readers
+  cairn bench files --readers 8 --seconds 1 --policies ons,lru
+  cairn bench files --workload table1 --throttle 2ms,100MB/s
+                                            papers/001: measured against predicted";
+
+/// What `cairn bench files` runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilesWorkload {
+    /// papers/000: readers streaming objects, Cairn against nginx.
+    Stream,
+    /// papers/001: Table I's workloads A-D, measured against the simulator.
+    Table1,
+}
 
 /// `cairn bench files` flags.
 #[derive(clap::Args, Debug)]
 pub struct FilesBenchArgs {
+    /// What to run: stream (papers/000, Cairn against nginx) or table1
+    /// (papers/001's workloads A-D, the gateway against the simulator).
+    #[arg(long, value_enum, default_value_t = FilesWorkload::Stream)]
+    workload: FilesWorkload,
+
+    /// --workload table1: requests of each workload.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    requests: u64,
+
+    /// --workload table1: dual's alpha values, each beside the single lru cache.
+    #[arg(long, value_name = "A,A,...", value_delimiter = ',', default_values_t = [1.0, 10.0, 20.0, 50.0, 100.0])]
+    alphas: Vec<f64>,
+
+    /// --workload table1: readahead, stripes of the 4 directories (0: none).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    prefetch_stripes: u64,
+
     /// Objects (large files) on the origin.
     #[arg(long, value_name = "N", default_value_t = 4)]
     objects: usize,
@@ -60,7 +111,8 @@ pub struct FilesBenchArgs {
     #[arg(long, value_name = "SIZE", default_value = "32MiB")]
     size: String,
 
-    /// Cache capacity of each front (Cairn and nginx); default half of all objects.
+    /// Cache capacity of each front (Cairn and nginx); default half of all
+    /// objects (--workload table1: 16 × reproduce/dual.toml's, 160MiB).
     #[arg(long, value_name = "SIZE")]
     cache: Option<String>,
 
@@ -300,12 +352,12 @@ struct Load {
 }
 
 /// One GET of `len` bytes at `offset` on `stream`; checks status, length and
-/// bytes. Returns whether the server closes the connection after it
+/// (with `object`, the words of [`word`]) bytes. Returns whether the server closes the connection after it
 /// (`Connection: close`, as nginx does after `keepalive_requests`).
 fn get(
     stream: &mut TcpStream,
     path: &str,
-    object: usize,
+    object: Option<usize>,
     offset: u64,
     len: u64,
     buf: &mut [u8],
@@ -354,6 +406,9 @@ fn get(
     let already = (head.len() - head_len).min(body.len());
     body[..already].copy_from_slice(&head[head_len..head_len + already]);
     stream.read_exact(&mut body[already..])?;
+    let Some(object) = object else {
+        return Ok(close);
+    };
     let mut at = 0;
     while at + 8 <= body.len() {
         let got = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
@@ -399,7 +454,7 @@ fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> R
                         get(
                             &mut stream,
                             &path,
-                            object,
+                            Some(object),
                             offset,
                             load.request,
                             &mut buf,
@@ -450,6 +505,9 @@ fn two_phases(
 
 /// Run `cairn bench files`.
 pub fn run(args: &FilesBenchArgs) -> Result<()> {
+    if args.workload == FilesWorkload::Table1 {
+        return table1::run(args);
+    }
     let bytes = |flag: &str, text: &str| {
         cairn_sim::parse_bytes(text).with_context(|| format!("--{flag} {text:?}"))
     };
@@ -489,9 +547,10 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         capacity_bytes: cache,
         policy: policy.clone(),
         shards: 0,
-        // What nginx's `proxy_cache_valid 200 206 1h` grants it: no
-        // revalidation with the origin within the run.
+        // What nginx's `proxy_cache_valid` grants it: no revalidation with
+        // the origin within the run.
         revalidate: NGINX_VALID,
+        ..FileCacheConfig::default()
     };
     front_config(&policies[0])
         .validate()

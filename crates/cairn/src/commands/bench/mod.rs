@@ -40,7 +40,7 @@ pub enum BenchCommand {
     Hetero(hetero::HeteroBenchArgs),
     /// papers/000's streaming server over HTTP: Cairn's file gateway against
     /// nginx's `proxy_cache` + `slice` over the same slowed origin.
-    #[command(long_about = files::FILES_LONG_ABOUT)]
+    #[command(long_about = files::FILES_LONG_ABOUT, after_long_help = files::FILES_EXAMPLES)]
     Files(files::FilesBenchArgs),
     /// Cairn's cache tier against nbdkit's cache filter over the same emulated
     /// slow device (calibrated first), through fio's nbd engine.

@@ -1,12 +1,12 @@
 //! papers/001: the dual (file-preface + rest-of-file) cache against a single
 //! cache on the workloads of its Table I, simulated.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use cairn_policy::prefetch::Readahead;
 use cairn_policy::{Capacity, PolicyConfig};
 use cairn_sim::ServiceCost;
 use cairn_trace::generate::{FileWorkloadConfig, TableOneWorkload};
@@ -65,25 +65,31 @@ impl DualArgs {
     }
 }
 
+/// The experiment's spec (`reproduce/dual.toml`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Spec {
-    workloads: Vec<TableOneWorkload>,
+pub(crate) struct Spec {
+    pub workloads: Vec<TableOneWorkload>,
     requests: u64,
-    seed: u64,
-    request_size_bytes: u32,
-    block_size_bytes: u32,
-    cache_bytes: u64,
+    pub seed: u64,
+    pub request_size_bytes: u32,
+    pub block_size_bytes: u32,
+    pub cache_bytes: u64,
     fpc_fraction: f64,
     preface_max_blocks: u64,
     alphas: Vec<f64>,
     alpha: f64,
-    single: String,
+    pub single: String,
     inner: String,
-    servers: u32,
-    prefetch_stripes: u32,
+    pub servers: u32,
+    pub prefetch_stripes: u32,
     hit: ServiceCost,
     miss: ServiceCost,
+}
+
+/// The embedded spec (what `cairn bench files --workload table1` runs).
+pub(crate) fn default_spec() -> Result<Spec> {
+    load_spec(None)
 }
 
 #[derive(Clone, Debug)]
@@ -111,7 +117,48 @@ fn load_spec(path: Option<&PathBuf>) -> Result<Spec> {
     Ok(spec)
 }
 
-fn workload_name(w: TableOneWorkload) -> &'static str {
+impl Spec {
+    /// The dual cache's policy at `alpha`, as the experiment runs it.
+    pub(crate) fn dual_policy(&self, alpha: f64) -> Result<PolicyConfig> {
+        let label = format!(
+            "dual:inner={},alpha={alpha:?},fpc_fraction={:?},preface_max_blocks={}",
+            toml::Value::String(self.inner.clone()),
+            self.fpc_fraction,
+            self.preface_max_blocks
+        );
+        policy_spec::parse(&label)
+    }
+
+    /// Workload `workload`'s first `requests` requests and its files' sizes.
+    pub(crate) fn trace(
+        &self,
+        workload: TableOneWorkload,
+        requests: u64,
+    ) -> Result<(Vec<Request>, Vec<u64>)> {
+        let config = FileWorkloadConfig {
+            requests,
+            seed: self.seed,
+            request_size_bytes: self.request_size_bytes,
+            ..FileWorkloadConfig::table_one(workload)
+        };
+        let generator = config.generator()?;
+        let sizes = generator.file_sizes().to_vec();
+        Ok((generator.collect(), sizes))
+    }
+
+    pub(crate) fn model(&self) -> Model {
+        Model {
+            cache_bytes: self.cache_bytes,
+            block_size_bytes: self.block_size_bytes,
+            servers: self.servers,
+            prefetch_stripes: self.prefetch_stripes,
+            hit: self.hit,
+            miss: self.miss,
+        }
+    }
+}
+
+pub(crate) fn workload_name(w: TableOneWorkload) -> &'static str {
     match w {
         TableOneWorkload::A => "A",
         TableOneWorkload::B => "B",
@@ -120,27 +167,71 @@ fn workload_name(w: TableOneWorkload) -> &'static str {
     }
 }
 
-/// Replays `requests` through one policy; returns (hit ratio, mean response ms).
+/// What [`simulate`] models: the cache, the striping and the costs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Model {
+    /// Cache capacity, bytes.
+    pub cache_bytes: u64,
+    /// Cache block (and stripe unit), bytes.
+    pub block_size_bytes: u32,
+    /// Block servers the blocks are striped over.
+    pub servers: u32,
+    /// Readahead window in stripes (× `servers` blocks); 0 for none.
+    pub prefetch_stripes: u32,
+    /// A hit's cost.
+    pub hit: ServiceCost,
+    /// A miss's cost on its server.
+    pub miss: ServiceCost,
+}
+
+/// What [`simulate`] counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Simulated {
+    /// Demand block accesses that hit.
+    pub hits: u64,
+    /// Demand block accesses.
+    pub accesses: u64,
+    /// Mean modelled response time per request, ms.
+    pub mean_response_ms: f64,
+}
+
+impl Simulated {
+    /// Hits over accesses.
+    pub fn hit_ratio(&self) -> f64 {
+        self.hits as f64 / self.accesses.max(1) as f64
+    }
+}
+
+/// Replays `requests` through one policy.
 ///
-/// Readahead, as a file system client does it: an access that continues its
-/// file's sequence (or starts it at block 0) makes sure the next
-/// `prefetch_stripes × servers` blocks are cached, fetching the missing ones
-/// asynchronously (they take cache space but add nothing to the response time,
-/// and they are not counted as accesses).
-fn simulate(spec: &Spec, policy: &PolicyConfig, requests: &[Request]) -> Result<(f64, f64)> {
-    let mut cache = policy.build(Capacity::Bytes(spec.cache_bytes))?;
+/// Readahead, as a file system client does it ([`Readahead`]): an access
+/// that continues its file's sequence (or starts it at block 0) makes sure
+/// the next `prefetch_stripes × servers` blocks are cached, fetching the
+/// missing ones asynchronously (they take cache space but add nothing to the
+/// response time, and they are not counted as accesses). With
+/// `object_bytes` (each object's length, by object id) the window stops at
+/// the object's last block, as the file gateway's does; without, it runs
+/// past it (the Table I reproduction, whose numbers predate the lengths).
+pub(crate) fn simulate(
+    model: &Model,
+    policy: &PolicyConfig,
+    requests: &[Request],
+    object_bytes: Option<&[u64]>,
+) -> Result<Simulated> {
+    let mut cache = policy.build(Capacity::Bytes(model.cache_bytes))?;
     let unit = Unit::Block {
-        block_size: spec.block_size_bytes,
+        block_size: model.block_size_bytes,
     };
     let mut splitter = Splitter::new(unit);
     let mut ahead_splitter = Splitter::new(unit);
-    let block_size = u64::from(spec.block_size_bytes);
-    let window = u64::from(spec.prefetch_stripes) * u64::from(spec.servers);
-    let mut last_block: HashMap<u64, u64> = HashMap::new();
+    let block_size = u64::from(model.block_size_bytes);
+    let mut readahead =
+        Readahead::new(u64::from(model.prefetch_stripes) * u64::from(model.servers));
     let mut blocks = Vec::new();
+    let mut named = Vec::new();
     let mut ahead = Vec::new();
     let mut victims = Vec::new();
-    let mut busy = vec![0.0f64; spec.servers as usize];
+    let mut busy = vec![0.0f64; model.servers as usize];
     let (mut hits, mut accesses, mut total) = (0u64, 0u64, 0.0f64);
     for request in requests {
         blocks.clear();
@@ -152,18 +243,24 @@ fn simulate(spec: &Spec, policy: &PolicyConfig, requests: &[Request]) -> Result<
             accesses += 1;
             if cache.access(access, &mut victims) {
                 hits += 1;
-                copy += spec.hit.seconds(1, u64::from(access.size));
+                copy += model.hit.seconds(1, u64::from(access.size));
             } else {
-                let server = (access.block % u64::from(spec.servers)) as usize;
-                busy[server] += spec.miss.seconds(1, u64::from(access.size));
+                let server = (access.block % u64::from(model.servers)) as usize;
+                busy[server] += model.miss.seconds(1, u64::from(access.size));
             }
-            let previous = last_block.insert(access.object, access.block);
-            let sequential = access.block == 0 || previous.is_some_and(|p| p + 1 == access.block);
-            if sequential && window > 0 {
+            let length = object_bytes.map(|sizes| {
+                usize::try_from(access.object)
+                    .ok()
+                    .and_then(|i| sizes.get(i))
+                    .map_or(0, |&bytes| bytes.div_ceil(block_size))
+            });
+            named.clear();
+            readahead.access(access.object, access.block, length, &mut named);
+            for &index in &named {
                 ahead.clear();
                 let next = Request {
-                    offset: (access.block + 1) * block_size,
-                    size: (window * block_size) as u32,
+                    offset: index * block_size,
+                    size: model.block_size_bytes,
                     ..*request
                 };
                 ahead_splitter.split(&next, &mut ahead);
@@ -177,10 +274,11 @@ fn simulate(spec: &Spec, policy: &PolicyConfig, requests: &[Request]) -> Result<
         }
         total += copy + busy.iter().copied().fold(0.0, f64::max);
     }
-    Ok((
-        hits as f64 / accesses.max(1) as f64,
-        total / requests.len().max(1) as f64 * 1e3,
-    ))
+    Ok(Simulated {
+        hits,
+        accesses,
+        mean_response_ms: total / requests.len().max(1) as f64 * 1e3,
+    })
 }
 
 /// Runs the experiment and returns its judged claims.
@@ -196,29 +294,18 @@ pub fn run(args: &DualArgs, quiet: bool) -> Result<Vec<Claim>> {
     let single = policy_spec::parse(&spec.single)?;
     let mut configs: Vec<(Option<f64>, PolicyConfig)> = vec![(None, single)];
     for &alpha in &alphas {
-        let label = format!(
-            "dual:inner={},alpha={alpha:?},fpc_fraction={:?},preface_max_blocks={}",
-            toml::Value::String(spec.inner.clone()),
-            spec.fpc_fraction,
-            spec.preface_max_blocks
-        );
-        configs.push((Some(alpha), policy_spec::parse(&label)?));
+        configs.push((Some(alpha), spec.dual_policy(alpha)?));
     }
 
     let bar = Bar::new(Some(spec.workloads.len() as u64), "reproduce dual", quiet);
     let mut rows = Vec::new();
     for &workload in &spec.workloads {
-        let config = FileWorkloadConfig {
-            requests,
-            seed: spec.seed,
-            request_size_bytes: spec.request_size_bytes,
-            ..FileWorkloadConfig::table_one(workload)
-        };
-        let trace: Vec<Request> = config.generator()?.collect();
-        let results: Vec<Result<(f64, f64)>> = std::thread::scope(|scope| {
+        let (trace, _) = spec.trace(workload, requests)?;
+        let model = spec.model();
+        let results: Vec<Result<Simulated>> = std::thread::scope(|scope| {
             let handles: Vec<_> = configs
                 .iter()
-                .map(|(_, policy)| scope.spawn(|| simulate(&spec, policy, &trace)))
+                .map(|(_, policy)| scope.spawn(|| simulate(&model, policy, &trace, None)))
                 .collect();
             handles
                 .into_iter()
@@ -229,12 +316,12 @@ pub fn run(args: &DualArgs, quiet: bool) -> Result<Vec<Claim>> {
                 .collect()
         });
         for ((alpha, _), result) in configs.iter().zip(results) {
-            let (hit_ratio, mean_response_ms) = result?;
+            let simulated = result?;
             rows.push(Row {
                 workload,
                 alpha: *alpha,
-                hit_ratio,
-                mean_response_ms,
+                hit_ratio: simulated.hit_ratio(),
+                mean_response_ms: simulated.mean_response_ms,
             });
         }
         bar.inc(1);

@@ -45,6 +45,8 @@ pub(super) struct FilesArgs<'a> {
     pub throttle: Option<&'a str>,
     /// --revalidate.
     pub revalidate: Option<&'a str>,
+    /// --prefetch-stripes: readahead of this many stripes (0: none).
+    pub prefetch_stripes: u64,
     /// -q: print nothing on stdout.
     pub quiet: bool,
 }
@@ -153,6 +155,13 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         None if dir.to_string_lossy().contains("://") => ORIGIN_REVALIDATE,
         None => std::time::Duration::ZERO,
     };
+    let text = dir.to_string_lossy();
+    let servers = if text.contains("://") {
+        1
+    } else {
+        text.split(',').count() as u64
+    };
+    cache_config.prefetch_window_blocks = args.prefetch_stripes.saturating_mul(servers);
     let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
         config.connections_max = connections;
@@ -161,7 +170,10 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
     let backend = backend(dir, args.throttle, cache_config.block_size_bytes)?;
-    let cache = Arc::new(FileCache::new(backend, &cache_config).context("the file cache")?);
+    let cache = Arc::new(
+        FileCache::new(backend, &cache_config)
+            .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
+    );
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
     let bound = gateway.local_addr()?;
@@ -174,14 +186,15 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     }
     tracing::info!(
         "serving the files under {} as bucket {:?} at http://{bound}/{}/ \
-         ({} blocks of {} bytes, {} shards, policy {})",
+         ({} blocks of {} bytes, {} shards, policy {}, readahead {} blocks)",
         dir.display(),
         args.export,
         args.export,
         cache.capacity_bytes() / cache.block_size(),
         cache.block_size(),
         cache.shards(),
-        cache.policy_name()
+        cache.policy_name(),
+        cache_config.prefetch_window_blocks
     );
     if !args.quiet {
         // A closed stdout is no reason not to serve.
@@ -205,7 +218,8 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let counters = gateway.counters();
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend",
+         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
+         read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
         counters.connections.load(Ordering::Relaxed),
         counters.refused.load(Ordering::Relaxed),
         counters.requests.load(Ordering::Relaxed),
@@ -214,7 +228,11 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         stats.coalesced,
         stats.backend_errors,
         stats.bytes_from_cache,
-        stats.bytes_from_backend
+        stats.bytes_from_backend,
+        stats.prefetch_issued,
+        stats.prefetch_used,
+        stats.prefetch_wasted,
+        stats.prefetch_dropped
     );
     Ok(())
 }
