@@ -32,13 +32,19 @@
 //!   type); a hit clones it (one atomic increment) and the bytes stay valid
 //!   for as long as the caller holds it, eviction or not.
 //! - **Counters** ([`FileCacheStats`]) are relaxed atomics beside each shard:
-//!   no lock and no allocation to count.
+//!   no lock and no allocation to count. What is a level rather than a count
+//!   (resident blocks and bytes, `dual`'s preface and active files) is read
+//!   from the shards when [`FileCache::stats`] is called, never per access.
+//!   [`FileCacheStats::metrics`] names them for `cairn stats` and
+//!   Prometheus (`cairn_files_<name>`): a new counter is a field of
+//!   `Counters`, of [`FileCacheStats`] and a line there.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
+use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
+use cairn_store::stats::{Metric, MetricSink};
 use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
@@ -171,14 +177,97 @@ pub struct FileCacheStats {
     pub misses: u64,
     /// Blocks served by waiting for another reader's backend read.
     pub coalesced: u64,
-    /// Backend reads that failed (nothing was cached).
-    pub backend_errors: u64,
-    /// Bytes served from the cache (hits and coalesced waits).
+    /// Backend calls that failed, by kind: looking a key up
+    /// ([`FileCache::open`]) and block reads (nothing was cached).
+    pub backend_errors: BackendErrorCounts,
+    /// Bytes served from the cache (hits and coalesced waits), whole blocks.
     pub bytes_from_cache: u64,
     /// Bytes read from the backend.
     pub bytes_from_backend: u64,
     /// Blocks resident now.
     pub resident_blocks: u64,
+    /// Bytes of the resident blocks (an object's last block holds only its
+    /// remaining bytes).
+    pub resident_bytes: u64,
+    /// The capacity, bytes.
+    pub capacity_bytes: u64,
+    /// A file-aware policy's state (`dual`), summed over shards (the preface:
+    /// the largest of them); `None` for the other policies.
+    pub files: Option<FileState>,
+}
+
+/// Failed backend calls by what the client was told.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendErrorCounts {
+    /// No such object (the client got `404`).
+    pub not_found: u64,
+    /// The backend did not answer in time (`504`).
+    pub timeout: u64,
+    /// Anything else: forbidden, retryable, an I/O error (`403`, `502`).
+    pub other: u64,
+}
+
+impl BackendErrorCounts {
+    /// Every failed call.
+    pub fn total(&self) -> u64 {
+        self.not_found + self.timeout + self.other
+    }
+}
+
+impl FileCacheStats {
+    /// The counters and levels as named metrics (`cairn stats` prints them,
+    /// Prometheus sees them as `cairn_files_<name>`, `_total` added to
+    /// counters). Backend errors are left out: they carry a label (`kind`),
+    /// which a metric list has no room for.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = Vec::with_capacity(12);
+        let mut m = MetricSink(&mut metrics);
+        m.counter("hits", self.hits, "blocks served from the cache");
+        m.counter(
+            "misses",
+            self.misses,
+            "blocks read from the backend (one read each)",
+        );
+        m.counter(
+            "coalesced",
+            self.coalesced,
+            "blocks served by waiting for another reader's backend read of the same block",
+        );
+        m.counter(
+            "cache_bytes",
+            self.bytes_from_cache,
+            "bytes of the blocks served from the cache (hits and coalesced waits)",
+        );
+        m.counter(
+            "backend_read_bytes",
+            self.bytes_from_backend,
+            "bytes read from the backend",
+        );
+        m.gauge("resident_blocks", self.resident_blocks, "blocks cached now");
+        m.gauge(
+            "resident_bytes",
+            self.resident_bytes,
+            "bytes of the blocks cached now",
+        );
+        m.gauge(
+            "capacity_bytes",
+            self.capacity_bytes,
+            "the cache's capacity",
+        );
+        if let Some(files) = self.files {
+            m.gauge(
+                "dual_preface_blocks",
+                files.preface_blocks,
+                "dual: the preface size, blocks (a file's first blocks, kept in the front-part cache)",
+            );
+            m.gauge(
+                "dual_active_files",
+                files.active_files,
+                "dual: files tracked as active",
+            );
+        }
+        metrics
+    }
 }
 
 #[derive(Default)]
@@ -186,9 +275,33 @@ struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     coalesced: AtomicU64,
-    backend_errors: AtomicU64,
+    errors: ErrorCounters,
     bytes_from_cache: AtomicU64,
     bytes_from_backend: AtomicU64,
+}
+
+/// Failed backend calls, by [`BackendErrorCounts`]' kinds.
+#[derive(Default)]
+struct ErrorCounters([AtomicU64; 3]);
+
+impl ErrorCounters {
+    #[inline]
+    fn count(&self, kind: BackendErrorKind) {
+        let index = match kind {
+            BackendErrorKind::NotFound => 0,
+            BackendErrorKind::Timeout => 1,
+            BackendErrorKind::Forbidden | BackendErrorKind::Retryable | BackendErrorKind::Other => {
+                2
+            }
+        };
+        self.0[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn add_to(&self, counts: &mut BackendErrorCounts) {
+        counts.not_found += self.0[0].load(Ordering::Relaxed);
+        counts.timeout += self.0[1].load(Ordering::Relaxed);
+        counts.other += self.0[2].load(Ordering::Relaxed);
+    }
 }
 
 enum Slot {
@@ -252,6 +365,9 @@ pub struct FileCache<B> {
     block_shift: u32,
     block_size: u32,
     objects: Mutex<Objects>,
+    /// Failed lookups ([`FileCache::open`]); failed block reads count in
+    /// their shard.
+    open_errors: ErrorCounters,
     policy_name: &'static str,
     capacity_bytes: u64,
 }
@@ -296,6 +412,7 @@ impl<B: Backend> FileCache<B> {
                 numbers: HashMap::new(),
                 next: 0,
             }),
+            open_errors: ErrorCounters::default(),
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
         })
@@ -328,7 +445,9 @@ impl<B: Backend> FileCache<B> {
 
     /// Looks `key` up in the backend and numbers this version of it.
     pub fn open(&self, key: &str) -> Result<Object, BackendError> {
-        let info = self.backend.stat(key)?;
+        let info = self.backend.stat(key).inspect_err(|e| {
+            self.open_errors.count(e.kind);
+        })?;
         if info.size.div_ceil(self.block_size()) > 1 << BLOCK_INDEX_BITS {
             return Err(BackendError::new(
                 BackendErrorKind::Other,
@@ -447,29 +566,43 @@ impl<B: Backend> FileCache<B> {
             // Nothing cached: the next reader tries the backend again.
             shard.map.remove(&cache_key);
             drop(shard);
-            cell.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = &result {
+                cell.counters.errors.count(e.kind);
+            }
         }
         flight.complete(result.clone());
         result
     }
 
-    /// The counters, summed over shards.
+    /// The counters, summed over shards, and the levels now: each shard is
+    /// locked in turn to count its resident blocks (a walk of its map: this
+    /// is for a scrape or a summary, not for every request).
     pub fn stats(&self) -> FileCacheStats {
-        let mut stats = FileCacheStats::default();
+        let mut stats = FileCacheStats {
+            capacity_bytes: self.capacity_bytes,
+            ..FileCacheStats::default()
+        };
+        self.open_errors.add_to(&mut stats.backend_errors);
         for cell in &self.shards {
             let c = &cell.counters;
             stats.hits += c.hits.load(Ordering::Relaxed);
             stats.misses += c.misses.load(Ordering::Relaxed);
             stats.coalesced += c.coalesced.load(Ordering::Relaxed);
-            stats.backend_errors += c.backend_errors.load(Ordering::Relaxed);
+            c.errors.add_to(&mut stats.backend_errors);
             stats.bytes_from_cache += c.bytes_from_cache.load(Ordering::Relaxed);
             stats.bytes_from_backend += c.bytes_from_backend.load(Ordering::Relaxed);
             let shard = lock(&cell.shard);
-            stats.resident_blocks += shard
-                .map
-                .values()
-                .filter(|s| matches!(s, Slot::Ready(_)))
-                .count() as u64;
+            for slot in shard.map.values() {
+                if let Slot::Ready(block) = slot {
+                    stats.resident_blocks += 1;
+                    stats.resident_bytes += block.len() as u64;
+                }
+            }
+            if let Some(state) = shard.policy.file_state() {
+                let files = stats.files.get_or_insert_default();
+                files.preface_blocks = files.preface_blocks.max(state.preface_blocks);
+                files.active_files += state.active_files;
+            }
         }
         stats
     }
