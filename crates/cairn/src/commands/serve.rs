@@ -219,7 +219,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "DIR|URL",
-        conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "metrics", "read_only"]
+        conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "read_only"]
     )]
     files: Option<PathBuf>,
 
@@ -361,6 +361,9 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             policy: args.policy.as_deref(),
             connections_max: args.connections_max,
             throttle: args.throttle.as_deref(),
+            metrics: args.metrics.as_deref(),
+            metrics_public: args.metrics_public,
+            control: args.control.as_deref(),
             quiet,
         });
     }
