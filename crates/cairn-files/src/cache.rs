@@ -270,6 +270,11 @@ impl FileCacheStats {
     }
 }
 
+/// A shard's counters, bumped on the I/O path (relaxed) and summed by
+/// [`FileCache::stats`]. A new one (prefetch issued / used / wasted, say) is
+/// a field here, one in [`FileCacheStats`] summed in `stats`, and a line in
+/// [`FileCacheStats::metrics`]: `cairn stats` and Prometheus
+/// (`cairn_files_<name>_total`) then show it with nothing else to change.
 #[derive(Default)]
 struct Counters {
     hits: AtomicU64,
