@@ -8,7 +8,8 @@
 //!   demand.
 //! - [`snapshot`]: what `cairn stats` receives: per export its requests,
 //!   latencies, connections and the layers of its stack
-//!   ([`cairn_store::stats`]).
+//!   ([`cairn_store::stats`]); per file export (`cairn serve --files`) its
+//!   HTTP requests, connections and cache.
 //! - [`protocol`]: the control socket's frames (length-prefixed JSON).
 //! - [`server`]: the control socket (owner-only, peer credentials checked).
 //! - [`client`]: its client.
@@ -36,4 +37,4 @@ pub use http::{MetricsError, MetricsListener};
 pub use io::{Connected, ExportCounters, ExportIo, IoCounters, IoCounts, Op};
 pub use protocol::{Reply, Request};
 pub use server::{ControlError, ControlSocket, Handler};
-pub use snapshot::{ExportSnapshot, Snapshot};
+pub use snapshot::{BackendErrors, ExportSnapshot, FileExportSnapshot, HttpRequests, Snapshot};

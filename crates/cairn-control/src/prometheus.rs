@@ -18,6 +18,11 @@
 //! - `cairn_dirty_bytes{export, layer}`: the data a layer holds that the
 //!   layer below it does not have yet, whatever the layer (a tier's dirty
 //!   blocks, a log disk's NV write cache), for one alert over every stack.
+//! - A file export's (`cairn serve --files`), `cairn_files_` first, with the
+//!   label `export`: `cairn_files_requests_total{method, status}`,
+//!   `cairn_files_backend_errors_total{kind}`, its connections, and its
+//!   cache's metrics mapped as a layer's (`hits` →
+//!   `cairn_files_hits_total`).
 //!
 //! Histogram buckets are cumulative at the bounds of [`BOUNDS_NS`]. The
 //! snapshot's buckets are finer (16 per power of two); one is counted under
@@ -31,7 +36,7 @@ use cairn_store::stats::histogram::Latency;
 use cairn_store::stats::{GroupStats, LayerStats, Metric, MetricKind, Value};
 
 use crate::io::IoCounts;
-use crate::snapshot::{ExportSnapshot, Snapshot};
+use crate::snapshot::{ExportSnapshot, FileExportSnapshot, Snapshot};
 
 /// The `Content-Type` of the format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -85,6 +90,9 @@ pub fn render(snapshot: &Snapshot) -> String {
         for layer in &export.layers {
             layer_metrics(&mut families, &export.name, layer);
         }
+    }
+    for export in &snapshot.files {
+        file_export(&mut families, export);
     }
     families.render()
 }
@@ -189,6 +197,71 @@ fn front_end(f: &mut Families, export: &ExportSnapshot) {
             &[("export", name), ("op", op)],
             latency,
         );
+    }
+}
+
+/// A file export's requests, connections and cache.
+fn file_export(f: &mut Families, export: &FileExportSnapshot) {
+    let name = export.name.as_str();
+    let e = [("export", name)];
+    f.gauge(
+        "cairn_files_policy_info",
+        "1, labelled with the file export's cache policy",
+        &[("export", name), ("policy", export.policy.as_str())],
+        Number::Integer(1),
+    );
+    f.gauge(
+        "cairn_files_block_size_bytes",
+        "the file export's cache block",
+        &e,
+        Number::Integer(export.block_size_bytes),
+    );
+    for r in &export.requests {
+        f.counter(
+            "cairn_files_requests_total",
+            "HTTP requests answered, by method (get, head, other) and status class",
+            &[
+                ("export", name),
+                ("method", r.method.as_str()),
+                ("status", r.status.as_str()),
+            ],
+            Number::Integer(r.count),
+        );
+    }
+    let errors = &export.backend_errors;
+    for (kind, n) in [
+        ("not_found", errors.not_found),
+        ("timeout", errors.timeout),
+        ("other", errors.other),
+    ] {
+        f.counter(
+            "cairn_files_backend_errors_total",
+            "backend calls (lookups, block reads) that failed, by kind (not_found: 404, \
+             timeout: 504, other: 403 or 502)",
+            &[("export", name), ("kind", kind)],
+            Number::Integer(n),
+        );
+    }
+    f.gauge(
+        "cairn_files_connections_open",
+        "HTTP connections open now",
+        &e,
+        Number::Integer(export.connections_open),
+    );
+    f.counter(
+        "cairn_files_connections_total",
+        "HTTP connections served since the server started",
+        &e,
+        Number::Integer(export.connections_total),
+    );
+    f.counter(
+        "cairn_files_connections_refused_total",
+        "HTTP connections refused with 503 (over --connections-max)",
+        &e,
+        Number::Integer(export.connections_refused),
+    );
+    for metric in &export.cache {
+        f.metric("cairn_files", metric, &e);
     }
 }
 

@@ -32,7 +32,12 @@
 //!   type); a hit clones it (one atomic increment) and the bytes stay valid
 //!   for as long as the caller holds it, eviction or not.
 //! - **Counters** ([`FileCacheStats`]) are relaxed atomics beside each shard:
-//!   no lock and no allocation to count.
+//!   no lock and no allocation to count. What is a level rather than a count
+//!   (resident blocks and bytes, `dual`'s preface and active files) is read
+//!   from the shards when [`FileCache::stats`] is called, never per access.
+//!   [`FileCacheStats::metrics`] names them for `cairn stats` and
+//!   Prometheus (`cairn_files_<name>`): a new counter is a field of
+//!   `Counters`, of [`FileCacheStats`] and a line there.
 //! - **Readahead** (papers/001, off unless
 //!   [`FileCacheConfig::prefetch_window_blocks`] > 0): after each demand
 //!   access, [`Readahead`] (the rule `cairn reproduce dual` simulates) names
@@ -53,8 +58,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn_policy::prefetch::{Readahead, readahead};
-use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
+use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
+use cairn_store::stats::{Metric, MetricSink};
 use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
@@ -210,9 +216,10 @@ pub struct FileCacheStats {
     pub misses: u64,
     /// Blocks served by waiting for another reader's backend read.
     pub coalesced: u64,
-    /// Backend reads that failed (nothing was cached).
-    pub backend_errors: u64,
-    /// Bytes served from the cache (hits and coalesced waits).
+    /// Backend calls that failed, by kind: looking a key up
+    /// ([`FileCache::open`]) and block reads (nothing was cached).
+    pub backend_errors: BackendErrorCounts,
+    /// Bytes served from the cache (hits and coalesced waits), whole blocks.
     pub bytes_from_cache: u64,
     /// Bytes read from the backend.
     pub bytes_from_backend: u64,
@@ -226,18 +233,148 @@ pub struct FileCacheStats {
     pub prefetch_wasted: u64,
     /// Blocks the readahead named but did not read: too many reads in flight.
     pub prefetch_dropped: u64,
+    /// Bytes of the resident blocks (an object's last block holds only its
+    /// remaining bytes).
+    pub resident_bytes: u64,
+    /// The capacity, bytes.
+    pub capacity_bytes: u64,
+    /// A file-aware policy's state (`dual`), summed over shards (the preface:
+    /// the largest of them); `None` for the other policies.
+    pub files: Option<FileState>,
 }
 
+/// Failed backend calls by what the client was told.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendErrorCounts {
+    /// No such object (the client got `404`).
+    pub not_found: u64,
+    /// The backend did not answer in time (`504`).
+    pub timeout: u64,
+    /// Anything else: forbidden, retryable, an I/O error (`403`, `502`).
+    pub other: u64,
+}
+
+impl BackendErrorCounts {
+    /// Every failed call.
+    pub fn total(&self) -> u64 {
+        self.not_found + self.timeout + self.other
+    }
+}
+
+impl FileCacheStats {
+    /// The counters and levels as named metrics (`cairn stats` prints them,
+    /// Prometheus sees them as `cairn_files_<name>`, `_total` added to
+    /// counters). Backend errors are left out: they carry a label (`kind`),
+    /// which a metric list has no room for.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = Vec::with_capacity(16);
+        let mut m = MetricSink(&mut metrics);
+        m.counter("hits", self.hits, "blocks served from the cache");
+        m.counter(
+            "misses",
+            self.misses,
+            "blocks read from the backend (one read each)",
+        );
+        m.counter(
+            "coalesced",
+            self.coalesced,
+            "blocks served by waiting for another reader's backend read of the same block",
+        );
+        m.counter(
+            "cache_bytes",
+            self.bytes_from_cache,
+            "bytes of the blocks served from the cache (hits and coalesced waits)",
+        );
+        m.counter(
+            "backend_read_bytes",
+            self.bytes_from_backend,
+            "bytes read from the backend",
+        );
+        m.gauge("resident_blocks", self.resident_blocks, "blocks cached now");
+        m.gauge(
+            "resident_bytes",
+            self.resident_bytes,
+            "bytes of the blocks cached now",
+        );
+        m.gauge(
+            "capacity_bytes",
+            self.capacity_bytes,
+            "the cache's capacity",
+        );
+        m.counter(
+            "prefetch_issued",
+            self.prefetch_issued,
+            "blocks the readahead read (or is reading) ahead of any demand",
+        );
+        m.counter(
+            "prefetch_used",
+            self.prefetch_used,
+            "blocks read ahead that a demand access then found",
+        );
+        m.counter(
+            "prefetch_wasted",
+            self.prefetch_wasted,
+            "blocks read ahead and evicted before any demand access",
+        );
+        m.counter(
+            "prefetch_dropped",
+            self.prefetch_dropped,
+            "blocks the readahead named but did not read (too many reads in flight)",
+        );
+        if let Some(files) = self.files {
+            m.gauge(
+                "dual_preface_blocks",
+                files.preface_blocks,
+                "dual: the preface size, blocks (a file's first blocks, kept in the front-part cache)",
+            );
+            m.gauge(
+                "dual_active_files",
+                files.active_files,
+                "dual: files tracked as active",
+            );
+        }
+        metrics
+    }
+}
+
+/// A shard's counters, bumped on the I/O path (relaxed) and summed by
+/// [`FileCache::stats`]. A new one is a field here, one in [`FileCacheStats`] summed in `stats`, and a line in
+/// [`FileCacheStats::metrics`]: `cairn stats` and Prometheus
+/// (`cairn_files_<name>_total`) then show it with nothing else to change.
 #[derive(Default)]
 struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     coalesced: AtomicU64,
-    backend_errors: AtomicU64,
+    errors: ErrorCounters,
     bytes_from_cache: AtomicU64,
     bytes_from_backend: AtomicU64,
     prefetch_issued: AtomicU64,
     prefetch_used: AtomicU64,
+}
+
+/// Failed backend calls, by [`BackendErrorCounts`]' kinds.
+#[derive(Default)]
+struct ErrorCounters([AtomicU64; 3]);
+
+impl ErrorCounters {
+    #[inline]
+    fn count(&self, kind: BackendErrorKind) {
+        let index = match kind {
+            BackendErrorKind::NotFound => 0,
+            BackendErrorKind::Timeout => 1,
+            BackendErrorKind::Forbidden | BackendErrorKind::Retryable | BackendErrorKind::Other => {
+                2
+            }
+        };
+        self.0[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn add_to(&self, counts: &mut BackendErrorCounts) {
+        counts.not_found += self.0[0].load(Ordering::Relaxed);
+        counts.timeout += self.0[1].load(Ordering::Relaxed);
+        counts.other += self.0[2].load(Ordering::Relaxed);
+    }
 }
 
 enum Slot {
@@ -350,6 +487,9 @@ pub struct FileCache<B> {
     block_size: u32,
     objects: Mutex<Objects>,
     revalidate: Duration,
+    /// Failed lookups ([`FileCache::open`]); failed block reads count in
+    /// their shard.
+    open_errors: ErrorCounters,
     policy_name: &'static str,
     capacity_bytes: u64,
     prefetch: Option<Prefetch>,
@@ -413,6 +553,7 @@ impl<B: Backend + 'static> FileCache<B> {
                 next: 0,
             }),
             revalidate: config.revalidate,
+            open_errors: ErrorCounters::default(),
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
             prefetch,
@@ -497,7 +638,9 @@ fn prefetch_thread<B: Backend>(
                 shard.policy.remove(job.cache_key);
             }
             drop(shard);
-            cell.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = &result {
+                cell.counters.errors.count(e.kind);
+            }
         }
         in_flight.fetch_sub(1, Ordering::Release);
         job.flight.complete(result);
@@ -541,7 +684,9 @@ impl<B: Backend> FileCache<B> {
             return Ok(known.object);
         }
         let checked = Instant::now();
-        let info = self.backend.stat(key)?;
+        let info = self.backend.stat(key).inspect_err(|e| {
+            self.open_errors.count(e.kind);
+        })?;
         if info.size.div_ceil(self.block_size()) > 1 << BLOCK_INDEX_BITS {
             return Err(BackendError::new(
                 BackendErrorKind::Other,
@@ -784,32 +929,46 @@ impl<B: Backend> FileCache<B> {
             // Nothing cached: the next reader tries the backend again.
             shard.map.remove(&cache_key);
             drop(shard);
-            cell.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = &result {
+                cell.counters.errors.count(e.kind);
+            }
         }
         flight.complete(result.clone());
         result
     }
 
-    /// The counters, summed over shards.
+    /// The counters, summed over shards, and the levels now: each shard is
+    /// locked in turn to count its resident blocks (a walk of its map: this
+    /// is for a scrape or a summary, not for every request).
     pub fn stats(&self) -> FileCacheStats {
-        let mut stats = FileCacheStats::default();
+        let mut stats = FileCacheStats {
+            capacity_bytes: self.capacity_bytes,
+            ..FileCacheStats::default()
+        };
+        self.open_errors.add_to(&mut stats.backend_errors);
         for cell in self.shards.iter() {
             let c = &cell.counters;
             stats.hits += c.hits.load(Ordering::Relaxed);
             stats.misses += c.misses.load(Ordering::Relaxed);
             stats.coalesced += c.coalesced.load(Ordering::Relaxed);
-            stats.backend_errors += c.backend_errors.load(Ordering::Relaxed);
+            c.errors.add_to(&mut stats.backend_errors);
             stats.bytes_from_cache += c.bytes_from_cache.load(Ordering::Relaxed);
             stats.bytes_from_backend += c.bytes_from_backend.load(Ordering::Relaxed);
             stats.prefetch_issued += c.prefetch_issued.load(Ordering::Relaxed);
             stats.prefetch_used += c.prefetch_used.load(Ordering::Relaxed);
             let shard = lock(&cell.shard);
-            stats.resident_blocks += shard
-                .map
-                .values()
-                .filter(|s| matches!(s, Slot::Ready(_) | Slot::Prefetched(_)))
-                .count() as u64;
+            for slot in shard.map.values() {
+                if let Slot::Ready(block) | Slot::Prefetched(block) = slot {
+                    stats.resident_blocks += 1;
+                    stats.resident_bytes += block.len() as u64;
+                }
+            }
             stats.prefetch_wasted += shard.prefetch_wasted;
+            if let Some(state) = shard.policy.file_state() {
+                let files = stats.files.get_or_insert_default();
+                files.preface_blocks = files.preface_blocks.max(state.preface_blocks);
+                files.active_files += state.active_files;
+            }
         }
         if let Some(prefetch) = &self.prefetch {
             stats.prefetch_dropped = prefetch.dropped.load(Ordering::Relaxed);

@@ -24,5 +24,7 @@ pub use backend::{
     Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
     MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend,
 };
-pub use cache::{FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object};
+pub use cache::{
+    BackendErrorCounts, FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object,
+};
 pub use http::{Gateway, GatewayConfig};

@@ -7,6 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use cairn_files::{BackendErrorKind, DirBackend, MemoryBackend};
@@ -195,6 +196,10 @@ fn connections_beyond_the_limit_get_503() {
     let answer = exchange(server.addr, &get("/media/sub/b.txt"));
     assert_eq!(status(&answer), 503);
     assert!(String::from_utf8_lossy(&answer).contains("<Code>SlowDown</Code>"));
+    let counters = &server.counters;
+    assert_eq!(counters.open.load(Ordering::Relaxed), 2, "both held");
+    assert_eq!(counters.refused.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.connections.load(Ordering::Relaxed), 2);
     drop(held);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -254,10 +259,25 @@ fn backend_failures_are_502_and_504_and_never_cached() {
     assert_eq!(status(&answer), 200, "the failures were not cached");
     assert_eq!(body(&answer), pattern(300_000, 4));
     let stats = server.cache.stats();
-    assert_eq!(stats.backend_errors, 3);
+    let kinds = stats.backend_errors;
+    assert_eq!((kinds.not_found, kinds.timeout, kinds.other), (0, 1, 2));
     let missing = exchange(server.addr, &get("/media/none"));
     assert_eq!(status(&missing), 404);
     assert!(String::from_utf8_lossy(&missing).contains("<Code>NoSuchKey</Code>"));
+    // The lookup that found nothing is a backend error too, by its kind.
+    let kinds = server.cache.stats().backend_errors;
+    assert_eq!((kinds.not_found, kinds.timeout, kinds.other), (1, 1, 2));
+    // Every answer by method and status class (counted after it is sent:
+    // wait for the last).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.counters.requests() < 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let requests = server.counters.requests_by();
+    assert_eq!(requests.get("get", "5xx"), 3, "{requests:?}");
+    assert_eq!(requests.get("get", "2xx"), 1, "{requests:?}");
+    assert_eq!(requests.get("get", "4xx"), 1, "{requests:?}");
+    assert_eq!(requests.total(), 5, "{requests:?}");
 }
 
 #[test]

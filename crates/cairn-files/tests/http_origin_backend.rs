@@ -192,12 +192,12 @@ fn many_readers_share_a_bounded_pool_of_kept_alive_connections() {
     }
     // The origin counts a request after answering it: wait for the last.
     for _ in 0..100 {
-        if origin.counters.requests.load(Ordering::Relaxed) == 120 {
+        if origin.counters.requests() == 120 {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(origin.counters.requests.load(Ordering::Relaxed), 120);
+    assert_eq!(origin.counters.requests(), 120);
     let connections = origin.counters.connections.load(Ordering::Relaxed);
     assert!(
         (1..=3).contains(&connections),

@@ -49,7 +49,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::list::{Index, List, Slab};
-use crate::{Access, Capacity, ConfigError, KeyMap, Policy, PolicyConfig};
+use crate::{Access, Capacity, ConfigError, FileState, KeyMap, Policy, PolicyConfig};
 
 /// Configuration of [`Dual`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -292,6 +292,13 @@ impl Policy for Dual {
         "dual"
     }
 
+    fn file_state(&self) -> Option<FileState> {
+        Some(FileState {
+            preface_blocks: self.preface_blocks(),
+            active_files: self.active_files() as u64,
+        })
+    }
+
     fn lookup(&mut self, access: &Access) -> bool {
         let hit = self.fpc_map.contains_key(&access.key) || self.rpc.lookup(access);
         if hit {
@@ -435,6 +442,15 @@ mod tests {
         // stays the same.
         run(&mut dual, &file_trace(&[(2, 39)]));
         assert_eq!(dual.preface_blocks(), 4);
+        // What a server's metrics read, through the trait.
+        let state = (&dual as &dyn Policy).file_state();
+        assert_eq!(
+            state,
+            Some(FileState {
+                preface_blocks: 4,
+                active_files: 2
+            })
+        );
         // α = 20 (the paper's): 0.2 → clamped up to the minimum.
         let mut dual = Dual::new(Capacity::Objects(1000), &config(20.0, 1, 10)).unwrap();
         run(&mut dual, &file_trace(&[(1, 39)]));

@@ -95,7 +95,7 @@ pub use bytes::{Bytes, ParseBytesError, format_bytes, parse_bytes};
 pub use capacity::Capacity;
 pub use config::PolicyConfig;
 pub use error::ConfigError;
-pub use policy::{Ahead, Policy};
+pub use policy::{Ahead, FileState, Policy};
 pub use prefetch::{PrefetchConfig, Prefetcher};
 
 /// The hash map every policy uses for its key index: hashbrown with foldhash.

@@ -15,6 +15,16 @@ pub enum Ahead {
     Next,
 }
 
+/// What a file-aware policy ([`Policy::file_state`]) knows of its files now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileState {
+    /// The preface size, in blocks: a file's blocks with a smaller index go
+    /// to the front-part cache.
+    pub preface_blocks: u64,
+    /// Files tracked as active.
+    pub active_files: u64,
+}
+
 /// A cache replacement (and optionally admission) policy.
 ///
 /// Policies hold keys and sizes only, never data, and do no I/O: the same
@@ -87,6 +97,14 @@ pub trait Policy: Send {
     /// this instead, so held victims still leave. The default holds none.
     fn take_held_victims(&mut self, victims: &mut Vec<u64>) {
         let _ = victims;
+    }
+
+    /// A file-aware policy's state, for a server's metrics (`dual`: its
+    /// preface size and active files); `None` for a policy that keeps no
+    /// per-file state, the default. Read when metrics are read, never per
+    /// access.
+    fn file_state(&self) -> Option<FileState> {
+        None
     }
 
     /// `lookup`, then `admit` on a miss: the simulator's one call per access.

@@ -1,7 +1,8 @@
 //! `cairn serve --files DIR` serves a directory over HTTP as printed: the
 //! address it prints answers GETs and ranges with the files' bytes, SIGTERM
-//! stops it with exit 0 and a summary of what the cache did, and bad flags
-//! are clear errors before anything listens.
+//! stops it with exit 0 and a summary of what the cache did, bad flags
+//! are clear errors before anything listens, and the `--help` example with
+//! `--metrics` runs as printed.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -357,4 +358,55 @@ fn serve_files_over_an_s3_bucket_signs_with_the_aws_variables() {
     BufReader::new(stderr).read_to_string(&mut log).unwrap();
     // 6 blocks of 256 KiB read once; the range's 2 blocks were hits.
     assert!(log.contains("blocks: 2 hits, 6 misses"), "{log}");
+}
+
+#[test]
+fn the_files_metrics_help_example_runs_as_printed() {
+    let examples = common::examples::examples(&["serve", "--help"]);
+    let at = examples
+        .iter()
+        .position(|l| l.starts_with("cairn serve --files") && l.contains("--metrics"))
+        .expect("an example of --files with --metrics");
+    let (serve_line, curl_line) = (&examples[at], &examples[at + 1]);
+    assert!(curl_line.starts_with("curl "), "{curl_line}");
+    // The gateway's default port and the example's metrics port.
+    let port = serve_line.rsplit(':').next().unwrap();
+    for port in ["8080", port] {
+        if std::net::TcpListener::bind(format!("127.0.0.1:{port}")).is_err() {
+            eprintln!("SKIPPED: port {port} of the example is in use here");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("videos")).unwrap();
+    std::fs::write(dir.path().join("videos/movie.mp4"), [7u8; 5000]).unwrap();
+    let args: Vec<&str> = serve_line.split_whitespace().skip(1).collect();
+    let child = cairn()
+        .current_dir(dir.path())
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Server(Some(child));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{serve_line}: never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let answer = get("127.0.0.1:8080", "/media/movie.mp4", "");
+    let (head, body) = split(&answer);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body.len(), 5000);
+    let out = common::examples::bash(curl_line, dir.path());
+    let text = common::examples::text(&out.stdout);
+    assert!(out.status.success(), "{curl_line}: {text}");
+    assert!(
+        text.contains("\ncairn_files_hits_total{export=\"media\"} 0\n"),
+        "one GET, one miss, no hit: {text}"
+    );
+    terminate(server.take());
 }

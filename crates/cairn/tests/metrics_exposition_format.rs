@@ -40,8 +40,17 @@ struct Sample {
 }
 
 /// The families' types and every sample of an exposition, after checking
-/// every line; panics naming the line that breaks the format.
+/// every line; panics naming the line that breaks the format, or if it has
+/// no histogram (a volume's has several).
 fn parse(text: &str) -> (HashMap<String, String>, Vec<Sample>) {
+    let (types, samples, histograms) = parse_any(text);
+    assert!(histograms > 0, "no histogram series at all");
+    (types, samples)
+}
+
+/// [`parse`], and how many histogram series it checked (a file export has
+/// none).
+fn parse_any(text: &str) -> (HashMap<String, String>, Vec<Sample>, usize) {
     assert!(text.ends_with('\n'), "the last line ends with a newline");
     let mut types: HashMap<String, String> = HashMap::new();
     let mut helps = HashSet::new();
@@ -95,8 +104,8 @@ fn parse(text: &str) -> (HashMap<String, String>, Vec<Sample>) {
             }
         }
     }
-    check_histograms(&types, &samples);
-    (types, samples)
+    let histograms = check_histograms(&types, &samples);
+    (types, samples, histograms)
 }
 
 /// A sample's family: a histogram's `_bucket`, `_sum` and `_count` lines
@@ -211,8 +220,8 @@ fn number(text: &str, at: &str) -> f64 {
 }
 
 /// Each histogram series: `le` rising, counts never falling, the last
-/// `le` `+Inf` and equal to `_count`, a `_sum`.
-fn check_histograms(types: &HashMap<String, String>, samples: &[Sample]) {
+/// `le` `+Inf` and equal to `_count`, a `_sum`; how many there are.
+fn check_histograms(types: &HashMap<String, String>, samples: &[Sample]) -> usize {
     let mut checked = 0;
     for (family, _) in types.iter().filter(|(_, t)| *t == "histogram") {
         // Series by their labels without `le`.
@@ -251,7 +260,7 @@ fn check_histograms(types: &HashMap<String, String>, samples: &[Sample]) {
             checked += 1;
         }
     }
-    assert!(checked > 0, "no histogram series at all");
+    checked
 }
 
 /// The value of the sample `name` with exactly `labels`.
@@ -453,6 +462,7 @@ fn label_values_are_escaped_and_slow_requests_count_in_inf_only() {
             io,
             layers: vec![layer],
         }],
+        files: Vec::new(),
     };
     let text = cairn_control::prometheus::render(&snapshot);
     let (_, samples) = parse(&text);
@@ -654,4 +664,168 @@ fn the_help_example_runs_as_printed() {
         "{text}"
     );
     terminate(server.take());
+}
+
+/// `GET path` from the file gateway at `address` on a connection of its
+/// own.
+fn gateway_get(address: std::net::SocketAddr, method: &str, path: &str) -> u16 {
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    exchange(address, request.as_bytes()).status
+}
+
+/// The file export's metrics once its request counters show `requests`
+/// (a request is counted after its answer is sent: the client may read
+/// the answer a moment earlier).
+fn files_metrics(address: std::net::SocketAddr, requests: f64) -> Vec<Sample> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = get(address, "/metrics");
+        assert_eq!(answer.status, 200);
+        let (types, samples, _) = parse_any(&answer.text());
+        assert_eq!(types["cairn_files_requests_total"], "counter");
+        assert_eq!(types["cairn_files_resident_bytes"], "gauge");
+        let answered: f64 = samples
+            .iter()
+            .filter(|s| s.name == "cairn_files_requests_total")
+            .map(|s| s.value)
+            .sum();
+        if answered == requests {
+            return samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{answered} requests counted, not {requests}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_file_exports_metrics_parse_and_move_with_its_gets() {
+    // 300 000 bytes: a whole 256 KiB block and a 37 856-byte tail.
+    let movie: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let served = common::metrics::serve_files(
+        &[
+            "--block-size",
+            "256KiB",
+            "--cache-size",
+            "4MiB",
+            "--policy",
+            "dual",
+        ],
+        |dir| std::fs::write(dir.join("movie.mp4"), &movie).unwrap(),
+    );
+    let e = [("export", "media")];
+    let samples = files_metrics(served.address, 0.0);
+    assert_eq!(value(&samples, "cairn_files_hits_total", &e), 0.0);
+    assert_eq!(
+        value(&samples, "cairn_files_capacity_bytes", &e),
+        4.0 * 1024.0 * 1024.0
+    );
+    assert_eq!(
+        value(&samples, "cairn_files_block_size_bytes", &e),
+        262_144.0
+    );
+    let policy = [("export", "media"), ("policy", "dual")];
+    assert_eq!(value(&samples, "cairn_files_policy_info", &policy), 1.0);
+
+    // The first GET misses both blocks, the second hits them.
+    assert_eq!(gateway_get(served.gateway, "GET", "/media/movie.mp4"), 200);
+    let samples = files_metrics(served.address, 1.0);
+    assert_eq!(value(&samples, "cairn_files_misses_total", &e), 2.0);
+    assert_eq!(value(&samples, "cairn_files_hits_total", &e), 0.0);
+    assert_eq!(
+        value(&samples, "cairn_files_backend_read_bytes_total", &e),
+        300_000.0
+    );
+    assert_eq!(value(&samples, "cairn_files_cache_bytes_total", &e), 0.0);
+    assert_eq!(value(&samples, "cairn_files_resident_blocks", &e), 2.0);
+    assert_eq!(value(&samples, "cairn_files_resident_bytes", &e), 300_000.0);
+    assert_eq!(gateway_get(served.gateway, "GET", "/media/movie.mp4"), 200);
+    let samples = files_metrics(served.address, 2.0);
+    assert_eq!(value(&samples, "cairn_files_misses_total", &e), 2.0);
+    assert_eq!(value(&samples, "cairn_files_hits_total", &e), 2.0);
+    assert_eq!(
+        value(&samples, "cairn_files_cache_bytes_total", &e),
+        300_000.0
+    );
+    assert_eq!(
+        value(&samples, "cairn_files_backend_read_bytes_total", &e),
+        300_000.0
+    );
+    // dual: one active file; its preface at least the minimum.
+    assert_eq!(value(&samples, "cairn_files_dual_active_files", &e), 1.0);
+    assert!(value(&samples, "cairn_files_dual_preface_blocks", &e) >= 1.0);
+
+    // A missing key, a HEAD, a PUT: by method and status class.
+    assert_eq!(gateway_get(served.gateway, "GET", "/media/none"), 404);
+    assert_eq!(gateway_get(served.gateway, "HEAD", "/media/movie.mp4"), 200);
+    assert_eq!(gateway_get(served.gateway, "PUT", "/media/movie.mp4"), 405);
+    let samples = files_metrics(served.address, 5.0);
+    let requests = |method, status| {
+        let labels = [("export", "media"), ("method", method), ("status", status)];
+        value(&samples, "cairn_files_requests_total", &labels)
+    };
+    assert_eq!(requests("get", "2xx"), 2.0);
+    assert_eq!(requests("get", "4xx"), 1.0);
+    assert_eq!(requests("head", "2xx"), 1.0);
+    assert_eq!(requests("other", "4xx"), 1.0);
+    assert_eq!(requests("get", "5xx"), 0.0);
+    let errors = |kind| {
+        let labels = [("export", "media"), ("kind", kind)];
+        value(&samples, "cairn_files_backend_errors_total", &labels)
+    };
+    assert_eq!(
+        (errors("not_found"), errors("timeout"), errors("other")),
+        (1.0, 0.0, 0.0)
+    );
+    assert_eq!(value(&samples, "cairn_files_connections_total", &e), 5.0);
+    assert_eq!(
+        value(&samples, "cairn_files_connections_refused_total", &e),
+        0.0
+    );
+    assert_eq!(
+        value(&samples, "cairn_files_hits_total", &e),
+        2.0,
+        "a HEAD reads no block"
+    );
+
+    // The control socket says the same.
+    let out = cairn()
+        .args(["stats", "--json", "--socket"])
+        .arg(&served.control)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let export = &json["files"][0];
+    assert_eq!(export["name"], "media");
+    assert_eq!(export["backend_errors"]["not_found"], 1);
+    let hits = export["cache"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "hits")
+        .unwrap();
+    assert_eq!(hits["value"], 2);
+    let table = cairn()
+        .args(["stats", "--socket"])
+        .arg(&served.control)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("file export \"media\": policy dual"),
+        "{table}"
+    );
+    assert!(
+        table.contains("2 GET 2xx, 1 GET 4xx, 1 HEAD 2xx, 1 OTHER 4xx"),
+        "{table}"
+    );
+    let mut served = served;
+    terminate(served.server.take());
 }

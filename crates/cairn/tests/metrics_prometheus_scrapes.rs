@@ -3,9 +3,11 @@
 //! healthy, `increase` and `rate` of `cairn_requests_total` through its
 //! HTTP API are positive, the last scrape's counter is exactly what the
 //! control socket counted, and `histogram_quantile` over
-//! `cairn_request_duration_seconds` gives a latency. Guards what unit tests
-//! of the format cannot: that a scraper accepts every line and that the
-//! numbers mean in `PromQL` what they say.
+//! `cairn_request_duration_seconds` gives a latency. The same for `cairn
+//! serve --files --metrics` under HTTP GETs: `cairn_files_*` scraped, rates
+//! positive, the last scrape's hits and misses exactly the control
+//! socket's. Guards what unit tests of the format cannot: that a scraper
+//! accepts every line and that the numbers mean in `PromQL` what they say.
 // Counts compared as f64 are whole numbers, exact below 2^53.
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
@@ -16,7 +18,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::metrics::{exchange, required_tool, serve};
+use common::metrics::{exchange, required_tool, serve, serve_files};
 use common::{cairn, terminate};
 use serde_json::Value;
 
@@ -209,6 +211,133 @@ fn prometheus_scrapes_the_server_and_its_rates_are_positive() {
         "prometheus: up {up}, increase(reads[1m]) {increase:.0}, rate(requests[1m]) \
          {rate:.1}/s, read p99 {:.1} µs, reads {reads}",
         p99 * 1e6
+    );
+    drop(prometheus);
+    terminate(served.server.take());
+}
+
+/// The value of the metric `name` of the file export in `cairn stats
+/// --json --socket control`'s snapshot.
+fn file_metric(control: &Path, name: &str) -> f64 {
+    let out = cairn()
+        .args(["stats", "--json", "--socket"])
+        .arg(control)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    stats["files"][0]["cache"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("no {name}: {stats}"))["value"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn prometheus_scrapes_a_file_gateway_and_its_rates_are_positive() {
+    let Some(prometheus_binary) = required_tool("prometheus", "prometheus") else {
+        return;
+    };
+    // Eight files of 600 KiB (three blocks each) in a 2 MiB cache of 256
+    // KiB blocks.
+    let mut served = serve_files(
+        &[
+            "--block-size",
+            "256KiB",
+            "--cache-size",
+            "2MiB",
+            "--policy",
+            "dual",
+        ],
+        |dir| {
+            for i in 0..8u8 {
+                std::fs::write(dir.join(format!("f{i}")), vec![i; 600 << 10]).unwrap();
+            }
+        },
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let (prometheus, address) =
+        start_prometheus(&prometheus_binary, scratch.path(), served.address);
+
+    // Six seconds of GETs: six scrapes or so.
+    let started = Instant::now();
+    let mut gets = 0u64;
+    while started.elapsed() < Duration::from_secs(6) {
+        // Every other GET is of f0 (it stays cached), the rest go round
+        // the other seven (they do not fit).
+        let file = if gets.is_multiple_of(2) {
+            0
+        } else {
+            1 + gets / 2 % 7
+        };
+        let path = format!("/media/f{file}");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let answer = exchange(served.gateway, request.as_bytes());
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body.len(), 600 << 10);
+        gets += 1;
+    }
+
+    let up = until(address, "up{job=\"cairn\"}", |v| v == 1.0);
+    assert_eq!(up, 1.0);
+    let targets = api(address, "/api/v1/targets");
+    let target = &targets["data"]["activeTargets"][0];
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
+    let increase = until(
+        address,
+        "increase(cairn_files_requests_total{job=\"cairn\",export=\"media\",\
+         method=\"get\",status=\"2xx\"}[1m])",
+        |v| v > 0.0,
+    );
+    let bytes = until(
+        address,
+        "sum(rate(cairn_files_cache_bytes_total{job=\"cairn\"}[1m])) \
+         + sum(rate(cairn_files_backend_read_bytes_total{job=\"cairn\"}[1m]))",
+        |v| v > 0.0,
+    );
+    let ratio = until(
+        address,
+        "sum(rate(cairn_files_hits_total{job=\"cairn\"}[1m])) / \
+         (sum(rate(cairn_files_hits_total{job=\"cairn\"}[1m])) \
+         + sum(rate(cairn_files_misses_total{job=\"cairn\"}[1m])))",
+        |v| v > 0.0 && v < 1.0,
+    );
+    until(
+        address,
+        "cairn_files_resident_bytes{job=\"cairn\",export=\"media\"}",
+        |v| v > 0.0 && v <= 2.0 * 1024.0 * 1024.0,
+    );
+    until(
+        address,
+        "cairn_files_dual_active_files{job=\"cairn\",export=\"media\"}",
+        |v| v >= 1.0,
+    );
+    // Idle now: a later scrape holds exactly the control socket's counts.
+    let hits = file_metric(&served.control, "hits");
+    let misses = file_metric(&served.control, "misses");
+    assert_eq!(hits + misses, gets as f64 * 3.0, "three blocks a GET");
+    until(
+        address,
+        "cairn_files_hits_total{job=\"cairn\",export=\"media\"}",
+        |v| v == hits,
+    );
+    until(
+        address,
+        "cairn_files_misses_total{job=\"cairn\",export=\"media\"}",
+        |v| v == misses,
+    );
+    until(
+        address,
+        "sum(cairn_files_requests_total{job=\"cairn\",export=\"media\"})",
+        |v| v == gets as f64,
+    );
+    eprintln!(
+        "prometheus: up {up}, increase(GET 2xx[1m]) {increase:.0}, bytes {bytes:.0}/s, \
+         hit ratio {ratio:.2}, hits {hits}, misses {misses}, GETs {gets}"
     );
     drop(prometheus);
     terminate(served.server.take());

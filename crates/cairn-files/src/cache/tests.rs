@@ -167,7 +167,11 @@ fn a_failed_read_is_shared_by_its_waiters_and_never_cached() {
     assert_eq!(&block[..], &pattern(300 << 10, 1)[..256 << 10]);
     let stats = cache.stats();
     assert_eq!(
-        (stats.backend_errors, stats.misses, stats.resident_blocks),
+        (
+            stats.backend_errors.timeout,
+            stats.misses,
+            stats.resident_blocks
+        ),
         (1, 1, 1)
     );
 }
@@ -350,6 +354,54 @@ fn dual_keeps_a_preface_while_the_residual_part_churns() {
     read_blocks(&lru, "movie", 0..4);
     read_blocks(&lru, "stream", 2..202);
     assert_eq!(read_blocks(&lru, "movie", 0..2), 2);
+}
+
+#[test]
+fn stats_read_the_levels_and_name_them() {
+    let lru = cache(MIB, "lru");
+    lru.backend()
+        .put("a", pattern(300 << 10, 1), SystemTime::UNIX_EPOCH);
+    assert_eq!(read_blocks(&lru, "a", 0..2), 2);
+    assert_eq!(read_blocks(&lru, "a", 1..2), 0);
+    let stats = lru.stats();
+    // A whole block and the 44 KiB tail.
+    assert_eq!(
+        (stats.resident_blocks, stats.resident_bytes),
+        (2, 300 << 10)
+    );
+    assert_eq!((stats.hits, stats.misses), (1, 2));
+    assert_eq!(stats.bytes_from_cache, 44 << 10, "the tail block's bytes");
+    assert_eq!(stats.capacity_bytes, MIB);
+    assert_eq!(stats.files, None, "lru keeps no files");
+    let named = |stats: &FileCacheStats| -> Vec<(String, u64)> {
+        stats
+            .metrics()
+            .into_iter()
+            .map(|m| (m.name, m.value.as_f64() as u64))
+            .collect()
+    };
+    let metrics = named(&stats);
+    assert!(metrics.contains(&("hits".into(), 1)), "{metrics:?}");
+    assert!(metrics.contains(&("resident_bytes".into(), 300 << 10)));
+    assert!(!metrics.iter().any(|(name, _)| name.starts_with("dual_")));
+    let dual = dual_cache(2);
+    dual.backend()
+        .put("a", pattern(2 << 20, 1), SystemTime::UNIX_EPOCH);
+    dual.backend()
+        .put("b", pattern(2 << 20, 2), SystemTime::UNIX_EPOCH);
+    read_blocks(&dual, "a", 0..3);
+    read_blocks(&dual, "b", 0..1);
+    let state = dual.stats().files.expect("dual keeps files");
+    assert_eq!((state.preface_blocks, state.active_files), (2, 2));
+    let metrics = named(&dual.stats());
+    assert!(
+        metrics.contains(&("dual_preface_blocks".into(), 2)),
+        "{metrics:?}"
+    );
+    assert!(
+        metrics.contains(&("dual_active_files".into(), 2)),
+        "{metrics:?}"
+    );
 }
 
 #[test]
@@ -592,7 +644,7 @@ fn readahead_under_concurrent_readers_never_returns_wrong_bytes() {
             "{policy}"
         );
         assert!(stats.resident_blocks <= 12, "{policy}");
-        assert_eq!(stats.backend_errors, 0);
+        assert_eq!(stats.backend_errors.total(), 0);
     }
 }
 
@@ -621,7 +673,10 @@ fn a_failed_read_ahead_leaves_nothing_behind() {
     );
     cache.wait_for_prefetches();
     let stats = cache.stats();
-    assert_eq!((stats.prefetch_issued, stats.backend_errors), (2, 1));
+    assert_eq!(
+        (stats.prefetch_issued, stats.backend_errors.total()),
+        (2, 1)
+    );
     // The demand read of block 2 reads it again and gets the bytes.
     assert_eq!(
         &cache.block("f", &object, 2).expect("2")[..],

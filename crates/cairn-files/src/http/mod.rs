@@ -14,6 +14,12 @@
 //!
 //! Addressing is path-style S3: `/BUCKET/KEY`, where `BUCKET` is the
 //! export's name; `GET /BUCKET` lists (`ListObjectsV2`).
+//!
+//! Counting ([`GatewayCounters`]): connections when accepted or refused;
+//! requests by method and status class into a stripe of relaxed atomics
+//! the connection picked at its start (one cache line each, shared by two
+//! connections only past [`COUNTER_STRIPES`] at once), summed when read. No
+//! lock and no allocation per request.
 
 pub mod date;
 pub mod request;
@@ -24,7 +30,7 @@ mod tests;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cairn_store::device::BlockSlice;
@@ -37,6 +43,69 @@ use crate::limits::{
     REQUEST_LINE_MAX_BYTES, WRITE_TIMEOUT_MS,
 };
 use crate::s3::S3Error;
+
+/// Stripes of request counters (connections past this many share them).
+pub const COUNTER_STRIPES: usize = 64;
+
+/// The methods requests are counted by: `GET`, `HEAD`, anything else.
+pub const METHODS: [&str; 3] = ["get", "head", "other"];
+
+/// The status classes requests are counted by (a status outside them
+/// counts in the nearest: the gateway sends none).
+pub const STATUS_CLASSES: [&str; 4] = ["2xx", "3xx", "4xx", "5xx"];
+
+const COUNTS: usize = METHODS.len() * STATUS_CLASSES.len();
+
+/// Requests answered, by method ([`METHODS`]) and status class
+/// ([`STATUS_CLASSES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// `counts[method][class]`, in the order of [`METHODS`] and
+    /// [`STATUS_CLASSES`].
+    pub counts: [[u64; STATUS_CLASSES.len()]; METHODS.len()],
+}
+
+impl RequestCounts {
+    /// Every request answered.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().flatten().sum()
+    }
+
+    /// Requests of `method` answered with a status of `class` (`"get"`,
+    /// `"2xx"`); 0 for names not counted.
+    pub fn get(&self, method: &str, class: &str) -> u64 {
+        let m = METHODS.iter().position(|&n| n == method);
+        let c = STATUS_CLASSES.iter().position(|&n| n == class);
+        m.zip(c).map_or(0, |(m, c)| self.counts[m][c])
+    }
+}
+
+/// One stripe of request counters, alone on its cache lines.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct Stripe([AtomicU64; COUNTS]);
+
+/// The index of a method among [`METHODS`].
+fn method_index(method: &str) -> usize {
+    match method {
+        "GET" => 0,
+        "HEAD" => 1,
+        _ => 2,
+    }
+}
+
+/// The status of the answer whose head starts `out`: every answer's first
+/// line is `respond::status_line`'s `HTTP/1.1 NNN …`.
+fn status_of(out: &[u8]) -> u16 {
+    debug_assert!(
+        out.starts_with(b"HTTP/1.1 "),
+        "an answer starts with its status line"
+    );
+    out.get(9..12)
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(500)
+}
 
 /// How a gateway serves.
 #[derive(Clone, Debug)]
@@ -87,15 +156,56 @@ impl GatewayConfig {
     }
 }
 
-/// Counters of the front end.
-#[derive(Debug, Default)]
+/// Counters of the front end (see the module docs).
+#[derive(Debug)]
 pub struct GatewayCounters {
     /// Connections accepted and served.
     pub connections: AtomicUsize,
     /// Connections refused with `503` (over the limit).
     pub refused: AtomicUsize,
+    /// Connections being served now.
+    pub open: AtomicUsize,
+    stripes: Box<[Stripe]>,
+}
+
+impl Default for GatewayCounters {
+    fn default() -> Self {
+        Self {
+            connections: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
+            stripes: (0..COUNTER_STRIPES).map(|_| Stripe::default()).collect(),
+        }
+    }
+}
+
+impl GatewayCounters {
+    /// Counts a request of `method` (an index of [`METHODS`]) answered with
+    /// `status`, into `stripe`.
+    #[inline]
+    fn count(&self, stripe: usize, method: usize, status: u16) {
+        let class = usize::from(status / 100).clamp(2, 5) - 2;
+        self.stripes[stripe % COUNTER_STRIPES].0[method * STATUS_CLASSES.len() + class]
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests answered, by method and status class, summed over the
+    /// stripes.
+    pub fn requests_by(&self) -> RequestCounts {
+        let mut counts = RequestCounts::default();
+        for stripe in &self.stripes {
+            for (i, n) in stripe.0.iter().enumerate() {
+                counts.counts[i / STATUS_CLASSES.len()][i % STATUS_CLASSES.len()] +=
+                    n.load(Ordering::Relaxed);
+            }
+        }
+        counts
+    }
+
     /// Requests answered.
-    pub requests: AtomicUsize,
+    pub fn requests(&self) -> u64 {
+        self.requests_by().total()
+    }
 }
 
 /// An HTTP/S3 gateway over a [`FileCache`], bound to a TCP address.
@@ -108,7 +218,6 @@ pub struct Gateway<B> {
 struct Shared<B> {
     cache: Arc<FileCache<B>>,
     config: GatewayConfig,
-    active: AtomicUsize,
     counters: Arc<GatewayCounters>,
 }
 
@@ -128,7 +237,6 @@ impl<B: Backend + 'static> Gateway<B> {
             shared: Arc::new(Shared {
                 cache,
                 config,
-                active: AtomicUsize::new(0),
                 counters: Arc::new(GatewayCounters::default()),
             }),
             listener,
@@ -179,24 +287,25 @@ impl<B: Backend + 'static> Gateway<B> {
             let _ = stream.set_nodelay(true);
             let _ = stream.set_write_timeout(Some(Duration::from_millis(WRITE_TIMEOUT_MS)));
             let shared = &self.shared;
-            if shared.active.fetch_add(1, Ordering::AcqRel) >= shared.config.connections_max {
-                shared.active.fetch_sub(1, Ordering::AcqRel);
-                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            let counters = &shared.counters;
+            if counters.open.fetch_add(1, Ordering::AcqRel) >= shared.config.connections_max {
+                counters.open.fetch_sub(1, Ordering::AcqRel);
+                counters.refused.fetch_add(1, Ordering::Relaxed);
                 refuse(stream);
                 continue;
             }
-            shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+            let stripe = counters.connections.fetch_add(1, Ordering::Relaxed);
             let shared = Arc::clone(shared);
             let spawned = std::thread::Builder::new()
                 .name("cairn-files-conn".into())
                 .spawn(move || {
-                    if let Err(e) = Connection::new(&shared, stream).run() {
+                    if let Err(e) = Connection::new(&shared, stream, stripe).run() {
                         tracing::debug!("connection from {peer}: {e}");
                     }
-                    shared.active.fetch_sub(1, Ordering::AcqRel);
+                    shared.counters.open.fetch_sub(1, Ordering::AcqRel);
                 });
             if let Err(e) = spawned {
-                self.shared.active.fetch_sub(1, Ordering::AcqRel);
+                self.shared.counters.open.fetch_sub(1, Ordering::AcqRel);
                 tracing::warn!("connection from {peer}: cannot start its thread: {e}");
             }
         }
@@ -228,6 +337,8 @@ struct Connection<'a, B> {
     out: Vec<u8>,
     path: String,
     slices: Vec<BlockSlice>,
+    /// Its stripe of the request counters.
+    stripe: usize,
 }
 
 /// How reading a request head ended.
@@ -241,7 +352,7 @@ enum Head {
 }
 
 impl<'a, B: Backend> Connection<'a, B> {
-    fn new(shared: &'a Shared<B>, stream: TcpStream) -> Self {
+    fn new(shared: &'a Shared<B>, stream: TcpStream, stripe: usize) -> Self {
         Self {
             shared,
             stream,
@@ -250,6 +361,7 @@ impl<'a, B: Backend> Connection<'a, B> {
             out: Vec::with_capacity(1024),
             path: String::new(),
             slices: Vec::with_capacity(BLOCKS_PER_WRITE),
+            stripe,
         }
     }
 
@@ -257,11 +369,10 @@ impl<'a, B: Backend> Connection<'a, B> {
         loop {
             match self.read_head()? {
                 Head::Complete(len) => {
-                    let keep_alive = self.serve_one(len)?;
+                    let (keep_alive, method) = self.serve_one(len)?;
                     self.shared
                         .counters
-                        .requests
-                        .fetch_add(1, Ordering::Relaxed);
+                        .count(self.stripe, method, status_of(&self.out));
                     self.head.copy_within(len..self.filled, 0);
                     self.filled -= len;
                     if !keep_alive {
@@ -274,8 +385,7 @@ impl<'a, B: Backend> Connection<'a, B> {
                     respond::error_head(&mut self.out, error, "", "", false, true);
                     self.shared
                         .counters
-                        .requests
-                        .fetch_add(1, Ordering::Relaxed);
+                        .count(self.stripe, method_index(""), error.status);
                     return io::Write::write_all(&mut self.stream, &self.out);
                 }
             }
@@ -339,12 +449,15 @@ impl<'a, B: Backend> Connection<'a, B> {
     }
 
     /// Serves the request whose head is the buffer's first `len` bytes;
-    /// whether the connection stays open.
-    fn serve_one(&mut self, len: usize) -> io::Result<bool> {
+    /// whether the connection stays open, and the request's method (an
+    /// index of [`METHODS`]). The answer's head is at the start of
+    /// `self.out`.
+    fn serve_one(&mut self, len: usize) -> io::Result<(bool, usize)> {
         let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
         let mut request = httparse::Request::new(&mut headers);
         let parsed = request.parse(&self.head[..len]);
         debug_assert!(matches!(parsed, Ok(httparse::Status::Complete(n)) if n == len));
+        let method = method_index(request.method.unwrap_or_default());
         respond::serve(
             &respond::Context {
                 cache: &self.shared.cache,
@@ -356,5 +469,6 @@ impl<'a, B: Backend> Connection<'a, B> {
             &mut self.path,
             &mut self.slices,
         )
+        .map(|keep_alive| (keep_alive, method))
     }
 }

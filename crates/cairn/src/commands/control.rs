@@ -2,7 +2,8 @@
 //! `cairn stats`, `cairn ctl`, Prometheus and the dashboard reach in a
 //! running `cairn serve` (the listeners themselves are
 //! `cairn_control::ControlSocket` and `cairn_control::MetricsListener`;
-//! both answer from the same [`Served::stats`] snapshot).
+//! both answer from the same [`Served::stats`] snapshot; `cairn serve
+//! --files` has a handler of its own, `serve::files::ServedFiles`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -50,6 +51,7 @@ impl Handler for Served<'_> {
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             counting: self.server.counting(),
             exports,
+            files: Vec::new(),
         }
     }
 
@@ -95,7 +97,7 @@ pub struct Beside<'a> {
 /// Runs `serve` while the control socket and the metrics listener (those
 /// there are) answer for `served`, each on a thread of its own; they stop
 /// when `serve` returns.
-pub fn run_beside<T>(beside: &Beside<'_>, served: &Served<'_>, serve: impl FnOnce() -> T) -> T {
+pub fn run_beside<T>(beside: &Beside<'_>, served: &dyn Handler, serve: impl FnOnce() -> T) -> T {
     if beside.socket.is_none() && beside.metrics.is_none() {
         return serve();
     }

@@ -75,7 +75,12 @@ Reads go through a DRAM cache of --block-size blocks (256KiB to 4MiB, default
 (default ons, papers/000); concurrent readers of a missing block share one
 read of the file. It listens on --listen tcp:HOST:PORT (default
 tcp:127.0.0.1:8080), at most --connections-max connections (default 256; more
-are answered 503). SIGINT or SIGTERM stops it.
+are answered 503). --metrics serves its counters as for volumes (below), named
+cairn_files_* with the label export: requests by method and status class,
+block hits, misses and coalesced waits, backend errors by kind, bytes from the
+cache and from the backend, resident blocks and bytes, connections, and with
+dual its preface size and active files; --control PATH (none by default) lets
+`cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
@@ -174,6 +179,9 @@ Examples:
   cairn serve --files ./videos --export media --listen tcp:127.0.0.1:8080
   curl -r 0-1023 -o head.bin http://127.0.0.1:8080/media/movie.mp4
       A directory over HTTP and S3 (bucket \"media\"); the first KiB of one file.
+  cairn serve --files ./videos --export media --metrics tcp:127.0.0.1:9101
+  curl -s http://127.0.0.1:9101/metrics | grep cairn_files_hits_total
+      The same with Prometheus metrics: block hits, misses, bytes, requests by status.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -221,7 +229,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "DIR|URL",
-        conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "metrics", "read_only"]
+        conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "read_only"]
     )]
     files: Option<PathBuf>,
 
@@ -306,8 +314,9 @@ pub struct ServeArgs {
 
     /// The control socket, for `cairn stats` and `cairn ctl` (a Unix
     /// socket, owner-only; only this server's uid may use it). Default
-    /// `<data_dir>/cairn.ctl` (none with --stdio); a default socket that
-    /// cannot be made is warned about, an explicit one is an error.
+    /// `<data_dir>/cairn.ctl` (none with --stdio or --files); a default
+    /// socket that cannot be made is warned about, an explicit one is an
+    /// error.
     #[arg(long, value_name = "PATH", conflicts_with = "no_control")]
     control: Option<PathBuf>,
 
@@ -379,6 +388,9 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             throttle: args.throttle.as_deref(),
             revalidate: args.revalidate.as_deref(),
             prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
+            metrics: args.metrics.as_deref(),
+            metrics_public: args.metrics_public,
+            control: args.control.as_deref(),
             quiet,
         });
     }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use cairn_control::{Client, ExportSnapshot, IoCounts, Reply, Request, Snapshot};
+use cairn_control::{
+    Client, ExportSnapshot, FileExportSnapshot, IoCounts, Reply, Request, Snapshot,
+};
 use cairn_store::stats::histogram::Latency;
 use cairn_store::stats::{LayerCommand, LayerStats, Metric};
 
@@ -28,6 +30,13 @@ hit ratio, resident bytes and its cost groups with their learned costs; a
 tier's hits, misses, dirty blocks and mode; a log disk's dirty data and fill
 of its NV write cache, the cleaner's segment reads and writes and the write
 amplification; an object volume's PUTs, GETs and write amplification.
+
+A file gateway (`cairn serve --files … --control PATH`) shows its file
+export instead: its connections, its HTTP requests by method and status
+class, its backend's errors (not found, timed out, other) and its cache's
+counters (hits, misses, coalesced waits, bytes from the cache and from the
+backend, resident blocks and bytes, capacity; with dual, the preface size
+and the active files).
 
 Request counts are exact: every request that ran is counted once, whichever
 connection it came on, open or closed. The layers count in their own units
@@ -262,7 +271,46 @@ fn table(snapshot: &Snapshot, rates: Option<(f64, &Snapshot)>) -> String {
         });
         export_table(&mut t, export, before);
     }
+    for export in &snapshot.files {
+        file_export_table(&mut t, export);
+    }
     t
+}
+
+/// A file export (`cairn serve --files`): its connections, its requests by
+/// method and status class (those there were), its backend's errors and its
+/// cache's counters.
+fn file_export_table(t: &mut String, export: &FileExportSnapshot) {
+    let _ = writeln!(
+        t,
+        "\nfile export {:?}: policy {}, {} blocks, {} connections open ({} since start, {} refused)",
+        export.name,
+        export.policy,
+        bytes(export.block_size_bytes),
+        export.connections_open,
+        export.connections_total,
+        export.connections_refused
+    );
+    let answered: Vec<String> = export
+        .requests
+        .iter()
+        .filter(|r| r.count > 0)
+        .map(|r| format!("{} {} {}", r.count, r.method.to_uppercase(), r.status))
+        .collect();
+    let answered = if answered.is_empty() {
+        "none".to_owned()
+    } else {
+        answered.join(", ")
+    };
+    let _ = writeln!(t, "  requests    {answered}");
+    let e = &export.backend_errors;
+    let _ = writeln!(
+        t,
+        "  backend errors  {} not found, {} timed out, {} other",
+        e.not_found, e.timeout, e.other
+    );
+    let _ = writeln!(t, "  cache");
+    metric_rows(t, "    ", &export.cache);
 }
 
 fn export_table(t: &mut String, export: &ExportSnapshot, before: Option<(f64, &ExportSnapshot)>) {

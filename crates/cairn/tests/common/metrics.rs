@@ -87,6 +87,71 @@ pub fn serve(args: &[&str], spec: Option<&str>) -> Metrics {
     }
 }
 
+/// A `cairn serve --files` with `--metrics` and `--control`.
+pub struct FilesMetrics {
+    pub server: Server,
+    /// Holds `files/` (what is served) and `cairn.ctl`.
+    pub dir: tempfile::TempDir,
+    /// The metrics listener.
+    pub address: SocketAddr,
+    /// The gateway.
+    pub gateway: SocketAddr,
+    /// The control socket.
+    pub control: PathBuf,
+}
+
+/// Starts `cairn serve --files DIR/files --export media ARGS --listen
+/// tcp:127.0.0.1:0 --metrics tcp:127.0.0.1:0 --control DIR/cairn.ctl` in a
+/// new directory, after `fill` put the files in `DIR/files`; returns once
+/// it printed both addresses.
+pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    fill(&files);
+    let control = dir.path().join("cairn.ctl");
+    let mut child = cairn()
+        .current_dir(dir.path())
+        .args(["serve", "--files", "files", "--export", "media"])
+        .args(args)
+        .args([
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--metrics",
+            "tcp:127.0.0.1:0",
+        ])
+        .arg("--control")
+        .arg(&control)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(Some(child));
+    let mut lines = BufReader::new(stdout).lines();
+    let mut gateway = None;
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("cairn serve --files ended before printing its metrics address")
+            .unwrap();
+        if let Some(rest) = line.split(" at http://").nth(1) {
+            gateway = Some(rest.split('/').next().unwrap().parse().unwrap());
+        }
+        if let Some(rest) = line.strip_prefix("Metrics: http://") {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    FilesMetrics {
+        server,
+        dir,
+        address,
+        gateway: gateway.expect("the gateway's address is printed before the metrics'"),
+        control,
+    }
+}
+
 /// An HTTP answer: status, head (lower-cased header lines), body.
 pub struct Answer {
     pub status: u16,

@@ -1,21 +1,30 @@
 //! `cairn serve --files DIR|URL`: a directory, or the objects of an HTTP
 //! origin or an S3 bucket, served over HTTP/1.1 and the S3 GET/HEAD object API through the
 //! file gateway (`cairn-files`), instead of NBD volumes. See docs/files.md.
+//! `--metrics` and `--control` answer from [`ServedFiles`], with the same
+//! listeners as the volumes' (`cairn-control`).
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use cairn_control::{
+    BackendErrors, FileExportSnapshot, Handler, HttpRequests, MetricsListener, Snapshot,
+};
+use cairn_files::http::{GatewayCounters, METHODS, STATUS_CLASSES};
 use cairn_files::{
     Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
     HttpBackendConfig, StripedBackend, ThrottledBackend,
 };
 use cairn_nbd::ListenAddress;
 use cairn_objects::S3Config;
+use cairn_store::stats::LayerCommand;
 
 use crate::commands::bench::files::parse_throttle;
+use crate::commands::control;
 use crate::commands::sim::parse_duration_us;
 use crate::policy_spec;
 
@@ -47,6 +56,12 @@ pub(super) struct FilesArgs<'a> {
     pub revalidate: Option<&'a str>,
     /// --prefetch-stripes: readahead of this many stripes (0: none).
     pub prefetch_stripes: u64,
+    /// --metrics: the metrics listener's address.
+    pub metrics: Option<&'a str>,
+    /// --metrics-public.
+    pub metrics_public: bool,
+    /// --control: the control socket (none by default: no data directory).
+    pub control: Option<&'a Path>,
     /// -q: print nothing on stdout.
     pub quiet: bool,
 }
@@ -177,6 +192,12 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
     let bound = gateway.local_addr()?;
+    let metrics = args
+        .metrics
+        .map(|address| MetricsListener::bind(address, args.metrics_public))
+        .transpose()
+        .context("--metrics")?;
+    let control_socket = control::bind(args.control, None)?;
     if !bound.ip().to_canonical().is_loopback() {
         tracing::warn!(
             "serving {} on tcp:{bound}, not a loopback address: the gateway has no authentication, \
@@ -206,27 +227,67 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
             args.export,
             args.export
         );
+        if let Some(socket) = &control_socket {
+            let _ = writeln!(
+                stdout,
+                "Statistics: cairn stats --socket {}",
+                socket.path().display()
+            );
+        }
+        if let Some(metrics) = &metrics {
+            let address = metrics.address();
+            let _ = writeln!(
+                stdout,
+                "Metrics: http://{address}/metrics (Prometheus); dashboard: http://{address}/"
+            );
+        }
         let _ = stdout.flush();
+    }
+    if let Some(metrics) = &metrics {
+        let address = metrics.address();
+        if !address.ip().to_canonical().is_loopback() {
+            tracing::warn!(
+                "metrics on {address}, not a loopback address (--metrics-public): whoever \
+                 reaches it sees the export's name and traffic"
+            );
+        }
+        tracing::info!("metrics at http://{address}/metrics");
+    }
+    if let Some(socket) = &control_socket {
+        tracing::info!(
+            "control socket at {} (cairn stats --socket {0})",
+            socket.path().display()
+        );
     }
     let stop = gateway.stop_flag();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("installing the signal handlers")?;
     }
-    gateway.serve().context("serving")?;
-    let stats = cache.stats();
     let counters = gateway.counters();
+    let served = ServedFiles {
+        cache: &cache,
+        counters: &counters,
+        name: args.export,
+        started: Instant::now(),
+    };
+    let beside = control::Beside {
+        socket: control_socket.as_ref(),
+        metrics: metrics.as_ref(),
+    };
+    control::run_beside(&beside, &served, || gateway.serve()).context("serving")?;
+    let stats = cache.stats();
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
          {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
          read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
         counters.connections.load(Ordering::Relaxed),
         counters.refused.load(Ordering::Relaxed),
-        counters.requests.load(Ordering::Relaxed),
+        counters.requests(),
         stats.hits,
         stats.misses,
         stats.coalesced,
-        stats.backend_errors,
+        stats.backend_errors.total(),
         stats.bytes_from_cache,
         stats.bytes_from_backend,
         stats.prefetch_issued,
@@ -235,4 +296,66 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         stats.prefetch_dropped
     );
     Ok(())
+}
+
+/// A running file gateway as its control socket and metrics listener see
+/// it: one file export, its counters read at each request.
+struct ServedFiles<'a> {
+    cache: &'a FileCache<Arc<dyn Backend>>,
+    counters: &'a GatewayCounters,
+    name: &'a str,
+    started: Instant,
+}
+
+impl Handler for ServedFiles<'_> {
+    fn stats(&self) -> Snapshot {
+        let cache = self.cache.stats();
+        let by = self.counters.requests_by();
+        let mut requests = Vec::with_capacity(METHODS.len() * STATUS_CLASSES.len());
+        for (method, counts) in METHODS.iter().zip(by.counts) {
+            for (status, count) in STATUS_CLASSES.iter().zip(counts) {
+                requests.push(HttpRequests {
+                    method: (*method).to_owned(),
+                    status: (*status).to_owned(),
+                    count,
+                });
+            }
+        }
+        let errors = cache.backend_errors;
+        let count = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed) as u64;
+        Snapshot {
+            pid: std::process::id(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            counting: true,
+            exports: Vec::new(),
+            files: vec![FileExportSnapshot {
+                name: self.name.to_owned(),
+                policy: self.cache.policy_name().to_owned(),
+                block_size_bytes: self.cache.block_size(),
+                connections_open: count(&self.counters.open),
+                connections_total: count(&self.counters.connections),
+                connections_refused: count(&self.counters.refused),
+                requests,
+                backend_errors: BackendErrors {
+                    not_found: errors.not_found,
+                    timeout: errors.timeout,
+                    other: errors.other,
+                },
+                cache: cache.metrics(),
+            }],
+        }
+    }
+
+    fn control(
+        &self,
+        export: &str,
+        _layer: Option<&str>,
+        command: &LayerCommand,
+    ) -> Result<Vec<String>, String> {
+        Err(format!(
+            "{}: {export:?} is a file export (cairn serve --files), which has no layers to \
+             steer; cairn stats shows its counters",
+            command.name()
+        ))
+    }
 }
