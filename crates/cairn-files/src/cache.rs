@@ -65,7 +65,8 @@ use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
 use crate::limits::{
-    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX, SHARDS_MAX,
+    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX,
+    PREFETCH_IN_FLIGHT_MIN, PREFETCH_WINDOW_MAX, SHARDS_MAX,
 };
 
 /// Fibonacci hashing constant: spreads keys over shards.
@@ -94,13 +95,6 @@ pub struct FileCacheConfig {
     /// default, reads nothing ahead. At most [`PREFETCH_WINDOW_MAX`].
     pub prefetch_window_blocks: u64,
 }
-
-/// The largest readahead window, blocks (also the most prefetch threads).
-pub const PREFETCH_WINDOW_MAX: u64 = 256;
-
-/// Reads ahead queued or running at once: 4 windows, at least this many (a
-/// window of a reader's range of 16 blocks, each naming a few more).
-pub const PREFETCH_IN_FLIGHT_MIN: u64 = 64;
 
 impl Default for FileCacheConfig {
     fn default() -> Self {

@@ -46,6 +46,12 @@ pub const LIST_SCAN_MAX: usize = 1 << 20;
 /// Longest bucket (export) name, bytes (S3's limit).
 pub const BUCKET_NAME_MAX_BYTES: usize = 63;
 
+/// The largest readahead window, blocks (also the most prefetch threads).
+pub const PREFETCH_WINDOW_MAX: u64 = 256;
+/// Reads ahead queued or running at once: 4 windows, at least this many (a
+/// window of a reader's range of 16 blocks, each naming a few more).
+pub const PREFETCH_IN_FLIGHT_MIN: u64 = 64;
+
 const _: () = {
     assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
     assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_DEFAULT && BLOCK_SIZE_DEFAULT <= BLOCK_SIZE_MAX);
@@ -59,4 +65,5 @@ const _: () = {
     assert!(CONNECTIONS_MAX_DEFAULT <= CONNECTIONS_MAX);
     assert!(BLOCKS_PER_WRITE >= 1 && BLOCKS_PER_WRITE < 1024);
     assert!(LIST_KEYS_MAX <= LIST_SCAN_MAX);
+    assert!(PREFETCH_WINDOW_MAX >= 1 && PREFETCH_IN_FLIGHT_MIN >= 1);
 };
