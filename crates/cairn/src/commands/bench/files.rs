@@ -23,7 +23,7 @@ use crate::policy_spec;
 /// How long both gateways trust what the origin said of an object: nginx's
 /// `proxy_cache_valid` and Cairn's `revalidate`.
 const NGINX_VALID: std::time::Duration = std::time::Duration::from_hours(1);
-mod table1;
+pub mod table1;
 
 pub const FILES_LONG_ABOUT: &str = "\
 papers/000's streaming-server experiment over HTTP (--workload stream, the
@@ -89,7 +89,7 @@ pub struct FilesBenchArgs {
     /// What to run: stream (papers/000, Cairn against nginx) or table1
     /// (papers/001's workloads A-D, the gateway against the simulator).
     #[arg(long, value_enum, default_value_t = FilesWorkload::Stream)]
-    workload: FilesWorkload,
+    pub workload: FilesWorkload,
 
     /// --workload table1: requests of each workload.
     #[arg(long, value_name = "N", default_value_t = 500)]
@@ -503,11 +503,10 @@ fn two_phases(
     Ok([read, reread])
 }
 
-/// Run `cairn bench files`.
+/// Run `cairn bench files` (the streaming workload; `bench/mod.rs` sends
+/// `--workload table1` to [`table1::run`], so that module may use this one's
+/// helpers without an import circle).
 pub fn run(args: &FilesBenchArgs) -> Result<()> {
-    if args.workload == FilesWorkload::Table1 {
-        return table1::run(args);
-    }
     let bytes = |flag: &str, text: &str| {
         cairn_sim::parse_bytes(text).with_context(|| format!("--{flag} {text:?}"))
     };

@@ -58,6 +58,9 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Stream(args) => stream::run(args),
         BenchCommand::Hetero(args) => hetero::run(args),
         BenchCommand::Tier(args) => tier::run(args),
+        BenchCommand::Files(args) if args.workload == files::FilesWorkload::Table1 => {
+            files::table1::run(args)
+        }
         BenchCommand::Files(args) => files::run(args),
     }
 }
