@@ -186,10 +186,15 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
     let rows: Vec<Vec<&str>> = out
         .lines()
         .map(|l| l.split_whitespace().collect())
-        .filter(|w: &Vec<&str>| w.len() >= 6 && (w[1] == "read" || w[1] == "re-read"))
+        .filter(|w: &Vec<&str>| {
+            w.len() >= 6
+                && w[0].parse::<usize>().is_ok()
+                && ["read", "re-read", "random"].contains(&w[1])
+        })
         .collect();
-    assert_eq!(rows.len(), 4, "{out}");
-    for row in &rows {
+    assert_eq!(rows.len(), 6, "{out}");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row[1], ["read", "re-read", "random"][i % 3], "{out}");
         let ours: f64 = row[2].parse().unwrap();
         assert!(ours > 0.0, "{out}");
         if nginx {
@@ -199,16 +204,27 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
                 theirs > 0.0 && (ratio - ours / theirs).abs() < 0.02 * ratio + 0.01,
                 "{out}"
             );
+            // What nginx's cache held: something, and at most all 8 MiB
+            // (4 MiB per object) plus its temporary files.
+            let held: u64 = row[7].parse().unwrap();
+            assert!(held <= 16, "{out}");
+            if row[1] == "re-read" {
+                assert!(held > 0, "{out}");
+            }
         } else {
             assert_eq!(row[3], "-", "{out}");
         }
     }
     for policy in ["ons", "lru"] {
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with(policy) && l.ends_with('%')),
-            "{out}"
-        );
+        let row: Vec<&str> = out
+            .lines()
+            .find(|l| l.starts_with(policy) && l.contains('%'))
+            .unwrap_or_else(|| panic!("no {policy} row: {out}"))
+            .split_whitespace()
+            .collect();
+        assert_eq!(row.len(), 5, "{out}");
+        let random: f64 = row[4].parse().unwrap();
+        assert!(random > 0.0, "{out}");
     }
     for (flag, value, expected) in [
         ("--throttle", "2ms", "OP,BANDWIDTH"),

@@ -16,6 +16,8 @@ use cairn_files::{
     HttpBackendConfig, ThrottledBackend,
 };
 use cairn_store::Throttle;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::output::outln;
 use crate::policy_spec;
@@ -42,13 +44,16 @@ Cairn's revalidate), so neither asks the origin again within the run.
 For each reader count in --readers, reader r reads object r mod --objects in
 --request-sized ranged GETs on one kept-alive connection, starting r/--objects
 eighths into it (wrapping), for --seconds (read, cold), then the same again
-(re-read, warm). Every response's status, length and bytes (one 8-byte word
-per 4 KiB, which encodes its object and offset) are checked. The table gives
-aggregate MB/s (10^6 B/s), the ratio Cairn/nginx and each side's p99 request
-latency, and how much nginx's cache held after the re-read (its cache manager
-enforces max_size only every few seconds, so it may hold more than --cache);
-a second table compares the policies on re-read at the largest
-reader count, with the gateway's block hit ratio. nginx missing: its columns
+(re-read, warm), then --request-sized ranges at offsets drawn uniformly from
+its object, a seed per reader (random, as papers/000's IOzone random read).
+Every response's status, length and bytes (one 8-byte word per 4 KiB, which
+encodes its object and offset) are checked. The table gives aggregate MB/s
+(10^6 B/s), the ratio Cairn/nginx and each side's p99 request latency, and
+the most nginx's cache held on disk during the phase (sampled every 100 ms:
+its cache manager enforces max_size only when it wakes, at most every 10 s
+while under it, so it may hold more than --cache); a second table compares
+the policies at the largest reader count, with the gateway's block hit ratio
+on re-read. nginx missing: its columns
 are skipped (apt-get install nginx-light).
 
 --workload table1: papers/001's Table I workloads A-D on real HTTP. The
@@ -351,6 +356,22 @@ struct Load {
     seconds: f64,
 }
 
+/// Where each reader's next request starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    /// On from its start, wrapping at the object's end.
+    Sequential,
+    /// A request-aligned offset drawn uniformly (a seed per reader).
+    Random,
+}
+
+/// The phases of a front, in order, with their patterns.
+const PHASES: [(&str, Pattern); 3] = [
+    ("read", Pattern::Sequential),
+    ("re-read", Pattern::Sequential),
+    ("random", Pattern::Random),
+];
+
 /// One GET of `len` bytes at `offset` on `stream`; checks status, length and
 /// (with `object`, the words of [`word`]) bytes. Returns whether the server closes the connection after it
 /// (`Connection: close`, as nginx does after `keepalive_requests`).
@@ -425,7 +446,13 @@ fn get(
 }
 
 /// N readers for `load.seconds` from their starts; returns what they read.
-fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> Result<Measured> {
+fn run_readers(
+    addr: SocketAddr,
+    prefix: &str,
+    readers: usize,
+    load: &Load,
+    pattern: Pattern,
+) -> Result<Measured> {
     let requests = load.size / load.request;
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(load.seconds);
@@ -448,8 +475,12 @@ fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> R
                     let mut latencies = Vec::new();
                     let mut bytes = 0;
                     let mut i = 0;
+                    let mut random = ChaCha8Rng::seed_from_u64(r as u64);
                     while Instant::now() < deadline {
-                        let offset = (first + i) % requests * load.request;
+                        let offset = match pattern {
+                            Pattern::Sequential => (first + i) % requests,
+                            Pattern::Random => random.random_range(0..requests),
+                        } * load.request;
                         let t = Instant::now();
                         get(
                             &mut stream,
@@ -491,16 +522,38 @@ fn run_readers(addr: SocketAddr, prefix: &str, readers: usize, load: &Load) -> R
     Ok(measured)
 }
 
-/// Read then re-read through a fresh front at `addr`.
-fn two_phases(
+/// Every phase of [`PHASES`] in turn through a fresh front at `addr`; with
+/// `held`, also the most it gives during each phase, sampled every 100 ms.
+fn phases(
     addr: SocketAddr,
     prefix: &str,
     readers: usize,
     load: &Load,
-) -> Result<[Measured; 2]> {
-    let read = run_readers(addr, prefix, readers, load)?;
-    let reread = run_readers(addr, prefix, readers, load)?;
-    Ok([read, reread])
+    held: Option<&(dyn Fn() -> u64 + Sync)>,
+) -> Result<Vec<(Measured, u64)>> {
+    PHASES
+        .iter()
+        .map(|&(_, pattern)| {
+            let Some(held) = held else {
+                return Ok((run_readers(addr, prefix, readers, load, pattern)?, 0));
+            };
+            let done = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                let sampler = scope.spawn(|| {
+                    let mut most = held();
+                    while !done.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        most = most.max(held());
+                    }
+                    most
+                });
+                let measured = run_readers(addr, prefix, readers, load, pattern);
+                done.store(true, Ordering::Relaxed);
+                let most = sampler.join().unwrap_or(0);
+                Ok((measured?, most))
+            })
+        })
+        .collect()
 }
 
 /// Run `cairn bench files` (the streaming workload; `bench/mod.rs` sends
@@ -625,47 +678,47 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         args.seconds
     )?;
     outln!(
-        "{:>7}  {:<7}  {:>12}  {:>12}  {:>11}  {:>13}  {:>13}",
+        "{:>7}  {:<7}  {:>12}  {:>12}  {:>11}  {:>13}  {:>13}  {:>15}",
         "readers",
         "phase",
         "cairn MB/s",
         "nginx MB/s",
         "cairn/nginx",
         "cairn p99 ms",
-        "nginx p99 ms"
+        "nginx p99 ms",
+        "nginx held MiB"
     )?;
     let policy_name = &args.policies[0];
     for &readers in &args.readers {
         let front = cairn_front(&policies[0])?;
-        let ours = two_phases(front.addr, "/files", readers, &load)?;
+        let ours = phases(front.addr, "/files", readers, &load, None)?;
         drop(front);
-        let mut nginx_cache = 0;
         let theirs = if nginx_found {
             let nginx = start_nginx(&args.nginx, origin.addr, cache, block)?;
-            let phases = two_phases(nginx.addr, "/origin", readers, &load)?;
-            nginx_cache = dir_bytes(&nginx.dir.path().join("cache"));
-            Some(phases)
+            let on_disk = nginx.dir.path().join("cache");
+            let held = move || dir_bytes(&on_disk);
+            Some(phases(nginx.addr, "/origin", readers, &load, Some(&held))?)
         } else {
             None
         };
-        for (phase, name) in ["read", "re-read"].iter().enumerate() {
-            let (their_mb, ratio, their_p99) = match &theirs {
-                Some(t) => (
-                    format!("{:.1}", t[phase].mb_s()),
-                    format!("{:.2}", ours[phase].mb_s() / t[phase].mb_s()),
-                    format!("{:.1}", t[phase].p99_ms()),
-                ),
-                None => ("-".into(), "-".into(), "-".into()),
+        for (phase, (name, _)) in PHASES.iter().enumerate() {
+            let ours = &ours[phase].0;
+            let (their_mb, ratio, their_p99, held) = match &theirs {
+                Some(t) => {
+                    let (t, held) = &t[phase];
+                    (
+                        format!("{:.1}", t.mb_s()),
+                        format!("{:.2}", ours.mb_s() / t.mb_s()),
+                        format!("{:.1}", t.p99_ms()),
+                        format!("{}", held >> 20),
+                    )
+                }
+                None => ("-".into(), "-".into(), "-".into(), "-".into()),
             };
             outln!(
-                "{readers:>7}  {name:<7}  {:>12.1}  {their_mb:>12}  {ratio:>11}  {:>13.1}  {their_p99:>13}  {:>15}",
-                ours[phase].mb_s(),
-                ours[phase].p99_ms(),
-                if phase == 1 && theirs.is_some() {
-                    format!("{}", nginx_cache >> 20)
-                } else {
-                    String::new()
-                }
+                "{readers:>7}  {name:<7}  {:>12.1}  {their_mb:>12}  {ratio:>11}  {:>13.1}  {their_p99:>13}  {held:>15}",
+                ours.mb_s(),
+                ours.p99_ms(),
             )?;
         }
     }
@@ -674,25 +727,28 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "\nCairn's policies at {readers} readers (cairn MB/s; the first row's policy above is {policy_name})"
     )?;
     outln!(
-        "{:<24}  {:>10}  {:>10}  {:>13}",
+        "{:<24}  {:>10}  {:>10}  {:>13}  {:>10}",
         "policy",
         "read",
         "re-read",
-        "re-read hits"
+        "re-read hits",
+        "random"
     )?;
     for (name, policy) in args.policies.iter().zip(&policies) {
         let front = cairn_front(policy)?;
-        let read = run_readers(front.addr, "/files", readers, &load)?;
+        let read = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
         let before = (front.stats)();
-        let reread = run_readers(front.addr, "/files", readers, &load)?;
+        let reread = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
         let after = (front.stats)();
+        let random = run_readers(front.addr, "/files", readers, &load, Pattern::Random)?;
         let hits = (after.hits + after.coalesced) - (before.hits + before.coalesced);
         let all = hits + (after.misses - before.misses);
         outln!(
-            "{name:<24}  {:>10.1}  {:>10.1}  {:>12.1}%",
+            "{name:<24}  {:>10.1}  {:>10.1}  {:>12.1}%  {:>10.1}",
             read.mb_s(),
             reread.mb_s(),
-            100.0 * hits as f64 / all.max(1) as f64
+            100.0 * hits as f64 / all.max(1) as f64,
+            random.mb_s(),
         )?;
     }
     Ok(())
