@@ -51,9 +51,11 @@ encodes its object and offset) are checked. The table gives aggregate MB/s
 (10^6 B/s), the ratio Cairn/nginx and each side's p99 request latency, and
 the most nginx's cache held on disk during the phase (sampled every 100 ms:
 its cache manager enforces max_size only when it wakes, at most every 10 s
-while under it, so it may hold more than --cache); a second table compares
-the policies at the largest reader count, with the gateway's block hit ratio
-on re-read. nginx missing: its columns
+while under it, so it may hold more than --cache). When it held more, Cairn
+runs the phases again with that much cache (whole blocks, rounded down), so
+the last two columns compare the two at the same memory. A second table
+compares the policies at the largest reader count, with the gateway's block
+hit ratio on re-read. nginx missing: its columns
 are skipped (apt-get install nginx-light).
 
 --workload table1: papers/001's Table I workloads A-D on real HTTP. The
@@ -594,7 +596,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         .iter()
         .map(|p| policy_spec::parse(p).with_context(|| format!("--policies {p}")))
         .collect::<Result<Vec<_>>>()?;
-    let front_config = |policy: &cairn_policy::PolicyConfig| FileCacheConfig {
+    let front_config = |policy: &cairn_policy::PolicyConfig, cache: u64| FileCacheConfig {
         block_size_bytes: block,
         capacity_bytes: cache,
         policy: policy.clone(),
@@ -604,7 +606,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         revalidate: NGINX_VALID,
         ..FileCacheConfig::default()
     };
-    front_config(&policies[0])
+    front_config(&policies[0], cache)
         .validate()
         .context("--block/--cache")?;
 
@@ -659,7 +661,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         request,
         seconds: args.seconds,
     };
-    let cairn_front = |policy: &cairn_policy::PolicyConfig| -> Result<InProcess> {
+    let cairn_front = |policy: &cairn_policy::PolicyConfig, cache: u64| -> Result<InProcess> {
         let backend = HttpBackend::new(
             &url,
             HttpBackendConfig {
@@ -668,7 +670,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
             },
         )
         .map_err(anyhow::Error::msg)?;
-        serve(backend, &front_config(policy), "files")
+        serve(backend, &front_config(policy, cache), "files")
     };
     outln!(
         "{} objects of {size} B on an origin at {} (block {block} B); fronts' caches {cache} B; \
@@ -678,7 +680,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         args.seconds
     )?;
     outln!(
-        "{:>7}  {:<7}  {:>12}  {:>12}  {:>11}  {:>13}  {:>13}  {:>15}",
+        "{:>7}  {:<7}  {:>12}  {:>12}  {:>11}  {:>13}  {:>13}  {:>15}  {:>15}  {:>12}",
         "readers",
         "phase",
         "cairn MB/s",
@@ -686,11 +688,13 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "cairn/nginx",
         "cairn p99 ms",
         "nginx p99 ms",
-        "nginx held MiB"
+        "nginx held MiB",
+        "cairn@held MB/s",
+        "@held/nginx"
     )?;
     let policy_name = &args.policies[0];
     for &readers in &args.readers {
-        let front = cairn_front(&policies[0])?;
+        let front = cairn_front(&policies[0], cache)?;
         let ours = phases(front.addr, "/files", readers, &load, None)?;
         drop(front);
         let theirs = if nginx_found {
@@ -698,6 +702,22 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
             let on_disk = nginx.dir.path().join("cache");
             let held = move || dir_bytes(&on_disk);
             Some(phases(nginx.addr, "/origin", readers, &load, Some(&held))?)
+        } else {
+            None
+        };
+        // nginx's max_size is enforced only when its cache manager wakes, so
+        // it may have held more than --cache: Cairn again with the memory
+        // nginx held at most (whole blocks, rounded down).
+        let held_max = theirs
+            .iter()
+            .flatten()
+            .map(|(_, held)| *held)
+            .max()
+            .unwrap_or(0);
+        let matched = held_max / block * block;
+        let at_held = if matched > cache {
+            let front = cairn_front(&policies[0], matched)?;
+            Some(phases(front.addr, "/files", readers, &load, None)?)
         } else {
             None
         };
@@ -715,8 +735,15 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
                 }
                 None => ("-".into(), "-".into(), "-".into(), "-".into()),
             };
+            let (matched_mb, matched_ratio) = match (&at_held, &theirs) {
+                (Some(m), Some(t)) => (
+                    format!("{:.1}", m[phase].0.mb_s()),
+                    format!("{:.2}", m[phase].0.mb_s() / t[phase].0.mb_s()),
+                ),
+                _ => ("-".into(), "-".into()),
+            };
             outln!(
-                "{readers:>7}  {name:<7}  {:>12.1}  {their_mb:>12}  {ratio:>11}  {:>13.1}  {their_p99:>13}  {held:>15}",
+                "{readers:>7}  {name:<7}  {:>12.1}  {their_mb:>12}  {ratio:>11}  {:>13.1}  {their_p99:>13}  {held:>15}  {matched_mb:>15}  {matched_ratio:>12}",
                 ours.mb_s(),
                 ours.p99_ms(),
             )?;
@@ -735,7 +762,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "random"
     )?;
     for (name, policy) in args.policies.iter().zip(&policies) {
-        let front = cairn_front(policy)?;
+        let front = cairn_front(policy, cache)?;
         let read = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
         let before = (front.stats)();
         let reread = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
