@@ -2,8 +2,11 @@
 //! every byte of whole objects and ranges matches the origin's, stat and
 //! list agree, and the origin's 404, 5xx, slowness and closed keep-alive
 //! connections come back as `NotFound`, `Retryable`, `Timeout` and a transparent
-//! retry; the pool never opens more connections than its bound.
+//! retry; the pool never opens more connections than its bound. nginx as a
+//! plain web server origin, over http and over https (TLS, a test CA).
 
+#[path = "../../cairn-nbd/tests/common/certificates.rs"]
+mod certificates;
 mod common;
 
 use std::io::{Read, Write};
@@ -289,7 +292,13 @@ impl Drop for Nginx {
     }
 }
 
-fn nginx_serving(nginx: &std::path::Path, root: &std::path::Path) -> Nginx {
+/// With `tls`, a directory of [`certificates::certificates`]: https with its
+/// server certificate.
+fn nginx_serving(
+    nginx: &std::path::Path,
+    root: &std::path::Path,
+    tls: Option<&std::path::Path>,
+) -> Nginx {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -303,8 +312,14 @@ fn nginx_serving(nginx: &std::path::Path, root: &std::path::Path) -> Nginx {
          events {{ worker_connections 64; }}\n\
          http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
            fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-           server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
-        root.display()
+           server {{ listen 127.0.0.1:{port}{}; root {}; {} }} }}\n",
+        if tls.is_some() { " ssl" } else { "" },
+        root.display(),
+        tls.map(|pki| format!(
+            "ssl_certificate {0}/server-cert.pem; ssl_certificate_key {0}/server-key.pem;",
+            pki.display()
+        ))
+        .unwrap_or_default()
     );
     std::fs::write(dir.path().join("nginx.conf"), config).expect("config");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
@@ -339,7 +354,7 @@ fn nginx_serving_a_directory_is_an_origin_that_cannot_list() {
         return;
     };
     let (_dir, root) = common::objects();
-    let server = nginx_serving(&nginx, &root);
+    let server = nginx_serving(&nginx, &root, None);
     let backend = HttpBackend::new(
         &format!("http://{}/", server.addr),
         HttpBackendConfig::default(),
@@ -377,4 +392,84 @@ fn nginx_serving_a_directory_is_an_origin_that_cannot_list() {
         .list("", None, 10, &mut Vec::new())
         .expect_err("nginx does not list");
     assert!(error.message.contains("ListObjectsV2"), "{error}");
+}
+
+#[test]
+fn an_https_origin_is_read_over_tls_and_an_unknown_ca_is_refused() {
+    let Some(nginx) = common::required_tool("nginx", "apt-get install nginx-light") else {
+        return;
+    };
+    let pki_dir = tempfile::tempdir().expect("tempdir");
+    let Some(pki) = certificates::certificates(&pki_dir.path().join("ours")) else {
+        return;
+    };
+    let (_dir, root) = common::objects();
+    let server = nginx_serving(&nginx, &root, Some(&pki));
+    let port = server.addr.port();
+    let trusting = |ca: std::path::PathBuf| HttpBackendConfig {
+        ca_file: Some(ca),
+        ..HttpBackendConfig::default()
+    };
+    // By name and by address: the certificate names both.
+    for host in ["localhost", "127.0.0.1"] {
+        let backend = HttpBackend::new(
+            &format!("https://{host}:{port}/"),
+            trusting(pki.join("ca-cert.pem")),
+        )
+        .expect("url");
+        assert_eq!(backend.stat("big.bin").expect("stat").size, (3 << 20) + 123);
+        assert_eq!(
+            backend.stat("missing").expect_err("404").kind,
+            BackendErrorKind::NotFound
+        );
+    }
+    let backend = HttpBackend::new(
+        &format!("https://localhost:{port}/"),
+        trusting(pki.join("ca-cert.pem")),
+    )
+    .expect("url");
+    let front = start(backend, |_| {});
+    let answer = exchange(
+        front.addr,
+        format!("GET /{BUCKET}/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(status(&answer), 200);
+    assert!(
+        answer.ends_with(&pattern((3 << 20) + 123, 7)),
+        "every byte over TLS"
+    );
+    let answer = exchange(
+        front.addr,
+        format!(
+            "GET /{BUCKET}/dir/a%20b.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=5-300000\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status(&answer), 206);
+    assert!(answer.ends_with(&pattern(300_001, 2)[5..300_001]));
+    // 13 + 2 blocks read as ranged GETs, on connections kept alive (TLS
+    // handshakes are per connection, not per request).
+    assert_eq!(front.cache.stats().misses, 13 + 2);
+    assert!(front.cache.backend().connections_open() <= 2);
+
+    // Another CA: the origin cannot prove itself, and nothing is read.
+    let Some(other) = certificates::certificates(&pki_dir.path().join("other")) else {
+        return;
+    };
+    let stranger = HttpBackend::new(
+        &format!("https://localhost:{port}/"),
+        trusting(other.join("ca-cert.pem")),
+    )
+    .expect("url");
+    let error = stranger.stat("big.bin").expect_err("unknown CA");
+    assert_eq!(error.kind, BackendErrorKind::Other, "{error}");
+    assert!(error.message.contains("certificate"), "{error}");
+    // Plain http to the TLS port is not mistaken for an answer.
+    let plain = HttpBackend::new(
+        &format!("http://localhost:{port}/"),
+        HttpBackendConfig::default(),
+    )
+    .expect("url");
+    assert!(plain.stat("big.bin").is_err());
 }

@@ -189,6 +189,45 @@ fn serve_files_refuses_bad_flags_before_listening() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be used with"));
+    // An https origin or store whose CAs cannot be read: said before listening.
+    let not_pem = dir.path().join("not-a-ca.pem");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    for (files, variable, file, expected) in [
+        (
+            "https://127.0.0.1:1/b",
+            "SSL_CERT_FILE",
+            dir.path().join("none.pem"),
+            "none.pem: ",
+        ),
+        (
+            "https://127.0.0.1:1/b",
+            "SSL_CERT_FILE",
+            not_pem.clone(),
+            "holds no certificate",
+        ),
+        (
+            "s3://b",
+            "AWS_CA_BUNDLE",
+            not_pem.clone(),
+            "holds no certificate",
+        ),
+    ] {
+        let output = cairn()
+            .env("SSL_CERT_FILE", "/nonexistent.pem")
+            .env(variable, &file)
+            .env("AWS_ENDPOINT_URL", "https://127.0.0.1:1")
+            .env("AWS_ACCESS_KEY_ID", "k")
+            .env("AWS_SECRET_ACCESS_KEY", "s")
+            .args(["serve", "--files", files, "--listen", "tcp:127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{files} started");
+        assert!(
+            stderr.contains(expected) && stderr.contains("CA file"),
+            "{files}: {stderr}"
+        );
+    }
 }
 
 /// Starts `cairn serve --files FILES --listen tcp:127.0.0.1:0 EXTRA…`;

@@ -15,6 +15,13 @@
 //! - `list` is S3's `ListObjectsV2` (`GET /BUCKET?list-type=2&prefix=…`);
 //!   an origin that does not answer one is a clear error, not an empty list.
 //!
+//! `https://` origins (and S3 endpoints) are reached over TLS (rustls):
+//! the origin's certificate must chain to a root of
+//! [`HttpBackendConfig::ca_file`], else `$SSL_CERT_FILE`, else the system's
+//! bundle (`/etc/ssl/certs/ca-certificates.crt` and its other usual places),
+//! and name the URL's host. A certificate that does not is an
+//! [`Other`](BackendErrorKind::Other) error on the first request, saying why.
+//!
 //! Connections are kept alive in a pool of at most
 //! [`HttpBackendConfig::connections_max`]; a caller waits for a free one up to
 //! the I/O timeout. A reused connection that fails before any byte of the
@@ -29,7 +36,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use cairn_objects::S3Config;
@@ -57,6 +65,9 @@ pub struct HttpBackendConfig {
     /// Time any one read or write may block, and to wait for a free
     /// connection. Default 30 s.
     pub io_timeout: Duration,
+    /// `https`: the PEM certificates an origin's must chain to. `None`:
+    /// `$SSL_CERT_FILE`, else the system's bundle.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for HttpBackendConfig {
@@ -65,6 +76,89 @@ impl Default for HttpBackendConfig {
             connections_max: 64,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            ca_file: None,
+        }
+    }
+}
+
+/// Where the system keeps its CA bundle (Debian and derivatives; Fedora and
+/// RHEL; Alpine, macOS-like layouts).
+const SYSTEM_CA_FILES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// What an `https` origin's connections are made with.
+struct Tls {
+    config: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+/// The roots of `ca_file`, `$SSL_CERT_FILE` or the system's bundle.
+fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let from_env = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
+    let path = match ca_file.map(Path::to_path_buf).or(from_env) {
+        Some(path) => path,
+        None => SYSTEM_CA_FILES
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                format!(
+                    "https: no CA bundle at {} (install ca-certificates, or set SSL_CERT_FILE)",
+                    SYSTEM_CA_FILES.join(", ")
+                )
+            })?,
+    };
+    let certificates = CertificateDer::pem_file_iter(&path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| format!("https: CA file {}: {e}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(certificates);
+    if added == 0 {
+        return Err(format!(
+            "https: CA file {} holds no certificate",
+            path.display()
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("https: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A connection to the origin: TCP, or TLS over it.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(stream) => stream.read(out),
+            Conn::Tls(stream) => stream.read(out),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(stream) => stream.write(bytes),
+            Conn::Tls(stream) => stream.write(bytes),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Plain(stream) => stream.flush(),
+            Conn::Tls(stream) => stream.flush(),
         }
     }
 }
@@ -80,6 +174,8 @@ pub struct HttpBackend {
     config: HttpBackendConfig,
     /// Signs each request (an S3 store with keys), or none (anonymous).
     signer: Option<Signer>,
+    /// `https`: how connections are wrapped.
+    tls: Option<Tls>,
     pool: Mutex<Pool>,
     freed: Condvar,
 }
@@ -92,7 +188,7 @@ struct Signer {
 
 #[derive(Default)]
 struct Pool {
-    idle: Vec<TcpStream>,
+    idle: Vec<Conn>,
     open: usize,
 }
 
@@ -129,16 +225,18 @@ enum Sink<'a> {
 
 impl HttpBackend {
     /// The origin at `url`: `http://HOST:PORT/BUCKET` (keys are
-    /// `/BUCKET/KEY`) or `http://HOST:PORT/` (keys are `/KEY`). The host is
-    /// resolved now; nothing is connected until the first request.
+    /// `/BUCKET/KEY`) or `http://HOST:PORT/` (keys are `/KEY`), or the same
+    /// with `https://` (TLS; the CA bundle is read now). The host is resolved
+    /// now; nothing is connected until the first request.
     pub fn new(url: &str, config: HttpBackendConfig) -> Result<Self, String> {
-        if url.starts_with("https://") {
-            return Err(format!(
-                "{url}: https origins are not supported (no TLS yet); use http://"
-            ));
-        }
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(format!("{url}: an origin URL is http://HOST:PORT/BUCKET"));
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => {
+                return Err(format!(
+                    "{url}: an origin URL is http://HOST:PORT/BUCKET or https://HOST:PORT/BUCKET"
+                ));
+            }
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         if authority.is_empty() || authority.contains('@') {
@@ -165,7 +263,7 @@ impl HttpBackend {
         {
             authority.to_owned()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if https { 443 } else { 80 })
         };
         let addrs: Vec<SocketAddr> = with_port
             .to_socket_addrs()
@@ -178,6 +276,23 @@ impl HttpBackend {
         if !path.is_empty() {
             encode_path(&mut base, path);
         }
+        let tls = if https {
+            // The host the certificate must name: the authority without its
+            // port, an IPv6 literal without its brackets.
+            let host = match authority.rsplit_once(':') {
+                Some((host, port)) if !port.contains(']') => host,
+                _ => authority,
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("{url}: {host:?} is not a TLS server name: {e}"))?;
+            Some(Tls {
+                config: tls_config(config.ca_file.as_deref())?,
+                name,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             url: url.to_owned(),
             authority: authority.to_owned(),
@@ -185,6 +300,7 @@ impl HttpBackend {
             base,
             config,
             signer: None,
+            tls,
             pool: Mutex::new(Pool::default()),
             freed: Condvar::new(),
         })
@@ -252,7 +368,7 @@ impl HttpBackend {
 
     /// An idle connection (`true`: reused) or a new one, waiting up to the
     /// I/O timeout while all are busy.
-    fn acquire(&self, what: &str, fresh: bool) -> Result<(TcpStream, bool), BackendError> {
+    fn acquire(&self, what: &str, fresh: bool) -> Result<(Conn, bool), BackendError> {
         let deadline = Instant::now() + self.config.io_timeout;
         let mut pool = self.lock_pool();
         loop {
@@ -294,7 +410,7 @@ impl HttpBackend {
     }
 
     /// Returns a connection to the pool (`Some`) or closes one (`None`).
-    fn release(&self, stream: Option<TcpStream>) {
+    fn release(&self, stream: Option<Conn>) {
         let mut pool = self.lock_pool();
         match stream {
             Some(stream) => pool.idle.push(stream),
@@ -304,7 +420,7 @@ impl HttpBackend {
         self.freed.notify_one();
     }
 
-    fn connect(&self) -> io::Result<TcpStream> {
+    fn connect(&self) -> io::Result<Conn> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         for addr in &self.addrs {
             match TcpStream::connect_timeout(addr, self.config.connect_timeout) {
@@ -312,7 +428,19 @@ impl HttpBackend {
                     stream.set_read_timeout(Some(self.config.io_timeout))?;
                     stream.set_write_timeout(Some(self.config.io_timeout))?;
                     stream.set_nodelay(true)?;
-                    return Ok(stream);
+                    let Some(tls) = &self.tls else {
+                        return Ok(Conn::Plain(stream));
+                    };
+                    let session =
+                        rustls::ClientConnection::new(Arc::clone(&tls.config), tls.name.clone())
+                            .map_err(io::Error::other)?;
+                    let mut stream = rustls::StreamOwned::new(session, stream);
+                    // The handshake now, so a certificate the origin cannot
+                    // prove fails here, as a connect error, not mid-request.
+                    while stream.conn.is_handshaking() {
+                        stream.conn.complete_io(&mut stream.sock)?;
+                    }
+                    return Ok(Conn::Tls(Box::new(stream)));
                 }
                 Err(e) => last = e,
             }
@@ -626,7 +754,7 @@ enum Failure {
 }
 
 fn exchange(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     method: &str,
     request: &[u8],
     sink: &mut Sink<'_>,
@@ -720,13 +848,15 @@ fn is_reset(e: &io::Error) -> bool {
         io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe
+            // TLS: the origin closed without close_notify.
+            | io::ErrorKind::UnexpectedEof
     )
 }
 
 /// The bytes read with the head, then the stream.
 struct Prefixed<'a, 'b> {
     pending: &'a mut &'b [u8],
-    stream: &'a mut TcpStream,
+    stream: &'a mut Conn,
 }
 
 impl Read for Prefixed<'_, '_> {
@@ -1029,8 +1159,21 @@ mod tests {
         let root =
             HttpBackend::new("http://127.0.0.1:9/", HttpBackendConfig::default()).expect("url");
         assert_eq!(root.target("GET", "x"), "/x");
+        let missing = HttpBackendConfig {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..HttpBackendConfig::default()
+        };
+        let error = HttpBackend::new("https://127.0.0.1:9/b", missing).expect_err("no CA file");
+        assert!(error.contains("CA file /nonexistent/ca.pem"), "{error}");
+        let not_pem = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(not_pem.path(), b"not a certificate").expect("write");
+        let config = HttpBackendConfig {
+            ca_file: Some(not_pem.path().to_path_buf()),
+            ..HttpBackendConfig::default()
+        };
+        let error = HttpBackend::new("https://127.0.0.1:9/b", config).expect_err("no certificate");
+        assert!(error.contains("holds no certificate"), "{error}");
         for bad in [
-            "https://127.0.0.1:9/b",
             "ftp://h/b",
             "http:///b",
             "http://u@127.0.0.1:9/b",

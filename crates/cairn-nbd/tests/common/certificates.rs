@@ -10,7 +10,7 @@ use std::process::Command;
 /// under `dir`, made with `openssl`; `None` after printing why the test
 /// skips when `openssl` is missing.
 pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
-    std::fs::create_dir_all(dir).unwrap();
+    std::fs::create_dir_all(dir).expect("the certificates directory");
     let openssl = |args: &[&str]| {
         let output = Command::new("openssl").args(args).current_dir(dir).output();
         match output {
@@ -71,7 +71,7 @@ pub fn certificates(dir: &std::path::Path) -> Option<PathBuf> {
             ]
             .concat(),
         )?;
-        std::fs::write(dir.join(&extfile), ext).unwrap();
+        std::fs::write(dir.join(&extfile), ext).expect("the extensions file");
         openssl(&[
             "x509",
             "-req",

@@ -64,8 +64,10 @@ Quick overrides: --memory SIZE serves DRAM (empty at every start); --file PATH
 serves a file or block device as is (with --size, created sparse or grown).
 
 Files (docs/files.md): --files DIR serves the regular files under DIR
-(--files http://HOST:PORT/BUCKET: the objects of an HTTP origin, read by
-HEAD and ranged GET, listed by ListObjectsV2), read-only, over HTTP/1.1 and the S3 GET/HEAD object API instead of NBD
+(--files http://HOST:PORT/BUCKET or https://…: the objects of an HTTP origin,
+read by HEAD and ranged GET, listed by ListObjectsV2; https checks the
+origin's certificate against $SSL_CERT_FILE or the system's CA bundle),
+read-only, over HTTP/1.1 and the S3 GET/HEAD object API instead of NBD
 volumes: GET and HEAD /BUCKET/KEY, BUCKET being --export's name (path-style
 S3: boto3, aws-cli and curl read through it), single byte ranges, ETag and
 Last-Modified with conditional requests, keep-alive, ListObjectsV2 at GET
@@ -221,7 +223,8 @@ pub struct ServeArgs {
     /// http://HOST:PORT/BUCKET (another gateway, an S3-compatible store), or
     /// of the bucket `s3://BUCKET` with SigV4-signed requests (the store and
     /// keys from `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`) — over HTTP/1.1 and the S3 GET/HEAD object
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`; https endpoints checked against
+    /// `AWS_CA_BUNDLE`, `SSL_CERT_FILE` or the system's CAs) — over HTTP/1.1 and the S3 GET/HEAD object
     /// API (read-only, docs/files.md) instead of NBD volumes; the bucket is
     /// --export's name, the address --listen tcp:HOST:PORT (default
     /// tcp:127.0.0.1:8080). DIR1,DIR2,...: objects striped round robin over

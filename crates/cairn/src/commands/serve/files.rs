@@ -5,7 +5,7 @@
 //! listeners as the volumes' (`cairn-control`).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -80,8 +80,7 @@ fn s3_origin(bucket: &str) -> Result<S3Config> {
     let Some(endpoint) = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")) else {
         bail!(
             "--files s3://{bucket}: set AWS_ENDPOINT_URL to the store's URL (e.g. \
-             http://127.0.0.1:7480 for a Ceph RGW); AWS itself needs TLS, which the gateway's \
-             origin client does not have yet"
+             https://s3.eu-west-1.amazonaws.com, or http://127.0.0.1:7480 for a Ceph RGW)"
         );
     };
     let (Some(access_key), Some(secret_key)) =
@@ -116,7 +115,16 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
             bail!("--throttle slows directories, not an origin URL");
         }
         let backend = match text.strip_prefix("s3://") {
-            Some(bucket) => HttpBackend::s3(&s3_origin(bucket)?, HttpBackendConfig::default()),
+            // aws-cli's variable for a private CA, before SSL_CERT_FILE.
+            Some(bucket) => HttpBackend::s3(
+                &s3_origin(bucket)?,
+                HttpBackendConfig {
+                    ca_file: std::env::var_os("AWS_CA_BUNDLE")
+                        .filter(|v| !v.is_empty())
+                        .map(PathBuf::from),
+                    ..HttpBackendConfig::default()
+                },
+            ),
             None => HttpBackend::new(&text, HttpBackendConfig::default()),
         }
         .map_err(|e| anyhow::anyhow!("--files {e}"))?;
