@@ -6,7 +6,10 @@
 //! values above zero; the layer table lists the stack. A screenshot is
 //! taken too (`CAIRN_DASHBOARD_SCREENSHOT=docs/dashboard.png` keeps it
 //! there). Guards the page end to end: a script error, a field renamed in
-//! the snapshot, or a chart that never draws fails here.
+//! the snapshot, or a chart that never draws fails here. A file export
+//! (`cairn serve --files`) gets its own charts — block hit ratio, bytes from
+//! the cache and the backend, requests, readahead, resident bytes, dual's
+//! preface — and none of the volumes'.
 // Counts compared as f64 are whole numbers, exact below 2^53.
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
@@ -17,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::metrics::{Load, cached_log_spec, required_tool, serve};
+use common::metrics::{Load, cached_log_spec, exchange, required_tool, serve, serve_files};
 use common::terminate;
 
 /// Runs Chromium headless on `url` with `extra` flags (a fresh profile in
@@ -62,11 +65,15 @@ fn chromium(binary: &Path, profile: &Path, url: &str, extra: &[String]) -> Strin
     reader.join().unwrap()
 }
 
-/// Per chart (its element id): `data-points`, `data-series`, `data-max`.
+/// Per chart shown (its element id; hidden ones are left out):
+/// `data-points`, `data-series`, `data-max`.
 fn charts(dom: &str) -> HashMap<String, (u64, u64, f64)> {
     let mut charts = HashMap::new();
     for tag in dom.split("<figure").skip(1) {
         let tag = &tag[..tag.find('>').unwrap()];
+        if tag.contains(" hidden") {
+            continue;
+        }
         let attribute = |name: &str| {
             let start = tag.find(&format!("{name}=\""))? + name.len() + 2;
             Some(tag[start..].split('"').next()?.to_owned())
@@ -137,4 +144,97 @@ fn every_chart_has_data_in_headless_chromium_under_load() {
     let requests = load.stop();
     assert!(requests > 0);
     terminate(served.server.take());
+}
+
+#[test]
+fn a_file_export_has_its_own_charts_in_headless_chromium() {
+    let Some(binary) = required_tool("chromium", "chromium") else {
+        return;
+    };
+    let served = serve_files(
+        &[
+            "--block-size",
+            "256KiB",
+            "--cache-size",
+            "4MiB",
+            "--policy",
+            "dual",
+            "--prefetch-stripes",
+            "2",
+        ],
+        |dir| {
+            for name in ["a.mp4", "b.mp4", "c.mp4"] {
+                std::fs::write(dir.join(name), vec![5u8; 3 << 20]).unwrap();
+            }
+        },
+    );
+    // Readers of the three files (more than the cache holds) until the
+    // page has polled: hits, misses, readahead and evictions all move.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gateway = served.gateway;
+    let reader = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            // One request per connection: the answer ends where it closes.
+            let get = |path: &str| {
+                let request =
+                    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                exchange(gateway, request.as_bytes())
+            };
+            let mut gets = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for name in ["a.mp4", "b.mp4", "c.mp4", "a.mp4"] {
+                    assert_eq!(get(&format!("/media/{name}")).status, 200);
+                    gets += 1;
+                }
+                assert_eq!(get("/media/missing.mp4").status, 404);
+            }
+            gets
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let url = format!("http://{}/", served.address);
+    let profile = tempfile::tempdir().unwrap();
+    let dom = chromium(&binary, profile.path(), &url, &["--dump-dom".into()]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    let charts = charts(&dom);
+    eprintln!("charts (points, series, max): {charts:?}");
+    let mut shown: Vec<&str> = charts.keys().map(String::as_str).collect();
+    shown.sort_unstable();
+    assert_eq!(
+        shown,
+        [
+            "chart-hit-ratio",
+            "chart-preface",
+            "chart-readahead",
+            "chart-requests",
+            "chart-resident",
+            "chart-throughput"
+        ],
+        "the file export's charts, not the volumes': {dom}"
+    );
+    for (id, (points, series, max)) in &charts {
+        assert!(
+            *points > 0 && *series > 0 && *max > 0.0,
+            "{id} drew nothing:\n{dom}"
+        );
+    }
+    // Both sources of bytes; GET 2xx and 4xx; resident and capacity.
+    assert_eq!(charts["chart-throughput"].1, 2, "{dom}");
+    assert!(charts["chart-requests"].1 >= 2, "{dom}");
+    assert_eq!(charts["chart-resident"].1, 2, "{dom}");
+    assert!(charts["chart-hit-ratio"].2 <= 1.0);
+    assert!(
+        dom.contains("<option value=\"files:media\">media (files)</option>"),
+        "the export list: {dom}"
+    );
+    assert!(
+        dom.contains("<b>dual</b>"),
+        "the summary names the policy: {dom}"
+    );
+    assert!(
+        !dom.contains("cannot read /stats.json"),
+        "the page lost the server"
+    );
 }

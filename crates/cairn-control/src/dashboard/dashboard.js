@@ -1,7 +1,10 @@
 // Cairn's dashboard: polls /stats.json (the snapshot the control socket's
 // `stats` returns), keeps the last KEEP samples of every series and draws
 // them on canvases. Rates and interval percentiles come from the difference
-// of two snapshots. Each chart's <figure> says what it drew in
+// of two snapshots. A file export (`cairn serve --files`) has its own
+// charts (requests, readahead, resident bytes, dual's preface): elements
+// with data-for="volumes" or "files" show for that kind of export only.
+// Each chart's <figure> says what it drew in
 // data-points (points), data-series (lines) and data-max (largest value),
 // for tests and scripts. No library, no network but this server.
 "use strict";
@@ -150,6 +153,10 @@ const charts = {
   dirty: new Chart("chart-dirty", format.bytes),
   cleaner: new Chart("chart-cleaner", format.perSecond),
   costs: new Chart("chart-costs", format.plain),
+  requests: new Chart("chart-requests", format.perSecond),
+  readahead: new Chart("chart-readahead", format.perSecond),
+  resident: new Chart("chart-resident", format.bytes),
+  preface: new Chart("chart-preface", format.plain),
 };
 
 // Per layer kind: the counters of its hits and of all its lookups.
@@ -193,15 +200,30 @@ function intervalQuantiles(now, then, qs) {
 let previous = null;
 let chosen = null;
 
+// The exports a snapshot lists: its volumes, then its file exports, each
+// {key, label, files}; the key tells a volume and a file export apart.
+const exportsOf = (snapshot) => [
+  ...snapshot.exports.map((e) => ({ key: "volume:" + e.name, label: e.name, export: e, files: false })),
+  ...(snapshot.files ?? []).map((e) => ({ key: "files:" + e.name, label: e.name + " (files)", export: e, files: true })),
+];
+
 function update(snapshot) {
   chooseExport(snapshot);
-  const current = snapshot.exports.find((e) => e.name === chosen);
-  if (!current) return;
-  const before = previous?.exports.find((e) => e.name === chosen);
+  const chosenExport = exportsOf(snapshot).find((e) => e.key === chosen);
+  if (!chosenExport) return;
+  showFor(chosenExport.files ? "files" : "volumes");
+  const current = chosenExport.export;
+  const before = previous && exportsOf(previous).find((e) => e.key === chosen)?.export;
   // Points are placed by the page's clock (when it polled); rates divide
   // by the server's (how far apart the two snapshots were taken).
   const t = performance.now() / 1000;
   const seconds = previous ? snapshot.uptime_seconds - previous.uptime_seconds : 0;
+  if (chosenExport.files) {
+    filesUpdate(snapshot, current, before, t, seconds);
+    previous = snapshot;
+    Object.values(charts).forEach((c) => c.draw());
+    return;
+  }
   for (const layer of current.layers) {
     if (DIRTY[layer.kind]) charts.dirty.push(layer.name, t, value(layer.metrics, DIRTY[layer.kind]));
     for (const group of layer.groups) {
@@ -243,15 +265,76 @@ function rates(current, before, t, seconds) {
 
 function chooseExport(snapshot) {
   const select = document.getElementById("export");
-  const names = snapshot.exports.map((e) => e.name);
-  if ([...select.options].map((o) => o.value).join("\n") !== names.join("\n")) {
-    select.replaceChildren(...names.map((name) => new Option(name, name)));
+  const all = exportsOf(snapshot);
+  const keys = all.map((e) => e.key);
+  if ([...select.options].map((o) => o.value).join("\n") !== keys.join("\n")) {
+    select.replaceChildren(...all.map((e) => new Option(e.label, e.key)));
   }
-  if (!names.includes(chosen)) {
-    chosen = names[0] ?? null;
+  if (!keys.includes(chosen)) {
+    chosen = keys[0] ?? null;
     Object.values(charts).forEach((c) => c.clear());
   }
   select.value = chosen;
+}
+
+// Shows the elements for `kind` ("volumes" or "files"), hides the others'.
+function showFor(kind) {
+  for (const element of document.querySelectorAll("[data-for]")) {
+    element.hidden = element.dataset.for !== kind;
+  }
+}
+
+// A file export: its cache's counters (`cache`, named metrics), requests by
+// method and status class, connections.
+function filesUpdate(snapshot, current, before, t, seconds) {
+  const cache = (e, name) => value(e.cache, name) ?? 0;
+  charts.resident.push("resident", t, cache(current, "resident_bytes"));
+  charts.resident.push("capacity", t, cache(current, "capacity_bytes"));
+  if (value(current.cache, "dual_preface_blocks") !== undefined) {
+    charts.preface.push("preface blocks", t, cache(current, "dual_preface_blocks"));
+    charts.preface.push("active files", t, cache(current, "dual_active_files"));
+  }
+  if (before && seconds > 0) {
+    const delta = (name) => cache(current, name) - cache(before, name);
+    const all = delta("hits") + delta("coalesced") + delta("misses");
+    if (all > 0) charts.hitRatio.push("blocks", t, (delta("hits") + delta("coalesced")) / all);
+    charts.throughput.push("from the cache", t, delta("cache_bytes") / seconds);
+    charts.throughput.push("from the backend", t, delta("backend_read_bytes") / seconds);
+    for (const name of ["issued", "used", "wasted", "dropped"]) {
+      charts.readahead.push(name, t, delta("prefetch_" + name) / seconds);
+    }
+    for (const r of current.requests) {
+      const then = before.requests.find((b) => b.method === r.method && b.status === r.status);
+      const count = r.count - (then?.count ?? 0);
+      // Only the pairs that happened; a line per method and class.
+      if (count > 0 || charts.requests.series.has(r.method + " " + r.status)) {
+        charts.requests.push(r.method + " " + r.status, t, count / seconds);
+      }
+    }
+  }
+  const errors = Object.values(current.backend_errors).reduce((n, v) => n + v, 0);
+  const cells = [
+    ["up", Math.round(snapshot.uptime_seconds) + " s"],
+    ["policy", current.policy],
+    ["block", format.bytes(current.block_size_bytes)],
+    ["cache", format.bytes(cache(current, "resident_bytes")) + " of " + format.bytes(cache(current, "capacity_bytes"))],
+    ["connections", current.connections_open + " open, " + current.connections_total + " since start, "
+      + current.connections_refused + " refused"],
+    ["requests", current.requests.reduce((n, r) => n + r.count, 0).toLocaleString()],
+    ["backend errors", errors.toLocaleString()],
+  ];
+  fillSummary(cells);
+}
+
+function fillSummary(cells) {
+  const section = document.getElementById("summary");
+  section.replaceChildren(...cells.map(([name, text]) => {
+    const span = document.createElement("span");
+    const b = document.createElement("b");
+    b.textContent = text;
+    span.append(name + " ", b);
+    return span;
+  }));
 }
 
 function summary(snapshot, current, before, seconds) {
@@ -268,14 +351,7 @@ function summary(snapshot, current, before, seconds) {
     cells.push(["requests", format.perSecond((requests(io) - requests(before.io)) / seconds)]);
   }
   if (!snapshot.counting) cells.push(["counting", "off (--no-stats)"]);
-  const section = document.getElementById("summary");
-  section.replaceChildren(...cells.map(([name, text]) => {
-    const span = document.createElement("span");
-    const b = document.createElement("b");
-    b.textContent = text;
-    span.append(name + " ", b);
-    return span;
-  }));
+  fillSummary(cells);
 }
 
 const requests = (io) => io.reads + io.writes + io.flushes + io.trims + io.write_zeroes
