@@ -408,34 +408,15 @@ fn the_files_metrics_help_example_runs_as_printed() {
         .expect("an example of --files with --metrics");
     let (serve_line, curl_line) = (&examples[at], &examples[at + 1]);
     assert!(curl_line.starts_with("curl "), "{curl_line}");
-    // The gateway's default port and the example's metrics port.
-    let port = serve_line.rsplit(':').next().unwrap();
-    for port in ["8080", port] {
-        if std::net::TcpListener::bind(format!("127.0.0.1:{port}")).is_err() {
-            eprintln!("SKIPPED: port {port} of the example is in use here");
-            return;
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("videos")).unwrap();
     std::fs::write(dir.path().join("videos/movie.mp4"), [7u8; 5000]).unwrap();
-    let args: Vec<&str> = serve_line.split_whitespace().skip(1).collect();
-    let child = cairn()
-        .current_dir(dir.path())
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut server = Server(Some(child));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{serve_line}: never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The gateway's default port and the example's metrics port.
+    let port = serve_line.rsplit(':').next().unwrap();
+    let Some(mut server) = common::examples::serve_example(serve_line, dir.path(), &["8080", port])
+    else {
+        return;
+    };
     let answer = get("127.0.0.1:8080", "/media/movie.mp4", "");
     let (head, body) = split(&answer);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");

@@ -16,7 +16,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cairn_control::io::ExportIo;
@@ -634,25 +634,10 @@ fn the_help_example_runs_as_printed() {
         return;
     };
     let port = serve_line.rsplit(':').next().unwrap();
-    if std::net::TcpListener::bind(format!("127.0.0.1:{port}")).is_err() {
-        eprintln!("SKIPPED: port {port} of the example is in use here");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let args: Vec<&str> = serve_line.split_whitespace().skip(1).collect();
-    let child = cairn()
-        .current_dir(dir.path())
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut server = common::Server(Some(child));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(Instant::now() < deadline, "{serve_line}: never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let Some(mut server) = common::examples::serve_example(&serve_line, dir.path(), &[port]) else {
+        return;
+    };
     let out = Command::new(curl)
         .args(curl_line.split_whitespace().skip(1))
         .output()

@@ -1,9 +1,11 @@
 //! Running the examples a `--help` prints, as a user pastes them into a shell.
 
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use super::cairn;
+use super::{Server, cairn};
 
 /// `bash -c script` in `dir` with `HOME=dir` and the built `cairn` first on
 /// PATH, as a user's shell would run a line pasted from `--help`.
@@ -40,4 +42,37 @@ pub fn examples(args: &[&str]) -> Vec<String> {
         .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
         .map(|line| line.trim().to_owned())
         .collect()
+}
+
+/// Starts an example's `cairn …` server line as printed, in `dir`, and waits
+/// (20 s at most) until 127.0.0.1 accepts on each of `ports`. `None`, after
+/// saying so, when one of them is already taken here (the example names
+/// fixed ports).
+pub fn serve_example(line: &str, dir: &Path, ports: &[&str]) -> Option<Server> {
+    for port in ports {
+        if std::net::TcpListener::bind(format!("127.0.0.1:{port}")).is_err() {
+            eprintln!("SKIPPED: port {port} of the example is in use here");
+            return None;
+        }
+    }
+    let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let child = cairn()
+        .current_dir(dir)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server(Some(child));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for port in ports {
+        while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{line}: never listened on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Some(server)
 }
