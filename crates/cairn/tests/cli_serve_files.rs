@@ -310,12 +310,15 @@ fn serve_files_over_an_http_origin_serves_the_origins_bytes() {
     assert!(log.contains("blocks: 1 hits, 12 misses"), "{log}");
 
     let output = cairn()
-        .args(["serve", "--files", "https://127.0.0.1:1/b"])
+        .args(["serve", "--files", "ftp://127.0.0.1:1/b"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    assert!(stderr.contains("no TLS"), "{stderr}");
+    assert!(
+        stderr.contains("an origin URL is http://HOST:PORT/BUCKET or https://"),
+        "{stderr}"
+    );
 }
 
 #[test]
