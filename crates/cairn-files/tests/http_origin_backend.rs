@@ -277,6 +277,32 @@ fn an_origin_that_cannot_list_is_a_clear_error() {
     server.join().expect("server");
 }
 
+/// Through `front` (over an origin serving [`common::objects`]): all of
+/// `big.bin` and a range of `dir/a b.bin`, every byte right, each of their
+/// 13 + 2 blocks of 256 KiB one ranged GET to the origin.
+fn reads_whole_and_range_right(front: &common::Running<HttpBackend>) {
+    let answer = exchange(
+        front.addr,
+        format!("GET /{BUCKET}/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(status(&answer), 200);
+    assert!(
+        answer.ends_with(&pattern((3 << 20) + 123, 7)),
+        "the whole object, every byte"
+    );
+    let answer = exchange(
+        front.addr,
+        format!(
+            "GET /{BUCKET}/dir/a%20b.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=5-300000\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status(&answer), 206);
+    assert!(answer.ends_with(&pattern(300_001, 2)[5..300_001]));
+    assert_eq!(front.cache.stats().misses, 13 + 2);
+}
+
 /// nginx serving a directory, with its config written into a temp dir;
 /// stopped on drop.
 struct Nginx {
@@ -367,25 +393,7 @@ fn nginx_serving_a_directory_is_an_origin_that_cannot_list() {
         BackendErrorKind::NotFound
     );
     let front = start(backend, |_| {});
-    let expected = pattern((3 << 20) + 123, 7);
-    let answer = exchange(
-        front.addr,
-        format!("GET /{BUCKET}/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
-    );
-    assert_eq!(status(&answer), 200);
-    assert!(answer.ends_with(&expected), "the whole object, every byte");
-    let answer = exchange(
-        front.addr,
-        format!(
-            "GET /{BUCKET}/dir/a%20b.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=5-300000\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    assert_eq!(status(&answer), 206);
-    assert!(answer.ends_with(&pattern(300_001, 2)[5..300_001]));
-    // 13 blocks of 256 KiB, each one ranged GET on kept-alive connections.
-    assert_eq!(front.cache.stats().misses, 13 + 2);
+    reads_whole_and_range_right(&front);
     let error = front
         .cache
         .backend()
@@ -429,28 +437,9 @@ fn an_https_origin_is_read_over_tls_and_an_unknown_ca_is_refused() {
     )
     .expect("url");
     let front = start(backend, |_| {});
-    let answer = exchange(
-        front.addr,
-        format!("GET /{BUCKET}/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
-    );
-    assert_eq!(status(&answer), 200);
-    assert!(
-        answer.ends_with(&pattern((3 << 20) + 123, 7)),
-        "every byte over TLS"
-    );
-    let answer = exchange(
-        front.addr,
-        format!(
-            "GET /{BUCKET}/dir/a%20b.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=5-300000\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    assert_eq!(status(&answer), 206);
-    assert!(answer.ends_with(&pattern(300_001, 2)[5..300_001]));
-    // 13 + 2 blocks read as ranged GETs, on connections kept alive (TLS
-    // handshakes are per connection, not per request).
-    assert_eq!(front.cache.stats().misses, 13 + 2);
+    reads_whole_and_range_right(&front);
+    // The blocks' ranged GETs shared kept-alive connections (a TLS
+    // handshake is per connection, not per request).
     assert!(front.cache.backend().connections_open() <= 2);
 
     // Another CA: the origin cannot prove itself, and nothing is read.
