@@ -47,6 +47,9 @@ command -v curl >/dev/null || need_apt+=(curl)
 # nginx: an origin for the file gateway's HTTP backend
 # (crates/cairn-files/tests/http_origin_backend.rs) and `cairn bench files`.
 command -v nginx >/dev/null || need_bare+=(nginx-light)
+# rclone: an S3 client reading through the file gateway
+# (crates/cairn-files/tests/s3_clients_awscli_rclone.rs).
+command -v rclone >/dev/null || need_bare+=(rclone)
 if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 apt_updated=0
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -83,8 +86,14 @@ if ! python3 -c 'import boto3' 2>/dev/null; then
   echo "test.sh: installing boto3 (pip)" >&2
   python3 -m pip install --quiet --disable-pip-version-check boto3
 fi
+# aws-cli for crates/cairn-files/tests/s3_clients_awscli_rclone.rs.
+if ! command -v aws >/dev/null; then
+  echo "test.sh: installing awscli (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check awscli
+fi
 # Installed above, so the tests that honour it (crates/cairn/tests/metrics_*.rs:
-# prometheus, chromium, fio, curl; crates/cairn-files/tests: curl, boto3) fail
+# prometheus, chromium, fio, curl; crates/cairn-files/tests: curl, boto3,
+# aws-cli, rclone) fail
 # when one is missing instead of skipping.
 export CAIRN_REQUIRE_SYSTEM_TOOLS=1
 if ! command -v cargo >/dev/null; then
