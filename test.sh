@@ -90,6 +90,8 @@ fi
 if ! command -v aws >/dev/null; then
   echo "test.sh: installing awscli (pip)" >&2
   python3 -m pip install --quiet --disable-pip-version-check awscli
+  # pyenv puts a new executable on PATH only through a rehashed shim.
+  if command -v pyenv >/dev/null; then pyenv rehash; fi
 fi
 # Installed above, so the tests that honour it (crates/cairn/tests/metrics_*.rs:
 # prometheus, chromium, fio, curl; crates/cairn-files/tests: curl, boto3,
