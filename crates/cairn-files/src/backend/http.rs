@@ -99,7 +99,9 @@ struct Tls {
 fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let from_env = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
+    let from_env = std::env::var_os("SSL_CERT_FILE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     let path = match ca_file.map(Path::to_path_buf).or(from_env) {
         Some(path) => path,
         None => SYSTEM_CA_FILES
