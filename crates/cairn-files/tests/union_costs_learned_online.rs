@@ -93,3 +93,107 @@ fn the_slow_backend_costs_more_and_cost_keeps_its_blocks() {
     );
     eprintln!("slow-backend reads: lru {lru_slow_reads}, cost {cost_slow_reads}; costs {costs:?}");
 }
+
+/// docs/benchmarks.md's measurement (ignored by default, ~15 s): a union of
+/// a fast directory (page-cached, not slowed) and a slow one (2 ms a read at
+/// 50 MB/s), objects of 2 blocks equally popular on both, skewed popularity,
+/// a cache of a quarter of the data; the same requests under `lru` and
+/// `cost`. Prints the mean request time, each member's reads and read time.
+/// `cargo test --profile ci -p cairn-files --test union_costs_learned_online -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement (~15 s); docs/benchmarks.md"]
+fn measure_cost_against_lru_on_a_fast_and_a_slow_directory() {
+    const OBJECTS_PER_DIR: usize = 32;
+    const BLOCKS: u64 = 2;
+    const REQUESTS: usize = 1500;
+    let root = tempfile::tempdir().expect("tempdir");
+    for (dir, byte) in [("fast", 1u8), ("slow", 2u8)] {
+        std::fs::create_dir(root.path().join(dir)).expect("mkdir");
+        for i in 0..OBJECTS_PER_DIR {
+            let path = root.path().join(dir).join(format!("{dir}{i}"));
+            std::fs::write(path, vec![byte; (BLOCKS * BLOCK) as usize]).expect("write");
+        }
+    }
+    let slow = Throttle {
+        op_us: 2000.0,
+        seek_us: 0.0,
+        bandwidth_mb_s: 50.0,
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut totals = Vec::new();
+    for policy in ["lru", "cost"] {
+        let members: Vec<Arc<dyn Backend>> = vec![
+            Arc::new(cairn_files::DirBackend::open(&root.path().join("fast")).expect("fast")),
+            Arc::new(ThrottledBackend::new(
+                cairn_files::DirBackend::open(&root.path().join("slow")).expect("slow"),
+                slow,
+            )),
+        ];
+        let backend: Arc<dyn Backend> = Arc::new(UnionBackend::new(members).expect("union"));
+        let config = FileCacheConfig {
+            block_size_bytes: BLOCK,
+            // A quarter of the 128 blocks.
+            capacity_bytes: BLOCK * BLOCKS * OBJECTS_PER_DIR as u64 / 2,
+            policy: cairn_policy::PolicyConfig::default_for(policy).expect("policy"),
+            shards: 1,
+            ..FileCacheConfig::default()
+        };
+        let cache = FileCache::new(backend, &config).expect("cache");
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let start = std::time::Instant::now();
+        for _ in 0..REQUESTS {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Skewed: rank r with probability ∝ the square's density.
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            let rank = ((u * u) * (2 * OBJECTS_PER_DIR) as f64) as usize;
+            let (dir, i) = if rank % 2 == 0 {
+                ("fast", rank / 2)
+            } else {
+                ("slow", rank / 2)
+            };
+            let key = format!("{dir}{i}");
+            let object = cache.open(&key).expect("open");
+            for index in 0..BLOCKS {
+                cache.block(&key, &object, index).expect("block");
+            }
+        }
+        let elapsed = start.elapsed();
+        let mut metrics = Vec::new();
+        cache.backend_metrics(&mut metrics);
+        let value = |name: &str| {
+            metrics
+                .iter()
+                .find(|m| m.name == name)
+                .map_or(0.0, |m| m.value.as_f64())
+        };
+        let stats = cache.stats();
+        lines.push(format!(
+            "{policy:>4}: mean request {:.2} ms, total {:.2} s; misses {} of {}; fast reads {} ({:.0} ms), slow reads {} ({:.0} ms); costs {:?}",
+            elapsed.as_secs_f64() * 1e3 / REQUESTS as f64,
+            elapsed.as_secs_f64(),
+            stats.misses,
+            stats.misses + stats.hits,
+            value("backend0_reads"),
+            value("backend0_read_ns") / 1e6,
+            value("backend1_reads"),
+            value("backend1_read_ns") / 1e6,
+            cache
+                .backend_costs()
+                .map(|c| (c * 10.0).round() / 10.0)
+                .collect::<Vec<_>>(),
+        ));
+        eprintln!("{}", lines.last().expect("a line"));
+        totals.push((elapsed.as_secs_f64(), value("backend1_reads")));
+    }
+    eprintln!(
+        "cost / lru: mean request time {:.2}×, slow-directory reads {:.2}×",
+        totals[1].0 / totals[0].0,
+        totals[1].1 / totals[0].1
+    );
+    assert!(
+        totals[1].1 < totals[0].1,
+        "cost reads the slow directory less"
+    );
+}
