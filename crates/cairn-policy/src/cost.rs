@@ -434,6 +434,48 @@ mod tests {
     use crate::testing::{self, Reference};
     use proptest::prelude::*;
 
+    #[test]
+    fn the_estimator_normalises_to_the_fastest_and_ignores_unknown_groups() {
+        let table = Arc::new(CostTable::new(2));
+        let estimator = CostEstimator::new(2, Arc::clone(&table), 0.5);
+        estimator.record(1, 100, 1000, true);
+        assert!(
+            (table.get(1) - 1.0).abs() < 1e-12,
+            "the only measured group is the fastest"
+        );
+        estimator.record(0, 100, 100, true);
+        assert!((table.get(1) - 10.0).abs() < 1e-12, "{}", table.get(1));
+        // Half way to the new sample: (10 + 30) / 2 = 20 ns a byte.
+        estimator.record(1, 100, 3000, true);
+        assert!((table.get(1) - 20.0).abs() < 1e-12, "{}", table.get(1));
+        estimator.record(1, 100, 1_000_000, false);
+        assert!((table.get(1) - 20.0).abs() < 1e-12, "not a sample");
+        estimator.record(9, 100, 1, true);
+        assert_eq!(estimator.snapshot(9), GroupReads::default());
+        let one = estimator.snapshot(1);
+        assert_eq!((one.reads, one.bytes, one.ns), (3, 300, 1_004_000));
+        assert!((one.ns_per_byte - 20.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_cost_table_for_a_config_takes_its_costs_and_checks_them() {
+        let config = CostConfig {
+            costs: vec![1.0, 3.0, 5.0],
+            ..CostConfig::default()
+        };
+        let table = CostTable::for_config(2, &config).expect("valid");
+        assert_eq!(table.groups(), 2);
+        assert!((table.get(1) - 3.0).abs() < 1e-12 && (table.get(2) - 1.0).abs() < 1e-12);
+        let bad = CostConfig {
+            costs: vec![1.0, 1.0, -1.0],
+            ..CostConfig::default()
+        };
+        assert!(
+            CostTable::for_config(2, &bad).is_err(),
+            "checked past the end"
+        );
+    }
+
     /// Naive eviction-cost model: one vector, the victim found by ranking
     /// every block (not only the queue tails).
     struct NaiveCost {
