@@ -148,7 +148,7 @@ fn measure_cost_against_lru_on_a_fast_and_a_slow_directory() {
             // Skewed: rank r with probability ∝ the square's density.
             let u = (x >> 11) as f64 / (1u64 << 53) as f64;
             let rank = ((u * u) * (2 * OBJECTS_PER_DIR) as f64) as usize;
-            let (dir, i) = if rank % 2 == 0 {
+            let (dir, i) = if rank.is_multiple_of(2) {
                 ("fast", rank / 2)
             } else {
                 ("slow", rank / 2)
