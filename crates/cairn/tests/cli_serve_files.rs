@@ -164,6 +164,14 @@ fn serve_files_refuses_bad_flags_before_listening() {
         (vec!["--throttle", "fast"], "OP,BANDWIDTH"),
         (vec!["--throttle", "100us,0MB/s"], "the bandwidth > 0"),
         (
+            vec!["--throttle", "none", "--throttle", "2ms,1MB/s"],
+            "--throttle given 2 times for 1 --files",
+        ),
+        (
+            vec!["--files", "http://127.0.0.1:9/b", "--throttle", "2ms,1MB/s"],
+            "not an origin URL",
+        ),
+        (
             vec!["--revalidate", "soon"],
             "--revalidate `soon`: unknown unit",
         ),
