@@ -52,11 +52,22 @@
 //!   (counted). Since the policy sees the same admissions in
 //!   the same order as the simulator, one reader's block hits are the
 //!   simulator's whatever the reads' timing.
+//! - **Cost groups** (papers/004): a block's group is the backend that holds
+//!   its object ([`Backend::locate`]: a [`UnionBackend`](crate::backend::UnionBackend)'s
+//!   member; 0 for any other backend), with no sequential/random split (a
+//!   block is one large read either way). Every backend read, demand or
+//!   ahead, is timed — by the backend's busy clock if it keeps one
+//!   ([`Backend::busy_ns`], a throttled backend's modelled time), else by the
+//!   wall clock — and fed to a [`CostEstimator`] (the block cache's), which
+//!   keeps each group's cost (its ns per byte over the fastest's) in the
+//!   table the `cost` policy reads: with `--policy cost` the slow backend's
+//!   blocks stay longer. Other policies ignore groups.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::{Readahead, readahead};
 use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
@@ -94,6 +105,10 @@ pub struct FileCacheConfig {
     /// Readahead window in blocks (papers/001: stripes × servers); 0, the
     /// default, reads nothing ahead. At most [`PREFETCH_WINDOW_MAX`].
     pub prefetch_window_blocks: u64,
+    /// Weight of a new backend read time in each backend's cost estimate
+    /// (an exponentially weighted moving average), in 0–1; 0 keeps the
+    /// configured costs. Default 0.1 (as the block cache's).
+    pub cost_smoothing: f64,
 }
 
 impl Default for FileCacheConfig {
@@ -105,6 +120,7 @@ impl Default for FileCacheConfig {
             shards: 0,
             revalidate: Duration::ZERO,
             prefetch_window_blocks: 0,
+            cost_smoothing: 0.1,
         }
     }
 }
@@ -141,6 +157,9 @@ pub enum FileCacheError {
     /// The readahead window is too large.
     #[error("readahead window {0} blocks is more than {PREFETCH_WINDOW_MAX}")]
     PrefetchWindow(u64),
+    /// The cost smoothing is not in 0–1.
+    #[error("cost smoothing {0} is not between 0 and 1")]
+    Smoothing(f64),
     /// The policy's parameters are out of range.
     #[error("policy: {0}")]
     Policy(#[from] cairn_policy::ConfigError),
@@ -161,6 +180,9 @@ impl FileCacheConfig {
         }
         if self.policy.needs_next_access() {
             return Err(FileCacheError::Unservable("opt and its kin"));
+        }
+        if !(0.0..=1.0).contains(&self.cost_smoothing) {
+            return Err(FileCacheError::Smoothing(self.cost_smoothing));
         }
         if self.prefetch_window_blocks > PREFETCH_WINDOW_MAX {
             return Err(FileCacheError::PrefetchWindow(self.prefetch_window_blocks));
@@ -197,8 +219,18 @@ impl FileCacheConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Object {
     number: u64,
+    /// Which part of the backend holds it ([`Backend::locate`]).
+    part: u16,
     /// Its size and modification time when opened.
     pub info: ObjectInfo,
+}
+
+impl Object {
+    /// Which of the backend's parts holds it: a [`UnionBackend`](crate::backend::UnionBackend)'s
+    /// member, 0 for any other backend. Its blocks' cost group.
+    pub fn backend(&self) -> u16 {
+        self.part
+    }
 }
 
 /// A snapshot of the counters.
@@ -448,6 +480,7 @@ struct Known {
 /// One block to read ahead, for a prefetch thread.
 struct Job {
     key: Box<str>,
+    part: u16,
     cache_key: u64,
     offset: u64,
     len: usize,
@@ -487,6 +520,8 @@ pub struct FileCache<B> {
     policy_name: &'static str,
     capacity_bytes: u64,
     prefetch: Option<Prefetch>,
+    /// Each backend part's read times and the costs learned from them.
+    costs: Arc<CostEstimator>,
 }
 
 impl<B> Drop for FileCache<B> {
@@ -515,10 +550,17 @@ impl<B: Backend + 'static> FileCache<B> {
         let per_shard_blocks = config.capacity_bytes / block / shards as u64;
         let mut cells = Vec::with_capacity(shards);
         let mut policy_name = "";
+        let groups = usize::from(backend.parts().max(1));
+        let table = Arc::new(config.policy.cost_table(groups)?);
+        let costs = Arc::new(CostEstimator::new(
+            groups,
+            Arc::clone(&table),
+            config.cost_smoothing,
+        ));
         for _ in 0..shards {
             let policy = config
                 .policy
-                .build(Capacity::Bytes(per_shard_blocks * block))?;
+                .build_with_costs(Capacity::Bytes(per_shard_blocks * block), &table)?;
             policy_name = policy.name();
             cells.push(ShardCell {
                 shard: Mutex::new(Shard {
@@ -533,8 +575,15 @@ impl<B: Backend + 'static> FileCache<B> {
         }
         let backend = Arc::new(backend);
         let cells: Arc<[ShardCell]> = cells.into();
-        let prefetch = (config.prefetch_window_blocks > 0)
-            .then(|| start_prefetch(&backend, &cells, config.prefetch_window_blocks, shards));
+        let prefetch = (config.prefetch_window_blocks > 0).then(|| {
+            start_prefetch(
+                &backend,
+                &cells,
+                &costs,
+                config.prefetch_window_blocks,
+                shards,
+            )
+        });
         Ok(Self {
             backend,
             shards: cells,
@@ -551,6 +600,7 @@ impl<B: Backend + 'static> FileCache<B> {
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
             prefetch,
+            costs,
         })
     }
 }
@@ -559,6 +609,7 @@ impl<B: Backend + 'static> FileCache<B> {
 fn start_prefetch<B: Backend + 'static>(
     backend: &Arc<B>,
     shards: &Arc<[ShardCell]>,
+    costs: &Arc<CostEstimator>,
     window: u64,
     readaheads: usize,
 ) -> Prefetch {
@@ -570,9 +621,10 @@ fn start_prefetch<B: Backend + 'static>(
         .filter_map(|i| {
             let (backend, shards) = (Arc::clone(backend), Arc::clone(shards));
             let (jobs, in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
+            let costs = Arc::clone(costs);
             std::thread::Builder::new()
                 .name(format!("cairn-prefetch-{i}"))
-                .spawn(move || prefetch_thread(&*backend, &shards, &jobs, &in_flight))
+                .spawn(move || prefetch_thread(&*backend, &shards, &costs, &jobs, &in_flight))
                 .ok()
         })
         .collect();
@@ -598,6 +650,7 @@ fn start_prefetch<B: Backend + 'static>(
 fn prefetch_thread<B: Backend>(
     backend: &B,
     shards: &[ShardCell],
+    costs: &CostEstimator,
     jobs: &Mutex<std::sync::mpsc::Receiver<Job>>,
     in_flight: &AtomicU64,
 ) {
@@ -605,8 +658,7 @@ fn prefetch_thread<B: Backend>(
         let job = lock(jobs).recv();
         let Ok(job) = job else { return };
         let mut bytes = vec![0u8; job.len];
-        let result = backend
-            .read_at(&job.key, job.offset, &mut bytes)
+        let result = timed_read(backend, costs, job.part, &job.key, job.offset, &mut bytes)
             .map(|()| BlockRef::shared(Arc::new(bytes)));
         let cell = &shards[job.cell];
         let mut shard = lock(&cell.shard);
@@ -641,7 +693,72 @@ fn prefetch_thread<B: Backend>(
     }
 }
 
+/// Reads `buf.len()` bytes of `key` at `offset` from `part` of `backend`
+/// and, if the read succeeds, records its time for `part`'s cost group: the
+/// part's busy clock's advance if it keeps one, else the wall time.
+fn timed_read<B: Backend>(
+    backend: &B,
+    costs: &CostEstimator,
+    part: u16,
+    key: &str,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), BackendError> {
+    let clock = backend.busy_ns(part);
+    let start = Instant::now();
+    backend.read_part(part, key, offset, buf)?;
+    let ns = match clock {
+        Some(before) => backend
+            .busy_ns(part)
+            .unwrap_or(before)
+            .saturating_sub(before),
+        None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
+    };
+    costs.record(part, buf.len() as u64, ns, true);
+    Ok(())
+}
+
 impl<B: Backend> FileCache<B> {
+    /// Each backend part's learned cost (its reads' smoothed ns per byte
+    /// over the fastest part's; 1 until measured, and for one backend),
+    /// first part first.
+    pub fn backend_costs(&self) -> impl Iterator<Item = f64> + '_ {
+        (0..self.costs.groups()).map(|g| self.costs.table().get(g as u16))
+    }
+
+    /// With several backend parts (a union), each one's reads, bytes, read
+    /// time and learned cost as metrics `backend<N>_…` (`cairn stats`,
+    /// Prometheus `cairn_files_backend<N>_…`); nothing for one backend.
+    pub fn backend_metrics(&self, out: &mut Vec<Metric>) {
+        if self.costs.groups() < 2 {
+            return;
+        }
+        let mut m = MetricSink(out);
+        for group in 0..self.costs.groups() {
+            let reads = self.costs.snapshot(group);
+            m.counter(
+                &format!("backend{group}_reads"),
+                reads.reads,
+                "block reads from this backend of the union (demand and ahead)",
+            );
+            m.counter(
+                &format!("backend{group}_read_bytes"),
+                reads.bytes,
+                "bytes read from this backend of the union",
+            );
+            m.counter(
+                &format!("backend{group}_read_ns"),
+                reads.ns,
+                "time of those reads, ns (the backend's busy clock if throttled, else wall time)",
+            );
+            m.real(
+                &format!("backend{group}_cost"),
+                Some(self.costs.table().get(group as u16)),
+                "this backend's eviction cost: its smoothed read time per byte over the fastest backend's (policy cost)",
+            );
+        }
+    }
+
     /// The backend under the cache.
     pub fn backend(&self) -> &B {
         &self.backend
@@ -678,7 +795,7 @@ impl<B: Backend> FileCache<B> {
             return Ok(known.object);
         }
         let checked = Instant::now();
-        let info = self.backend.stat(key).inspect_err(|e| {
+        let (info, part) = self.backend.locate(key).inspect_err(|e| {
             self.open_errors.count(e.kind);
         })?;
         if info.size.div_ceil(self.block_size()) > 1 << BLOCK_INDEX_BITS {
@@ -694,6 +811,7 @@ impl<B: Backend> FileCache<B> {
         let mut objects = lock(&self.objects);
         if let Some(known) = objects.numbers.get_mut(key)
             && known.object.info == info
+            && known.object.part == part
         {
             known.checked = known.checked.max(checked);
             return Ok(known.object);
@@ -705,6 +823,7 @@ impl<B: Backend> FileCache<B> {
         }
         let object = Object {
             number: objects.next,
+            part,
             info,
         };
         objects.next += 1;
@@ -773,7 +892,7 @@ impl<B: Backend> FileCache<B> {
             prefetch.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let access = shard.access(cache_key, object.number, index, self.block_size);
+        let access = shard.access(cache_key, object, index, self.block_size);
         let flight = Flight::new(true);
         if !shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight))) {
             return;
@@ -781,6 +900,7 @@ impl<B: Backend> FileCache<B> {
         prefetch.in_flight.fetch_add(1, Ordering::AcqRel);
         let job = Job {
             key: key.into(),
+            part: object.part,
             cache_key,
             offset,
             len,
@@ -827,7 +947,7 @@ impl<B: Backend> FileCache<B> {
         };
         let cell = &self.shards[(spread.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize];
         let mut shard = lock(&cell.shard);
-        let access = shard.access(cache_key, object.number, index, self.block_size);
+        let access = shard.access(cache_key, object, index, self.block_size);
         match shard.map.get(&cache_key) {
             Some(Slot::Ready(block)) => {
                 let block = block.clone();
@@ -885,7 +1005,7 @@ impl<B: Backend> FileCache<B> {
                     if let Some(Slot::Ready(resident)) = shard.map.get(&cache_key)
                         && resident.same_buffer(block)
                     {
-                        let access = shard.access(cache_key, object.number, index, self.block_size);
+                        let access = shard.access(cache_key, object, index, self.block_size);
                         shard.policy.lookup(&access);
                     }
                     drop(shard);
@@ -907,10 +1027,15 @@ impl<B: Backend> FileCache<B> {
             .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
         drop(shard);
         let mut bytes = vec![0u8; len];
-        let result = self
-            .backend
-            .read_at(key, offset, &mut bytes)
-            .map(|()| BlockRef::shared(Arc::new(bytes)));
+        let result = timed_read(
+            &*self.backend,
+            &self.costs,
+            object.part,
+            key,
+            offset,
+            &mut bytes,
+        )
+        .map(|()| BlockRef::shared(Arc::new(bytes)));
         let mut shard = lock(&cell.shard);
         if let Ok(block) = &result {
             shard.install(cache_key, &access, block);
@@ -973,15 +1098,15 @@ impl<B: Backend> FileCache<B> {
 
 impl Shard {
     #[inline]
-    fn access(&mut self, key: u64, object: u64, block: u64, size: u32) -> Access {
+    fn access(&mut self, key: u64, object: &Object, block: u64, size: u32) -> Access {
         self.clock += 1;
         Access {
             key,
             size,
             op: Op::Read,
-            object,
+            object: object.number,
             block,
-            group: 0,
+            group: object.part,
             time: self.clock,
             clock: 0,
             next: NEVER,

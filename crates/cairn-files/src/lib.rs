@@ -22,7 +22,7 @@ pub mod s3;
 
 pub use backend::{
     Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
-    MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend,
+    MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend, UnionBackend,
 };
 pub use cache::{
     BackendErrorCounts, FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object,

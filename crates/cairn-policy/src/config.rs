@@ -277,6 +277,33 @@ impl PolicyConfig {
         )
     }
 
+    /// Builds the policy with the given capacity; `cost` reads its costs
+    /// from `table` (shared, updated at run time: [`CostEstimator`](crate::cost::CostEstimator)),
+    /// every other policy ignores it.
+    pub fn build_with_costs(
+        &self,
+        capacity: Capacity,
+        table: &std::sync::Arc<crate::cost::CostTable>,
+    ) -> Result<Box<dyn Policy>, ConfigError> {
+        match self {
+            Self::Cost(c) => Ok(Box::new(crate::cost::Cost::with_table(
+                capacity,
+                c,
+                std::sync::Arc::clone(table),
+            ))),
+            other => other.build(capacity),
+        }
+    }
+
+    /// The cost table for `groups` groups this policy starts from: `cost`'s
+    /// configured costs, else every group 1.
+    pub fn cost_table(&self, groups: usize) -> Result<crate::cost::CostTable, ConfigError> {
+        match self {
+            Self::Cost(c) => crate::cost::CostTable::for_config(groups, c),
+            _ => Ok(crate::cost::CostTable::new(groups)),
+        }
+    }
+
     /// Builds the policy with the given capacity.
     pub fn build(&self, capacity: Capacity) -> Result<Box<dyn Policy>, ConfigError> {
         Ok(match self {

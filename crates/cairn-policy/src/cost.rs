@@ -130,6 +130,140 @@ impl CostTable {
     }
 }
 
+impl CostTable {
+    /// A table of `groups` groups holding `config.costs` where they cover a
+    /// group (1 elsewhere); the costs are checked even past `groups`.
+    pub fn for_config(groups: usize, config: &CostConfig) -> Result<Self, ConfigError> {
+        Self::from_costs(&config.costs)?;
+        let table = Self::new(groups);
+        for (group, &cost) in config.costs.iter().enumerate().take(groups) {
+            table.set(group as u16, cost)?;
+        }
+        Ok(table)
+    }
+}
+
+/// Eviction costs learned online (papers/004's costs measured rather than
+/// configured): each group's miss service time, in nanoseconds per byte,
+/// smoothed by an exponentially weighted moving average; after each sample
+/// every measured group's cost in the [`CostTable`] becomes its average
+/// over the fastest measured group's (so the fastest costs 1). A group not
+/// measured yet keeps its cost. Lock-free: any thread records.
+///
+/// The block cache (`cairn-store`, group = device × 2 + random) and the file
+/// gateway (`cairn-files`, group = backend × 2) feed it the reads they time.
+#[derive(Debug)]
+pub struct CostEstimator {
+    /// Smoothed service time per byte, ns, as `f64` bits; 0 = not measured.
+    estimate_ns: Box<[AtomicU64]>,
+    reads: Box<[AtomicU64]>,
+    bytes: Box<[AtomicU64]>,
+    ns: Box<[AtomicU64]>,
+    table: Arc<CostTable>,
+    /// Weight of a new sample in the average; 0 disables estimation.
+    smoothing: f64,
+}
+
+/// One group's reads as a [`CostEstimator`] counted them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GroupReads {
+    /// Reads recorded.
+    pub reads: u64,
+    /// Bytes they read.
+    pub bytes: u64,
+    /// Nanoseconds they took.
+    pub ns: u64,
+    /// The smoothed estimate, ns per byte (0: not measured).
+    pub ns_per_byte: f64,
+}
+
+impl CostEstimator {
+    /// An estimator of `groups` groups writing costs into `table`; a new
+    /// sample weighs `smoothing` (in 0–1; 0 only counts).
+    pub fn new(groups: usize, table: Arc<CostTable>, smoothing: f64) -> Self {
+        let zeros = || (0..groups).map(|_| AtomicU64::new(0)).collect();
+        Self {
+            estimate_ns: zeros(),
+            reads: zeros(),
+            bytes: zeros(),
+            ns: zeros(),
+            table,
+            smoothing,
+        }
+    }
+
+    /// Number of groups it counts.
+    pub fn groups(&self) -> usize {
+        self.reads.len()
+    }
+
+    /// The table it writes.
+    pub fn table(&self) -> &Arc<CostTable> {
+        &self.table
+    }
+
+    /// Records a read for `group` of `bytes` bytes taking `ns`; `sample`:
+    /// whether it updates the estimate (a read whose time cannot be
+    /// attributed to the group only counts). A group past
+    /// [`groups`](Self::groups) is ignored.
+    pub fn record(&self, group: u16, bytes: u64, ns: u64, sample: bool) {
+        let g = usize::from(group);
+        let Some(estimate) = self.estimate_ns.get(g) else {
+            return;
+        };
+        self.reads[g].fetch_add(1, Ordering::Relaxed);
+        self.bytes[g].fetch_add(bytes, Ordering::Relaxed);
+        self.ns[g].fetch_add(ns, Ordering::Relaxed);
+        if self.smoothing <= 0.0 || !sample || bytes == 0 || ns == 0 {
+            return;
+        }
+        let sample = ns as f64 / bytes as f64;
+        let alpha = self.smoothing;
+        let _ = estimate.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            let old = f64::from_bits(bits);
+            let new = if old > 0.0 {
+                old + alpha * (sample - old)
+            } else {
+                sample
+            };
+            Some(new.to_bits())
+        });
+        self.publish();
+    }
+
+    /// Sets every measured group's cost to its estimate over the fastest's.
+    fn publish(&self) {
+        let estimates = self
+            .estimate_ns
+            .iter()
+            .map(|e| f64::from_bits(e.load(Ordering::Relaxed)));
+        let fastest = estimates.filter(|&e| e > 0.0).fold(f64::INFINITY, f64::min);
+        if !fastest.is_finite() {
+            return;
+        }
+        for (group, estimate) in self.estimate_ns.iter().enumerate() {
+            let estimate = f64::from_bits(estimate.load(Ordering::Relaxed));
+            if estimate > 0.0 && group < self.table.groups() {
+                // Finite and ≥ 1 by construction, so `set` cannot refuse it.
+                let _ = self.table.set(group as u16, estimate / fastest);
+            }
+        }
+    }
+
+    /// What `group` has recorded (zeros for a group past the end).
+    pub fn snapshot(&self, group: usize) -> GroupReads {
+        if group >= self.groups() {
+            return GroupReads::default();
+        }
+        GroupReads {
+            reads: self.reads[group].load(Ordering::Relaxed),
+            bytes: self.bytes[group].load(Ordering::Relaxed),
+            ns: self.ns[group].load(Ordering::Relaxed),
+            ns_per_byte: f64::from_bits(self.estimate_ns[group].load(Ordering::Relaxed)),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: u64,
@@ -299,6 +433,48 @@ mod tests {
     use super::*;
     use crate::testing::{self, Reference};
     use proptest::prelude::*;
+
+    #[test]
+    fn the_estimator_normalises_to_the_fastest_and_ignores_unknown_groups() {
+        let table = Arc::new(CostTable::new(2));
+        let estimator = CostEstimator::new(2, Arc::clone(&table), 0.5);
+        estimator.record(1, 100, 1000, true);
+        assert!(
+            (table.get(1) - 1.0).abs() < 1e-12,
+            "the only measured group is the fastest"
+        );
+        estimator.record(0, 100, 100, true);
+        assert!((table.get(1) - 10.0).abs() < 1e-12, "{}", table.get(1));
+        // Half way to the new sample: (10 + 30) / 2 = 20 ns a byte.
+        estimator.record(1, 100, 3000, true);
+        assert!((table.get(1) - 20.0).abs() < 1e-12, "{}", table.get(1));
+        estimator.record(1, 100, 1_000_000, false);
+        assert!((table.get(1) - 20.0).abs() < 1e-12, "not a sample");
+        estimator.record(9, 100, 1, true);
+        assert_eq!(estimator.snapshot(9), GroupReads::default());
+        let one = estimator.snapshot(1);
+        assert_eq!((one.reads, one.bytes, one.ns), (3, 300, 1_004_000));
+        assert!((one.ns_per_byte - 20.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_cost_table_for_a_config_takes_its_costs_and_checks_them() {
+        let config = CostConfig {
+            costs: vec![1.0, 3.0, 5.0],
+            ..CostConfig::default()
+        };
+        let table = CostTable::for_config(2, &config).expect("valid");
+        assert_eq!(table.groups(), 2);
+        assert!((table.get(1) - 3.0).abs() < 1e-12 && (table.get(2) - 1.0).abs() < 1e-12);
+        let bad = CostConfig {
+            costs: vec![1.0, 1.0, -1.0],
+            ..CostConfig::default()
+        };
+        assert!(
+            CostTable::for_config(2, &bad).is_err(),
+            "checked past the end"
+        );
+    }
 
     /// Naive eviction-cost model: one vector, the victim found by ranking
     /// every block (not only the queue tails).

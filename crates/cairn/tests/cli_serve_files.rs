@@ -164,6 +164,14 @@ fn serve_files_refuses_bad_flags_before_listening() {
         (vec!["--throttle", "fast"], "OP,BANDWIDTH"),
         (vec!["--throttle", "100us,0MB/s"], "the bandwidth > 0"),
         (
+            vec!["--throttle", "none", "--throttle", "2ms,1MB/s"],
+            "--throttle given 2 times for 1 --files",
+        ),
+        (
+            vec!["--files", "http://127.0.0.1:9/b", "--throttle", "2ms,1MB/s"],
+            "not an origin URL",
+        ),
+        (
             vec!["--revalidate", "soon"],
             "--revalidate `soon`: unknown unit",
         ),
@@ -432,4 +440,104 @@ fn the_files_metrics_help_example_runs_as_printed() {
         "one GET, one miss, no hit: {text}"
     );
     terminate(server.take());
+}
+
+/// The value of the metric line starting `name{` in a Prometheus text.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn the_union_help_example_runs_as_printed_and_learns_the_slow_backends_cost() {
+    // The example's command spans two lines (`\`-continued).
+    let help = common::examples::text(&cairn().args(["serve", "--help"]).output().unwrap().stdout);
+    let lines: Vec<&str> = help.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("cairn serve --files") && l.matches("--files").count() > 1)
+        .expect("an example of a union of --files");
+    let serve_line = &format!(
+        "{} {}",
+        lines[at].strip_suffix('\\').expect("continued"),
+        lines[at + 1]
+    );
+    let curl_line = lines[at + 2];
+    assert!(curl_line.starts_with("curl "), "{curl_line}");
+    let metrics_port = serve_line.rsplit(':').next().unwrap();
+    for port in ["8081", metrics_port] {
+        if std::net::TcpListener::bind(format!("127.0.0.1:{port}")).is_err() {
+            eprintln!("SKIPPED: port {port} of the example is in use here");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["local", "remote"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    std::fs::write(dir.path().join("local/both.bin"), [1u8; 5000]).unwrap();
+    std::fs::write(dir.path().join("remote/both.bin"), [2u8; 7000]).unwrap();
+    std::fs::write(dir.path().join("remote/far.bin"), vec![3u8; 300_000]).unwrap();
+    std::fs::write(dir.path().join("local/near.bin"), vec![4u8; 300_000]).unwrap();
+    let args: Vec<&str> = serve_line.split_whitespace().skip(1).collect();
+    let child = cairn()
+        .current_dir(dir.path())
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut server = Server(Some(child));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect("127.0.0.1:8081").is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{serve_line}: never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gateway = "127.0.0.1:8081";
+    // The first --files shadows the second.
+    let answer = get(gateway, "/media/both.bin", "");
+    let (head, body) = split(&answer);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, [1u8; 5000]);
+    for (key, byte) in [("far.bin", 3u8), ("near.bin", 4u8)] {
+        let answer = get(gateway, &format!("/media/{key}"), "");
+        let (head, body) = split(&answer);
+        assert!(head.starts_with("HTTP/1.1 200"), "{key}: {head}");
+        assert!(
+            body.len() == 300_000 && body.iter().all(|&b| b == byte),
+            "{key}"
+        );
+    }
+    let (head, _) = split(&get(gateway, "/media/nowhere.bin", ""));
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    let listing = get(gateway, "/media?list-type=2", "");
+    let listing = String::from_utf8_lossy(split(&listing).1).into_owned();
+    for key in ["both.bin", "far.bin", "near.bin"] {
+        assert_eq!(
+            listing.matches(&format!("<Key>{key}</Key>")).count(),
+            1,
+            "{listing}"
+        );
+    }
+    assert!(
+        listing.contains("<Size>5000</Size>"),
+        "local's both.bin: {listing}"
+    );
+    let out = common::examples::bash(curl_line, dir.path());
+    let text = common::examples::text(&out.stdout);
+    assert!(out.status.success(), "{curl_line}: {text}");
+    terminate(server.take());
+    let local = metric_value(&text, "cairn_files_backend0_cost").expect(&text);
+    let remote = metric_value(&text, "cairn_files_backend1_cost").expect(&text);
+    eprintln!("learned costs: local {local}, remote {remote}");
+    // ./remote: 20 ms a read at 10 MiB/s, ./local a page-cached file.
+    assert!(
+        (local - 1.0).abs() < 1e-9 && remote > 5.0,
+        "local {local}, remote {remote}: {text}"
+    );
 }

@@ -5,7 +5,9 @@
 //! ([`MemoryBackend`], for tests), an HTTP origin ([`HttpBackend`]: another
 //! gateway, an S3-compatible store path-style, or a plain web server), and
 //! [`StripedBackend`], one object striped round robin over several of them
-//! (papers/001's I/O servers).
+//! (papers/001's I/O servers), and [`UnionBackend`], several of them in
+//! order (a local directory before a remote bucket), each object from the
+//! first that has it.
 //!
 //! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
 //! with errors as values that say what the gateway should tell the client:
@@ -17,12 +19,14 @@ mod http;
 mod memory;
 pub mod striped;
 mod throttled;
+mod union;
 
 pub use dir::DirBackend;
 pub use http::{HttpBackend, HttpBackendConfig};
 pub use memory::MemoryBackend;
 pub use striped::{StripedBackend, stripe_file};
 pub use throttled::ThrottledBackend;
+pub use union::{UNION_MAX, UnionBackend};
 
 use std::time::SystemTime;
 
@@ -108,6 +112,39 @@ pub trait Backend: Send + Sync {
         max: usize,
         out: &mut Vec<ListEntry>,
     ) -> Result<bool, BackendError>;
+
+    /// How many backends this one is made of whose reads the cache times
+    /// apart, each its own cost group ([`UnionBackend`]'s members); 1
+    /// otherwise.
+    fn parts(&self) -> u16 {
+        1
+    }
+
+    /// [`stat`](Self::stat), and which part (`< parts()`) holds the object.
+    fn locate(&self, key: &str) -> Result<(ObjectInfo, u16), BackendError> {
+        self.stat(key).map(|info| (info, 0))
+    }
+
+    /// [`read_at`](Self::read_at) from part `part`, as [`locate`](Self::locate)
+    /// named it.
+    fn read_part(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let _ = part;
+        self.read_at(key, offset, buf)
+    }
+
+    /// Part `part`'s busy clock, nanoseconds of modelled service time (a
+    /// [`ThrottledBackend`]'s), if it keeps one; the cache then times its
+    /// reads by it rather than by the wall clock.
+    fn busy_ns(&self, part: u16) -> Option<u64> {
+        let _ = part;
+        None
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
@@ -125,6 +162,24 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         out: &mut Vec<ListEntry>,
     ) -> Result<bool, BackendError> {
         (**self).list(prefix, after, max, out)
+    }
+    fn parts(&self) -> u16 {
+        (**self).parts()
+    }
+    fn locate(&self, key: &str) -> Result<(ObjectInfo, u16), BackendError> {
+        (**self).locate(key)
+    }
+    fn read_part(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), BackendError> {
+        (**self).read_part(part, key, offset, buf)
+    }
+    fn busy_ns(&self, part: u16) -> Option<u64> {
+        (**self).busy_ns(part)
     }
 }
 

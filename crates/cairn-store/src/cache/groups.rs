@@ -13,10 +13,9 @@
 //! the cache's per-call overhead and of scheduling noise), else the wall time
 //! of the read (then a read spanning several devices updates no estimate: its
 //! time cannot be split between them). Each sample, in nanoseconds per byte,
-//! updates an exponentially weighted moving average for its group, and after
-//! each update every measured group's cost becomes its average over the
-//! fastest group's (so the fastest costs 1). A group not measured yet keeps
-//! cost 1.
+//! goes to `cairn_policy::cost::CostEstimator` (an exponentially weighted
+//! moving average per group, costs normalised to the fastest group's; the
+//! file gateway feeds the same estimator).
 //!
 //! A device clock counts every operation on the device, so when several
 //! threads read one device at once a read's delta includes the overlapping
@@ -26,9 +25,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_policy::cost::CostTable;
+use cairn_policy::cost::{CostEstimator, CostTable};
 
-use super::sync::{AtomicU64, Ordering};
 use crate::device::{ConcatDevice, Device, StripedDevice};
 
 /// Which device of a volume holds a byte. Given to the cache so it can put
@@ -98,20 +96,13 @@ pub(crate) struct Share {
     clock: Option<u64>,
 }
 
-/// Per-group miss accounting and the online cost estimate.
+/// Per-group miss accounting and the online cost estimate
+/// ([`CostEstimator`], shared with the file gateway).
 pub(crate) struct GroupTracker {
     pub(crate) placement: Arc<dyn Placement>,
-    groups: usize,
     /// Bytes per block (to report the estimate per block).
     block_size: u64,
-    /// Smoothed service time per byte, ns, as `f64` bits; 0 = not measured.
-    estimate_ns: Box<[AtomicU64]>,
-    device_reads: Box<[AtomicU64]>,
-    read_bytes: Box<[AtomicU64]>,
-    read_ns: Box<[AtomicU64]>,
-    table: Arc<CostTable>,
-    /// Weight of a new sample in the average; 0 disables online estimation.
-    smoothing: f64,
+    estimator: CostEstimator,
 }
 
 impl GroupTracker {
@@ -122,26 +113,19 @@ impl GroupTracker {
         block_size: u64,
     ) -> Self {
         let groups = usize::from(placement.devices().max(1)) * 2;
-        let zeros = || (0..groups).map(|_| AtomicU64::new(0)).collect();
         Self {
             placement,
-            groups,
             block_size,
-            estimate_ns: zeros(),
-            device_reads: zeros(),
-            read_bytes: zeros(),
-            read_ns: zeros(),
-            table,
-            smoothing,
+            estimator: CostEstimator::new(groups, table, smoothing),
         }
     }
 
     pub(crate) fn groups(&self) -> usize {
-        self.groups
+        self.estimator.groups()
     }
 
     pub(crate) fn table(&self) -> &Arc<CostTable> {
-        &self.table
+        self.estimator.table()
     }
 
     /// The device holding byte `offset`.
@@ -196,55 +180,18 @@ impl GroupTracker {
     /// Records one device's part of a device read for `group`: `bytes`
     /// bytes in `ns`; `sample`: whether it updates the estimate.
     pub(crate) fn record(&self, group: u16, bytes: u64, ns: u64, sample: bool) {
-        let g = usize::from(group);
-        self.device_reads[g].fetch_add(1, Ordering::Relaxed);
-        self.read_bytes[g].fetch_add(bytes, Ordering::Relaxed);
-        self.read_ns[g].fetch_add(ns, Ordering::Relaxed);
-        if self.smoothing <= 0.0 || !sample || bytes == 0 || ns == 0 {
-            return;
-        }
-        let sample = ns as f64 / bytes as f64;
-        let alpha = self.smoothing;
-        let _ = self.estimate_ns[g].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-            let old = f64::from_bits(bits);
-            let new = if old > 0.0 {
-                old + alpha * (sample - old)
-            } else {
-                sample
-            };
-            Some(new.to_bits())
-        });
-        self.publish();
-    }
-
-    /// Sets every measured group's cost to its estimate over the fastest's.
-    fn publish(&self) {
-        let estimates = self
-            .estimate_ns
-            .iter()
-            .map(|e| f64::from_bits(e.load(Ordering::Relaxed)));
-        let fastest = estimates.filter(|&e| e > 0.0).fold(f64::INFINITY, f64::min);
-        if !fastest.is_finite() {
-            return;
-        }
-        for (group, estimate) in self.estimate_ns.iter().enumerate() {
-            let estimate = f64::from_bits(estimate.load(Ordering::Relaxed));
-            if estimate > 0.0 && group < self.table.groups() {
-                // Finite and ≥ 1 by construction, so `set` cannot refuse it.
-                let _ = self.table.set(group as u16, estimate / fastest);
-            }
-        }
+        self.estimator.record(group, bytes, ns, sample);
     }
 
     /// `(device reads, bytes read, total read ns, smoothed ns per block)` of
     /// `group`.
     pub(crate) fn snapshot(&self, group: usize) -> (u64, u64, u64, f64) {
+        let reads = self.estimator.snapshot(group);
         (
-            self.device_reads[group].load(Ordering::Relaxed),
-            self.read_bytes[group].load(Ordering::Relaxed),
-            self.read_ns[group].load(Ordering::Relaxed),
-            f64::from_bits(self.estimate_ns[group].load(Ordering::Relaxed))
-                * self.block_size as f64,
+            reads.reads,
+            reads.bytes,
+            reads.ns,
+            reads.ns_per_byte * self.block_size as f64,
         )
     }
 }
@@ -252,6 +199,7 @@ impl GroupTracker {
 #[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     #[test]
     fn costs_are_normalised_to_the_fastest_measured_group() {

@@ -68,8 +68,8 @@ pub use groups::{Placement, SingleDevice, group_of};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cairn_policy::cost::{Cost, CostTable};
-use cairn_policy::{PolicyConfig, Prefetcher};
+use cairn_policy::Prefetcher;
+use cairn_policy::cost::CostTable;
 
 use crate::device::{Device, DeviceError, DeviceOp, check_range};
 use groups::GroupTracker;
@@ -223,22 +223,11 @@ impl<D: Device> BlockCache<D> {
         let per_shard_blocks = config.capacity_bytes / block / shards as u64;
         let per_shard = cairn_policy::Capacity::Bytes(per_shard_blocks * block);
         let groups_count = usize::from(config.placement.devices()) * 2;
-        let table = Arc::new(CostTable::new(groups_count));
-        if let PolicyConfig::Cost(cost) = &config.policy {
-            CostTable::from_costs(&cost.costs)?;
-            for (group, &c) in cost.costs.iter().enumerate().take(groups_count) {
-                table.set(group as u16, c)?;
-            }
-        }
+        let table = Arc::new(config.policy.cost_table(groups_count)?);
         let mut built = Vec::with_capacity(shards);
         let mut policy_name = "";
         for _ in 0..shards {
-            let policy: Box<dyn cairn_policy::Policy> = match &config.policy {
-                PolicyConfig::Cost(cost) => {
-                    Box::new(Cost::with_table(per_shard, cost, Arc::clone(&table)))
-                }
-                other => other.build(per_shard)?,
-            };
+            let policy = config.policy.build_with_costs(per_shard, &table)?;
             policy_name = policy.name();
             built.push(Padded(Mutex::new(Shard::new(
                 policy,

@@ -80,8 +80,10 @@ tcp:127.0.0.1:8080), at most --connections-max connections (default 256; more
 are answered 503). --metrics serves its counters as for volumes (below), named
 cairn_files_* with the label export: requests by method and status class,
 block hits, misses and coalesced waits, backend errors by kind, bytes from the
-cache and from the backend, resident blocks and bytes, connections, and with
-dual its preface size and active files; --control PATH (none by default) lets
+cache and from the backend, resident blocks and bytes, connections, with
+dual its preface size and active files, and with several --files (a union:
+each object from the first that has it) each one's reads and learned cost
+(cairn_files_backend<N>_cost, papers/004, what --policy cost ranks by); --control PATH (none by default) lets
 `cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
@@ -184,6 +186,11 @@ Examples:
   cairn serve --files ./videos --export media --metrics tcp:127.0.0.1:9101
   curl -s http://127.0.0.1:9101/metrics | grep cairn_files_hits_total
       The same with Prometheus metrics: block hits, misses, bytes, requests by status.
+  cairn serve --files ./local --files ./remote --throttle none --throttle 20ms,10MiB/s \\
+      --policy cost --export media --listen tcp:127.0.0.1:8081 --metrics tcp:127.0.0.1:9102
+  curl -s http://127.0.0.1:9102/metrics | grep _cost
+      A union: ./local first, then ./remote slowed as a remote bucket; each one's learned
+      cost (1 for the fastest) is what --policy cost keeps blocks by.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -229,12 +236,16 @@ pub struct ServeArgs {
     /// --export's name, the address --listen tcp:HOST:PORT (default
     /// tcp:127.0.0.1:8080). DIR1,DIR2,...: objects striped round robin over
     /// the directories in stripes of --block-size (docs/files.md's layout).
+    /// Repeated (--files A --files B): a union, each object from the first
+    /// that has it, listings merged; each one's reads are timed and its cost
+    /// learned online, which --policy cost uses to keep the slow one's blocks.
     #[arg(
         long,
         value_name = "DIR|URL",
+        action = clap::ArgAction::Append,
         conflicts_with_all = ["config", "memory", "file", "stdio", "tls", "read_only"]
     )]
-    files: Option<PathBuf>,
+    files: Vec<PathBuf>,
 
     /// With --files: the cache's block size, a power of two from 256KiB to
     /// 4MiB. Default 1MiB.
@@ -259,8 +270,15 @@ pub struct ServeArgs {
     /// With --files: slow every directory (each striped one on its own) to a
     /// cost per read plus its length at a bandwidth, one read at a time, as a
     /// disk or a remote server: OP,BANDWIDTH, e.g. 8ms,12MiB/s or 500us,1GiB/s.
-    #[arg(long, value_name = "OP,BANDWIDTH", requires = "files")]
-    throttle: Option<String>,
+    /// With several --files: once for all of them, or once for each in
+    /// order, `none` for one not slowed.
+    #[arg(
+        long,
+        value_name = "OP,BANDWIDTH",
+        requires = "files",
+        action = clap::ArgAction::Append
+    )]
+    throttle: Vec<String>,
 
     /// With --files: how long what the backend said of an object (its size
     /// and version) is trusted before a request asks again, e.g. 0s, 500ms,
@@ -373,7 +391,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         print(DEFAULT_SPEC);
         return Ok(());
     }
-    if let Some(dir) = &args.files {
+    if !args.files.is_empty() {
         let size = |flag: &str, text: &Option<String>| {
             text.as_deref()
                 .map(parse_size)
@@ -381,14 +399,14 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                 .context(flag.to_owned())
         };
         return files::run(&files::FilesArgs {
-            dir,
+            dirs: &args.files,
             listen: args.listen.as_ref(),
             export: &args.export,
             block_size: size("--block-size", &args.block_size)?,
             cache_size: size("--cache-size", &args.cache_size)?,
             policy: args.policy.as_deref(),
             connections_max: args.connections_max,
-            throttle: args.throttle.as_deref(),
+            throttles: &args.throttle,
             revalidate: args.revalidate.as_deref(),
             prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
             metrics: args.metrics.as_deref(),

@@ -17,7 +17,7 @@ use cairn_control::{
 use cairn_files::http::{GatewayCounters, METHODS, STATUS_CLASSES};
 use cairn_files::{
     Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
-    HttpBackendConfig, StripedBackend, ThrottledBackend,
+    HttpBackendConfig, StripedBackend, ThrottledBackend, UnionBackend,
 };
 use cairn_nbd::ListenAddress;
 use cairn_objects::S3Config;
@@ -36,8 +36,9 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// `cairn serve`'s flags that --files reads, sizes parsed.
 pub(super) struct FilesArgs<'a> {
-    /// --files: a directory, or several separated by commas (striped).
-    pub dir: &'a Path,
+    /// --files, each: a directory, several separated by commas (striped),
+    /// or a URL; several --files are a union, first first.
+    pub dirs: &'a [std::path::PathBuf],
     /// --listen.
     pub listen: Option<&'a ListenAddress>,
     /// --export: the bucket.
@@ -50,8 +51,9 @@ pub(super) struct FilesArgs<'a> {
     pub policy: Option<&'a str>,
     /// --connections-max.
     pub connections_max: Option<usize>,
-    /// --throttle: latency in µs, rate in MB/s.
-    pub throttle: Option<&'a str>,
+    /// --throttle, each: OP,BANDWIDTH or none; one for every --files, or
+    /// one for all.
+    pub throttles: &'a [String],
     /// --revalidate.
     pub revalidate: Option<&'a str>,
     /// --prefetch-stripes: readahead of this many stripes (0: none).
@@ -110,9 +112,13 @@ fn s3_origin(bucket: &str) -> Result<S3Config> {
 /// (`cairn bench files`'s syntax, e.g. `2ms,200MiB/s`) if given.
 fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
     let text = files.to_string_lossy();
+    let throttle = match throttle {
+        Some(text) => parse_throttle(text).context("--throttle")?,
+        None => None,
+    };
     if text.contains("://") {
         if throttle.is_some() {
-            bail!("--throttle slows directories, not an origin URL");
+            bail!("--throttle slows directories, not an origin URL (give it `none`)");
         }
         let backend = match text.strip_prefix("s3://") {
             // aws-cli's variable for a private CA, before SSL_CERT_FILE.
@@ -130,10 +136,6 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
         .map_err(|e| anyhow::anyhow!("--files {e}"))?;
         return Ok(Arc::new(backend));
     }
-    let throttle = match throttle {
-        Some(text) => parse_throttle(text).context("--throttle")?,
-        None => None,
-    };
     let open = |path: &Path| -> Result<Arc<dyn Backend>> {
         let dir = DirBackend::open(path).with_context(|| format!("--files {}", path.display()))?;
         Ok(match throttle {
@@ -153,9 +155,43 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
     ))
 }
 
-/// Serves `args.dir` until SIGINT or SIGTERM.
+/// The backend of every --files, in order, each with its --throttle: one
+/// is itself, several a union (papers/004: each member its own cost group).
+fn union(dirs: &[std::path::PathBuf], throttles: &[String], unit: u64) -> Result<Arc<dyn Backend>> {
+    if throttles.len() > 1 && throttles.len() != dirs.len() {
+        bail!(
+            "--throttle given {} times for {} --files: give one for all, or one for each \
+             (`none` for one not slowed)",
+            throttles.len(),
+            dirs.len()
+        );
+    }
+    let throttle = |i: usize| throttles.get(if throttles.len() == 1 { 0 } else { i });
+    if let [dir] = dirs {
+        return backend(dir, throttle(0).map(String::as_str), unit);
+    }
+    let members = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| backend(dir, throttle(i).map(String::as_str), unit))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(
+        UnionBackend::new(members).map_err(|e| anyhow::anyhow!("--files: {e}"))?,
+    ))
+}
+
+/// Serves `args.dirs` until SIGINT or SIGTERM.
 pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
-    let dir = args.dir;
+    let shown = args
+        .dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let any_origin = args
+        .dirs
+        .iter()
+        .any(|d| d.to_string_lossy().contains("://"));
     let address = match args.listen {
         None => DEFAULT_LISTEN.to_owned(),
         Some(ListenAddress::Tcp(address)) => address.clone(),
@@ -175,15 +211,23 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         Some(text) => std::time::Duration::from_micros(
             parse_duration_us(text).map_err(|e| anyhow::anyhow!("--revalidate {e}"))?,
         ),
-        None if dir.to_string_lossy().contains("://") => ORIGIN_REVALIDATE,
+        None if any_origin => ORIGIN_REVALIDATE,
         None => std::time::Duration::ZERO,
     };
-    let text = dir.to_string_lossy();
-    let servers = if text.contains("://") {
-        1
-    } else {
-        text.split(',').count() as u64
-    };
+    // The most striped directories of any --files.
+    let servers = args
+        .dirs
+        .iter()
+        .map(|dir| {
+            let text = dir.to_string_lossy();
+            if text.contains("://") {
+                1
+            } else {
+                text.split(',').count() as u64
+            }
+        })
+        .max()
+        .unwrap_or(1);
     cache_config.prefetch_window_blocks = args.prefetch_stripes.saturating_mul(servers);
     let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
@@ -192,7 +236,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = backend(dir, args.throttle, cache_config.block_size_bytes)?;
+    let backend = union(args.dirs, args.throttles, cache_config.block_size_bytes)?;
     let cache = Arc::new(
         FileCache::new(backend, &cache_config)
             .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
@@ -210,13 +254,13 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         tracing::warn!(
             "serving {} on tcp:{bound}, not a loopback address: the gateway has no authentication, \
              whoever reaches it reads every file under the directory",
-            dir.display()
+            shown
         );
     }
     tracing::info!(
         "serving the files under {} as bucket {:?} at http://{bound}/{}/ \
          ({} blocks of {} bytes, {} shards, policy {}, readahead {} blocks)",
-        dir.display(),
+        shown,
         args.export,
         args.export,
         cache.capacity_bytes() / cache.block_size(),
@@ -231,9 +275,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         let _ = writeln!(
             stdout,
             "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)",
-            dir.display(),
-            args.export,
-            args.export
+            shown, args.export, args.export
         );
         if let Some(socket) = &control_socket {
             let _ = writeln!(
@@ -285,6 +327,13 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     };
     control::run_beside(&beside, &served, || gateway.serve()).context("serving")?;
     let stats = cache.stats();
+    if cache.backend().parts() > 1 {
+        let costs: Vec<String> = cache.backend_costs().map(|c| format!("{c:.2}")).collect();
+        tracing::info!(
+            "learned backend costs, in --files order: {}",
+            costs.join(", ")
+        );
+    }
     tracing::info!(
         "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
          {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
@@ -349,7 +398,11 @@ impl Handler for ServedFiles<'_> {
                     timeout: errors.timeout,
                     other: errors.other,
                 },
-                cache: cache.metrics(),
+                cache: {
+                    let mut metrics = cache.metrics();
+                    self.cache.backend_metrics(&mut metrics);
+                    metrics
+                },
             }],
         }
     }
