@@ -52,6 +52,12 @@ pub const PREFETCH_WINDOW_MAX: u64 = 256;
 /// window of a reader's range of 16 blocks, each naming a few more).
 pub const PREFETCH_IN_FLIGHT_MIN: u64 = 64;
 
+/// Most servers (directories) an object may be striped over.
+pub const SERVERS_MAX: usize = 64;
+/// Most members of a union of backends (`--files A --files B`), each its
+/// own cost group.
+pub const UNION_MAX: usize = 16;
+
 const _: () = {
     assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
     assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_DEFAULT && BLOCK_SIZE_DEFAULT <= BLOCK_SIZE_MAX);
@@ -66,4 +72,6 @@ const _: () = {
     assert!(BLOCKS_PER_WRITE >= 1 && BLOCKS_PER_WRITE < 1024);
     assert!(LIST_KEYS_MAX <= LIST_SCAN_MAX);
     assert!(PREFETCH_WINDOW_MAX >= 1 && PREFETCH_IN_FLIGHT_MIN >= 1);
+    // A union member's index is its cost group, a u16.
+    assert!(SERVERS_MAX >= 1 && UNION_MAX >= 1 && UNION_MAX <= u16::MAX as usize);
 };

@@ -32,8 +32,7 @@ use std::time::SystemTime;
 
 use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo, check_key};
 
-/// Most servers an object may be striped over.
-pub const SERVERS_MAX: usize = 64;
+pub use crate::limits::SERVERS_MAX;
 
 /// An object striped over several backends. See the module docs.
 pub struct StripedBackend<B> {

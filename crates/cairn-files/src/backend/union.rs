@@ -18,8 +18,7 @@
 
 use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo};
 
-/// Most members of a union.
-pub const UNION_MAX: usize = 16;
+pub use crate::limits::UNION_MAX;
 
 /// Backends in order; each object from the first that has it. See the
 /// module docs.
