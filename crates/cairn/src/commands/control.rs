@@ -94,6 +94,55 @@ pub struct Beside<'a> {
     pub metrics: Option<&'a MetricsListener>,
 }
 
+impl Beside<'_> {
+    /// Logs where the metrics listener and the control socket answer,
+    /// warning when the metrics are reachable from other machines (whoever
+    /// reaches them sees `seen`: "every export's name and traffic").
+    pub fn log(&self, seen: &str) {
+        if let Some(metrics) = self.metrics {
+            let address = metrics.address();
+            if !address.ip().to_canonical().is_loopback() {
+                tracing::warn!(
+                    "metrics on {address}, not a loopback address (--metrics-public): whoever \
+                     reaches it sees {seen}"
+                );
+            }
+            tracing::info!(
+                "metrics at http://{address}/metrics, dashboard at http://{address}/ \
+                 (snapshot: /stats.json)"
+            );
+        }
+        if let Some(socket) = self.socket {
+            tracing::info!(
+                "control socket at {} (cairn stats --socket {0})",
+                socket.path().display()
+            );
+        }
+    }
+
+    /// The lines telling a user where to watch the server (`Statistics:`
+    /// and `Metrics:`, each ending in a newline); empty with neither.
+    pub fn how_to_watch(&self) -> String {
+        use std::fmt::Write as _;
+        let mut lines = String::new();
+        if let Some(socket) = self.socket {
+            let _ = writeln!(
+                lines,
+                "Statistics: cairn stats --socket {}",
+                socket.path().display()
+            );
+        }
+        if let Some(metrics) = self.metrics {
+            let address = metrics.address();
+            let _ = writeln!(
+                lines,
+                "Metrics: http://{address}/metrics (Prometheus); dashboard: http://{address}/"
+            );
+        }
+        lines
+    }
+}
+
 /// Runs `serve` while the control socket and the metrics listener (those
 /// there are) answer for `served`, each on a thread of its own; they stop
 /// when `serve` returns.

@@ -502,30 +502,12 @@ fn serve(
         .map(|address| MetricsListener::bind(address, args.metrics_public))
         .transpose()
         .context("--metrics")?;
-    if let Some(metrics) = &metrics {
-        let address = metrics.address();
-        if !address.ip().to_canonical().is_loopback() {
-            tracing::warn!(
-                "metrics on {address}, not a loopback address (--metrics-public): whoever                  reaches it sees every export's name and traffic"
-            );
-        }
-        tracing::info!(
-            "metrics at http://{address}/metrics, dashboard at http://{address}/ \
-             (snapshot: /stats.json)"
-        );
-    }
     handle_signals(server.clone(), reload)?;
     let default_control = control::default_path(volume.data_dir());
     let control_socket = control::bind(
         args.control.as_deref(),
         (!args.stdio && !args.no_control).then_some(default_control.as_path()),
     )?;
-    if let Some(socket) = &control_socket {
-        tracing::info!(
-            "control socket at {} (cairn stats --socket {0})",
-            socket.path().display()
-        );
-    }
     let served = control::Served {
         server: &server,
         volume,
@@ -535,6 +517,7 @@ fn serve(
         socket: control_socket.as_ref(),
         metrics: metrics.as_ref(),
     };
+    beside.log("every export's name and traffic");
     if args.stdio {
         control::run_beside(&beside, &served, || server.serve_stdio())?;
         return Ok(());
@@ -560,18 +543,7 @@ fn serve(
     }
     if show {
         print(&how_to_connect(&uri, tls.mode != TlsMode::Off, volume));
-        if let Some(socket) = &control_socket {
-            print(&format!(
-                "Statistics: cairn stats --socket {}\n",
-                socket.path().display()
-            ));
-        }
-        if let Some(metrics) = &metrics {
-            let address = metrics.address();
-            print(&format!(
-                "Metrics: http://{address}/metrics (Prometheus); dashboard: http://{address}/\n"
-            ));
-        }
+        print(&beside.how_to_watch());
     }
     control::run_beside(&beside, &served, || server.serve(&listener))?;
     Ok(())

@@ -250,6 +250,10 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .transpose()
         .context("--metrics")?;
     let control_socket = control::bind(args.control, None)?;
+    let beside = control::Beside {
+        socket: control_socket.as_ref(),
+        metrics: metrics.as_ref(),
+    };
     if !bound.ip().to_canonical().is_loopback() {
         tracing::warn!(
             "serving {} on tcp:{bound}, not a loopback address: the gateway has no authentication, \
@@ -277,38 +281,10 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
             "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)",
             shown, args.export, args.export
         );
-        if let Some(socket) = &control_socket {
-            let _ = writeln!(
-                stdout,
-                "Statistics: cairn stats --socket {}",
-                socket.path().display()
-            );
-        }
-        if let Some(metrics) = &metrics {
-            let address = metrics.address();
-            let _ = writeln!(
-                stdout,
-                "Metrics: http://{address}/metrics (Prometheus); dashboard: http://{address}/"
-            );
-        }
+        let _ = write!(stdout, "{}", beside.how_to_watch());
         let _ = stdout.flush();
     }
-    if let Some(metrics) = &metrics {
-        let address = metrics.address();
-        if !address.ip().to_canonical().is_loopback() {
-            tracing::warn!(
-                "metrics on {address}, not a loopback address (--metrics-public): whoever \
-                 reaches it sees the export's name and traffic"
-            );
-        }
-        tracing::info!("metrics at http://{address}/metrics");
-    }
-    if let Some(socket) = &control_socket {
-        tracing::info!(
-            "control socket at {} (cairn stats --socket {0})",
-            socket.path().display()
-        );
-    }
+    beside.log("the export's name and traffic");
     let stop = gateway.stop_flag();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -320,10 +296,6 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         counters: &counters,
         name: args.export,
         started: Instant::now(),
-    };
-    let beside = control::Beside {
-        socket: control_socket.as_ref(),
-        metrics: metrics.as_ref(),
     };
     control::run_beside(&beside, &served, || gateway.serve()).context("serving")?;
     let stats = cache.stats();
