@@ -657,9 +657,7 @@ fn prefetch_thread<B: Backend>(
     loop {
         let job = lock(jobs).recv();
         let Ok(job) = job else { return };
-        let mut bytes = vec![0u8; job.len];
-        let result = timed_read(backend, costs, job.part, &job.key, job.offset, &mut bytes)
-            .map(|()| BlockRef::shared(Arc::new(bytes)));
+        let result = read_block(backend, costs, job.part, &job.key, job.offset, job.len);
         let cell = &shards[job.cell];
         let mut shard = lock(&cell.shard);
         let ours = matches!(shard.map.get(&job.cache_key),
@@ -693,20 +691,22 @@ fn prefetch_thread<B: Backend>(
     }
 }
 
-/// Reads `buf.len()` bytes of `key` at `offset` from `part` of `backend`
-/// and, if the read succeeds, records its time for `part`'s cost group: the
-/// part's busy clock's advance if it keeps one, else the wall time.
-fn timed_read<B: Backend>(
+/// A block's `len` bytes of `key` at `offset`, read from `part` of
+/// `backend` into a buffer of its own; a successful read's time is recorded
+/// for `part`'s cost group: the part's busy clock's advance if it keeps
+/// one, else the wall time.
+fn read_block<B: Backend>(
     backend: &B,
     costs: &CostEstimator,
     part: u16,
     key: &str,
     offset: u64,
-    buf: &mut [u8],
-) -> Result<(), BackendError> {
+    len: usize,
+) -> Result<BlockRef, BackendError> {
+    let mut buf = vec![0u8; len];
     let clock = backend.busy_ns(part);
     let start = Instant::now();
-    backend.read_part(part, key, offset, buf)?;
+    backend.read_part(part, key, offset, &mut buf)?;
     let ns = match clock {
         Some(before) => backend
             .busy_ns(part)
@@ -714,8 +714,8 @@ fn timed_read<B: Backend>(
             .saturating_sub(before),
         None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
     };
-    costs.record(part, buf.len() as u64, ns, true);
-    Ok(())
+    costs.record(part, len as u64, ns, true);
+    Ok(BlockRef::shared(Arc::new(buf)))
 }
 
 impl<B: Backend> FileCache<B> {
@@ -940,34 +940,28 @@ impl<B: Backend> FileCache<B> {
         }
         let len = (object.info.size - offset).min(self.block_size()) as usize;
         let cache_key = (object.number << BLOCK_INDEX_BITS) | index;
-        let spread = if self.by_object {
-            object.number
-        } else {
-            cache_key
-        };
-        let cell = &self.shards[(spread.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize];
+        let cell = &self.shards[self.cell_index(cache_key, object.number)];
         let mut shard = lock(&cell.shard);
         let access = shard.access(cache_key, object, index, self.block_size);
-        match shard.map.get(&cache_key) {
-            Some(Slot::Ready(block)) => {
+        match shard.map.get_mut(&cache_key) {
+            Some(slot @ (Slot::Ready(_) | Slot::Prefetched(_))) => {
+                // A read-ahead block's first demand access makes it an
+                // ordinary resident one.
+                let first_use = matches!(slot, Slot::Prefetched(_));
+                let (Slot::Ready(block) | Slot::Prefetched(block)) = slot else {
+                    unreachable!("matched above")
+                };
                 let block = block.clone();
+                if first_use {
+                    *slot = Slot::Ready(block.clone());
+                }
                 let resident = shard.policy.lookup(&access);
-                debug_assert!(resident, "a ready block is in the policy");
+                debug_assert!(resident, "a ready or read-ahead block is in the policy");
                 drop(shard);
                 cell.counters.hits.fetch_add(1, Ordering::Relaxed);
-                cell.counters
-                    .bytes_from_cache
-                    .fetch_add(len as u64, Ordering::Relaxed);
-                return Ok(block);
-            }
-            Some(Slot::Prefetched(block)) => {
-                let block = block.clone();
-                shard.map.insert(cache_key, Slot::Ready(block.clone()));
-                let resident = shard.policy.lookup(&access);
-                debug_assert!(resident, "a read-ahead block is in the policy");
-                drop(shard);
-                cell.counters.hits.fetch_add(1, Ordering::Relaxed);
-                cell.counters.prefetch_used.fetch_add(1, Ordering::Relaxed);
+                if first_use {
+                    cell.counters.prefetch_used.fetch_add(1, Ordering::Relaxed);
+                }
                 cell.counters
                     .bytes_from_cache
                     .fetch_add(len as u64, Ordering::Relaxed);
@@ -1026,16 +1020,7 @@ impl<B: Backend> FileCache<B> {
             .map
             .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
         drop(shard);
-        let mut bytes = vec![0u8; len];
-        let result = timed_read(
-            &*self.backend,
-            &self.costs,
-            object.part,
-            key,
-            offset,
-            &mut bytes,
-        )
-        .map(|()| BlockRef::shared(Arc::new(bytes)));
+        let result = read_block(&*self.backend, &self.costs, object.part, key, offset, len);
         let mut shard = lock(&cell.shard);
         if let Ok(block) = &result {
             shard.install(cache_key, &access, block);
