@@ -36,8 +36,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::path::PathBuf;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use cairn_objects::S3Config;
@@ -46,6 +46,9 @@ use rusty_s3::actions::S3Action;
 use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo, check_key};
 use crate::http::date::{from_unix_seconds, parse_http_date, parse_iso8601};
 use crate::limits::{HEADERS_MAX, LIST_KEYS_MAX, REQUEST_HEAD_MAX_BYTES};
+
+mod tls;
+use tls::{Conn, Tls, tls_config};
 
 /// How long a request's signature stays valid: it is made just before the
 /// request is sent, so this only has to cover clock skew and a slow answer.
@@ -77,90 +80,6 @@ impl Default for HttpBackendConfig {
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             ca_file: None,
-        }
-    }
-}
-
-/// Where the system keeps its CA bundle (Debian and derivatives; Fedora and
-/// RHEL; Alpine, macOS-like layouts).
-const SYSTEM_CA_FILES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
-
-/// What an `https` origin's connections are made with.
-struct Tls {
-    config: Arc<rustls::ClientConfig>,
-    name: rustls::pki_types::ServerName<'static>,
-}
-
-/// The roots of `ca_file`, `$SSL_CERT_FILE` or the system's bundle.
-fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let from_env = std::env::var_os("SSL_CERT_FILE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    let path = match ca_file.map(Path::to_path_buf).or(from_env) {
-        Some(path) => path,
-        None => SYSTEM_CA_FILES
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                format!(
-                    "https: no CA bundle at {} (install ca-certificates, or set SSL_CERT_FILE)",
-                    SYSTEM_CA_FILES.join(", ")
-                )
-            })?,
-    };
-    let certificates = CertificateDer::pem_file_iter(&path)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| format!("https: CA file {}: {e}", path.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    let (added, _) = roots.add_parsable_certificates(certificates);
-    if added == 0 {
-        return Err(format!(
-            "https: CA file {} holds no certificate",
-            path.display()
-        ));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("https: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
-
-/// A connection to the origin: TCP, or TLS over it.
-enum Conn {
-    Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
-}
-
-impl Read for Conn {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(stream) => stream.read(out),
-            Conn::Tls(stream) => stream.read(out),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(stream) => stream.write(bytes),
-            Conn::Tls(stream) => stream.write(bytes),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Plain(stream) => stream.flush(),
-            Conn::Tls(stream) => stream.flush(),
         }
     }
 }
@@ -430,19 +349,10 @@ impl HttpBackend {
                     stream.set_read_timeout(Some(self.config.io_timeout))?;
                     stream.set_write_timeout(Some(self.config.io_timeout))?;
                     stream.set_nodelay(true)?;
-                    let Some(tls) = &self.tls else {
-                        return Ok(Conn::Plain(stream));
+                    return match &self.tls {
+                        Some(tls) => tls.wrap(stream),
+                        None => Ok(Conn::Plain(stream)),
                     };
-                    let session =
-                        rustls::ClientConnection::new(Arc::clone(&tls.config), tls.name.clone())
-                            .map_err(io::Error::other)?;
-                    let mut stream = rustls::StreamOwned::new(session, stream);
-                    // The handshake now, so a certificate the origin cannot
-                    // prove fails here, as a connect error, not mid-request.
-                    while stream.conn.is_handshaking() {
-                        stream.conn.complete_io(&mut stream.sock)?;
-                    }
-                    return Ok(Conn::Tls(Box::new(stream)));
                 }
                 Err(e) => last = e,
             }
