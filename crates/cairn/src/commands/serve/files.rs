@@ -106,36 +106,67 @@ fn s3_origin(bucket: &str) -> Result<S3Config> {
     })
 }
 
-/// The backend --files names: an S3 bucket (`s3://BUCKET`), an origin URL
-/// (`http://HOST:PORT/BUCKET`, anything else with `://`), a directory, or directories separated by commas
-/// striped in stripes of `unit` bytes; directories throttled by `throttle`
-/// (`cairn bench files`'s syntax, e.g. `2ms,200MiB/s`) if given.
-fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
-    let text = files.to_string_lossy();
+/// What one --files names: an origin (an S3 bucket `s3://BUCKET`, or a URL
+/// `http://HOST:PORT/BUCKET`: anything with `://`), or the directories an
+/// object is striped over (one, or several separated by commas).
+enum Source {
+    Origin(String),
+    Dirs(Vec<PathBuf>),
+}
+
+impl Source {
+    fn of(files: &Path) -> Self {
+        let text = files.to_string_lossy();
+        if text.contains("://") {
+            Source::Origin(text.into_owned())
+        } else if text.contains(',') {
+            Source::Dirs(text.split(',').map(PathBuf::from).collect())
+        } else {
+            Source::Dirs(vec![files.to_path_buf()])
+        }
+    }
+
+    /// The servers a block's readahead window spans (papers/001): the
+    /// striped directories, or one origin.
+    fn servers(&self) -> u64 {
+        match self {
+            Source::Origin(_) => 1,
+            Source::Dirs(dirs) => dirs.len() as u64,
+        }
+    }
+}
+
+/// The backend of `source`: directories striped in stripes of `unit` bytes,
+/// throttled by `throttle` (`cairn bench files`'s syntax, e.g.
+/// `2ms,200MiB/s`) if given.
+fn backend(source: &Source, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
     let throttle = match throttle {
         Some(text) => parse_throttle(text).context("--throttle")?,
         None => None,
     };
-    if text.contains("://") {
-        if throttle.is_some() {
-            bail!("--throttle slows directories, not an origin URL (give it `none`)");
+    let dirs = match source {
+        Source::Dirs(dirs) => dirs,
+        Source::Origin(text) => {
+            if throttle.is_some() {
+                bail!("--throttle slows directories, not an origin URL (give it `none`)");
+            }
+            let backend = match text.strip_prefix("s3://") {
+                // aws-cli's variable for a private CA, before SSL_CERT_FILE.
+                Some(bucket) => HttpBackend::s3(
+                    &s3_origin(bucket)?,
+                    HttpBackendConfig {
+                        ca_file: std::env::var_os("AWS_CA_BUNDLE")
+                            .filter(|v| !v.is_empty())
+                            .map(PathBuf::from),
+                        ..HttpBackendConfig::default()
+                    },
+                ),
+                None => HttpBackend::new(text, HttpBackendConfig::default()),
+            }
+            .map_err(|e| anyhow::anyhow!("--files {e}"))?;
+            return Ok(Arc::new(backend));
         }
-        let backend = match text.strip_prefix("s3://") {
-            // aws-cli's variable for a private CA, before SSL_CERT_FILE.
-            Some(bucket) => HttpBackend::s3(
-                &s3_origin(bucket)?,
-                HttpBackendConfig {
-                    ca_file: std::env::var_os("AWS_CA_BUNDLE")
-                        .filter(|v| !v.is_empty())
-                        .map(PathBuf::from),
-                    ..HttpBackendConfig::default()
-                },
-            ),
-            None => HttpBackend::new(&text, HttpBackendConfig::default()),
-        }
-        .map_err(|e| anyhow::anyhow!("--files {e}"))?;
-        return Ok(Arc::new(backend));
-    }
+    };
     let open = |path: &Path| -> Result<Arc<dyn Backend>> {
         let dir = DirBackend::open(path).with_context(|| format!("--files {}", path.display()))?;
         Ok(match throttle {
@@ -143,12 +174,12 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
             None => Arc::new(dir),
         })
     };
-    if !text.contains(',') {
-        return open(files);
+    if let [dir] = dirs.as_slice() {
+        return open(dir);
     }
-    let servers = text
-        .split(',')
-        .map(|part| open(Path::new(part)))
+    let servers = dirs
+        .iter()
+        .map(|dir| open(dir))
         .collect::<Result<Vec<_>>>()?;
     Ok(Arc::new(
         StripedBackend::new(servers, unit).map_err(|e| anyhow::anyhow!("--files: {e}"))?,
@@ -157,7 +188,7 @@ fn backend(files: &Path, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Ba
 
 /// The backend of every --files, in order, each with its --throttle: one
 /// is itself, several a union (papers/004: each member its own cost group).
-fn union(dirs: &[std::path::PathBuf], throttles: &[String], unit: u64) -> Result<Arc<dyn Backend>> {
+fn union(dirs: &[Source], throttles: &[String], unit: u64) -> Result<Arc<dyn Backend>> {
     if throttles.len() > 1 && throttles.len() != dirs.len() {
         bail!(
             "--throttle given {} times for {} --files: give one for all, or one for each \
@@ -188,10 +219,8 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .map(|d| d.display().to_string())
         .collect::<Vec<_>>()
         .join(" + ");
-    let any_origin = args
-        .dirs
-        .iter()
-        .any(|d| d.to_string_lossy().contains("://"));
+    let sources: Vec<Source> = args.dirs.iter().map(|d| Source::of(d)).collect();
+    let any_origin = sources.iter().any(|s| matches!(s, Source::Origin(_)));
     let address = match args.listen {
         None => DEFAULT_LISTEN.to_owned(),
         Some(ListenAddress::Tcp(address)) => address.clone(),
@@ -215,19 +244,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         None => std::time::Duration::ZERO,
     };
     // The most striped directories of any --files.
-    let servers = args
-        .dirs
-        .iter()
-        .map(|dir| {
-            let text = dir.to_string_lossy();
-            if text.contains("://") {
-                1
-            } else {
-                text.split(',').count() as u64
-            }
-        })
-        .max()
-        .unwrap_or(1);
+    let servers = sources.iter().map(Source::servers).max().unwrap_or(1);
     cache_config.prefetch_window_blocks = args.prefetch_stripes.saturating_mul(servers);
     let mut config = GatewayConfig::new(args.export);
     if let Some(connections) = args.connections_max {
@@ -236,7 +253,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = union(args.dirs, args.throttles, cache_config.block_size_bytes)?;
+    let backend = union(&sources, args.throttles, cache_config.block_size_bytes)?;
     let cache = Arc::new(
         FileCache::new(backend, &cache_config)
             .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
