@@ -166,12 +166,7 @@ fn prometheus_scrapes_the_server_and_its_rates_are_positive() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let up = until(address, "up{job=\"cairn\"}", |v| v == 1.0);
-    assert_eq!(up, 1.0);
-    let targets = api(address, "/api/v1/targets");
-    let target = &targets["data"]["activeTargets"][0];
-    assert_eq!(target["health"], "up", "{target}");
-    assert_eq!(target["lastError"], "", "{target}");
+    let (up, target) = target_up(address);
     assert_eq!(
         target["scrapeUrl"],
         format!("http://{}/metrics", served.address)
@@ -281,12 +276,7 @@ fn prometheus_scrapes_a_file_gateway_and_its_rates_are_positive() {
         gets += 1;
     }
 
-    let up = until(address, "up{job=\"cairn\"}", |v| v == 1.0);
-    assert_eq!(up, 1.0);
-    let targets = api(address, "/api/v1/targets");
-    let target = &targets["data"]["activeTargets"][0];
-    assert_eq!(target["health"], "up", "{target}");
-    assert_eq!(target["lastError"], "", "{target}");
+    let (up, _) = target_up(address);
     let increase = until(
         address,
         "increase(cairn_files_requests_total{job=\"cairn\",export=\"media\",\
@@ -341,4 +331,16 @@ fn prometheus_scrapes_a_file_gateway_and_its_rates_are_positive() {
     );
     drop(prometheus);
     terminate(served.server.take());
+}
+
+/// Prometheus at `address` scrapes its one target, Cairn, healthily
+/// (`up` 1, no error); `up` and the target as its API describes it.
+fn target_up(address: SocketAddr) -> (f64, Value) {
+    let up = until(address, "up{job=\"cairn\"}", |v| v == 1.0);
+    assert_eq!(up, 1.0);
+    let targets = api(address, "/api/v1/targets");
+    let target = targets["data"]["activeTargets"][0].clone();
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
+    (up, target)
 }

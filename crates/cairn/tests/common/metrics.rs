@@ -61,18 +61,7 @@ pub fn serve(args: &[&str], spec: Option<&str>) -> Metrics {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let server = Server(Some(child));
-    let mut lines = BufReader::new(stdout).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("cairn serve ended before printing its metrics address")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("Metrics: http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep reading what it prints, so it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let address = metrics_address(stdout, |_| {});
     let socket = dir.path().join("cairn-data/cairn.sock");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
@@ -85,6 +74,26 @@ pub fn serve(args: &[&str], spec: Option<&str>) -> Metrics {
         address,
         socket,
     }
+}
+
+/// Reads a server's stdout up to its `Metrics: http://ADDRESS/…` line,
+/// showing `earlier` each line before it; returns the address and keeps
+/// reading the rest on a thread of its own, so the server never blocks on
+/// a full pipe.
+fn metrics_address(stdout: std::process::ChildStdout, mut earlier: impl FnMut(&str)) -> SocketAddr {
+    let mut lines = BufReader::new(stdout).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("cairn serve ended before printing its metrics address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("Metrics: http://") {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+        earlier(&line);
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    address
 }
 
 /// A `cairn serve --files` with `--metrics` and `--control`.
@@ -128,21 +137,12 @@ pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let server = Server(Some(child));
-    let mut lines = BufReader::new(stdout).lines();
     let mut gateway = None;
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("cairn serve --files ended before printing its metrics address")
-            .unwrap();
+    let address = metrics_address(stdout, |line| {
         if let Some(rest) = line.split(" at http://").nth(1) {
             gateway = Some(rest.split('/').next().unwrap().parse().unwrap());
         }
-        if let Some(rest) = line.strip_prefix("Metrics: http://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
+    });
     FilesMetrics {
         server,
         dir,
