@@ -726,10 +726,12 @@ impl<B: Backend> FileCache<B> {
         (0..self.costs.groups()).map(|g| self.costs.table().get(g as u16))
     }
 
-    /// With several backend parts (a union), each one's reads, bytes, read
-    /// time and learned cost as metrics `backend<N>_…` (`cairn stats`,
-    /// Prometheus `cairn_files_backend<N>_…`); nothing for one backend.
+    /// The backend's own metrics ([`Backend::metrics`]: a spill's
+    /// `spill_…`), and with several backend parts (a union), each one's
+    /// reads, bytes, read time and learned cost as metrics `backend<N>_…`
+    /// (`cairn stats`, Prometheus `cairn_files_backend<N>_…`).
     pub fn backend_metrics(&self, out: &mut Vec<Metric>) {
+        self.backend.metrics(out);
         if self.costs.groups() < 2 {
             return;
         }

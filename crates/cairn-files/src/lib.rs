@@ -22,7 +22,8 @@ pub mod s3;
 
 pub use backend::{
     Backend, BackendError, BackendErrorKind, DirBackend, HttpBackend, HttpBackendConfig, ListEntry,
-    MemoryBackend, ObjectInfo, StripedBackend, ThrottledBackend, UnionBackend,
+    MemoryBackend, ObjectInfo, SpillBackend, SpillConfig, SpillError, StripedBackend,
+    ThrottledBackend, UnionBackend,
 };
 pub use cache::{
     BackendErrorCounts, FileCache, FileCacheConfig, FileCacheError, FileCacheStats, Object,

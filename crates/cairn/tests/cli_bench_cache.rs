@@ -330,3 +330,59 @@ fn bench_files_table1_measures_what_the_simulator_predicts() {
         assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
     }
 }
+
+/// `cairn bench files --workload restart` at a tiny scale: a row per reader
+/// count; after the restart the spill serves every block it was asked for
+/// (100 % hits) and beats the cold restart; nginx's columns are numbers when
+/// it is installed.
+#[test]
+fn bench_files_restart_reads_the_spill_back_after_each_restart() {
+    let nginx = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nginx").is_file()));
+    let out = cairn(&[
+        "bench",
+        "files",
+        "--workload",
+        "restart",
+        "--objects",
+        "2",
+        "--size",
+        "8MiB",
+        "--block",
+        "256KiB",
+        "--request",
+        "256KiB",
+        "--readers",
+        "2,4",
+        "--seconds",
+        "0.5",
+        "--throttle",
+        "2ms,50MiB/s",
+    ]);
+    assert!(out.contains("its SSD spill then held 16 MiB"), "{out}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|w: &Vec<&str>| w.len() == 7 && w[0].parse::<usize>().is_ok())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for row in &rows {
+        let none: f64 = row[1].parse().unwrap();
+        let spill: f64 = row[2].parse().unwrap();
+        assert!(
+            spill > 2.0 * none,
+            "the spill is no faster than a cold start: {out}"
+        );
+        assert_eq!(row[6], "100.0%", "{out}");
+        if nginx {
+            let theirs: f64 = row[3].parse().unwrap();
+            let ratio: f64 = row[4].parse().unwrap();
+            assert!(
+                (ratio - spill / theirs).abs() < 0.01 + 0.01 * ratio,
+                "{out}"
+            );
+        } else {
+            assert_eq!(row[3], "-", "{out}");
+        }
+    }
+}

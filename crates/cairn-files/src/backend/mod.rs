@@ -7,7 +7,8 @@
 //! [`StripedBackend`], one object striped round robin over several of them
 //! (papers/001's I/O servers), and [`UnionBackend`], several of them in
 //! order (a local directory before a remote bucket), each object from the
-//! first that has it.
+//! first that has it, and [`SpillBackend`], any of them behind a local SSD
+//! (the store's flash tier), kept across restarts.
 //!
 //! Keys are `/`-separated relative names (`videos/a.mp4`); a backend answers
 //! with errors as values that say what the gateway should tell the client:
@@ -17,6 +18,7 @@
 mod dir;
 mod http;
 mod memory;
+pub mod spill;
 pub mod striped;
 mod throttled;
 mod union;
@@ -24,6 +26,7 @@ mod union;
 pub use dir::DirBackend;
 pub use http::{HttpBackend, HttpBackendConfig};
 pub use memory::MemoryBackend;
+pub use spill::{SpillBackend, SpillConfig, SpillError};
 pub use striped::{StripedBackend, stripe_file};
 pub use throttled::ThrottledBackend;
 pub use union::{UNION_MAX, UnionBackend};
@@ -145,6 +148,12 @@ pub trait Backend: Send + Sync {
         let _ = part;
         None
     }
+
+    /// Appends the backend's own metrics (a [`SpillBackend`]'s tier), named
+    /// without the `cairn_files_` prefix; none by default.
+    fn metrics(&self, out: &mut Vec<cairn_store::stats::Metric>) {
+        let _ = out;
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
@@ -180,6 +189,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn busy_ns(&self, part: u16) -> Option<u64> {
         (**self).busy_ns(part)
+    }
+    fn metrics(&self, out: &mut Vec<cairn_store::stats::Metric>) {
+        (**self).metrics(out);
     }
 }
 

@@ -387,6 +387,12 @@ impl Tier {
         self.inner.g
     }
 
+    /// The cache device's identity, chosen at format: another format, or
+    /// another device, has another (what names the tier in files beside it).
+    pub fn cache_id(&self) -> u64 {
+        self.inner.cache_id
+    }
+
     /// How many blocks the policy keeps (its capacity over all shards).
     pub fn capacity_blocks(&self) -> u64 {
         self.inner.capacity_blocks

@@ -191,6 +191,11 @@ Examples:
   curl -s http://127.0.0.1:9102/metrics | grep _cost
       A union: ./local first, then ./remote slowed as a remote bucket; each one's learned
       cost (1 for the fastest) is what --policy cost keeps blocks by.
+  cairn serve --files ./videos --export media --spill spill.img --spill-size 1GiB \\
+      --listen tcp:127.0.0.1:8082 --metrics tcp:127.0.0.1:9103
+  curl -s http://127.0.0.1:9103/metrics | grep spill_
+      A second level on an SSD (spill.img, its map spill.img.map beside it): blocks the DRAM
+      cache drops are read back from it, and a restart (after a crash too) finds them there.
   kill -HUP $(pgrep -f 'cairn serve')
       Reload the TLS certificates and the spec's log_level.";
 
@@ -293,6 +298,29 @@ pub struct ServeArgs {
     /// parallel over them. Default 0: off.
     #[arg(long, value_name = "N", requires = "files")]
     prefetch_stripes: Option<u64>,
+
+    /// With --files: keep a second level of the cache on a local SSD, in
+    /// this file (created with --spill-size) or block device, through the
+    /// flash tier: blocks the DRAM cache drops are read back from it rather
+    /// than the backend, and a restart finds them there (a clean stop or a
+    /// crash; a changed object is read anew). Beside it, PATH.map names the
+    /// objects it holds (--spill-map to put it elsewhere). docs/files.md.
+    #[arg(long, value_name = "PATH", requires = "files")]
+    spill: Option<PathBuf>,
+
+    /// With --spill: create the file, or grow it, to SIZE (e.g. 20GiB).
+    #[arg(long, value_name = "SIZE", requires = "spill")]
+    spill_size: Option<String>,
+
+    /// With --spill: the map file (default PATH.map; needed for a block
+    /// device, whose directory is /dev).
+    #[arg(long, value_name = "FILE", requires = "spill")]
+    spill_map: Option<PathBuf>,
+
+    /// With --spill: the SSD tier's replacement policy, as --policy takes
+    /// it. Default s3fifo.
+    #[arg(long, value_name = "POLICY", requires = "spill")]
+    spill_policy: Option<String>,
 
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
@@ -409,6 +437,12 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
             throttles: &args.throttle,
             revalidate: args.revalidate.as_deref(),
             prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
+            spill: args.spill.as_deref().map(|path| files::SpillArgs {
+                path,
+                map: args.spill_map.as_deref(),
+                policy: args.spill_policy.as_deref(),
+            }),
+            spill_size: size("--spill-size", &args.spill_size)?,
             metrics: args.metrics.as_deref(),
             metrics_public: args.metrics_public,
             control: args.control.as_deref(),

@@ -119,8 +119,35 @@ pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
     std::fs::create_dir(&files).unwrap();
     fill(&files);
     let control = dir.path().join("cairn.ctl");
+    let control_arg = control.to_str().unwrap();
+    let mut all = args.to_vec();
+    all.extend(["--control", control_arg]);
+    let (server, gateway, address, _) = serve_files_in(dir.path(), &all, false);
+    FilesMetrics {
+        server,
+        dir,
+        address,
+        gateway,
+        control,
+    }
+}
+
+/// Starts `cairn serve --files files --export media ARGS --listen
+/// tcp:127.0.0.1:0 --metrics tcp:127.0.0.1:0` in `dir`; returns once it
+/// printed both addresses: the server, the gateway's and the metrics'
+/// addresses, and its stderr if `log` (else it goes nowhere).
+pub fn serve_files_in(
+    dir: &Path,
+    args: &[&str],
+    log: bool,
+) -> (
+    Server,
+    SocketAddr,
+    SocketAddr,
+    Option<std::process::ChildStderr>,
+) {
     let mut child = cairn()
-        .current_dir(dir.path())
+        .current_dir(dir)
         .args(["serve", "--files", "files", "--export", "media"])
         .args(args)
         .args([
@@ -129,13 +156,12 @@ pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
             "--metrics",
             "tcp:127.0.0.1:0",
         ])
-        .arg("--control")
-        .arg(&control)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(if log { Stdio::piped() } else { Stdio::null() })
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take();
     let server = Server(Some(child));
     let mut gateway = None;
     let address = metrics_address(stdout, |line| {
@@ -143,13 +169,8 @@ pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
             gateway = Some(rest.split('/').next().unwrap().parse().unwrap());
         }
     });
-    FilesMetrics {
-        server,
-        dir,
-        address,
-        gateway: gateway.expect("the gateway's address is printed before the metrics'"),
-        control,
-    }
+    let gateway = gateway.expect("the gateway's address is printed before the metrics'");
+    (server, gateway, address, stderr)
 }
 
 /// An HTTP answer: status, head (lower-cased header lines), body.

@@ -25,6 +25,7 @@ use crate::policy_spec;
 /// How long both gateways trust what the origin said of an object: nginx's
 /// `proxy_cache_valid` and Cairn's `revalidate`.
 const NGINX_VALID: std::time::Duration = std::time::Duration::from_hours(1);
+pub mod restart;
 pub mod table1;
 
 pub const FILES_LONG_ABOUT: &str = "\
@@ -72,14 +73,28 @@ gateway's counters: blocks not read from a directory on demand), the
 simulator's prediction for the same requests with the same readahead
 (`cairn reproduce dual`'s model), their difference in percentage points (the
 bar: within 1), the mean response time and the readahead's counters. The
-other flags are --workload stream's.";
+other flags are --workload stream's.
+
+--workload restart: the cache across a restart, over the same origin and
+objects. Cairn's gateway with an SSD spill (`serve --files … --spill`: a file
+of 1.5x the objects plus 64 MiB in a temporary directory, beside a DRAM cache
+of --cache with the first of --policies) and nginx (max_size the spill's size)
+each read every object once, cold. Then for each reader count, each front is
+restarted and its readers re-read as in the stream workload's re-read phase,
+for --seconds: Cairn without a spill (a restart leaves it cold), Cairn
+reopening its spill (the tier recovered from its checkpoint, the map of
+objects read back), and nginx stopped and started on its cache directory.
+Prints the three MB/s, spill/nginx, spill/none and the spill's block hit
+ratio.";
 
 pub const FILES_EXAMPLES: &str = "\
 Examples:
   cairn bench files                         Cairn against nginx, 10-40 readers
   cairn bench files --readers 8 --seconds 1 --policies ons,lru
   cairn bench files --workload table1 --throttle 2ms,100MB/s
-                                            papers/001: measured against predicted";
+                                            papers/001: measured against predicted
+  cairn bench files --workload restart --readers 10,40
+                                            a restart: the SSD spill against nginx";
 
 /// What `cairn bench files` runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,13 +103,18 @@ pub enum FilesWorkload {
     Stream,
     /// papers/001: Table I's workloads A-D, measured against the simulator.
     Table1,
+    /// The cache across a restart: Cairn with its SSD spill, without it,
+    /// and nginx's disk cache, each restarted before it is measured.
+    Restart,
 }
 
 /// `cairn bench files` flags.
 #[derive(clap::Args, Debug)]
 pub struct FilesBenchArgs {
-    /// What to run: stream (papers/000, Cairn against nginx) or table1
-    /// (papers/001's workloads A-D, the gateway against the simulator).
+    /// What to run: stream (papers/000, Cairn against nginx), table1
+    /// (papers/001's workloads A-D, the gateway against the simulator) or
+    /// restart (the cache across a restart: Cairn's SSD spill against
+    /// nginx's disk cache).
     #[arg(long, value_enum, default_value_t = FilesWorkload::Stream)]
     pub workload: FilesWorkload,
 
@@ -237,15 +257,57 @@ struct Nginx {
     dir: tempfile::TempDir,
 }
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM to the master stops its workers too.
+impl Nginx {
+    /// SIGTERM to the master, which stops its workers too; waits for it.
+    fn stop(&mut self) {
         let _ = std::process::Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
     }
+
+    /// Stops nginx and starts it again on the same directory, the same
+    /// cache and port; returns once it listens.
+    fn restart(&mut self, nginx: &Path) -> Result<()> {
+        self.stop();
+        self.child = launch_nginx(nginx, self.dir.path())?;
+        self.wait_listening()
+    }
+
+    fn wait_listening(&self) -> Result<()> {
+        for _ in 0..500 {
+            if TcpStream::connect(self.addr).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        bail!(
+            "nginx did not listen on {}: {}",
+            self.addr,
+            std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// nginx on the configuration in `dir`.
+fn launch_nginx(nginx: &Path, dir: &Path) -> Result<std::process::Child> {
+    std::process::Command::new(nginx)
+        .arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", nginx.display()))
 }
 
 fn free_port() -> Result<u16> {
@@ -291,29 +353,12 @@ http {{
     std::fs::write(dir.path().join("nginx.conf"), config)?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let server = Nginx {
-        child: std::process::Command::new(nginx)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", nginx.display()))?,
+        child: launch_nginx(nginx, dir.path())?,
         addr,
         dir,
     };
-    for _ in 0..500 {
-        if TcpStream::connect(addr).is_ok() {
-            return Ok(server);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    bail!(
-        "nginx did not listen on {addr}: {}",
-        std::fs::read_to_string(server.dir.path().join("error.log")).unwrap_or_default()
-    )
+    server.wait_listening()?;
+    Ok(server)
 }
 
 /// Bytes in the files below `dir`.
@@ -558,10 +603,66 @@ fn phases(
         .collect()
 }
 
-/// Run `cairn bench files` (the streaming workload; `bench/mod.rs` sends
-/// `--workload table1` to [`table1::run`], so that module may use this one's
-/// helpers without an import circle).
-pub fn run(args: &FilesBenchArgs) -> Result<()> {
+/// What the streaming and restart workloads share: the objects, the
+/// throttled origin serving them, the load, and the fronts' settings.
+struct Prepared {
+    size: u64,
+    block: u64,
+    request: u64,
+    cache: u64,
+    policies: Vec<cairn_policy::PolicyConfig>,
+    load: Load,
+    /// Keeps the objects' directory.
+    _data: tempfile::TempDir,
+    origin: InProcess,
+    url: String,
+    nginx_found: bool,
+}
+
+impl Prepared {
+    /// A front's cache settings: `policy`, `cache` bytes.
+    fn front_config(&self, policy: &cairn_policy::PolicyConfig, cache: u64) -> FileCacheConfig {
+        front_config(self.block, policy, cache)
+    }
+
+    /// A client of the origin, as Cairn's front reads it.
+    fn origin_backend(&self) -> Result<HttpBackend> {
+        HttpBackend::new(
+            &self.url,
+            HttpBackendConfig {
+                connections_max: 64,
+                ..HttpBackendConfig::default()
+            },
+        )
+        .map_err(anyhow::Error::msg)
+    }
+
+    /// Cairn's front over the origin with `policy` and `cache` bytes.
+    fn cairn_front(&self, policy: &cairn_policy::PolicyConfig, cache: u64) -> Result<InProcess> {
+        serve(
+            self.origin_backend()?,
+            &self.front_config(policy, cache),
+            "files",
+        )
+    }
+}
+
+/// A front's cache: `block`-byte blocks, `cache` bytes, `policy`.
+fn front_config(block: u64, policy: &cairn_policy::PolicyConfig, cache: u64) -> FileCacheConfig {
+    FileCacheConfig {
+        block_size_bytes: block,
+        capacity_bytes: cache,
+        policy: policy.clone(),
+        shards: 0,
+        // What nginx's `proxy_cache_valid` grants it: no revalidation with
+        // the origin within the run.
+        revalidate: NGINX_VALID,
+        ..FileCacheConfig::default()
+    }
+}
+
+/// Checks the flags, writes the objects and starts the origin.
+fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
     let bytes = |flag: &str, text: &str| {
         cairn_sim::parse_bytes(text).with_context(|| format!("--{flag} {text:?}"))
     };
@@ -596,17 +697,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         .iter()
         .map(|p| policy_spec::parse(p).with_context(|| format!("--policies {p}")))
         .collect::<Result<Vec<_>>>()?;
-    let front_config = |policy: &cairn_policy::PolicyConfig, cache: u64| FileCacheConfig {
-        block_size_bytes: block,
-        capacity_bytes: cache,
-        policy: policy.clone(),
-        shards: 0,
-        // What nginx's `proxy_cache_valid` grants it: no revalidation with
-        // the origin within the run.
-        revalidate: NGINX_VALID,
-        ..FileCacheConfig::default()
-    };
-    front_config(&policies[0], cache)
+    front_config(block, &policies[0], cache)
         .validate()
         .context("--block/--cache")?;
 
@@ -655,23 +746,44 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
             args.nginx.display()
         );
     }
-    let load = Load {
-        objects: args.objects,
+    Ok(Prepared {
         size,
+        block,
         request,
-        seconds: args.seconds,
-    };
-    let cairn_front = |policy: &cairn_policy::PolicyConfig, cache: u64| -> Result<InProcess> {
-        let backend = HttpBackend::new(
-            &url,
-            HttpBackendConfig {
-                connections_max: 64,
-                ..HttpBackendConfig::default()
-            },
-        )
-        .map_err(anyhow::Error::msg)?;
-        serve(backend, &front_config(policy, cache), "files")
-    };
+        cache,
+        policies,
+        load: Load {
+            objects: args.objects,
+            size,
+            request,
+            seconds: args.seconds,
+        },
+        _data: data,
+        origin,
+        url,
+        nginx_found,
+    })
+}
+
+/// Run `cairn bench files` (the streaming workload; `bench/mod.rs` sends
+/// `--workload table1` to [`table1::run`] and `--workload restart` to
+/// [`restart::run`], so those modules may use this one's helpers without an
+/// import circle).
+pub fn run(args: &FilesBenchArgs) -> Result<()> {
+    let p = prepare(args)?;
+    let Prepared {
+        size,
+        block,
+        request,
+        cache,
+        ref policies,
+        ref load,
+        nginx_found,
+        ..
+    } = p;
+    let cairn_front =
+        |policy: &cairn_policy::PolicyConfig, cache: u64| p.cairn_front(policy, cache);
+    let origin = &p.origin;
     outln!(
         "{} objects of {size} B on an origin at {} (block {block} B); fronts' caches {cache} B; \
          {request} B ranged GETs, {} s per phase",
@@ -695,13 +807,13 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
     let policy_name = &args.policies[0];
     for &readers in &args.readers {
         let front = cairn_front(&policies[0], cache)?;
-        let ours = phases(front.addr, "/files", readers, &load, None)?;
+        let ours = phases(front.addr, "/files", readers, load, None)?;
         drop(front);
         let theirs = if nginx_found {
             let nginx = start_nginx(&args.nginx, origin.addr, cache, block)?;
             let on_disk = nginx.dir.path().join("cache");
             let held = move || dir_bytes(&on_disk);
-            Some(phases(nginx.addr, "/origin", readers, &load, Some(&held))?)
+            Some(phases(nginx.addr, "/origin", readers, load, Some(&held))?)
         } else {
             None
         };
@@ -717,7 +829,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         let matched = held_max / block * block;
         let at_held = if matched > cache {
             let front = cairn_front(&policies[0], matched)?;
-            Some(phases(front.addr, "/files", readers, &load, None)?)
+            Some(phases(front.addr, "/files", readers, load, None)?)
         } else {
             None
         };
@@ -761,13 +873,13 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "re-read hits",
         "random"
     )?;
-    for (name, policy) in args.policies.iter().zip(&policies) {
+    for (name, policy) in args.policies.iter().zip(policies) {
         let front = cairn_front(policy, cache)?;
-        let read = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
+        let read = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
         let before = (front.stats)();
-        let reread = run_readers(front.addr, "/files", readers, &load, Pattern::Sequential)?;
+        let reread = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
         let after = (front.stats)();
-        let random = run_readers(front.addr, "/files", readers, &load, Pattern::Random)?;
+        let random = run_readers(front.addr, "/files", readers, load, Pattern::Random)?;
         let hits = (after.hits + after.coalesced) - (before.hits + before.coalesced);
         let all = hits + (after.misses - before.misses);
         outln!(

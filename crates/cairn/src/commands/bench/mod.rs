@@ -61,6 +61,9 @@ pub fn run(command: &BenchCommand, quiet: bool) -> Result<()> {
         BenchCommand::Files(args) if args.workload == files::FilesWorkload::Table1 => {
             files::table1::run(args)
         }
+        BenchCommand::Files(args) if args.workload == files::FilesWorkload::Restart => {
+            files::restart::run(args)
+        }
         BenchCommand::Files(args) => files::run(args),
     }
 }

@@ -17,7 +17,7 @@ use cairn_control::{
 use cairn_files::http::{GatewayCounters, METHODS, STATUS_CLASSES};
 use cairn_files::{
     Backend, DirBackend, FileCache, FileCacheConfig, Gateway, GatewayConfig, HttpBackend,
-    HttpBackendConfig, StripedBackend, ThrottledBackend, UnionBackend,
+    HttpBackendConfig, SpillBackend, SpillConfig, StripedBackend, ThrottledBackend, UnionBackend,
 };
 use cairn_nbd::ListenAddress;
 use cairn_objects::S3Config;
@@ -58,6 +58,10 @@ pub(super) struct FilesArgs<'a> {
     pub revalidate: Option<&'a str>,
     /// --prefetch-stripes: readahead of this many stripes (0: none).
     pub prefetch_stripes: u64,
+    /// --spill, --spill-map, --spill-policy.
+    pub spill: Option<SpillArgs<'a>>,
+    /// --spill-size, bytes.
+    pub spill_size: Option<u64>,
     /// --metrics: the metrics listener's address.
     pub metrics: Option<&'a str>,
     /// --metrics-public.
@@ -66,6 +70,67 @@ pub(super) struct FilesArgs<'a> {
     pub control: Option<&'a Path>,
     /// -q: print nothing on stdout.
     pub quiet: bool,
+}
+
+/// --spill and the flags that go with it.
+pub(super) struct SpillArgs<'a> {
+    /// --spill: the SSD file or block device.
+    pub path: &'a Path,
+    /// --spill-map.
+    pub map: Option<&'a Path>,
+    /// --spill-policy.
+    pub policy: Option<&'a str>,
+}
+
+/// The backend behind a spill on `spill`, if asked for: opened (warm),
+/// recovered or formatted, and said so in the log.
+fn spill(
+    backend: Arc<dyn Backend>,
+    spill: &SpillArgs<'_>,
+    size: Option<u64>,
+    unit: u64,
+) -> Result<Arc<SpillBackend>> {
+    let mut config = SpillConfig::new(spill.path, unit);
+    config.size = size;
+    config.map = spill.map.map(Path::to_path_buf);
+    if config.map.is_none() && std::fs::metadata(spill.path).is_ok_and(|m| !m.is_file()) {
+        bail!(
+            "--spill {}: not a regular file; give --spill-map FILE for its map (it cannot \
+             sit beside a device)",
+            spill.path.display()
+        );
+    }
+    if let Some(policy) = spill.policy {
+        config.policy = policy_spec::parse(policy).context("--spill-policy")?;
+    }
+    if size.is_none() && !spill.path.exists() {
+        bail!(
+            "--spill {}: no such file; give --spill-size SIZE to create it",
+            spill.path.display()
+        );
+    }
+    let spilled = SpillBackend::open(backend, &config).context("--spill")?;
+    let opened = spilled.opened();
+    if let Some(why) = &opened.formatted {
+        tracing::info!("spill: formatted {} ({why})", spilled.describe());
+    } else {
+        tracing::info!(
+            "spill: {} holds {} bytes of {} objects, {} ({})",
+            config.path.display(),
+            opened.cached_blocks * u64::from(spilled.tier().geometry().block_size),
+            opened.objects,
+            if opened.clean {
+                "warm after a clean stop".to_owned()
+            } else {
+                format!(
+                    "recovered after a crash, {} records replayed",
+                    opened.replayed
+                )
+            },
+            spilled.describe()
+        );
+    }
+    Ok(Arc::new(spilled))
 }
 
 /// The bucket `s3://BUCKET` names, signed with the standard AWS environment
@@ -254,6 +319,22 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
     let backend = union(&sources, args.throttles, cache_config.block_size_bytes)?;
+    let spilled = args
+        .spill
+        .as_ref()
+        .map(|s| {
+            spill(
+                Arc::clone(&backend),
+                s,
+                args.spill_size,
+                cache_config.block_size_bytes,
+            )
+        })
+        .transpose()?;
+    let backend: Arc<dyn Backend> = match &spilled {
+        Some(s) => Arc::clone(s) as Arc<dyn Backend>,
+        None => backend,
+    };
     let cache = Arc::new(
         FileCache::new(backend, &cache_config)
             .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
@@ -316,6 +397,20 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     };
     control::run_beside(&beside, &served, || gateway.serve()).context("serving")?;
     let stats = cache.stats();
+    if let Some(spilled) = &spilled {
+        let t = spilled.tier().metrics();
+        let closed = spilled.close();
+        tracing::info!(
+            "spill: {} blocks read from the SSD, {} from the backend through it, {} promoted; {}",
+            t.hits,
+            t.misses,
+            t.promotions,
+            match closed {
+                Ok(()) => "checkpointed (the next start is warm at once)".to_owned(),
+                Err(e) => format!("its close failed ({e}): the next start replays its journal"),
+            }
+        );
+    }
     if cache.backend().parts() > 1 {
         let costs: Vec<String> = cache.backend_costs().map(|c| format!("{c:.2}")).collect();
         tracing::info!(

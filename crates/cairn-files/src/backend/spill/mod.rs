@@ -1,0 +1,618 @@
+//! [`SpillBackend`]: the gateway's second level, a local SSD in front of any
+//! backend, through the store's flash tier (`cairn_store::tier`), so that
+//! what the DRAM cache drops is read back from flash rather than the origin,
+//! and a restart finds the cache warm.
+//!
+//! The tier caches a block device by address; objects have names. So each
+//! object version (key, size, modification time) is given a *span* of a
+//! virtual backing device (2^60 bytes; [`VIRTUAL_BYTES`]): its size rounded
+//! up to the span unit (the gateway's block size), at the next free
+//! address, never reused. The virtual device ([`Origin`]) answers a read of
+//! a span by reading the object from the backend, so the tier does all the
+//! rest as it does for a volume: it looks blocks up, reads misses from the
+//! origin, promotes them under its policy (S3-FIFO by default; no
+//! sequential cutoff, since whole files are the point), reclaims buckets,
+//! journals, checkpoints at a clean stop and recovers after a crash.
+//!
+//! A version's span is recorded in the map file ([`map`], beside the cache
+//! device) and the record made durable before any block of it is read
+//! through the tier: after a crash the map names every span the tier may
+//! hold blocks of, and a span is never given to a second version. A changed
+//! object (another size or time) gets a new span; its old blocks are never
+//! read again and age out. The map names the tier it belongs to (the tier's
+//! identity, made at format); a map that is missing, damaged or another
+//! tier's makes the open format the tier afresh, since its blocks could no
+//! longer be told apart.
+//!
+//! Inclusive: every block the DRAM cache reads from the backend passes
+//! through the tier (a tier hit is served from flash, a miss from the
+//! origin and promoted). The cache's readahead and single-flight sit above
+//! it unchanged. The writes it makes are the tier's (promotions, journal);
+//! nothing is ever written to the origin.
+
+pub mod map;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use cairn_policy::PolicyConfig;
+use cairn_store::device::{
+    Claim, Device, DeviceError, DeviceOp, FileDevice, FileOptions, SharedDevice, check_range,
+};
+use cairn_store::stats::{Metric, MetricSink};
+use cairn_store::tier::open::{self as tier_open, Probe};
+use cairn_store::tier::{self, Tier};
+use hashbrown::HashMap;
+
+use self::map::{Entry, MapFile};
+use super::{Backend, BackendError, BackendErrorKind, ListEntry, ObjectInfo};
+
+/// Bytes of the virtual device the spans are cut from: every version ever
+/// spilled gets a fresh span, and at one per gateway block size (256 KiB at
+/// least) this is 2^42 of them.
+pub const VIRTUAL_BYTES: u64 = 1 << 60;
+
+/// What a spill is built from.
+#[derive(Clone, Debug)]
+pub struct SpillConfig {
+    /// The cache device: a file (created or grown to `size`) or a block
+    /// device.
+    pub path: PathBuf,
+    /// Create the file, or grow it, to this many bytes.
+    pub size: Option<u64>,
+    /// The map file; default `PATH.map`.
+    pub map: Option<PathBuf>,
+    /// The tier's block size, bytes (512 B – 64 KiB). Default 64 KiB.
+    pub block_size: u32,
+    /// The tier's replacement policy. Default S3-FIFO.
+    pub policy: PolicyConfig,
+    /// Span alignment, bytes: the gateway's block size.
+    pub unit: u64,
+}
+
+impl SpillConfig {
+    /// A spill on `path` for a gateway of `unit`-byte blocks, with the
+    /// defaults.
+    pub fn new(path: impl Into<PathBuf>, unit: u64) -> Self {
+        Self {
+            path: path.into(),
+            size: None,
+            map: None,
+            block_size: 64 << 10,
+            policy: tier::Options::default().policy,
+            unit,
+        }
+    }
+
+    /// The map file's path.
+    pub fn map_path(&self) -> PathBuf {
+        self.map.clone().unwrap_or_else(|| {
+            let mut name = self.path.as_os_str().to_os_string();
+            name.push(".map");
+            PathBuf::from(name)
+        })
+    }
+}
+
+/// One version's span, and the backend part that holds it.
+struct Span {
+    entry: Entry,
+    part: AtomicU16,
+}
+
+/// Every live span, by key and by address.
+#[derive(Default)]
+struct Table {
+    by_key: HashMap<String, Arc<Span>>,
+    by_base: std::collections::BTreeMap<u64, Arc<Span>>,
+}
+
+/// What the spill and its virtual device share.
+struct Spans {
+    table: RwLock<Table>,
+    /// The map file and the first free virtual byte (none until the tier
+    /// is open); held while a new span is recorded, not while spans are
+    /// looked up.
+    map: Mutex<Option<(MapFile, u64)>>,
+    unit: u64,
+}
+
+impl Spans {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn insert(table: &mut Table, span: Arc<Span>) {
+        if let Some(old) = table
+            .by_key
+            .insert(span.entry.key.clone(), Arc::clone(&span))
+        {
+            table.by_base.remove(&old.entry.base);
+        }
+        table.by_base.insert(span.entry.base, span);
+    }
+
+    /// The span of `key` as `info` describes it, recorded (durably) first
+    /// if it is a new version.
+    fn span(&self, key: &str, info: ObjectInfo, part: u16) -> Result<Arc<Span>, BackendError> {
+        let same = |s: &Span| s.entry.size == info.size && s.entry.modified == info.modified;
+        if let Some(s) = self.read().by_key.get(key)
+            && same(s)
+        {
+            s.part.store(part, Ordering::Relaxed);
+            return Ok(Arc::clone(s));
+        }
+        let mut guard = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = self.read().by_key.get(key)
+            && same(s)
+        {
+            return Ok(Arc::clone(s));
+        }
+        let Some(map) = guard.as_mut() else {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!("{key}: the spill is still opening"),
+            ));
+        };
+        let len = info.size.div_ceil(self.unit).max(1) * self.unit;
+        let base = map.1;
+        if base + len > VIRTUAL_BYTES {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!(
+                    "{key}: the spill's {VIRTUAL_BYTES}-byte address space is used up; \
+                     delete its map file to start it afresh"
+                ),
+            ));
+        }
+        let entry = Entry {
+            key: key.to_owned(),
+            size: info.size,
+            modified: info.modified,
+            base,
+            len,
+        };
+        map.0.append(&entry).map_err(|e| {
+            BackendError::new(BackendErrorKind::Other, format!("{key}: spill map: {e}"))
+        })?;
+        map.1 = base + len;
+        let span = Arc::new(Span {
+            entry,
+            part: AtomicU16::new(part),
+        });
+        Self::insert(&mut self.write(), Arc::clone(&span));
+        Ok(span)
+    }
+}
+
+/// The tier's backing device: the spans, each read from its object.
+struct Origin {
+    backend: Arc<dyn Backend>,
+    spans: Arc<Spans>,
+}
+
+/// The kind of I/O error a backend error travels through the tier as.
+fn io_kind(kind: BackendErrorKind) -> std::io::ErrorKind {
+    match kind {
+        BackendErrorKind::NotFound => std::io::ErrorKind::NotFound,
+        BackendErrorKind::Forbidden => std::io::ErrorKind::PermissionDenied,
+        BackendErrorKind::Timeout => std::io::ErrorKind::TimedOut,
+        BackendErrorKind::Retryable => std::io::ErrorKind::ConnectionReset,
+        BackendErrorKind::Other => std::io::ErrorKind::Other,
+    }
+}
+
+/// A tier error as a backend error: the origin's, as it failed, else the
+/// tier's own.
+fn backend_error(key: &str, e: &DeviceError) -> BackendError {
+    if let DeviceError::Io { source, device, .. } = e
+        && device == ORIGIN
+    {
+        let kind = match source.kind() {
+            std::io::ErrorKind::NotFound => BackendErrorKind::NotFound,
+            std::io::ErrorKind::PermissionDenied => BackendErrorKind::Forbidden,
+            std::io::ErrorKind::TimedOut => BackendErrorKind::Timeout,
+            std::io::ErrorKind::ConnectionReset => BackendErrorKind::Retryable,
+            _ => BackendErrorKind::Other,
+        };
+        return BackendError::new(kind, source.to_string());
+    }
+    BackendError::new(BackendErrorKind::Other, format!("{key}: spill: {e}"))
+}
+
+/// How the virtual device names itself (and tells its errors apart).
+const ORIGIN: &str = "the spill's origin";
+
+impl Device for Origin {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(DeviceOp::Read, offset, buf.len() as u64, VIRTUAL_BYTES)?;
+        let total = buf.len() as u64;
+        let fail = |source: std::io::Error| DeviceError::Io {
+            op: DeviceOp::Read,
+            offset,
+            len: total,
+            device: ORIGIN.to_owned(),
+            source,
+        };
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let span = self
+                .spans
+                .read()
+                .by_base
+                .range(..=at)
+                .next_back()
+                .map(|(_, s)| Arc::clone(s))
+                .filter(|s| at < s.entry.base + s.entry.len);
+            let Some(span) = span else {
+                // A span whose object changed while it was read: the
+                // version being read is gone.
+                return Err(fail(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    format!("byte {at} of the spill is no object's now (it changed while read)"),
+                )));
+            };
+            let e = &span.entry;
+            let within = at - e.base;
+            let piece = ((e.base + e.len - at) as usize).min(buf.len() - done);
+            let out = &mut buf[done..done + piece];
+            let data = (e.size.saturating_sub(within) as usize).min(piece);
+            if data > 0 {
+                self.backend
+                    .read_part(
+                        span.part.load(Ordering::Relaxed),
+                        &e.key,
+                        within,
+                        &mut out[..data],
+                    )
+                    .map_err(|b| fail(std::io::Error::new(io_kind(b.kind), b.message)))?;
+            }
+            out[data..].fill(0);
+            done += piece;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<(), DeviceError> {
+        Err(DeviceError::ReadOnly {
+            op: DeviceOp::Write,
+        })
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn discard(&self, _offset: u64, _len: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        VIRTUAL_BYTES
+    }
+
+    fn describe(&self) -> String {
+        ORIGIN.to_owned()
+    }
+}
+
+/// A spill that cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SpillError {
+    /// The cache device.
+    #[error("{path}: {message}")]
+    Device {
+        /// The cache device's path.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The map file.
+    #[error(transparent)]
+    Map(#[from] map::MapError),
+}
+
+/// What opening found: logged by the caller.
+#[derive(Clone, Debug, Default)]
+pub struct Opened {
+    /// The tier was formatted, and why.
+    pub formatted: Option<String>,
+    /// Blocks cached after the open, and the objects the map names.
+    pub cached_blocks: u64,
+    /// Objects the map names.
+    pub objects: usize,
+    /// The last stop was clean.
+    pub clean: bool,
+    /// Journal records replayed (after a crash).
+    pub replayed: u64,
+}
+
+/// A backend behind a flash tier. See the module docs.
+pub struct SpillBackend {
+    inner: Arc<dyn Backend>,
+    tier: Tier,
+    spans: Arc<Spans>,
+    opened: Opened,
+    device: String,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl SpillBackend {
+    /// Opens (or formats) the spill `config` names in front of `inner`.
+    pub fn open(inner: Arc<dyn Backend>, config: &SpillConfig) -> Result<Self, SpillError> {
+        let unit = config.unit;
+        let device_error = |message: String| SpillError::Device {
+            path: config.path.clone(),
+            message,
+        };
+        let cache: SharedDevice = Arc::new(
+            FileDevice::open(
+                &config.path,
+                &FileOptions {
+                    create_len: config.size,
+                    direct: false,
+                    read_only: false,
+                    claim: Claim::Exclusive,
+                },
+            )
+            .map_err(|e| device_error(e.to_string()))?,
+        );
+        let map_path = config.map_path();
+        let loaded = match map::load(&map_path) {
+            Ok(loaded) => Ok(loaded),
+            Err(e @ map::MapError::Damaged { .. }) => Err(e.to_string()),
+            Err(e) => return Err(e.into()),
+        };
+        let spans = Arc::new(Spans {
+            table: RwLock::new(Table::default()),
+            map: Mutex::new(None),
+            unit,
+        });
+        let backing: SharedDevice = Arc::new(Origin {
+            backend: Arc::clone(&inner),
+            spans: Arc::clone(&spans),
+        });
+        let want = tier_open::Want {
+            layout: tier::Layout {
+                block_size: config.block_size,
+                bucket_size: (config.block_size * 16).max(1 << 20),
+                journal_blocks: 0,
+            },
+            options: tier::Options {
+                mode: tier::Mode::WriteAround,
+                policy: config.policy.clone(),
+                sequential_cutoff_bytes: 0,
+                ..tier::Options::default()
+            },
+            marker: Some(with_suffix(&map_path, ".failed")),
+        };
+        let probe = tier_open::probe(&*cache).map_err(|e| device_error(e.to_string()))?;
+        let stale = match (&probe, &loaded) {
+            (Probe::Ours(_), Err(why)) => Some(format!("its map is damaged ({why})")),
+            (Probe::Ours(_), Ok(None)) => Some(format!("it has no map ({})", map_path.display())),
+            (Probe::Ours(sb), Ok(Some(l))) if l.cache_id != sb.cache_id => Some(format!(
+                "its map ({}) belongs to another cache device",
+                map_path.display()
+            )),
+            _ => None,
+        };
+        let opened_tier = match &stale {
+            Some(_) => tier_open::format(Arc::clone(&cache), backing, &want, true),
+            None => tier_open::open_or_format(Arc::clone(&cache), backing, &want),
+        }
+        .map_err(|e| device_error(e.to_string()))?;
+        let recovered = opened_tier.recovered().clone();
+        let mut opened = Opened {
+            formatted: recovered.formatted.then(|| {
+                stale.unwrap_or_else(|| {
+                    if recovered.dropped_stale {
+                        "its contents were stale (it had failed or been detached)".into()
+                    } else {
+                        "it was blank".into()
+                    }
+                })
+            }),
+            cached_blocks: recovered.cached,
+            clean: recovered.clean,
+            replayed: recovered.records,
+            objects: 0,
+        };
+        // The map: rewritten with one record per key (the last), or
+        // started afresh for a new tier.
+        let (entries, floor) = match loaded {
+            Ok(Some(l)) if !recovered.formatted => {
+                let mut last: HashMap<String, Entry> = HashMap::new();
+                let mut floor = l.floor;
+                for e in l.entries {
+                    floor = floor.max(e.base + e.len);
+                    last.insert(e.key.clone(), e);
+                }
+                let mut entries: Vec<Entry> = last.into_values().collect();
+                entries.sort_by_key(|e| e.base);
+                (entries, floor)
+            }
+            _ => (Vec::new(), 0),
+        };
+        let floor = floor.div_ceil(unit) * unit;
+        let file = MapFile::create(&map_path, opened_tier.cache_id(), floor, &entries)?;
+        {
+            let mut table = spans.write();
+            for entry in entries {
+                Spans::insert(
+                    &mut table,
+                    Arc::new(Span {
+                        entry,
+                        part: AtomicU16::new(0),
+                    }),
+                );
+            }
+            opened.objects = table.by_key.len();
+        }
+        *spans.map.lock().unwrap_or_else(PoisonError::into_inner) = Some((file, floor));
+        Ok(Self {
+            inner,
+            device: opened_tier.describe(),
+            tier: opened_tier,
+            spans,
+            opened,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// What the open found.
+    pub fn opened(&self) -> &Opened {
+        &self.opened
+    }
+
+    /// The tier (its metrics, its geometry).
+    pub fn tier(&self) -> &Tier {
+        &self.tier
+    }
+
+    /// The tier, described.
+    pub fn describe(&self) -> &str {
+        &self.device
+    }
+
+    /// A clean stop: the tier checkpoints, so the next open is warm at once.
+    pub fn close(&self) -> Result<(), DeviceError> {
+        self.closed.store(true, Ordering::Relaxed);
+        self.tier.close()
+    }
+
+    fn read(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        let span = self.spans.read().by_key.get(key).map(Arc::clone);
+        let span = if let Some(s) = span {
+            s
+        } else {
+            let (info, part) = self.inner.locate(key)?;
+            self.spans.span(key, info, part)?
+        };
+        if offset + buf.len() as u64 > span.entry.size {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!(
+                    "{key}: {} bytes at {offset} are past its {} bytes",
+                    buf.len(),
+                    span.entry.size
+                ),
+            ));
+        }
+        self.tier
+            .read_at(buf, span.entry.base + offset)
+            .map_err(|e| backend_error(key, &e))
+    }
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+impl Backend for SpillBackend {
+    fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError> {
+        self.locate(key).map(|(info, _)| info)
+    }
+
+    fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.read(key, offset, buf)
+    }
+
+    fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        max: usize,
+        out: &mut Vec<ListEntry>,
+    ) -> Result<bool, BackendError> {
+        self.inner.list(prefix, after, max, out)
+    }
+
+    fn parts(&self) -> u16 {
+        self.inner.parts()
+    }
+
+    fn locate(&self, key: &str) -> Result<(ObjectInfo, u16), BackendError> {
+        let (info, part) = self.inner.locate(key)?;
+        self.spans.span(key, info, part)?;
+        Ok((info, part))
+    }
+
+    fn read_part(
+        &self,
+        _part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), BackendError> {
+        self.read(key, offset, buf)
+    }
+
+    fn busy_ns(&self, part: u16) -> Option<u64> {
+        self.inner.busy_ns(part)
+    }
+
+    fn metrics(&self, out: &mut Vec<Metric>) {
+        let t = self.tier.metrics();
+        let block = u64::from(self.tier.geometry().block_size);
+        let mut m = MetricSink(out);
+        m.counter(
+            "spill_hits",
+            t.hits,
+            "spill blocks read from the SSD (the tier's block size)",
+        );
+        m.counter(
+            "spill_misses",
+            t.misses,
+            "spill blocks read from the backend through the SSD tier",
+        );
+        m.counter(
+            "spill_promotions",
+            t.promotions,
+            "blocks the SSD tier took in on a miss",
+        );
+        m.gauge(
+            "spill_cached_bytes",
+            t.cached_blocks * block,
+            "bytes the SSD tier holds now",
+        );
+        m.gauge(
+            "spill_capacity_bytes",
+            self.tier.capacity_blocks() * block,
+            "bytes the SSD tier's policy may hold",
+        );
+        m.counter(
+            "spill_errors",
+            t.errors,
+            "SSD errors (I/O errors, blocks failing their CRC)",
+        );
+        m.gauge(
+            "spill_failed",
+            u64::from(t.failed),
+            "1 once SSD errors made the tier pass every read to the backend",
+        );
+        m.gauge(
+            "spill_objects",
+            self.spans.read().by_key.len() as u64,
+            "object versions the spill's map names",
+        );
+    }
+}
+
+impl Drop for SpillBackend {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Relaxed) {
+            let _ = self.tier.close();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

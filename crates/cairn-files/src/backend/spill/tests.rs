@@ -1,0 +1,193 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::backend::MemoryBackend;
+use crate::{FileCache, FileCacheConfig};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const BLOCK: u64 = 256 * KIB;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 13) as u8)
+        .collect()
+}
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// A spill of `size` bytes at `dir/spill` in front of `origin`, under a
+/// DRAM cache of 1 MiB (4 blocks): most reads reach the spill.
+fn gateway(
+    dir: &Path,
+    origin: &Arc<MemoryBackend>,
+) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
+    let mut config = SpillConfig::new(dir.join("spill"), BLOCK);
+    config.size = Some(64 * MIB);
+    config.block_size = 64 * KIB as u32;
+    let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
+    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
+    let cache = FileCache::new(
+        Arc::clone(&spill),
+        &FileCacheConfig {
+            block_size_bytes: BLOCK,
+            capacity_bytes: MIB,
+            shards: 1,
+            policy: PolicyConfig::default_for("lru").expect("lru"),
+            ..FileCacheConfig::default()
+        },
+    )
+    .expect("cache");
+    (cache, spill)
+}
+
+/// Every byte of `key` through `cache`.
+fn read_all(cache: &FileCache<Arc<SpillBackend>>, key: &str) -> Vec<u8> {
+    let object = cache.open(key).expect("open");
+    let mut out = Vec::new();
+    for index in 0..object.info.size.div_ceil(BLOCK) {
+        out.extend_from_slice(&cache.block(key, &object, index).expect("block"));
+    }
+    out
+}
+
+#[test]
+fn a_reopened_spill_serves_every_block_without_the_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let files = [
+        ("a.mp4", pattern((3 * MIB + 100) as usize, 1)),
+        ("dir/b.bin", pattern((5 * MIB) as usize, 2)),
+        ("empty", Vec::new()),
+        ("tiny", pattern(10, 3)),
+    ];
+    for (key, bytes) in &files {
+        origin.put(key, bytes.clone(), at(1_700_000_000));
+    }
+    {
+        let (cache, spill) = gateway(dir.path(), &origin);
+        assert_eq!(
+            spill.opened().formatted.as_deref(),
+            Some("it was blank"),
+            "{:?}",
+            spill.opened()
+        );
+        for (key, bytes) in &files {
+            assert_eq!(&read_all(&cache, key), bytes, "{key} cold");
+        }
+        let cold = origin.reads();
+        // The DRAM cache holds 4 blocks; the rest come back from the SSD.
+        for (key, bytes) in &files {
+            assert_eq!(&read_all(&cache, key), bytes, "{key} from the spill");
+        }
+        assert_eq!(origin.reads(), cold, "a second pass reads only the SSD");
+        let t = spill.tier().metrics();
+        assert!(t.hits >= 100, "{t:?}");
+        let mut metrics = Vec::new();
+        cache.backend_metrics(&mut metrics);
+        let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+        assert!(
+            names.contains(&"spill_hits") && names.contains(&"spill_objects"),
+            "{names:?}"
+        );
+        spill.close().expect("close");
+    }
+    let before = origin.reads();
+    let (cache, spill) = gateway(dir.path(), &origin);
+    let opened = spill.opened().clone();
+    assert!(opened.formatted.is_none() && opened.clean, "{opened:?}");
+    assert_eq!(opened.objects, 4, "{opened:?}");
+    assert!(opened.cached_blocks >= 8 * MIB / (64 * KIB), "{opened:?}");
+    for (key, bytes) in &files {
+        assert_eq!(&read_all(&cache, key), bytes, "{key} after the restart");
+    }
+    assert_eq!(origin.reads(), before, "warm: the origin is not read");
+}
+
+#[test]
+fn a_changed_object_is_read_anew_and_its_old_blocks_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let old = pattern((2 * MIB) as usize, 7);
+    origin.put("v", old.clone(), at(100));
+    {
+        let (cache, spill) = gateway(dir.path(), &origin);
+        assert_eq!(read_all(&cache, "v"), old);
+        spill.close().expect("close");
+    }
+    // Same size, another time; then another size.
+    let new = pattern((2 * MIB) as usize, 8);
+    origin.put("v", new.clone(), at(101));
+    {
+        let (cache, _spill) = gateway(dir.path(), &origin);
+        let before = origin.reads();
+        assert_eq!(read_all(&cache, "v"), new, "not the spilled version");
+        assert!(origin.reads() > before);
+    }
+    let shorter = pattern((MIB + 5) as usize, 9);
+    origin.put("v", shorter.clone(), at(101));
+    let (cache, spill) = gateway(dir.path(), &origin);
+    assert_eq!(
+        spill.opened().objects,
+        1,
+        "one record per key after the open"
+    );
+    assert_eq!(read_all(&cache, "v"), shorter);
+}
+
+#[test]
+fn a_missing_or_foreign_map_formats_the_tier_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let bytes = pattern((2 * MIB) as usize, 5);
+    origin.put("x", bytes.clone(), at(5));
+    let map = dir.path().join("spill.map");
+    {
+        let (cache, _spill) = gateway(dir.path(), &origin);
+        read_all(&cache, "x");
+    }
+    std::fs::remove_file(&map).unwrap();
+    {
+        let (cache, spill) = gateway(dir.path(), &origin);
+        let why = spill.opened().formatted.clone().unwrap_or_default();
+        assert!(why.contains("no map"), "{why}");
+        assert_eq!(spill.opened().cached_blocks, 0);
+        let before = origin.reads();
+        assert_eq!(read_all(&cache, "x"), bytes);
+        assert!(origin.reads() > before, "nothing was left to hit");
+    }
+    // Another tier's map (its identity changed).
+    let mut other = std::fs::read(&map).unwrap();
+    other[16] ^= 0xff;
+    let crc = crc32c::crc32c(&other[..60]);
+    other[60..64].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&map, other).unwrap();
+    let (cache, spill) = gateway(dir.path(), &origin);
+    let why = spill.opened().formatted.clone().unwrap_or_default();
+    assert!(why.contains("another cache device"), "{why}");
+    // A damaged one.
+    drop(cache);
+    drop(spill);
+    std::fs::write(&map, b"garbage").unwrap();
+    let (_cache, spill) = gateway(dir.path(), &origin);
+    let why = spill.opened().formatted.clone().unwrap_or_default();
+    assert!(why.contains("damaged"), "{why}");
+}
+
+#[test]
+fn origin_errors_pass_through_with_their_kind_and_are_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let bytes = pattern((MIB) as usize, 4);
+    origin.put("e", bytes.clone(), at(9));
+    let (cache, _spill) = gateway(dir.path(), &origin);
+    let object = cache.open("e").expect("open");
+    origin.fail_next_read(BackendErrorKind::Timeout);
+    let error = cache.block("e", &object, 0).expect_err("timeout");
+    assert_eq!(error.kind, BackendErrorKind::Timeout, "{error}");
+    assert_eq!(read_all(&cache, "e"), bytes, "the next read tries again");
+    let missing = cache.open("nope").expect_err("404");
+    assert_eq!(missing.kind, BackendErrorKind::NotFound);
+}
