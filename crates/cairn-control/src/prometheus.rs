@@ -263,6 +263,16 @@ fn file_export(f: &mut Families, export: &FileExportSnapshot) {
     for metric in &export.cache {
         f.metric("cairn_files", metric, &e);
     }
+    for GroupStats {
+        name: member,
+        metrics,
+    } in &export.backends
+    {
+        let labels = [("export", name), ("member", member.as_str())];
+        for metric in metrics {
+            f.metric("cairn_files_union", metric, &labels);
+        }
+    }
 }
 
 /// A layer's latency and its own metrics.

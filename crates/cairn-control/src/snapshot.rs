@@ -2,7 +2,7 @@
 //! by the front end) and its layers (walked by the volume); for `cairn serve
 //! --files`, per file export its HTTP requests and its cache.
 
-use cairn_store::stats::{LayerStats, Metric};
+use cairn_store::stats::{GroupStats, LayerStats, Metric};
 use serde::{Deserialize, Serialize};
 
 use crate::io::ExportIo;
@@ -62,8 +62,13 @@ pub struct FileExportSnapshot {
     /// Failed backend calls (lookups and block reads), by kind.
     pub backend_errors: BackendErrors,
     /// The cache's counters and levels, named (hits, misses, bytes, resident
-    /// blocks, …: `cairn_files::FileCacheStats::metrics`).
+    /// blocks, …: `cairn_files::FileCacheStats::metrics`), and its
+    /// backend's own (a spill's `spill_…`).
     pub cache: Vec<Metric>,
+    /// With several backends (a union), each one's reads, bytes, read time
+    /// and learned cost, labelled by its index in `--files` order.
+    #[serde(default)]
+    pub backends: Vec<GroupStats>,
 }
 
 /// Requests of one method answered with one status class.

@@ -71,7 +71,7 @@ use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::{Readahead, readahead};
 use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
-use cairn_store::stats::{Metric, MetricSink};
+use cairn_store::stats::{GroupStats, Metric, MetricSink};
 use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
@@ -727,38 +727,50 @@ impl<B: Backend> FileCache<B> {
     }
 
     /// The backend's own metrics ([`Backend::metrics`]: a spill's
-    /// `spill_…`), and with several backend parts (a union), each one's
-    /// reads, bytes, read time and learned cost as metrics `backend<N>_…`
-    /// (`cairn stats`, Prometheus `cairn_files_backend<N>_…`).
+    /// `spill_…`).
     pub fn backend_metrics(&self, out: &mut Vec<Metric>) {
         self.backend.metrics(out);
+    }
+
+    /// With several backend parts (a union), each one's reads, bytes, read
+    /// time and learned cost, a group named by its index (`cairn stats`;
+    /// Prometheus `cairn_files_union_…{member="N"}`); none for one
+    /// backend.
+    pub fn backend_groups(&self) -> Vec<GroupStats> {
         if self.costs.groups() < 2 {
-            return;
+            return Vec::new();
         }
-        let mut m = MetricSink(out);
-        for group in 0..self.costs.groups() {
-            let reads = self.costs.snapshot(group);
-            m.counter(
-                &format!("backend{group}_reads"),
-                reads.reads,
-                "block reads from this backend of the union (demand and ahead)",
-            );
-            m.counter(
-                &format!("backend{group}_read_bytes"),
-                reads.bytes,
-                "bytes read from this backend of the union",
-            );
-            m.counter(
-                &format!("backend{group}_read_ns"),
-                reads.ns,
-                "time of those reads, ns (the backend's busy clock if throttled, else wall time)",
-            );
-            m.real(
-                &format!("backend{group}_cost"),
-                Some(self.costs.table().get(group as u16)),
-                "this backend's eviction cost: its smoothed read time per byte over the fastest backend's (policy cost)",
-            );
-        }
+        (0..self.costs.groups())
+            .map(|group| {
+                let reads = self.costs.snapshot(group);
+                let mut metrics = Vec::with_capacity(4);
+                let mut m = MetricSink(&mut metrics);
+                m.counter(
+                    "reads",
+                    reads.reads,
+                    "block reads from this backend of the union (demand and ahead)",
+                );
+                m.counter(
+                    "read_bytes",
+                    reads.bytes,
+                    "bytes read from this backend of the union",
+                );
+                m.counter(
+                    "read_ns",
+                    reads.ns,
+                    "time of those reads, ns (the backend's busy clock if throttled, else wall time)",
+                );
+                m.real(
+                    "cost",
+                    Some(self.costs.table().get(group as u16)),
+                    "this backend's eviction cost: its smoothed read time per byte over the fastest backend's (policy cost)",
+                );
+                GroupStats {
+                    name: group.to_string(),
+                    metrics,
+                }
+            })
+            .collect()
     }
 
     /// The backend under the cache.

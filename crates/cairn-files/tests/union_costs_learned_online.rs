@@ -160,12 +160,13 @@ fn measure_cost_against_lru_on_a_fast_and_a_slow_directory() {
             }
         }
         let elapsed = start.elapsed();
-        let mut metrics = Vec::new();
-        cache.backend_metrics(&mut metrics);
+        let groups = cache.backend_groups();
         let value = |name: &str| {
-            metrics
+            let (backend, metric) = name.split_once('/').expect("BACKEND/METRIC");
+            groups
                 .iter()
-                .find(|m| m.name == name)
+                .find(|g| g.name == backend)
+                .and_then(|g| g.metrics.iter().find(|m| m.name == metric))
                 .map_or(0.0, |m| m.value.as_f64())
         };
         let stats = cache.stats();
@@ -175,17 +176,17 @@ fn measure_cost_against_lru_on_a_fast_and_a_slow_directory() {
             elapsed.as_secs_f64(),
             stats.misses,
             stats.misses + stats.hits,
-            value("backend0_reads"),
-            value("backend0_read_ns") / 1e6,
-            value("backend1_reads"),
-            value("backend1_read_ns") / 1e6,
+            value("0/reads"),
+            value("0/read_ns") / 1e6,
+            value("1/reads"),
+            value("1/read_ns") / 1e6,
             cache
                 .backend_costs()
                 .map(|c| (c * 10.0).round() / 10.0)
                 .collect::<Vec<_>>(),
         ));
         eprintln!("{}", lines.last().expect("a line"));
-        totals.push((elapsed.as_secs_f64(), value("backend1_reads")));
+        totals.push((elapsed.as_secs_f64(), value("1/reads")));
     }
     eprintln!(
         "cost / lru: mean request time {:.2}×, slow-directory reads {:.2}×",

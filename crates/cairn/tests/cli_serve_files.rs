@@ -442,14 +442,6 @@ fn the_files_metrics_help_example_runs_as_printed() {
     terminate(server.take());
 }
 
-/// The value of the metric line starting `name{` in a Prometheus text.
-fn metric_value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(&format!("{name}{{")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[test]
 fn the_union_help_example_runs_as_printed_and_learns_the_slow_backends_cost() {
     // The example's command spans two lines (`\`-continued).
@@ -532,8 +524,14 @@ fn the_union_help_example_runs_as_printed_and_learns_the_slow_backends_cost() {
     let text = common::examples::text(&out.stdout);
     assert!(out.status.success(), "{curl_line}: {text}");
     terminate(server.take());
-    let local = metric_value(&text, "cairn_files_backend0_cost").expect(&text);
-    let remote = metric_value(&text, "cairn_files_backend1_cost").expect(&text);
+    let cost = |backend: &str| -> f64 {
+        let line = format!("cairn_files_union_cost{{export=\"media\",member=\"{backend}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {line}in {text}"))
+    };
+    let (local, remote) = (cost("0"), cost("1"));
     eprintln!("learned costs: local {local}, remote {remote}");
     // ./remote: 20 ms a read at 10 MiB/s, ./local a page-cached file.
     assert!(

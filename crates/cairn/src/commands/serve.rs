@@ -83,7 +83,7 @@ block hits, misses and coalesced waits, backend errors by kind, bytes from the
 cache and from the backend, resident blocks and bytes, connections, with
 dual its preface size and active files, and with several --files (a union:
 each object from the first that has it) each one's reads and learned cost
-(cairn_files_backend<N>_cost, papers/004, what --policy cost ranks by); --control PATH (none by default) lets
+(cairn_files_union_cost{member=\"N\"}, papers/004, what --policy cost ranks by); --control PATH (none by default) lets
 `cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its

@@ -311,6 +311,10 @@ fn file_export_table(t: &mut String, export: &FileExportSnapshot) {
     );
     let _ = writeln!(t, "  cache");
     metric_rows(t, "    ", &export.cache);
+    for backend in &export.backends {
+        let _ = writeln!(t, "  union member {} (--files order)", backend.name);
+        metric_rows(t, "    ", &backend.metrics);
+    }
 }
 
 fn export_table(t: &mut String, export: &ExportSnapshot, before: Option<(f64, &ExportSnapshot)>) {

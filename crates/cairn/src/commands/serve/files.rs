@@ -487,6 +487,7 @@ impl Handler for ServedFiles<'_> {
                     self.cache.backend_metrics(&mut metrics);
                     metrics
                 },
+                backends: self.cache.backend_groups(),
             }],
         }
     }
