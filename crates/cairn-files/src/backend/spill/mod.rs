@@ -346,11 +346,6 @@ pub struct SpillBackend {
 impl SpillBackend {
     /// Opens (or formats) the spill `config` names in front of `inner`.
     pub fn open(inner: Arc<dyn Backend>, config: &SpillConfig) -> Result<Self, SpillError> {
-        let unit = config.unit;
-        let device_error = |message: String| SpillError::Device {
-            path: config.path.clone(),
-            message,
-        };
         let cache: SharedDevice = Arc::new(
             FileDevice::open(
                 &config.path,
@@ -361,8 +356,26 @@ impl SpillBackend {
                     claim: Claim::Exclusive,
                 },
             )
-            .map_err(|e| device_error(e.to_string()))?,
+            .map_err(|e| SpillError::Device {
+                path: config.path.clone(),
+                message: e.to_string(),
+            })?,
         );
+        Self::open_on(inner, &cache, config)
+    }
+
+    /// [`open`](Self::open) on a cache device already opened (a faulty one,
+    /// in tests); `config.path` only names it and places the map.
+    pub fn open_on(
+        inner: Arc<dyn Backend>,
+        cache: &SharedDevice,
+        config: &SpillConfig,
+    ) -> Result<Self, SpillError> {
+        let unit = config.unit;
+        let device_error = |message: String| SpillError::Device {
+            path: config.path.clone(),
+            message,
+        };
         let map_path = config.map_path();
         let loaded = match map::load(&map_path) {
             Ok(loaded) => Ok(loaded),
@@ -392,7 +405,7 @@ impl SpillBackend {
             },
             marker: Some(with_suffix(&map_path, ".failed")),
         };
-        let probe = tier_open::probe(&*cache).map_err(|e| device_error(e.to_string()))?;
+        let probe = tier_open::probe(&**cache).map_err(|e| device_error(e.to_string()))?;
         let stale = match (&probe, &loaded) {
             (Probe::Ours(_), Err(why)) => Some(format!("its map is damaged ({why})")),
             (Probe::Ours(_), Ok(None)) => Some(format!("it has no map ({})", map_path.display())),
@@ -403,8 +416,8 @@ impl SpillBackend {
             _ => None,
         };
         let opened_tier = match &stale {
-            Some(_) => tier_open::format(Arc::clone(&cache), backing, &want, true),
-            None => tier_open::open_or_format(Arc::clone(&cache), backing, &want),
+            Some(_) => tier_open::format(Arc::clone(cache), backing, &want, true),
+            None => tier_open::open_or_format(Arc::clone(cache), backing, &want),
         }
         .map_err(|e| device_error(e.to_string()))?;
         let recovered = opened_tier.recovered().clone();
