@@ -19,6 +19,7 @@
 //! nothing.
 
 mod build;
+pub mod files_spec;
 mod marker;
 mod orphans;
 pub mod spec;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use files_spec::{FilesSpec, SpillSpec};
 pub use orphans::{OrphanedRegion, orphaned_regions};
 pub use spec::{
     Admission, CacheSpec, Cleaner, ConcatSpec, DeviceSpec, ExportSpec, FileSpec, LogSpec,

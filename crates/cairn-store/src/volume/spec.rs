@@ -54,6 +54,11 @@ pub struct VolumeSpec {
     /// The devices, by name.
     #[serde(rename = "device", default)]
     pub devices: BTreeMap<String, DeviceSpec>,
+    /// File exports `cairn serve` runs beside the block exports, each on
+    /// its own HTTP listener (`[[files]]`; [`FilesSpec`](super::FilesSpec)).
+    /// Not used by the volume itself.
+    #[serde(rename = "files", default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<super::FilesSpec>,
 }
 
 fn default_data_dir() -> PathBuf {

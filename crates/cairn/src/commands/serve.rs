@@ -84,7 +84,10 @@ cache and from the backend, resident blocks and bytes, connections, with
 dual its preface size and active files, and with several --files (a union:
 each object from the first that has it) each one's reads and learned cost
 (cairn_files_union_cost{member=\"N\"}, papers/004, what --policy cost ranks by); --control PATH (none by default) lets
-`cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it.
+`cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it. --spill
+PATH keeps a second level of that cache on a local SSD, warm across restarts.
+A spec's [[files]] tables (docs/volumes.md; examples/volumes/files.toml) serve
+the same beside its block exports, one listener each, fields for these flags.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
@@ -426,28 +429,42 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                 .transpose()
                 .context(flag.to_owned())
         };
-        return files::run(&files::FilesArgs {
-            dirs: &args.files,
-            listen: args.listen.as_ref(),
-            export: &args.export,
+        let policy = |flag: &str, text: &Option<String>| {
+            text.as_deref()
+                .map(crate::policy_spec::parse)
+                .transpose()
+                .context(flag.to_owned())
+        };
+        let files_args = files::FilesArgs {
+            dirs: args.files.clone(),
+            listen: args.listen.clone(),
+            export: args.export.clone(),
             block_size: size("--block-size", &args.block_size)?,
             cache_size: size("--cache-size", &args.cache_size)?,
-            policy: args.policy.as_deref(),
+            policy: policy("--policy", &args.policy)?,
             connections_max: args.connections_max,
-            throttles: &args.throttle,
-            revalidate: args.revalidate.as_deref(),
+            throttles: args.throttle.clone(),
+            revalidate: args.revalidate.clone(),
             prefetch_stripes: args.prefetch_stripes.unwrap_or(0),
-            spill: args.spill.as_deref().map(|path| files::SpillArgs {
-                path,
-                map: args.spill_map.as_deref(),
-                policy: args.spill_policy.as_deref(),
-            }),
-            spill_size: size("--spill-size", &args.spill_size)?,
-            metrics: args.metrics.as_deref(),
-            metrics_public: args.metrics_public,
-            control: args.control.as_deref(),
-            quiet,
-        });
+            spill: match &args.spill {
+                Some(path) => Some(files::SpillArgs {
+                    path: path.clone(),
+                    size: size("--spill-size", &args.spill_size)?,
+                    map: args.spill_map.clone(),
+                    policy: policy("--spill-policy", &args.spill_policy)?,
+                }),
+                None => None,
+            },
+        };
+        return files::run(
+            &files_args,
+            &files::Beside {
+                metrics: args.metrics.as_deref(),
+                metrics_public: args.metrics_public,
+                control: args.control.as_deref(),
+                quiet,
+            },
+        );
     }
     // Before any thread starts: taking the systemd socket edits the environment.
     let activated = if args.stdio {
@@ -542,10 +559,26 @@ fn serve(
         args.control.as_deref(),
         (!args.stdio && !args.no_control).then_some(default_control.as_path()),
     )?;
-    let served = control::Served {
-        server: &server,
-        volume,
-        started: Instant::now(),
+    // The spec's file exports, each listening before the block exports do.
+    files::check_names(&loaded.spec)?;
+    let file_exports = loaded
+        .spec
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            files::FilesArgs::of_spec(spec, volume.data_dir())
+                .and_then(|a| files::start(&a))
+                .with_context(|| format!("files[{i}] ({:?})", spec.name))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let served = files::WithFiles {
+        volumes: control::Served {
+            server: &server,
+            volume,
+            started: Instant::now(),
+        },
+        files: &file_exports,
     };
     let beside = control::Beside {
         socket: control_socket.as_ref(),
@@ -553,7 +586,9 @@ fn serve(
     };
     beside.log("every export's name and traffic");
     if args.stdio {
-        control::run_beside(&beside, &served, || server.serve_stdio())?;
+        control::run_beside(&beside, &served, || {
+            files::beside(&file_exports, || server.serve_stdio())
+        })?;
         return Ok(());
     }
     // Under socket activation the client that started us knows where we are,
@@ -577,9 +612,14 @@ fn serve(
     }
     if show {
         print(&how_to_connect(&uri, tls.mode != TlsMode::Off, volume));
+        for export in &file_exports {
+            print(&format!("{}\n", export.announcement()));
+        }
         print(&beside.how_to_watch());
     }
-    control::run_beside(&beside, &served, || server.serve(&listener))?;
+    control::run_beside(&beside, &served, || {
+        files::beside(&file_exports, || server.serve(&listener))
+    })?;
     Ok(())
 }
 
@@ -764,7 +804,7 @@ impl Reload {
             tracing::info!("SIGHUP: nothing else to reload; restart to apply spec changes");
         } else {
             tracing::warn!(
-                "SIGHUP: {} changed beyond log_level (devices, exports, listen or tls): \
+                "SIGHUP: {} changed beyond log_level (devices, exports, files, listen or tls): \
                  not applied; restart to apply spec changes",
                 path.display()
             );
@@ -851,6 +891,7 @@ fn spec_of(args: &ServeArgs) -> Result<Loaded> {
             read_only: false,
         }],
         devices: [("volume".to_owned(), device)].into(),
+        files: Vec::new(),
     };
     Ok(Loaded {
         spec,

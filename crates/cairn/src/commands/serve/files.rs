@@ -22,11 +22,11 @@ use cairn_files::{
 use cairn_nbd::ListenAddress;
 use cairn_objects::S3Config;
 use cairn_store::stats::LayerCommand;
+use cairn_store::volume::FilesSpec;
 
 use crate::commands::bench::files::parse_throttle;
 use crate::commands::control;
 use crate::commands::sim::parse_duration_us;
-use crate::policy_spec;
 
 /// How long an origin's answer for an object is trusted without --revalidate.
 const ORIGIN_REVALIDATE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -34,34 +34,37 @@ const ORIGIN_REVALIDATE: std::time::Duration = std::time::Duration::from_secs(1)
 /// Where the gateway listens without --listen.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-/// `cairn serve`'s flags that --files reads, sizes parsed.
-pub(super) struct FilesArgs<'a> {
+/// One file export to serve: `cairn serve`'s --files flags (sizes and
+/// policies parsed), or a spec's `[[files]]` table.
+pub(super) struct FilesArgs {
     /// --files, each: a directory, several separated by commas (striped),
     /// or a URL; several --files are a union, first first.
-    pub dirs: &'a [std::path::PathBuf],
-    /// --listen.
-    pub listen: Option<&'a ListenAddress>,
+    pub dirs: Vec<PathBuf>,
+    /// Where to listen: --listen, `listen`; default [`DEFAULT_LISTEN`].
+    pub listen: Option<ListenAddress>,
     /// --export: the bucket.
-    pub export: &'a str,
+    pub export: String,
     /// --block-size, bytes.
     pub block_size: Option<u64>,
     /// --cache-size, bytes.
     pub cache_size: Option<u64>,
     /// --policy.
-    pub policy: Option<&'a str>,
+    pub policy: Option<cairn_policy::PolicyConfig>,
     /// --connections-max.
     pub connections_max: Option<usize>,
     /// --throttle, each: OP,BANDWIDTH or none; one for every --files, or
     /// one for all.
-    pub throttles: &'a [String],
+    pub throttles: Vec<String>,
     /// --revalidate.
-    pub revalidate: Option<&'a str>,
+    pub revalidate: Option<String>,
     /// --prefetch-stripes: readahead of this many stripes (0: none).
     pub prefetch_stripes: u64,
-    /// --spill, --spill-map, --spill-policy.
-    pub spill: Option<SpillArgs<'a>>,
-    /// --spill-size, bytes.
-    pub spill_size: Option<u64>,
+    /// --spill, --spill-map, --spill-policy, --spill-size.
+    pub spill: Option<SpillArgs>,
+}
+
+/// The listeners beside a lone file export (`cairn serve --files`).
+pub(super) struct Beside<'a> {
     /// --metrics: the metrics listener's address.
     pub metrics: Option<&'a str>,
     /// --metrics-public.
@@ -73,37 +76,34 @@ pub(super) struct FilesArgs<'a> {
 }
 
 /// --spill and the flags that go with it.
-pub(super) struct SpillArgs<'a> {
+pub(super) struct SpillArgs {
     /// --spill: the SSD file or block device.
-    pub path: &'a Path,
+    pub path: PathBuf,
+    /// --spill-size, bytes.
+    pub size: Option<u64>,
     /// --spill-map.
-    pub map: Option<&'a Path>,
+    pub map: Option<PathBuf>,
     /// --spill-policy.
-    pub policy: Option<&'a str>,
+    pub policy: Option<cairn_policy::PolicyConfig>,
 }
 
 /// The backend behind a spill on `spill`, if asked for: opened (warm),
 /// recovered or formatted, and said so in the log.
-fn spill(
-    backend: Arc<dyn Backend>,
-    spill: &SpillArgs<'_>,
-    size: Option<u64>,
-    unit: u64,
-) -> Result<Arc<SpillBackend>> {
-    let mut config = SpillConfig::new(spill.path, unit);
-    config.size = size;
-    config.map = spill.map.map(Path::to_path_buf);
-    if config.map.is_none() && std::fs::metadata(spill.path).is_ok_and(|m| !m.is_file()) {
+fn spill(backend: Arc<dyn Backend>, spill: &SpillArgs, unit: u64) -> Result<Arc<SpillBackend>> {
+    let mut config = SpillConfig::new(&spill.path, unit);
+    config.size = spill.size;
+    config.map.clone_from(&spill.map);
+    if config.map.is_none() && std::fs::metadata(&spill.path).is_ok_and(|m| !m.is_file()) {
         bail!(
             "--spill {}: not a regular file; give --spill-map FILE for its map (it cannot \
              sit beside a device)",
             spill.path.display()
         );
     }
-    if let Some(policy) = spill.policy {
-        config.policy = policy_spec::parse(policy).context("--spill-policy")?;
+    if let Some(policy) = &spill.policy {
+        config.policy = policy.clone();
     }
-    if size.is_none() && !spill.path.exists() {
+    if spill.size.is_none() && !spill.path.exists() {
         bail!(
             "--spill {}: no such file; give --spill-size SIZE to create it",
             spill.path.display()
@@ -276,8 +276,22 @@ fn union(dirs: &[Source], throttles: &[String], unit: u64) -> Result<Arc<dyn Bac
     ))
 }
 
-/// Serves `args.dirs` until SIGINT or SIGTERM.
-pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
+/// One file export started: its gateway listening, its cache, its spill.
+pub(super) struct Started {
+    gateway: Gateway<Arc<dyn Backend>>,
+    cache: Arc<FileCache<Arc<dyn Backend>>>,
+    spilled: Option<Arc<SpillBackend>>,
+    counters: Arc<GatewayCounters>,
+    bound: std::net::SocketAddr,
+    /// The sources, as given.
+    shown: String,
+    export: String,
+    since: Instant,
+}
+
+/// Builds the backends, the spill and the cache `args` describe and binds
+/// the gateway (it serves from [`Started::serve`]).
+pub(super) fn start(args: &FilesArgs) -> Result<Started> {
     let shown = args
         .dirs
         .iter()
@@ -286,7 +300,7 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         .join(" + ");
     let sources: Vec<Source> = args.dirs.iter().map(|d| Source::of(d)).collect();
     let any_origin = sources.iter().any(|s| matches!(s, Source::Origin(_)));
-    let address = match args.listen {
+    let address = match &args.listen {
         None => DEFAULT_LISTEN.to_owned(),
         Some(ListenAddress::Tcp(address)) => address.clone(),
         Some(other) => bail!("--files listens on TCP only (--listen tcp:HOST:PORT), not {other}"),
@@ -298,10 +312,10 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     if let Some(size) = args.cache_size {
         cache_config.capacity_bytes = size;
     }
-    if let Some(policy) = args.policy {
-        cache_config.policy = policy_spec::parse(policy).context("--policy")?;
+    if let Some(policy) = &args.policy {
+        cache_config.policy = policy.clone();
     }
-    cache_config.revalidate = match args.revalidate {
+    cache_config.revalidate = match &args.revalidate {
         Some(text) => std::time::Duration::from_micros(
             parse_duration_us(text).map_err(|e| anyhow::anyhow!("--revalidate {e}"))?,
         ),
@@ -311,25 +325,18 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     // The most striped directories of any --files.
     let servers = sources.iter().map(Source::servers).max().unwrap_or(1);
     cache_config.prefetch_window_blocks = args.prefetch_stripes.saturating_mul(servers);
-    let mut config = GatewayConfig::new(args.export);
+    let mut config = GatewayConfig::new(&args.export);
     if let Some(connections) = args.connections_max {
         config.connections_max = connections;
     }
     config
         .validate()
         .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = union(&sources, args.throttles, cache_config.block_size_bytes)?;
+    let backend = union(&sources, &args.throttles, cache_config.block_size_bytes)?;
     let spilled = args
         .spill
         .as_ref()
-        .map(|s| {
-            spill(
-                Arc::clone(&backend),
-                s,
-                args.spill_size,
-                cache_config.block_size_bytes,
-            )
-        })
+        .map(|s| spill(Arc::clone(&backend), s, cache_config.block_size_bytes))
         .transpose()?;
     let backend: Arc<dyn Backend> = match &spilled {
         Some(s) => Arc::clone(s) as Arc<dyn Backend>,
@@ -342,16 +349,6 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
     let bound = gateway.local_addr()?;
-    let metrics = args
-        .metrics
-        .map(|address| MetricsListener::bind(address, args.metrics_public))
-        .transpose()
-        .context("--metrics")?;
-    let control_socket = control::bind(args.control, None)?;
-    let beside = control::Beside {
-        socket: control_socket.as_ref(),
-        metrics: metrics.as_ref(),
-    };
     if !bound.ip().to_canonical().is_loopback() {
         tracing::warn!(
             "serving {} on tcp:{bound}, not a loopback address: the gateway has no authentication, \
@@ -371,85 +368,85 @@ pub(super) fn run(args: &FilesArgs<'_>) -> Result<()> {
         cache.policy_name(),
         cache_config.prefetch_window_blocks
     );
-    if !args.quiet {
-        // A closed stdout is no reason not to serve.
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(
-            stdout,
-            "Serving {} at http://{bound}/{}/KEY (S3: --endpoint-url http://{bound}, bucket {}, path-style)",
-            shown, args.export, args.export
-        );
-        let _ = write!(stdout, "{}", beside.how_to_watch());
-        let _ = stdout.flush();
-    }
-    beside.log("the export's name and traffic");
-    let stop = gateway.stop_flag();
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .context("installing the signal handlers")?;
-    }
-    let counters = gateway.counters();
-    let served = ServedFiles {
-        cache: &cache,
-        counters: &counters,
-        name: args.export,
-        started: Instant::now(),
-    };
-    control::run_beside(&beside, &served, || gateway.serve()).context("serving")?;
-    let stats = cache.stats();
-    if let Some(spilled) = &spilled {
-        let t = spilled.tier().metrics();
-        let closed = spilled.close();
-        tracing::info!(
-            "spill: {} blocks read from the SSD, {} from the backend through it, {} promoted; {}",
-            t.hits,
-            t.misses,
-            t.promotions,
-            match closed {
-                Ok(()) => "checkpointed (the next start is warm at once)".to_owned(),
-                Err(e) => format!("its close failed ({e}): the next start replays its journal"),
-            }
-        );
-    }
-    if cache.backend().parts() > 1 {
-        let costs: Vec<String> = cache.backend_costs().map(|c| format!("{c:.2}")).collect();
-        tracing::info!(
-            "learned backend costs, in --files order: {}",
-            costs.join(", ")
-        );
-    }
-    tracing::info!(
-        "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-         {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
-         read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
-        counters.connections.load(Ordering::Relaxed),
-        counters.refused.load(Ordering::Relaxed),
-        counters.requests(),
-        stats.hits,
-        stats.misses,
-        stats.coalesced,
-        stats.backend_errors.total(),
-        stats.bytes_from_cache,
-        stats.bytes_from_backend,
-        stats.prefetch_issued,
-        stats.prefetch_used,
-        stats.prefetch_wasted,
-        stats.prefetch_dropped
-    );
-    Ok(())
+    Ok(Started {
+        counters: gateway.counters(),
+        gateway,
+        cache,
+        spilled,
+        bound,
+        shown,
+        export: args.export.clone(),
+        since: Instant::now(),
+    })
 }
 
-/// A running file gateway as its control socket and metrics listener see
-/// it: one file export, its counters read at each request.
-struct ServedFiles<'a> {
-    cache: &'a FileCache<Arc<dyn Backend>>,
-    counters: &'a GatewayCounters,
-    name: &'a str,
-    started: Instant,
-}
+impl Started {
+    /// The line that says where it answers.
+    pub(super) fn announcement(&self) -> String {
+        let (bound, export) = (self.bound, &self.export);
+        format!(
+            "Serving {} at http://{bound}/{export}/KEY (S3: --endpoint-url http://{bound}, bucket {export}, path-style)",
+            self.shown
+        )
+    }
 
-impl Handler for ServedFiles<'_> {
-    fn stats(&self) -> Snapshot {
+    /// Setting it stops [`serve`](Self::serve).
+    pub(super) fn stop_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.gateway.stop_flag()
+    }
+
+    /// Serves until the stop flag is set.
+    pub(super) fn serve(&self) -> Result<()> {
+        self.gateway.serve().context("serving")
+    }
+
+    /// Closes the spill (a checkpoint) and logs what the export did.
+    pub(super) fn finish(&self) {
+        let (cache, counters) = (&self.cache, &self.counters);
+        let stats = cache.stats();
+        if let Some(spilled) = &self.spilled {
+            let t = spilled.tier().metrics();
+            let closed = spilled.close();
+            tracing::info!(
+                "spill: {} blocks read from the SSD, {} from the backend through it, {} promoted; {}",
+                t.hits,
+                t.misses,
+                t.promotions,
+                match closed {
+                    Ok(()) => "checkpointed (the next start is warm at once)".to_owned(),
+                    Err(e) => format!("its close failed ({e}): the next start replays its journal"),
+                }
+            );
+        }
+        if cache.backend().parts() > 1 {
+            let costs: Vec<String> = cache.backend_costs().map(|c| format!("{c:.2}")).collect();
+            tracing::info!(
+                "learned backend costs, in --files order: {}",
+                costs.join(", ")
+            );
+        }
+        tracing::info!(
+            "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
+             {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
+             read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
+            counters.connections.load(Ordering::Relaxed),
+            counters.refused.load(Ordering::Relaxed),
+            counters.requests(),
+            stats.hits,
+            stats.misses,
+            stats.coalesced,
+            stats.backend_errors.total(),
+            stats.bytes_from_cache,
+            stats.bytes_from_backend,
+            stats.prefetch_issued,
+            stats.prefetch_used,
+            stats.prefetch_wasted,
+            stats.prefetch_dropped
+        );
+    }
+
+    /// What its control socket and metrics listener show of it.
+    pub(super) fn snapshot(&self) -> FileExportSnapshot {
         let cache = self.cache.stats();
         let by = self.counters.requests_by();
         let mut requests = Vec::with_capacity(METHODS.len() * STATUS_CLASSES.len());
@@ -464,31 +461,213 @@ impl Handler for ServedFiles<'_> {
         }
         let errors = cache.backend_errors;
         let count = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed) as u64;
+        FileExportSnapshot {
+            name: self.export.clone(),
+            policy: self.cache.policy_name().to_owned(),
+            block_size_bytes: self.cache.block_size(),
+            connections_open: count(&self.counters.open),
+            connections_total: count(&self.counters.connections),
+            connections_refused: count(&self.counters.refused),
+            requests,
+            backend_errors: BackendErrors {
+                not_found: errors.not_found,
+                timeout: errors.timeout,
+                other: errors.other,
+            },
+            cache: {
+                let mut metrics = cache.metrics();
+                self.cache.backend_metrics(&mut metrics);
+                metrics
+            },
+            backends: self.cache.backend_groups(),
+        }
+    }
+}
+
+/// The answer to a layer command sent to a file export.
+pub(super) fn no_layers(export: &str, command: &LayerCommand) -> String {
+    format!(
+        "{}: {export:?} is a file export (cairn serve --files), which has no layers to \
+         steer; cairn stats shows its counters",
+        command.name()
+    )
+}
+
+/// Serves one file export until SIGINT or SIGTERM (`cairn serve --files`).
+pub(super) fn run(args: &FilesArgs, beside_args: &Beside<'_>) -> Result<()> {
+    let started = start(args)?;
+    let metrics = beside_args
+        .metrics
+        .map(|address| MetricsListener::bind(address, beside_args.metrics_public))
+        .transpose()
+        .context("--metrics")?;
+    let control_socket = control::bind(beside_args.control, None)?;
+    let beside = control::Beside {
+        socket: control_socket.as_ref(),
+        metrics: metrics.as_ref(),
+    };
+    if !beside_args.quiet {
+        // A closed stdout is no reason not to serve.
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", started.announcement());
+        let _ = write!(stdout, "{}", beside.how_to_watch());
+        let _ = stdout.flush();
+    }
+    beside.log("the export's name and traffic");
+    let stop = started.stop_flag();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("installing the signal handlers")?;
+    }
+    let served = ServedFiles(&started);
+    control::run_beside(&beside, &served, || started.serve())?;
+    started.finish();
+    Ok(())
+}
+
+impl FilesArgs {
+    /// The export a spec's `[[files]]` table describes: relative
+    /// directories and the spill's paths under `data_dir`.
+    pub(super) fn of_spec(spec: &FilesSpec, data_dir: &Path) -> Result<Self> {
+        let under = |path: &Path| {
+            if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                data_dir.join(path)
+            }
+        };
+        let dirs = spec
+            .source
+            .iter()
+            .map(|source| {
+                if source.contains("://") {
+                    PathBuf::from(source)
+                } else {
+                    let joined: Vec<String> = source
+                        .split(',')
+                        .map(|dir| under(Path::new(dir)).display().to_string())
+                        .collect();
+                    PathBuf::from(joined.join(","))
+                }
+            })
+            .collect::<Vec<_>>();
+        if dirs.is_empty() {
+            bail!("source: name at least one directory or origin");
+        }
+        Ok(Self {
+            dirs,
+            listen: Some(
+                spec.listen
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("listen {:?}: {e}", spec.listen))?,
+            ),
+            export: spec.name.clone(),
+            block_size: spec.block_size.map(cairn_policy::Bytes::get),
+            cache_size: spec.cache_size.map(cairn_policy::Bytes::get),
+            policy: spec.policy.as_ref().map(|p| p.0.clone()),
+            connections_max: spec.connections_max,
+            throttles: spec.throttle.clone(),
+            revalidate: spec.revalidate.clone(),
+            prefetch_stripes: spec.prefetch_stripes,
+            spill: spec.spill.as_ref().map(|s| SpillArgs {
+                path: under(&s.path),
+                size: s.size.map(cairn_policy::Bytes::get),
+                map: s.map.as_deref().map(under),
+                policy: s.policy.as_ref().map(|p| p.0.clone()),
+            }),
+        })
+    }
+}
+
+/// Refuses a spec whose `[[files]]` repeat a name or take a block export's
+/// (each name is its counters' `export` label).
+pub(super) fn check_names(spec: &cairn_store::VolumeSpec) -> Result<()> {
+    for (i, files) in spec.files.iter().enumerate() {
+        if spec.files[..i].iter().any(|f| f.name == files.name) {
+            bail!(
+                "files[{i}].name: {:?} is the name of an earlier [[files]]",
+                files.name
+            );
+        }
+        if spec.exports.iter().any(|e| e.name == files.name) {
+            bail!(
+                "files[{i}].name: {:?} is also an [[export]]'s name; give the file export its own",
+                files.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs `serve` (the block exports' server) with every file export of
+/// `exports` served beside it, each on its own thread; when `serve` returns
+/// (a signal stopped it), stops them, then closes their spills and logs
+/// what each did.
+pub(super) fn beside<T>(exports: &[Started], serve: impl FnOnce() -> T) -> T {
+    let result = std::thread::scope(|scope| {
+        let threads: Vec<_> = exports
+            .iter()
+            .map(|export| scope.spawn(move || export.serve()))
+            .collect();
+        let result = serve();
+        for export in exports {
+            export.stop_flag().store(true, Ordering::Relaxed);
+        }
+        for (export, thread) in exports.iter().zip(threads) {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!("file export {:?}: {e:#}", export.export),
+                Err(_) => tracing::error!("file export {:?}: its thread panicked", export.export),
+            }
+        }
+        result
+    });
+    for export in exports {
+        export.finish();
+    }
+    result
+}
+
+/// The block exports' handler with the spec's file exports added: their
+/// snapshots in `files`, layer commands to them refused.
+pub(super) struct WithFiles<'a> {
+    /// The volume's exports.
+    pub volumes: control::Served<'a>,
+    /// The file exports.
+    pub files: &'a [Started],
+}
+
+impl Handler for WithFiles<'_> {
+    fn stats(&self) -> Snapshot {
+        let mut snapshot = self.volumes.stats();
+        snapshot.files = self.files.iter().map(Started::snapshot).collect();
+        snapshot
+    }
+
+    fn control(
+        &self,
+        export: &str,
+        layer: Option<&str>,
+        command: &LayerCommand,
+    ) -> Result<Vec<String>, String> {
+        if self.files.iter().any(|f| f.export == export) {
+            return Err(no_layers(export, command));
+        }
+        self.volumes.control(export, layer, command)
+    }
+}
+
+/// A lone file export as its control socket and metrics listener see it.
+struct ServedFiles<'a>(&'a Started);
+
+impl Handler for ServedFiles<'_> {
+    fn stats(&self) -> Snapshot {
         Snapshot {
             pid: std::process::id(),
-            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            uptime_seconds: self.0.since.elapsed().as_secs_f64(),
             counting: true,
             exports: Vec::new(),
-            files: vec![FileExportSnapshot {
-                name: self.name.to_owned(),
-                policy: self.cache.policy_name().to_owned(),
-                block_size_bytes: self.cache.block_size(),
-                connections_open: count(&self.counters.open),
-                connections_total: count(&self.counters.connections),
-                connections_refused: count(&self.counters.refused),
-                requests,
-                backend_errors: BackendErrors {
-                    not_found: errors.not_found,
-                    timeout: errors.timeout,
-                    other: errors.other,
-                },
-                cache: {
-                    let mut metrics = cache.metrics();
-                    self.cache.backend_metrics(&mut metrics);
-                    metrics
-                },
-                backends: self.cache.backend_groups(),
-            }],
+            files: vec![self.0.snapshot()],
         }
     }
 
@@ -498,10 +677,6 @@ impl Handler for ServedFiles<'_> {
         _layer: Option<&str>,
         command: &LayerCommand,
     ) -> Result<Vec<String>, String> {
-        Err(format!(
-            "{}: {export:?} is a file export (cairn serve --files), which has no layers to \
-             steer; cairn stats shows its counters",
-            command.name()
-        ))
+        Err(no_layers(export, command))
     }
 }

@@ -1,0 +1,169 @@
+//! `cairn serve --config examples/volumes/files.toml` (at test sizes): one
+//! server with a block export over NBD and a `[[files]]` export over HTTP
+//! beside it. The file export answers at the address printed, its spill is
+//! created under the data directory, `cairn stats` and the metrics show both
+//! kinds of export, SIGTERM stops both (exit 0, the spill checkpointed), and
+//! the next start finds the spill warm. A spec whose `[[files]]` reuse a
+//! name is refused before anything listens.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+
+use common::metrics::{exchange, get};
+use common::{Server, cairn, connect, terminate};
+
+/// The example at test sizes, listening on ports the system picks.
+fn spec() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/volumes/files.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let small = text
+        .replace("size = \"1GiB\"", "size = \"16MiB\"")
+        .replace("size = \"4GiB\"", "size = \"64MiB\"")
+        .replace("tcp:127.0.0.1:8080", "tcp:127.0.0.1:0");
+    for wanted in ["[[files]]", "[files.spill]", "16MiB", "64MiB", ":0\""] {
+        assert!(small.contains(wanted), "the example changed shape:\n{text}");
+    }
+    small
+}
+
+/// A server on `dir/files.toml`: its gateway's and metrics' addresses.
+fn start(dir: &Path) -> (Server, SocketAddr, SocketAddr, std::process::ChildStderr) {
+    let mut child = cairn()
+        .current_dir(dir)
+        .args(["serve", "--config", "files.toml"])
+        .args(["--metrics", "tcp:127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(Some(child));
+    let mut lines = BufReader::new(stdout).lines();
+    let (mut gateway, mut metrics) = (None, None);
+    while metrics.is_none() {
+        let line = lines.next().expect("cairn serve ended early").unwrap();
+        if let Some(rest) = line.strip_prefix("Serving ") {
+            let address = rest.split(" at http://").nth(1).unwrap();
+            gateway = Some(address.split('/').next().unwrap().parse().unwrap());
+        }
+        if let Some(rest) = line.strip_prefix("Metrics: http://") {
+            metrics = Some(rest.split('/').next().unwrap().parse().unwrap());
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    (
+        server,
+        gateway.expect("a Serving line for the file export"),
+        metrics.unwrap(),
+        stderr,
+    )
+}
+
+fn read(gateway: SocketAddr, key: &str) -> Vec<u8> {
+    let request = format!("GET /media/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let answer = exchange(gateway, request.as_bytes());
+    assert_eq!(answer.status, 200, "{key}");
+    answer.body
+}
+
+#[test]
+fn a_spec_serves_a_file_export_beside_its_block_export() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("files.toml"), spec()).unwrap();
+    let videos = dir.path().join("cairn-data/videos");
+    std::fs::create_dir_all(&videos).unwrap();
+    let movie: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(videos.join("movie.mp4"), &movie).unwrap();
+
+    let mut spill_hits = Vec::new();
+    for run in 0..2 {
+        let (server, gateway, metrics, stderr) = start(dir.path());
+        // The block export answers too.
+        connect(&dir.path().join("cairn-data/cairn.sock")).handshake();
+        assert!(
+            read(gateway, "movie.mp4") == movie,
+            "run {run}: the bytes differ"
+        );
+        let text = get(metrics, "/metrics").text();
+        assert!(
+            text.contains("cairn_files_misses_total{export=\"media\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("export=\"scratch\""),
+            "the block export's metrics: {text}"
+        );
+        let hits: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cairn_files_spill_hits_total{export=\"media\"} "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        spill_hits.push(hits);
+        let stats = cairn()
+            .current_dir(dir.path())
+            .args(["stats", "--socket", "cairn-data/cairn.ctl"])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&stats.stdout);
+        assert!(
+            table.contains("file export \"media\"") && table.contains("export \"scratch\""),
+            "{table}"
+        );
+        let mut server = server;
+        terminate(server.take());
+        let mut log = String::new();
+        std::io::Read::read_to_string(&mut { stderr }, &mut log).unwrap();
+        assert!(
+            log.contains("checkpointed (the next start is warm at once)"),
+            "{log}"
+        );
+        assert!(log.contains("stopped; every export flushed"), "{log}");
+        if run == 1 {
+            assert!(log.contains("warm after a clean stop"), "{log}");
+        }
+    }
+    assert!(dir.path().join("cairn-data/media.spill.map").is_file());
+    // 3,000,000 bytes: 46 blocks of 64 KiB, from the SSD on the second run.
+    assert_eq!(spill_hits, [0, 46]);
+}
+
+#[test]
+fn a_spec_whose_file_exports_reuse_a_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["videos", "other"] {
+        std::fs::create_dir_all(dir.path().join("cairn-data").join(sub)).unwrap();
+    }
+    for (extra, expected) in [
+        (
+            "\n[[files]]\nname = \"media\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\n",
+            "files[1].name: \"media\" is the name of an earlier [[files]]",
+        ),
+        (
+            "\n[[files]]\nname = \"scratch\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\n",
+            "is also an [[export]]'s name",
+        ),
+        (
+            "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"unix:x.sock\"\n",
+            "TCP only",
+        ),
+    ] {
+        std::fs::write(dir.path().join("files.toml"), spec() + extra).unwrap();
+        let output = cairn()
+            .current_dir(dir.path())
+            .args(["serve", "--config", "files.toml"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{extra} started");
+        assert!(stderr.contains(expected), "{extra}: {stderr}");
+    }
+}
