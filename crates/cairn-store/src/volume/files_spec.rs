@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use cairn_policy::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::spec::CachePolicy;
+use super::named::CachePolicy;
 
 /// One `[[files]]` table.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]

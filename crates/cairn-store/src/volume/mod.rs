@@ -21,6 +21,7 @@
 mod build;
 pub mod files_spec;
 mod marker;
+mod named;
 mod orphans;
 pub mod spec;
 mod types;
