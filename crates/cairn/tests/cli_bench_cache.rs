@@ -152,17 +152,24 @@ fn bench_stream_refuses_bad_sizes() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("--size"));
 }
 
-/// `cairn bench files` at a tiny scale: both fronts' rows with numbers (the
-/// nginx columns need nginx; without it they are `-`), the policy table,
-/// and bad flags refused.
-#[test]
-fn bench_files_prints_cairn_against_nginx_and_every_policy() {
+/// Whether nginx is on the PATH; its absence fails the test where
+/// `CAIRN_REQUIRE_SYSTEM_TOOLS` is set (test.sh installs it).
+fn nginx_found() -> bool {
     let nginx = std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nginx").is_file()));
     assert!(
         nginx || std::env::var_os("CAIRN_REQUIRE_SYSTEM_TOOLS").is_none(),
         "nginx is missing and CAIRN_REQUIRE_SYSTEM_TOOLS is set (test.sh installs nginx-light)"
     );
+    nginx
+}
+
+/// `cairn bench files` at a tiny scale: both fronts' rows with numbers (the
+/// nginx columns need nginx; without it they are `-`), the policy table,
+/// and bad flags refused.
+#[test]
+fn bench_files_prints_cairn_against_nginx_and_every_policy() {
+    let nginx = nginx_found();
     let out = cairn(&[
         "bench",
         "files",
@@ -337,8 +344,7 @@ fn bench_files_table1_measures_what_the_simulator_predicts() {
 /// it is installed.
 #[test]
 fn bench_files_restart_reads_the_spill_back_after_each_restart() {
-    let nginx = std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("nginx").is_file()));
+    let nginx = nginx_found();
     let out = cairn(&[
         "bench",
         "files",

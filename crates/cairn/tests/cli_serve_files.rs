@@ -444,19 +444,10 @@ fn the_files_metrics_help_example_runs_as_printed() {
 
 #[test]
 fn the_union_help_example_runs_as_printed_and_learns_the_slow_backends_cost() {
-    // The example's command spans two lines (`\`-continued).
-    let help = common::examples::text(&cairn().args(["serve", "--help"]).output().unwrap().stdout);
-    let lines: Vec<&str> = help.lines().map(str::trim).collect();
-    let at = lines
-        .iter()
-        .position(|l| l.starts_with("cairn serve --files") && l.matches("--files").count() > 1)
-        .expect("an example of a union of --files");
-    let serve_line = &format!(
-        "{} {}",
-        lines[at].strip_suffix('\\').expect("continued"),
-        lines[at + 1]
-    );
-    let curl_line = lines[at + 2];
+    let (serve_line, curl_line) = common::examples::continued_example(&["serve", "--help"], |l| {
+        l.starts_with("cairn serve --files") && l.matches("--files").count() > 1
+    });
+    let (serve_line, curl_line) = (&serve_line, curl_line.as_str());
     assert!(curl_line.starts_with("curl "), "{curl_line}");
     let metrics_port = serve_line.rsplit(':').next().unwrap();
     for port in ["8081", metrics_port] {

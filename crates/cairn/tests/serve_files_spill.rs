@@ -177,20 +177,10 @@ fn spill_flags_are_checked_before_listening() {
 
 #[test]
 fn the_spill_help_example_runs_as_printed_and_is_warm_after_a_restart() {
-    // The example's command spans two lines (`\`-continued).
-    let help =
-        String::from_utf8(cairn().args(["serve", "--help"]).output().unwrap().stdout).unwrap();
-    let lines: Vec<&str> = help.lines().map(str::trim).collect();
-    let at = lines
-        .iter()
-        .position(|l| l.starts_with("cairn serve --files") && l.contains("--spill"))
-        .expect("an example of --spill");
-    let serve_line = format!(
-        "{} {}",
-        lines[at].strip_suffix('\\').expect("continued"),
-        lines[at + 1]
-    );
-    let curl_line = lines[at + 2];
+    let (serve_line, curl_line) = common::examples::continued_example(&["serve", "--help"], |l| {
+        l.starts_with("cairn serve --files") && l.contains("--spill")
+    });
+    let curl_line = curl_line.as_str();
     assert!(curl_line.starts_with("curl "), "{curl_line}");
     let metrics_port = serve_line.rsplit(':').next().unwrap();
     let gateway_port = serve_line

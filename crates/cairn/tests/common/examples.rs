@@ -44,6 +44,24 @@ pub fn examples(args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// In `cairn ARGS`'s help, the first example command matching `wanted`
+/// that spans two lines (`\`-continued): the command joined into one line,
+/// and the example line after it.
+pub fn continued_example(args: &[&str], wanted: impl Fn(&str) -> bool) -> (String, String) {
+    let help = text(&cairn().args(args).output().unwrap().stdout);
+    let lines: Vec<&str> = help.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| wanted(l))
+        .unwrap_or_else(|| panic!("no such example in {help}"));
+    let command = format!(
+        "{} {}",
+        lines[at].strip_suffix('\\').expect("continued"),
+        lines[at + 1]
+    );
+    (command, lines[at + 2].to_owned())
+}
+
 /// Starts an example's `cairn …` server line as printed, in `dir`, and waits
 /// (20 s at most) until 127.0.0.1 accepts on each of `ports`. `None`, after
 /// saying so, when one of them is already taken here (the example names

@@ -28,7 +28,12 @@ fn gateway(
     config.size = Some(64 * MIB);
     config.block_size = 64 * KIB as u32;
     let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
-    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
+    dram_over(SpillBackend::open(inner, &config).expect("spill"))
+}
+
+/// A DRAM cache of 1 MiB (4 blocks, LRU) over `spill`.
+fn dram_over(spill: SpillBackend) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
+    let spill = Arc::new(spill);
     let cache = FileCache::new(
         Arc::clone(&spill),
         &FileCacheConfig {
@@ -203,19 +208,7 @@ fn gateway_on(
     config.block_size = 64 * KIB as u32;
     let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
     let cache: SharedDevice = Arc::clone(device) as SharedDevice;
-    let spill = Arc::new(SpillBackend::open_on(inner, &cache, &config)?);
-    let cache = FileCache::new(
-        Arc::clone(&spill),
-        &FileCacheConfig {
-            block_size_bytes: BLOCK,
-            capacity_bytes: MIB,
-            shards: 1,
-            policy: PolicyConfig::default_for("lru").expect("lru"),
-            ..FileCacheConfig::default()
-        },
-    )
-    .expect("cache");
-    Ok((cache, spill))
+    Ok(dram_over(SpillBackend::open_on(inner, &cache, &config)?))
 }
 
 /// Every file read through `cache` (twice: the second pass reads the
