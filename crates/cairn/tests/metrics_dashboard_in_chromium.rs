@@ -9,7 +9,8 @@
 //! the snapshot, or a chart that never draws fails here. A file export
 //! (`cairn serve --files`) gets its own charts — block hit ratio, bytes from
 //! the cache and the backend, requests, readahead, resident bytes, dual's
-//! preface — and none of the volumes'.
+//! preface; with `--spill`, the SSD spill's hit ratio beside the DRAM
+//! cache's and its fill in the summary — and none of the volumes'.
 // Counts compared as f64 are whole numbers, exact below 2^53.
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
@@ -161,6 +162,10 @@ fn a_file_export_has_its_own_charts_in_headless_chromium() {
             "dual",
             "--prefetch-stripes",
             "2",
+            "--spill",
+            "spill.img",
+            "--spill-size",
+            "64MiB",
         ],
         |dir| {
             for name in ["a.mp4", "b.mp4", "c.mp4"] {
@@ -225,6 +230,13 @@ fn a_file_export_has_its_own_charts_in_headless_chromium() {
     assert!(charts["chart-requests"].1 >= 2, "{dom}");
     assert_eq!(charts["chart-resident"].1, 2, "{dom}");
     assert!(charts["chart-hit-ratio"].2 <= 1.0);
+    // The DRAM cache's blocks and the SSD spill's (9 MiB of files over 4
+    // MiB of DRAM: after the first pass the spill answers).
+    assert_eq!(charts["chart-hit-ratio"].1, 2, "{dom}");
+    assert!(
+        dom.contains("SSD spill"),
+        "the spill's series and summary: {dom}"
+    );
     assert!(
         dom.contains("<option value=\"files:media\">media (files)</option>"),
         "the export list: {dom}"

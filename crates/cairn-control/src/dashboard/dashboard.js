@@ -298,6 +298,9 @@ function filesUpdate(snapshot, current, before, t, seconds) {
     const delta = (name) => cache(current, name) - cache(before, name);
     const all = delta("hits") + delta("coalesced") + delta("misses");
     if (all > 0) charts.hitRatio.push("blocks", t, (delta("hits") + delta("coalesced")) / all);
+    // With --spill: the SSD level's hits among the reads that reached it.
+    const spilled = delta("spill_hits") + delta("spill_misses");
+    if (spilled > 0) charts.hitRatio.push("SSD spill", t, delta("spill_hits") / spilled);
     charts.throughput.push("from the cache", t, delta("cache_bytes") / seconds);
     charts.throughput.push("from the backend", t, delta("backend_read_bytes") / seconds);
     for (const name of ["issued", "used", "wasted", "dropped"]) {
@@ -318,6 +321,9 @@ function filesUpdate(snapshot, current, before, t, seconds) {
     ["policy", current.policy],
     ["block", format.bytes(current.block_size_bytes)],
     ["cache", format.bytes(cache(current, "resident_bytes")) + " of " + format.bytes(cache(current, "capacity_bytes"))],
+    ...(value(current.cache, "spill_capacity_bytes") === undefined ? [] : [["SSD spill",
+      format.bytes(cache(current, "spill_cached_bytes")) + " of " + format.bytes(cache(current, "spill_capacity_bytes"))
+      + (cache(current, "spill_failed") ? " (failed: passing reads through)" : "")]]),
     ["connections", current.connections_open + " open, " + current.connections_total + " since start, "
       + current.connections_refused + " refused"],
     ["requests", current.requests.reduce((n, r) => n + r.count, 0).toLocaleString()],
