@@ -408,7 +408,9 @@ impl Started {
             let t = spilled.tier().metrics();
             let closed = spilled.close();
             tracing::info!(
-                "spill: {} blocks read from the SSD, {} from the backend through it, {} promoted; {}",
+                "file export {:?}: spill: {} blocks read from the SSD, {} from the backend through \
+                 it, {} promoted; {}",
+                self.export,
                 t.hits,
                 t.misses,
                 t.promotions,
@@ -426,9 +428,10 @@ impl Started {
             );
         }
         tracing::info!(
-            "stopped: {} connections ({} refused), {} requests; blocks: {} hits, {} misses, \
-             {} coalesced, {} backend errors; {} bytes from the cache, {} from the backend; \
-             read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
+            "file export {:?} stopped: {} connections ({} refused), {} requests; blocks: {} hits, \
+             {} misses, {} coalesced, {} backend errors; {} bytes from the cache, {} from the \
+             backend; read ahead: {} issued, {} used, {} wasted (evicted unused), {} dropped",
+            self.export,
             counters.connections.load(Ordering::Relaxed),
             counters.refused.load(Ordering::Relaxed),
             counters.requests(),
