@@ -288,6 +288,13 @@ impl MapFile {
         Ok(())
     }
 
+    /// Makes every later append fail (the file reopened read-only), as a
+    /// full or failing disk would: for tests.
+    #[cfg(test)]
+    pub fn fail_appends(&mut self) {
+        self.file = File::open(&self.path).expect("the map");
+    }
+
     /// Bytes in the file (a header at least).
     pub fn bytes(&self) -> u64 {
         self.end

@@ -177,9 +177,18 @@ impl Spans {
             base,
             len,
         };
-        map.0.append(&entry).map_err(|e| {
-            BackendError::new(BackendErrorKind::Other, format!("{key}: spill map: {e}"))
-        })?;
+        if let Err(e) = map.0.append(&entry) {
+            // The old version's span must not serve the new one: without a
+            // span the key is read from the backend, bypassing the SSD.
+            let mut table = self.write();
+            if let Some(old) = table.by_key.remove(key) {
+                table.by_base.remove(&old.entry.base);
+            }
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!("{key}: spill map: {e}"),
+            ));
+        }
         map.1 = base + len;
         let span = Arc::new(Span {
             entry,
@@ -505,7 +514,12 @@ impl SpillBackend {
             s
         } else {
             let (info, part) = self.inner.locate(key)?;
-            self.spans.span(key, info, part)?
+            match self.spans.span(key, info, part) {
+                Ok(s) => s,
+                // Its span could not be recorded: from the backend, not
+                // the SSD.
+                Err(_) => return self.inner.read_part(part, key, offset, buf),
+            }
         };
         if offset + buf.len() as u64 > span.entry.size {
             return Err(BackendError::new(
@@ -554,7 +568,11 @@ impl Backend for SpillBackend {
 
     fn locate(&self, key: &str) -> Result<(ObjectInfo, u16), BackendError> {
         let (info, part) = self.inner.locate(key)?;
-        self.spans.span(key, info, part)?;
+        if let Err(e) = self.spans.span(key, info, part) {
+            // A spill that cannot record spans (its map's disk full or
+            // failing) passes reads to the backend; it never fails them.
+            tracing::warn!("{e}; reading it from the backend, not the SSD");
+        }
         Ok((info, part))
     }
 

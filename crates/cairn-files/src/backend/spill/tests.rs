@@ -301,3 +301,34 @@ fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
     }
     eprintln!("{points} crash points over {total} writes, 3 modes");
 }
+
+#[test]
+fn a_map_that_cannot_be_appended_to_passes_reads_to_the_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let old = pattern((2 * MIB) as usize, 21);
+    origin.put("k", old.clone(), at(1));
+    let (cache, spill) = gateway(dir.path(), &origin);
+    assert_eq!(read_all(&cache, "k"), old);
+    spill
+        .spans
+        .map
+        .lock()
+        .unwrap()
+        .as_mut()
+        .expect("open")
+        .0
+        .fail_appends();
+    // A new version cannot get a span: it is read from the origin, and
+    // the old version's blocks on the SSD are not served for it.
+    let new = pattern((2 * MIB) as usize, 22);
+    origin.put("k", new.clone(), at(2));
+    let before = origin.reads();
+    assert_eq!(read_all(&cache, "k"), new);
+    assert!(origin.reads() > before);
+    // Nor can a new object: read from the origin, never a failure.
+    let other = pattern((MIB + 1) as usize, 23);
+    origin.put("other", other.clone(), at(1));
+    assert_eq!(read_all(&cache, "other"), other);
+    assert_eq!(read_all(&cache, "k"), new);
+}
