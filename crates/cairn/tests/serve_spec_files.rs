@@ -9,12 +9,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 
-use common::metrics::{exchange, get};
+use common::metrics::{exchange, gateway_and_metrics, get};
 use common::{Server, cairn, connect, terminate};
 
 /// The example at test sizes, listening on ports the system picks.
@@ -33,36 +31,12 @@ fn spec() -> String {
 
 /// A server on `dir/files.toml`: its gateway's and metrics' addresses.
 fn start(dir: &Path) -> (Server, SocketAddr, SocketAddr, std::process::ChildStderr) {
-    let mut child = cairn()
+    let mut command = cairn();
+    command
         .current_dir(dir)
-        .args(["serve", "--config", "files.toml"])
-        .args(["--metrics", "tcp:127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let server = Server(Some(child));
-    let mut lines = BufReader::new(stdout).lines();
-    let (mut gateway, mut metrics) = (None, None);
-    while metrics.is_none() {
-        let line = lines.next().expect("cairn serve ended early").unwrap();
-        if let Some(rest) = line.strip_prefix("Serving ") {
-            let address = rest.split(" at http://").nth(1).unwrap();
-            gateway = Some(address.split('/').next().unwrap().parse().unwrap());
-        }
-        if let Some(rest) = line.strip_prefix("Metrics: http://") {
-            metrics = Some(rest.split('/').next().unwrap().parse().unwrap());
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    (
-        server,
-        gateway.expect("a Serving line for the file export"),
-        metrics.unwrap(),
-        stderr,
-    )
+        .args(["serve", "--config", "files.toml"]);
+    let (server, gateway, metrics, stderr) = gateway_and_metrics(command, true);
+    (server, gateway, metrics, stderr.unwrap())
 }
 
 fn read(gateway: SocketAddr, key: &str) -> Vec<u8> {

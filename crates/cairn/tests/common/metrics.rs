@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -146,16 +146,29 @@ pub fn serve_files_in(
     SocketAddr,
     Option<std::process::ChildStderr>,
 ) {
-    let mut child = cairn()
+    let mut command = cairn();
+    command
         .current_dir(dir)
         .args(["serve", "--files", "files", "--export", "media"])
         .args(args)
-        .args([
-            "--listen",
-            "tcp:127.0.0.1:0",
-            "--metrics",
-            "tcp:127.0.0.1:0",
-        ])
+        .args(["--listen", "tcp:127.0.0.1:0"]);
+    gateway_and_metrics(command, log)
+}
+
+/// Spawns `command` (a `cairn serve` with a file export) with `--metrics
+/// tcp:127.0.0.1:0`; returns once it printed the gateway's address and then
+/// the metrics': the server, both addresses, and its stderr if `log`.
+pub fn gateway_and_metrics(
+    mut command: Command,
+    log: bool,
+) -> (
+    Server,
+    SocketAddr,
+    SocketAddr,
+    Option<std::process::ChildStderr>,
+) {
+    let mut child = command
+        .args(["--metrics", "tcp:127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(if log { Stdio::piped() } else { Stdio::null() })
         .spawn()
