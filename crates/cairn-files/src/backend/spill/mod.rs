@@ -348,7 +348,6 @@ pub struct SpillBackend {
     tier: Tier,
     spans: Arc<Spans>,
     opened: Opened,
-    device: String,
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -479,7 +478,6 @@ impl SpillBackend {
         *spans.map.lock().unwrap_or_else(PoisonError::into_inner) = Some((file, floor));
         Ok(Self {
             inner,
-            device: opened_tier.describe(),
             tier: opened_tier,
             spans,
             opened,
@@ -498,8 +496,8 @@ impl SpillBackend {
     }
 
     /// The tier, described.
-    pub fn describe(&self) -> &str {
-        &self.device
+    pub fn describe(&self) -> String {
+        self.tier.describe()
     }
 
     /// A clean stop: the tier checkpoints, so the next open is warm at once.

@@ -492,6 +492,14 @@ fn get(
     Ok(close)
 }
 
+/// A client connection to a front: no Nagle delay, a minute to answer.
+fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_mins(1)))?;
+    Ok(stream)
+}
+
 /// N readers for `load.seconds` from their starts; returns what they read.
 fn run_readers(
     addr: SocketAddr,
@@ -510,13 +518,7 @@ fn run_readers(
                     let object = r % load.objects;
                     let path = format!("{prefix}/obj{object}");
                     let first = (r / load.objects) as u64 * requests / 8 % requests;
-                    let connect = || -> Result<TcpStream> {
-                        let stream = TcpStream::connect(addr)?;
-                        stream.set_nodelay(true)?;
-                        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
-                        Ok(stream)
-                    };
-                    let mut stream = connect()?;
+                    let mut stream = connect(addr)?;
                     let mut buf = vec![0u8; load.request as usize];
                     let mut head = Vec::with_capacity(16 << 10);
                     let mut latencies = Vec::new();

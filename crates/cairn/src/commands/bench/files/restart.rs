@@ -5,7 +5,7 @@
 //! restarted before every measurement, over the streaming workload's
 //! throttled origin.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use cairn_files::{Backend, SpillBackend, SpillConfig};
 
 use super::{
-    FilesBenchArgs, InProcess, Load, Measured, Pattern, Prepared, dir_bytes, get, prepare,
+    FilesBenchArgs, InProcess, Load, Measured, Pattern, Prepared, connect, dir_bytes, get, prepare,
     run_readers, serve, start_nginx,
 };
 use crate::output::outln;
@@ -25,8 +25,7 @@ fn fill(addr: SocketAddr, prefix: &str, load: &Load) -> Result<Measured> {
         let readers: Vec<_> = (0..load.objects)
             .map(|object| {
                 scope.spawn(move || -> Result<()> {
-                    let mut stream = TcpStream::connect(addr)?;
-                    stream.set_nodelay(true)?;
+                    let mut stream = connect(addr)?;
                     let path = format!("{prefix}/obj{object}");
                     let mut buf = vec![0u8; load.request as usize];
                     let mut head = Vec::with_capacity(16 << 10);
@@ -41,7 +40,7 @@ fn fill(addr: SocketAddr, prefix: &str, load: &Load) -> Result<Measured> {
                             &mut buf,
                             &mut head,
                         )? {
-                            stream = TcpStream::connect(addr)?;
+                            stream = connect(addr)?;
                         }
                         offset += load.request;
                     }
