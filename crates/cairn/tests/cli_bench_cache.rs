@@ -189,6 +189,8 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
         "200us,2GiB/s",
         "--policies",
         "ons,lru",
+        "--rounds",
+        "2",
     ]);
     let rows: Vec<Vec<&str>> = out
         .lines()
@@ -242,7 +244,20 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
         let random: f64 = row[4].parse().unwrap();
         assert!(random > 0.0, "{out}");
     }
+    // --rounds 2: medians, and ONS against LRU round by round.
+    assert!(out.contains("medians of 2 rounds"), "{out}");
+    let against = out
+        .lines()
+        .find(|l| l.starts_with("re-read, ons against lru: at or ahead in "))
+        .unwrap_or_else(|| panic!("no comparison line: {out}"));
+    let ahead: usize = against
+        .split_whitespace()
+        .nth(8)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{against}"));
+    assert!(ahead <= 2 && against.contains("of 2 rounds"), "{against}");
     for (flag, value, expected) in [
+        ("--rounds", "0", "--rounds"),
         ("--throttle", "2ms", "OP,BANDWIDTH"),
         ("--readers", "0", "--readers"),
         ("--objects", "0", "--objects must be between"),

@@ -56,8 +56,10 @@ while under it, so it may hold more than --cache). When it held more, Cairn
 runs the phases again with that much cache (whole blocks, rounded down), so
 the last two columns compare the two at the same memory. A second table
 compares the policies at the largest reader count, with the gateway's block
-hit ratio on re-read. nginx missing: its columns
-are skipped (apt-get install nginx-light).
+hit ratio on re-read; --rounds N runs it N times, the order rotated each round,
+and prints medians and in how many rounds the first policy re-read at least as
+fast as each other one. nginx missing: its columns are skipped (apt-get
+install nginx-light).
 
 --workload table1: papers/001's Table I workloads A-D on real HTTP. The
 generator, seed, cache, striping and readahead of reproduce/dual.toml, each
@@ -91,6 +93,8 @@ pub const FILES_EXAMPLES: &str = "\
 Examples:
   cairn bench files                         Cairn against nginx, 10-40 readers
   cairn bench files --readers 8 --seconds 1 --policies ons,lru
+  cairn bench files --readers 40 --policies ons,lfu,lru --rounds 8
+                                            papers/000's claim, ONS against LFU
   cairn bench files --workload table1 --throttle 2ms,100MB/s
                                             papers/001: measured against predicted
   cairn bench files --workload restart --readers 10,40
@@ -170,6 +174,11 @@ pub struct FilesBenchArgs {
     /// The nginx binary.
     #[arg(long, value_name = "PATH", default_value = "nginx")]
     nginx: PathBuf,
+
+    /// Rounds of the policy table (its order rotated each round); it prints
+    /// medians and how often the first policy re-read faster than each other.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
 }
 
 /// Parses a throttle `OP,BANDWIDTH` — `2ms,200MiB/s`, `500us,1GiB/s` — or
@@ -806,7 +815,6 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "cairn@held MB/s",
         "@held/nginx"
     )?;
-    let policy_name = &args.policies[0];
     for &readers in &args.readers {
         let front = cairn_front(&policies[0], cache)?;
         let ours = phases(front.addr, "/files", readers, load, None)?;
@@ -864,9 +872,55 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         }
     }
     let readers = *args.readers.iter().max().expect("not empty");
+    policy_table(args, &p, readers)
+}
+
+/// One policy's phases at the policy table's reader count.
+#[derive(Clone, Copy)]
+struct PolicyRound {
+    read: f64,
+    reread: f64,
+    /// Block hit ratio of the re-read phase, 0..=1.
+    reread_hits: f64,
+    random: f64,
+}
+
+/// The policy table: every policy at `readers`, `--rounds` times in an order
+/// rotated each round (so that none always runs first), medians printed,
+/// then how often the first policy re-read faster than each other one.
+fn policy_table(args: &FilesBenchArgs, p: &Prepared, readers: usize) -> Result<()> {
+    let rounds = args.rounds as usize;
+    let n = p.policies.len();
     outln!(
-        "\nCairn's policies at {readers} readers (cairn MB/s; the first row's policy above is {policy_name})"
+        "\nCairn's policies at {readers} readers ({}cairn MB/s; the first row's policy above is {})",
+        if rounds > 1 {
+            format!("medians of {rounds} rounds; ")
+        } else {
+            String::new()
+        },
+        args.policies[0]
     )?;
+    let mut results: Vec<Vec<PolicyRound>> = vec![Vec::with_capacity(rounds); n];
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (k + round) % n;
+            let front = p.cairn_front(&p.policies[i], p.cache)?;
+            let load = &p.load;
+            let read = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
+            let before = (front.stats)();
+            let reread = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
+            let after = (front.stats)();
+            let random = run_readers(front.addr, "/files", readers, load, Pattern::Random)?;
+            let hits = (after.hits + after.coalesced) - (before.hits + before.coalesced);
+            let all = hits + (after.misses - before.misses);
+            results[i].push(PolicyRound {
+                read: read.mb_s(),
+                reread: reread.mb_s(),
+                reread_hits: hits as f64 / all.max(1) as f64,
+                random: random.mb_s(),
+            });
+        }
+    }
     outln!(
         "{:<24}  {:>10}  {:>10}  {:>13}  {:>10}",
         "policy",
@@ -875,21 +929,32 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         "re-read hits",
         "random"
     )?;
-    for (name, policy) in args.policies.iter().zip(policies) {
-        let front = cairn_front(policy, cache)?;
-        let read = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
-        let before = (front.stats)();
-        let reread = run_readers(front.addr, "/files", readers, load, Pattern::Sequential)?;
-        let after = (front.stats)();
-        let random = run_readers(front.addr, "/files", readers, load, Pattern::Random)?;
-        let hits = (after.hits + after.coalesced) - (before.hits + before.coalesced);
-        let all = hits + (after.misses - before.misses);
+    let med = |i: usize, f: fn(&PolicyRound) -> f64| {
+        super::nbd::median(results[i].iter().map(f).collect()).unwrap_or(0.0)
+    };
+    for (i, name) in args.policies.iter().enumerate() {
         outln!(
             "{name:<24}  {:>10.1}  {:>10.1}  {:>12.1}%  {:>10.1}",
-            read.mb_s(),
-            reread.mb_s(),
-            100.0 * hits as f64 / all.max(1) as f64,
-            random.mb_s(),
+            med(i, |r| r.read),
+            med(i, |r| r.reread),
+            100.0 * med(i, |r| r.reread_hits),
+            med(i, |r| r.random),
+        )?;
+    }
+    for (i, name) in args.policies.iter().enumerate().skip(1) {
+        let pairs = results[0].iter().zip(&results[i]);
+        let ahead = pairs.clone().filter(|(a, b)| a.reread >= b.reread).count();
+        let mb = super::nbd::median(pairs.clone().map(|(a, b)| a.reread - b.reread).collect());
+        let points = super::nbd::median(
+            pairs
+                .map(|(a, b)| 100.0 * (a.reread_hits - b.reread_hits))
+                .collect(),
+        );
+        outln!(
+            "re-read, {} against {name}: at or ahead in {ahead} of {rounds} rounds, median difference {:+.1} MB/s and {:+.1} points of block hits",
+            args.policies[0],
+            mb.unwrap_or(0.0),
+            points.unwrap_or(0.0)
         )?;
     }
     Ok(())
