@@ -12,7 +12,7 @@ mod common;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use common::metrics::{exchange, gateway_and_metrics, get};
+use common::metrics::{exchange, gateway_and_metrics, gateways_and_metrics, get};
 use common::{Server, cairn, connect, terminate};
 
 /// The example at test sizes, listening on ports the system picks.
@@ -140,4 +140,112 @@ fn a_spec_whose_file_exports_reuse_a_name_is_refused() {
         assert!(!output.status.success(), "{extra} started");
         assert!(stderr.contains(expected), "{extra}: {stderr}");
     }
+}
+
+/// A spec of `[[files]]` only: no NBD server, both file exports answer, one
+/// `cairn stats` and one metrics listener show both, SIGHUP re-reads the
+/// spec and keeps serving (its default would kill the process before the
+/// spill's checkpoint), SIGTERM stops both (exit 0, the spill checkpointed). A spec
+/// with neither kind of export, and `--stdio` with files only, are refused.
+#[test]
+fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["videos", "docs"] {
+        std::fs::create_dir_all(dir.path().join("cairn-data").join(sub)).unwrap();
+    }
+    let movie: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("cairn-data/videos/movie.mp4"), &movie).unwrap();
+    std::fs::write(
+        dir.path().join("cairn-data/docs/readme.txt"),
+        b"files only\n",
+    )
+    .unwrap();
+    let spec = "[[files]]\nname = \"media\"\nsource = [\"videos\"]\nlisten = \"tcp:127.0.0.1:0\"\n\
+                [files.spill]\npath = \"media.spill\"\nsize = \"16MiB\"\n\n\
+                [[files]]\nname = \"docs\"\nsource = [\"docs\"]\nlisten = \"tcp:127.0.0.1:0\"\n";
+    std::fs::write(dir.path().join("files.toml"), spec).unwrap();
+
+    let mut command = cairn();
+    command
+        .current_dir(dir.path())
+        .args(["serve", "--config", "files.toml"]);
+    let (mut server, gateways, metrics, stderr) = gateways_and_metrics(command, true);
+    assert_eq!(gateways.len(), 2, "{gateways:?}");
+    let get_body = |gateway: SocketAddr, path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let answer = exchange(gateway, request.as_bytes());
+        assert_eq!(answer.status, 200, "{path}");
+        answer.body
+    };
+    assert!(get_body(gateways[0], "/media/movie.mp4") == movie);
+    assert_eq!(get_body(gateways[1], "/docs/readme.txt"), b"files only\n");
+    assert!(
+        !dir.path().join("cairn-data/cairn.sock").exists(),
+        "no NBD socket for a spec without [[export]]"
+    );
+    let text = get(metrics, "/metrics").text();
+    for export in ["media", "docs"] {
+        assert!(
+            text.contains(&format!("cairn_files_misses_total{{export=\"{export}\"}}")),
+            "{text}"
+        );
+    }
+    let stats = cairn()
+        .current_dir(dir.path())
+        .args(["stats", "--socket", "cairn-data/cairn.ctl"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        table.contains("file export \"media\"") && table.contains("file export \"docs\""),
+        "{table}"
+    );
+    let child = server.take();
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(get_body(gateways[1], "/docs/readme.txt"), b"files only\n");
+    terminate(child);
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut { stderr.unwrap() }, &mut log).unwrap();
+    for wanted in [
+        "SIGHUP: nothing else to reload",
+        "SIGTERM: finishing in-flight requests",
+        "file export \"media\" stopped",
+        "file export \"docs\" stopped",
+        "checkpointed (the next start is warm at once)",
+        "stopped; the spec has file exports only",
+    ] {
+        assert!(log.contains(wanted), "{wanted:?} not in:\n{log}");
+    }
+
+    // Refused: --stdio with files only; a spec with no export of either kind.
+    let output = cairn()
+        .current_dir(dir.path())
+        .args(["serve", "--config", "files.toml", "--stdio"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("has [[files]] only"),
+        "{stderr}"
+    );
+    std::fs::write(dir.path().join("empty.toml"), "").unwrap();
+    let output = cairn()
+        .current_dir(dir.path())
+        .args(["serve", "--config", "empty.toml"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success()
+            && stderr.contains("at least one [[export]] or [[files]] is needed"),
+        "{stderr}"
+    );
 }

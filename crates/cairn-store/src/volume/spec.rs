@@ -51,8 +51,9 @@ pub struct VolumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
     /// The exports, in order; the first is also the default export (the one a
-    /// client asking for the empty name gets).
-    #[serde(rename = "export")]
+    /// client asking for the empty name gets). Empty only in a spec of
+    /// `[[files]]` alone (checked by `validate`).
+    #[serde(rename = "export", default, skip_serializing_if = "Vec::is_empty")]
     pub exports: Vec<ExportSpec>,
     /// The devices, by name.
     #[serde(rename = "device", default)]

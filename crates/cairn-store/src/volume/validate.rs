@@ -42,12 +42,13 @@ impl VolumeSpec {
         Ok(())
     }
 
-    /// At least one export; not more exports or devices than the limits.
+    /// At least one export, of blocks or of files; not more exports or
+    /// devices than the limits.
     fn check_counts(&self) -> Result<(), VolumeError> {
-        if self.exports.is_empty() {
+        if self.exports.is_empty() && self.files.is_empty() {
             return Err(VolumeError::new(
                 "export",
-                "at least one [[export]] is needed",
+                "at least one [[export]] or [[files]] is needed",
             ));
         }
         if self.exports.len() > spec::EXPORTS_MAX {

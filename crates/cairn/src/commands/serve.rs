@@ -504,7 +504,9 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     }
     served?;
     closed?;
-    if volume.exports().iter().all(|e| e.read_only) && volume.object_report().is_empty() {
+    if volume.exports().is_empty() {
+        tracing::info!("stopped; the spec has file exports only: no block export to flush");
+    } else if volume.exports().iter().all(|e| e.read_only) && volume.object_report().is_empty() {
         tracing::info!("stopped; read-only: nothing was written");
     } else if volume.exports().iter().all(|e| e.read_only) {
         tracing::info!(
@@ -527,6 +529,9 @@ fn serve(
     activated: Option<Listener>,
     quiet: bool,
 ) -> Result<()> {
+    if volume.exports().is_empty() {
+        return serve_files_only(args, loaded, volume.data_dir(), activated.is_some(), quiet);
+    }
     let exports: Vec<Export> = volume
         .exports()
         .iter()
@@ -560,18 +565,7 @@ fn serve(
         (!args.stdio && !args.no_control).then_some(default_control.as_path()),
     )?;
     // The spec's file exports, each listening before the block exports do.
-    files::check_names(&loaded.spec)?;
-    let file_exports = loaded
-        .spec
-        .files
-        .iter()
-        .enumerate()
-        .map(|(i, spec)| {
-            files::FilesArgs::of_spec(spec, volume.data_dir())
-                .and_then(|a| files::start(&a))
-                .with_context(|| format!("files[{i}] ({:?})", spec.name))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let file_exports = start_files(loaded, volume.data_dir())?;
     let served = files::WithFiles {
         volumes: control::Served {
             server: &server,
@@ -621,6 +615,71 @@ fn serve(
         files::beside(&file_exports, || server.serve(&listener))
     })?;
     Ok(())
+}
+
+/// Starts the spec's `[[files]]`, each listening on its own address.
+fn start_files(loaded: &Loaded, data_dir: &Path) -> Result<Vec<files::Started>> {
+    files::check_names(&loaded.spec)?;
+    loaded
+        .spec
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            files::FilesArgs::of_spec(spec, data_dir)
+                .and_then(|a| files::start(&a))
+                .with_context(|| format!("files[{i}] ({:?})", spec.name))
+        })
+        .collect()
+}
+
+/// A spec of `[[files]]` and no `[[export]]`: its file exports, with the
+/// control socket and metrics, and no NBD server.
+fn serve_files_only(
+    args: &ServeArgs,
+    loaded: &Loaded,
+    data_dir: &Path,
+    activated: bool,
+    quiet: bool,
+) -> Result<()> {
+    if args.stdio {
+        bail!(
+            "--stdio serves an [[export]] on stdin and stdout, and {} has [[files]] only",
+            loaded.origin
+        );
+    }
+    if activated {
+        bail!(
+            "systemd passed a socket for NBD clients, and {} has no [[export]] to serve on it \
+             (its [[files]] listen on their own addresses)",
+            loaded.origin
+        );
+    }
+    let metrics = args
+        .metrics
+        .as_deref()
+        .map(|address| MetricsListener::bind(address, args.metrics_public))
+        .transpose()
+        .context("--metrics")?;
+    let default_control = control::default_path(data_dir);
+    let control_socket = control::bind(
+        args.control.as_deref(),
+        (!args.no_control).then_some(default_control.as_path()),
+    )?;
+    let file_exports = start_files(loaded, data_dir)?;
+    let beside = control::Beside {
+        socket: control_socket.as_ref(),
+        metrics: metrics.as_ref(),
+    };
+    if !quiet {
+        files::announce(&file_exports, &beside);
+    }
+    beside.log("every file export's name and traffic");
+    let reload = Reload {
+        config: args.config.clone().map(|path| (path, loaded.spec.clone())),
+        tls: None,
+    };
+    files::serve_alone(&file_exports, &beside, move || reload.run(None))
 }
 
 /// Lists (or with `remove`, removes) the volatile NV regions left on
@@ -743,7 +802,7 @@ fn handle_signals(server: Server, reload: Reload) -> Result<()> {
                             tracing::info!("{name}: finishing in-flight requests, then exiting");
                         }
                     }
-                    SIGHUP => reload.run(&server),
+                    SIGHUP => reload.run(Some(&server)),
                     _ => {
                         let name = if signal == SIGUSR1 {
                             "SIGUSR1"
@@ -762,9 +821,10 @@ fn handle_signals(server: Server, reload: Reload) -> Result<()> {
 }
 
 impl Reload {
-    /// SIGHUP: everything that can change while serving, each step logged.
-    fn run(&self, server: &Server) {
-        if let Some((mode, directory, verify_peer)) = &self.tls {
+    /// SIGHUP: everything that can change while serving, each step logged
+    /// (no `server` for a spec of `[[files]]` only: no TLS to reload).
+    fn run(&self, server: Option<&Server>) {
+        if let (Some((mode, directory, verify_peer)), Some(server)) = (&self.tls, server) {
             let reloaded = TlsConfig::with_peer_verification(*mode, Some(directory), *verify_peer)
                 .map_err(anyhow::Error::from)
                 .and_then(|config| server.reload_tls(config).map_err(anyhow::Error::from));
@@ -778,7 +838,7 @@ impl Reload {
                     directory.display()
                 ),
             }
-        } else {
+        } else if server.is_some() {
             tracing::info!("SIGHUP: TLS is off, no certificates to reload");
         }
         let Some((path, started)) = &self.config else {

@@ -159,11 +159,26 @@ pub fn serve_files_in(
 /// tcp:127.0.0.1:0`; returns once it printed the gateway's address and then
 /// the metrics': the server, both addresses, and its stderr if `log`.
 pub fn gateway_and_metrics(
-    mut command: Command,
+    command: Command,
     log: bool,
 ) -> (
     Server,
     SocketAddr,
+    SocketAddr,
+    Option<std::process::ChildStderr>,
+) {
+    let (server, gateways, metrics, stderr) = gateways_and_metrics(command, log);
+    (server, gateways[0], metrics, stderr)
+}
+
+/// [`gateway_and_metrics`] for a server with several file exports: every
+/// gateway's address, in the order printed.
+pub fn gateways_and_metrics(
+    mut command: Command,
+    log: bool,
+) -> (
+    Server,
+    Vec<SocketAddr>,
     SocketAddr,
     Option<std::process::ChildStderr>,
 ) {
@@ -176,14 +191,17 @@ pub fn gateway_and_metrics(
     let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take();
     let server = Server(Some(child));
-    let mut gateway = None;
+    let mut gateways = Vec::new();
     let address = metrics_address(stdout, |line| {
         if let Some(rest) = line.split(" at http://").nth(1) {
-            gateway = Some(rest.split('/').next().unwrap().parse().unwrap());
+            gateways.push(rest.split('/').next().unwrap().parse().unwrap());
         }
     });
-    let gateway = gateway.expect("the gateway's address is printed before the metrics'");
-    (server, gateway, address, stderr)
+    assert!(
+        !gateways.is_empty(),
+        "the gateway's address is printed before the metrics'"
+    );
+    (server, gateways, address, stderr)
 }
 
 /// An HTTP answer: status, head (lower-cased header lines), body.

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -509,23 +509,112 @@ pub(super) fn run(args: &FilesArgs, beside_args: &Beside<'_>) -> Result<()> {
         socket: control_socket.as_ref(),
         metrics: metrics.as_ref(),
     };
+    let exports = [started];
     if !beside_args.quiet {
-        // A closed stdout is no reason not to serve.
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{}", started.announcement());
-        let _ = write!(stdout, "{}", beside.how_to_watch());
-        let _ = stdout.flush();
+        announce(&exports, &beside);
     }
     beside.log("the export's name and traffic");
-    let stop = started.stop_flag();
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .context("installing the signal handlers")?;
+    serve_alone(&exports, &beside, || {
+        tracing::info!("SIGHUP: nothing to reload (restart to change --files' flags)");
+    })
+}
+
+/// Prints where each file export answers and how to watch them. A closed
+/// stdout is no reason not to serve.
+pub(super) fn announce(exports: &[Started], beside: &control::Beside<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    for export in exports {
+        let _ = writeln!(stdout, "{}", export.announcement());
     }
-    let served = ServedFiles(&started);
-    control::run_beside(&beside, &served, || started.serve())?;
-    started.finish();
-    Ok(())
+    let _ = write!(stdout, "{}", beside.how_to_watch());
+    let _ = stdout.flush();
+}
+
+/// Serves `exports` with no block export beside them (`cairn serve --files`,
+/// or a spec of `[[files]]` only) until SIGINT or SIGTERM, or until one of
+/// them fails, which stops the others; then closes their spills and logs
+/// what each did. SIGHUP runs `on_hup` (a spec's `log_level` re-read; SIGHUP's
+/// default would kill the process without the spills' checkpoint); SIGUSR1
+/// and SIGUSR2 are logged and ignored.
+pub(super) fn serve_alone(
+    exports: &[Started],
+    beside: &control::Beside<'_>,
+    on_hup: impl Fn() + Send + 'static,
+) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
+            .context("installing the signal handlers")?;
+    let signals_handle = signals.handle();
+    let flag = Arc::clone(&stop);
+    let signal_thread = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let name = match signal {
+                    SIGINT => "SIGINT",
+                    SIGTERM => "SIGTERM",
+                    SIGHUP => "SIGHUP",
+                    SIGUSR1 => "SIGUSR1",
+                    _ => "SIGUSR2",
+                };
+                if signal == SIGINT || signal == SIGTERM {
+                    if flag.swap(true, Ordering::Relaxed) {
+                        tracing::info!("{name}: already stopping");
+                    } else {
+                        tracing::info!("{name}: finishing in-flight requests, then exiting");
+                    }
+                } else if signal == SIGHUP {
+                    on_hup();
+                } else {
+                    tracing::info!(
+                        "{name}: ignored (cairn serve acts on SIGHUP, SIGINT and SIGTERM)"
+                    );
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    let served = ServedFiles(exports);
+    let result = control::run_beside(beside, &served, || {
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = exports
+                .iter()
+                .map(|export| {
+                    let stop = &stop;
+                    scope.spawn(move || {
+                        let served = export.serve();
+                        stop.store(true, Ordering::Relaxed);
+                        served
+                    })
+                })
+                .collect();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            for export in exports {
+                export.stop_flag().store(true, Ordering::Relaxed);
+            }
+            let mut result = Ok(());
+            for (export, thread) in exports.iter().zip(threads) {
+                let served = thread
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("its thread panicked")));
+                if let Err(e) = served
+                    && result.is_ok()
+                {
+                    result = Err(e.context(format!("file export {:?}", export.export)));
+                }
+            }
+            result
+        })
+    });
+    signals_handle.close();
+    let _ = signal_thread.join();
+    for export in exports {
+        export.finish();
+    }
+    result
 }
 
 impl FilesArgs {
@@ -660,17 +749,22 @@ impl Handler for WithFiles<'_> {
     }
 }
 
-/// A lone file export as its control socket and metrics listener see it.
-struct ServedFiles<'a>(&'a Started);
+/// File exports served alone, as their control socket and metrics
+/// listener see them.
+struct ServedFiles<'a>(&'a [Started]);
 
 impl Handler for ServedFiles<'_> {
     fn stats(&self) -> Snapshot {
         Snapshot {
             pid: std::process::id(),
-            uptime_seconds: self.0.since.elapsed().as_secs_f64(),
+            uptime_seconds: self
+                .0
+                .iter()
+                .map(|f| f.since.elapsed().as_secs_f64())
+                .fold(0.0, f64::max),
             counting: true,
             exports: Vec::new(),
-            files: vec![self.0.snapshot()],
+            files: self.0.iter().map(Started::snapshot).collect(),
         }
     }
 
@@ -680,6 +774,13 @@ impl Handler for ServedFiles<'_> {
         _layer: Option<&str>,
         command: &LayerCommand,
     ) -> Result<Vec<String>, String> {
-        Err(no_layers(export, command))
+        if self.0.iter().any(|f| f.export == export) {
+            return Err(no_layers(export, command));
+        }
+        let names: Vec<String> = self.0.iter().map(|f| format!("{:?}", f.export)).collect();
+        Err(format!(
+            "no export {export:?} (file exports: {})",
+            names.join(", ")
+        ))
     }
 }
