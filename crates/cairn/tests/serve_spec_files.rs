@@ -127,7 +127,20 @@ fn a_spec_whose_file_exports_reuse_a_name_is_refused() {
         ),
         (
             "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"unix:x.sock\"\n",
-            "TCP only",
+            "TCP only (listen tcp:HOST:PORT)",
+        ),
+        // Errors name the table's fields, not `cairn serve --files`' flags.
+        (
+            "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\nthrottle = [\"2ms\"]\n",
+            "files[1] (\"other\"): throttle: throttle \"2ms\"",
+        ),
+        (
+            "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\n[files.spill]\npath = \"x.spill\"\n",
+            "x.spill: no such file; give spill.size SIZE to create it",
+        ),
+        (
+            "\n[[files]]\nname = \"other\"\nsource = [\"missing\"]\nlisten = \"tcp:127.0.0.1:0\"\n",
+            "files[1] (\"other\"): source ",
         ),
     ] {
         std::fs::write(dir.path().join("files.toml"), spec() + extra).unwrap();
@@ -139,6 +152,7 @@ fn a_spec_whose_file_exports_reuse_a_name_is_refused() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{extra} started");
         assert!(stderr.contains(expected), "{extra}: {stderr}");
+        assert!(!stderr.contains(" --"), "a flag named for a spec: {stderr}");
     }
 }
 

@@ -455,6 +455,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                 }),
                 None => None,
             },
+            names: &files::FLAGS,
         };
         return files::run(
             &files_args,

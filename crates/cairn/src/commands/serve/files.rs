@@ -61,7 +61,50 @@ pub(super) struct FilesArgs {
     pub prefetch_stripes: u64,
     /// --spill, --spill-map, --spill-policy, --spill-size.
     pub spill: Option<SpillArgs>,
+    /// What errors call each setting: [`FLAGS`] or [`FIELDS`].
+    pub names: &'static Names,
 }
+
+/// What an error calls each setting of a file export, so that it names what
+/// the user wrote: the flags of `cairn serve --files`, or a spec's
+/// `[[files]]` fields.
+pub(super) struct Names {
+    files: &'static str,
+    listen: &'static str,
+    export: &'static str,
+    throttle: &'static str,
+    revalidate: &'static str,
+    cache: &'static str,
+    spill: &'static str,
+    spill_map: &'static str,
+    spill_size: &'static str,
+}
+
+/// `cairn serve --files`' flags.
+pub(super) const FLAGS: Names = Names {
+    files: "--files",
+    listen: "--listen",
+    export: "--export",
+    throttle: "--throttle",
+    revalidate: "--revalidate",
+    cache: "--block-size, --cache-size, --policy, --prefetch-stripes",
+    spill: "--spill",
+    spill_map: "--spill-map",
+    spill_size: "--spill-size",
+};
+
+/// A spec's `[[files]]` fields (the error's context names the table).
+pub(super) const FIELDS: Names = Names {
+    files: "source",
+    listen: "listen",
+    export: "name",
+    throttle: "throttle",
+    revalidate: "revalidate",
+    cache: "block_size, cache_size, policy, prefetch_stripes",
+    spill: "spill.path",
+    spill_map: "spill.map",
+    spill_size: "spill.size",
+};
 
 /// The listeners beside a lone file export (`cairn serve --files`).
 pub(super) struct Beside<'a> {
@@ -89,15 +132,22 @@ pub(super) struct SpillArgs {
 
 /// The backend behind a spill on `spill`, if asked for: opened (warm),
 /// recovered or formatted, and said so in the log.
-fn spill(backend: Arc<dyn Backend>, spill: &SpillArgs, unit: u64) -> Result<Arc<SpillBackend>> {
+fn spill(
+    backend: Arc<dyn Backend>,
+    spill: &SpillArgs,
+    unit: u64,
+    n: &Names,
+) -> Result<Arc<SpillBackend>> {
     let mut config = SpillConfig::new(&spill.path, unit);
     config.size = spill.size;
     config.map.clone_from(&spill.map);
     if config.map.is_none() && std::fs::metadata(&spill.path).is_ok_and(|m| !m.is_file()) {
         bail!(
-            "--spill {}: not a regular file; give --spill-map FILE for its map (it cannot \
-             sit beside a device)",
-            spill.path.display()
+            "{} {}: not a regular file; give {} FILE for its map (it cannot sit beside a \
+             device)",
+            n.spill,
+            spill.path.display(),
+            n.spill_map
         );
     }
     if let Some(policy) = &spill.policy {
@@ -105,11 +155,13 @@ fn spill(backend: Arc<dyn Backend>, spill: &SpillArgs, unit: u64) -> Result<Arc<
     }
     if spill.size.is_none() && !spill.path.exists() {
         bail!(
-            "--spill {}: no such file; give --spill-size SIZE to create it",
-            spill.path.display()
+            "{} {}: no such file; give {} SIZE to create it",
+            n.spill,
+            spill.path.display(),
+            n.spill_size
         );
     }
-    let spilled = SpillBackend::open(backend, &config).context("--spill")?;
+    let spilled = SpillBackend::open(backend, &config).context(n.spill)?;
     let opened = spilled.opened();
     if let Some(why) = &opened.formatted {
         tracing::info!("spill: formatted {} ({why})", spilled.describe());
@@ -138,24 +190,29 @@ fn spill(backend: Arc<dyn Backend>, spill: &SpillArgs, unit: u64) -> Result<Arc<
 /// `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, the keys from
 /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, the region from
 /// `AWS_REGION` or `AWS_DEFAULT_REGION` (default `us-east-1`).
-fn s3_origin(bucket: &str) -> Result<S3Config> {
+fn s3_origin(bucket: &str, n: &Names) -> Result<S3Config> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let bucket = bucket.trim_end_matches('/');
     if bucket.is_empty() || bucket.contains('/') {
-        bail!("--files s3://{bucket}: name one bucket, s3://BUCKET (the whole bucket is served)");
+        bail!(
+            "{} s3://{bucket}: name one bucket, s3://BUCKET (the whole bucket is served)",
+            n.files
+        );
     }
     let Some(endpoint) = var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")) else {
         bail!(
-            "--files s3://{bucket}: set AWS_ENDPOINT_URL to the store's URL (e.g. \
-             https://s3.eu-west-1.amazonaws.com, or http://127.0.0.1:7480 for a Ceph RGW)"
+            "{} s3://{bucket}: set AWS_ENDPOINT_URL to the store's URL (e.g. \
+             https://s3.eu-west-1.amazonaws.com, or http://127.0.0.1:7480 for a Ceph RGW)",
+            n.files
         );
     };
     let (Some(access_key), Some(secret_key)) =
         (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY"))
     else {
         bail!(
-            "--files s3://{bucket}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for an \
-             anonymous bucket use --files {endpoint}/{bucket})",
+            "{files} s3://{bucket}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (for an \
+             anonymous bucket use {files} {endpoint}/{bucket})",
+            files = n.files,
             endpoint = endpoint.trim_end_matches('/')
         );
     };
@@ -204,21 +261,29 @@ impl Source {
 /// The backend of `source`: directories striped in stripes of `unit` bytes,
 /// throttled by `throttle` (`cairn bench files`'s syntax, e.g.
 /// `2ms,200MiB/s`) if given.
-fn backend(source: &Source, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn Backend>> {
+fn backend(
+    source: &Source,
+    throttle: Option<&str>,
+    unit: u64,
+    n: &Names,
+) -> Result<Arc<dyn Backend>> {
     let throttle = match throttle {
-        Some(text) => parse_throttle(text).context("--throttle")?,
+        Some(text) => parse_throttle(text).context(n.throttle)?,
         None => None,
     };
     let dirs = match source {
         Source::Dirs(dirs) => dirs,
         Source::Origin(text) => {
             if throttle.is_some() {
-                bail!("--throttle slows directories, not an origin URL (give it `none`)");
+                bail!(
+                    "{} slows directories, not an origin URL (give it `none`)",
+                    n.throttle
+                );
             }
             let backend = match text.strip_prefix("s3://") {
                 // aws-cli's variable for a private CA, before SSL_CERT_FILE.
                 Some(bucket) => HttpBackend::s3(
-                    &s3_origin(bucket)?,
+                    &s3_origin(bucket, n)?,
                     HttpBackendConfig {
                         ca_file: std::env::var_os("AWS_CA_BUNDLE")
                             .filter(|v| !v.is_empty())
@@ -228,12 +293,13 @@ fn backend(source: &Source, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn
                 ),
                 None => HttpBackend::new(text, HttpBackendConfig::default()),
             }
-            .map_err(|e| anyhow::anyhow!("--files {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{} {e}", n.files))?;
             return Ok(Arc::new(backend));
         }
     };
     let open = |path: &Path| -> Result<Arc<dyn Backend>> {
-        let dir = DirBackend::open(path).with_context(|| format!("--files {}", path.display()))?;
+        let dir =
+            DirBackend::open(path).with_context(|| format!("{} {}", n.files, path.display()))?;
         Ok(match throttle {
             Some(throttle) => Arc::new(ThrottledBackend::new(dir, throttle)),
             None => Arc::new(dir),
@@ -247,32 +313,34 @@ fn backend(source: &Source, throttle: Option<&str>, unit: u64) -> Result<Arc<dyn
         .map(|dir| open(dir))
         .collect::<Result<Vec<_>>>()?;
     Ok(Arc::new(
-        StripedBackend::new(servers, unit).map_err(|e| anyhow::anyhow!("--files: {e}"))?,
+        StripedBackend::new(servers, unit).map_err(|e| anyhow::anyhow!("{}: {e}", n.files))?,
     ))
 }
 
 /// The backend of every --files, in order, each with its --throttle: one
 /// is itself, several a union (papers/004: each member its own cost group).
-fn union(dirs: &[Source], throttles: &[String], unit: u64) -> Result<Arc<dyn Backend>> {
+fn union(dirs: &[Source], throttles: &[String], unit: u64, n: &Names) -> Result<Arc<dyn Backend>> {
     if throttles.len() > 1 && throttles.len() != dirs.len() {
         bail!(
-            "--throttle given {} times for {} --files: give one for all, or one for each \
-             (`none` for one not slowed)",
+            "{} given {} times for {} {}: give one for all, or one for each (`none` for one \
+             not slowed)",
+            n.throttle,
             throttles.len(),
-            dirs.len()
+            dirs.len(),
+            n.files
         );
     }
     let throttle = |i: usize| throttles.get(if throttles.len() == 1 { 0 } else { i });
     if let [dir] = dirs {
-        return backend(dir, throttle(0).map(String::as_str), unit);
+        return backend(dir, throttle(0).map(String::as_str), unit, n);
     }
     let members = dirs
         .iter()
         .enumerate()
-        .map(|(i, dir)| backend(dir, throttle(i).map(String::as_str), unit))
+        .map(|(i, dir)| backend(dir, throttle(i).map(String::as_str), unit, n))
         .collect::<Result<Vec<_>>>()?;
     Ok(Arc::new(
-        UnionBackend::new(members).map_err(|e| anyhow::anyhow!("--files: {e}"))?,
+        UnionBackend::new(members).map_err(|e| anyhow::anyhow!("{}: {e}", n.files))?,
     ))
 }
 
@@ -292,6 +360,7 @@ pub(super) struct Started {
 /// Builds the backends, the spill and the cache `args` describe and binds
 /// the gateway (it serves from [`Started::serve`]).
 pub(super) fn start(args: &FilesArgs) -> Result<Started> {
+    let n = args.names;
     let shown = args
         .dirs
         .iter()
@@ -303,7 +372,10 @@ pub(super) fn start(args: &FilesArgs) -> Result<Started> {
     let address = match &args.listen {
         None => DEFAULT_LISTEN.to_owned(),
         Some(ListenAddress::Tcp(address)) => address.clone(),
-        Some(other) => bail!("--files listens on TCP only (--listen tcp:HOST:PORT), not {other}"),
+        Some(other) => bail!(
+            "a file export listens on TCP only ({} tcp:HOST:PORT), not {other}",
+            n.listen
+        ),
     };
     let mut cache_config = FileCacheConfig::default();
     if let Some(size) = args.block_size {
@@ -317,7 +389,7 @@ pub(super) fn start(args: &FilesArgs) -> Result<Started> {
     }
     cache_config.revalidate = match &args.revalidate {
         Some(text) => std::time::Duration::from_micros(
-            parse_duration_us(text).map_err(|e| anyhow::anyhow!("--revalidate {e}"))?,
+            parse_duration_us(text).map_err(|e| anyhow::anyhow!("{} {e}", n.revalidate))?,
         ),
         None if any_origin => ORIGIN_REVALIDATE,
         None => std::time::Duration::ZERO,
@@ -331,12 +403,12 @@ pub(super) fn start(args: &FilesArgs) -> Result<Started> {
     }
     config
         .validate()
-        .map_err(|e| anyhow::anyhow!("--export: {e}"))?;
-    let backend = union(&sources, &args.throttles, cache_config.block_size_bytes)?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", n.export))?;
+    let backend = union(&sources, &args.throttles, cache_config.block_size_bytes, n)?;
     let spilled = args
         .spill
         .as_ref()
-        .map(|s| spill(Arc::clone(&backend), s, cache_config.block_size_bytes))
+        .map(|s| spill(Arc::clone(&backend), s, cache_config.block_size_bytes, n))
         .transpose()?;
     let backend: Arc<dyn Backend> = match &spilled {
         Some(s) => Arc::clone(s) as Arc<dyn Backend>,
@@ -344,7 +416,7 @@ pub(super) fn start(args: &FilesArgs) -> Result<Started> {
     };
     let cache = Arc::new(
         FileCache::new(backend, &cache_config)
-            .context("the file cache (--block-size, --cache-size, --policy, --prefetch-stripes)")?,
+            .with_context(|| format!("the file cache ({})", n.cache))?,
     );
     let gateway = Gateway::bind(address.as_str(), Arc::clone(&cache), config)
         .with_context(|| format!("listening on tcp:{address}"))?;
@@ -667,6 +739,7 @@ impl FilesArgs {
                 map: s.map.as_deref().map(under),
                 policy: s.policy.as_ref().map(|p| p.0.clone()),
             }),
+            names: &FIELDS,
         })
     }
 }
