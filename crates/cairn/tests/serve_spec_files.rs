@@ -46,6 +46,17 @@ fn read(gateway: SocketAddr, key: &str) -> Vec<u8> {
     answer.body
 }
 
+/// What `cairn stats` prints of the server whose data directory is
+/// `dir/cairn-data`.
+fn stats_table(dir: &Path) -> String {
+    let stats = cairn()
+        .current_dir(dir)
+        .args(["stats", "--socket", "cairn-data/cairn.ctl"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&stats.stdout).into_owned()
+}
+
 #[test]
 fn a_spec_serves_a_file_export_beside_its_block_export() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,12 +93,7 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
             .parse()
             .unwrap();
         spill_hits.push(hits);
-        let stats = cairn()
-            .current_dir(dir.path())
-            .args(["stats", "--socket", "cairn-data/cairn.ctl"])
-            .output()
-            .unwrap();
-        let table = String::from_utf8_lossy(&stats.stdout);
+        let table = stats_table(dir.path());
         assert!(
             table.contains("file export \"media\"") && table.contains("export \"scratch\""),
             "{table}"
@@ -204,12 +210,7 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
             "{text}"
         );
     }
-    let stats = cairn()
-        .current_dir(dir.path())
-        .args(["stats", "--socket", "cairn-data/cairn.ctl"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&stats.stdout);
+    let table = stats_table(dir.path());
     assert!(
         table.contains("file export \"media\"") && table.contains("file export \"docs\""),
         "{table}"

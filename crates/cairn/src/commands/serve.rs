@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use cairn_control::MetricsListener;
+use cairn_control::{ControlSocket, MetricsListener};
 use cairn_nbd::{Export, ListenAddress, Listener, Server, TlsConfig, TlsMode};
 use cairn_policy::Bytes;
 use cairn_store::Volume;
@@ -553,18 +553,8 @@ fn serve(
     let server = Server::with_tls(exports, tls.config)?;
     server.set_counting(!args.no_stats);
     volume.set_layer_timing(!args.no_stats);
-    let metrics = args
-        .metrics
-        .as_deref()
-        .map(|address| MetricsListener::bind(address, args.metrics_public))
-        .transpose()
-        .context("--metrics")?;
+    let (metrics, control_socket) = listeners_beside(args, volume.data_dir())?;
     handle_signals(server.clone(), reload)?;
-    let default_control = control::default_path(volume.data_dir());
-    let control_socket = control::bind(
-        args.control.as_deref(),
-        (!args.stdio && !args.no_control).then_some(default_control.as_path()),
-    )?;
     // The spec's file exports, each listening before the block exports do.
     let file_exports = start_files(loaded, volume.data_dir())?;
     let served = files::WithFiles {
@@ -618,6 +608,26 @@ fn serve(
     Ok(())
 }
 
+/// The metrics listener (--metrics) and the control socket (--control, or
+/// `<data_dir>/cairn.ctl` unless --stdio or --no-control) beside the exports.
+fn listeners_beside(
+    args: &ServeArgs,
+    data_dir: &Path,
+) -> Result<(Option<MetricsListener>, Option<ControlSocket>)> {
+    let metrics = args
+        .metrics
+        .as_deref()
+        .map(|address| MetricsListener::bind(address, args.metrics_public))
+        .transpose()
+        .context("--metrics")?;
+    let default_control = control::default_path(data_dir);
+    let control_socket = control::bind(
+        args.control.as_deref(),
+        (!args.stdio && !args.no_control).then_some(default_control.as_path()),
+    )?;
+    Ok((metrics, control_socket))
+}
+
 /// Starts the spec's `[[files]]`, each listening on its own address.
 fn start_files(loaded: &Loaded, data_dir: &Path) -> Result<Vec<files::Started>> {
     files::check_names(&loaded.spec)?;
@@ -656,17 +666,7 @@ fn serve_files_only(
             loaded.origin
         );
     }
-    let metrics = args
-        .metrics
-        .as_deref()
-        .map(|address| MetricsListener::bind(address, args.metrics_public))
-        .transpose()
-        .context("--metrics")?;
-    let default_control = control::default_path(data_dir);
-    let control_socket = control::bind(
-        args.control.as_deref(),
-        (!args.no_control).then_some(default_control.as_path()),
-    )?;
+    let (metrics, control_socket) = listeners_beside(args, data_dir)?;
     let file_exports = start_files(loaded, data_dir)?;
     let beside = control::Beside {
         socket: control_socket.as_ref(),
