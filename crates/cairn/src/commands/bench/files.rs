@@ -540,7 +540,7 @@ fn run_readers(
                             Pattern::Random => random.random_range(0..requests),
                         } * load.request;
                         let t = Instant::now();
-                        get(
+                        let closes = get(
                             &mut stream,
                             &path,
                             Some(object),
@@ -549,6 +549,11 @@ fn run_readers(
                             &mut buf,
                             &mut head,
                         )?;
+                        if closes {
+                            // The front ends the connection after this answer
+                            // (a keep-alive limit): a new one, timed with it.
+                            stream = connect(addr)?;
+                        }
                         latencies.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
                         bytes += load.request;
                         i += 1;
@@ -963,6 +968,84 @@ fn policy_table(args: &FilesBenchArgs, p: &Prepared, readers: usize) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A front that ends every connection after its second answer
+    /// (`Connection: close`, as nginx after `keepalive_requests`): the
+    /// readers open a new one and go on, rather than failing on the next
+    /// request. Returns how many connections it accepted.
+    fn closing_front(listener: &TcpListener, stop: &AtomicBool) -> usize {
+        listener.set_nonblocking(true).unwrap();
+        let mut connections = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            stream.set_nonblocking(false).unwrap();
+            connections += 1;
+            let mut head = Vec::new();
+            for answer in 0..2 {
+                head.clear();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head);
+                let Some(range) = text.split("bytes=").nth(1) else {
+                    break;
+                };
+                let (from, to) = range.split_once('-').unwrap();
+                let from: u64 = from.parse().unwrap();
+                let to: u64 = to.split('\r').next().unwrap().parse().unwrap();
+                let mut body = vec![0u8; (to - from + 1) as usize];
+                for (i, w) in body.chunks_exact_mut(8).enumerate() {
+                    w.copy_from_slice(&word(0, from + 8 * i as u64).to_le_bytes());
+                }
+                let close = if answer == 1 {
+                    "Connection: close\r\n"
+                } else {
+                    ""
+                };
+                let head = format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\n{close}\r\n",
+                    body.len()
+                );
+                if stream.write_all(head.as_bytes()).is_err() || stream.write_all(&body).is_err() {
+                    break;
+                }
+            }
+        }
+        connections
+    }
+
+    #[test]
+    fn readers_reconnect_when_the_front_closes_after_an_answer() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = AtomicBool::new(false);
+        let load = Load {
+            objects: 1,
+            size: 64 << 10,
+            request: 8 << 10,
+            seconds: 0.3,
+        };
+        let (measured, connections) = std::thread::scope(|scope| {
+            let front = scope.spawn(|| closing_front(&listener, &stop));
+            let measured = run_readers(addr, "/files", 1, &load, Pattern::Sequential);
+            stop.store(true, Ordering::Relaxed);
+            (measured, front.join().unwrap())
+        });
+        let measured = measured.expect("the reader went on over new connections");
+        let answers = measured.bytes / load.request;
+        assert!(answers >= 4, "{answers} answers");
+        assert!(
+            connections as u64 >= answers / 2,
+            "{connections} connections, {answers} answers"
+        );
+    }
 
     #[test]
     fn throttles_parse_or_say_why_not() {
