@@ -83,11 +83,13 @@ block hits, misses and coalesced waits, backend errors by kind, bytes from the
 cache and from the backend, resident blocks and bytes, connections, with
 dual its preface size and active files, and with several --files (a union:
 each object from the first that has it) each one's reads and learned cost
-(cairn_files_union_cost{member=\"N\"}, papers/004, what --policy cost ranks by); --control PATH (none by default) lets
-`cairn stats --socket PATH` print them. SIGINT or SIGTERM stops it. --spill
-PATH keeps a second level of that cache on a local SSD, warm across restarts.
-A spec's [[files]] tables (docs/volumes.md; examples/volumes/files.toml) serve
-the same beside its block exports, one listener each, fields for these flags.
+(cairn_files_union_cost{member=\"N\"}, papers/004, what --policy cost ranks
+by); --control PATH (none by default) lets `cairn stats --socket PATH` print
+them. SIGINT or SIGTERM stops it; SIGHUP does not. --spill PATH keeps a second
+level of that cache on a local SSD, warm across restarts. A spec's [[files]]
+tables (docs/volumes.md; examples/volumes/files.toml) serve the same beside its
+block exports, one listener each, fields for these flags; a spec of [[files]]
+alone serves them with no NBD server.
 
 Listening: a Unix socket by default, <data_dir>/cairn.sock (created with its
 directory; a stale socket left by a dead server is replaced), or the spec's
