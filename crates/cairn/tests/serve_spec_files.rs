@@ -240,6 +240,26 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
         assert!(log.contains(wanted), "{wanted:?} not in:\n{log}");
     }
 
+    // A data directory that does not exist yet is created (a spec of files
+    // only is not a read-only volume: its spill writes there).
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fresh.path().join("videos")).unwrap();
+    std::fs::write(fresh.path().join("videos/a"), b"new\n").unwrap();
+    std::fs::write(
+        fresh.path().join("files.toml"),
+        "data_dir = \"state\"\n[[files]]\nname = \"media\"\nsource = [\"../videos\"]\n\
+         listen = \"tcp:127.0.0.1:0\"\n[files.spill]\npath = \"media.spill\"\nsize = \"16MiB\"\n",
+    )
+    .unwrap();
+    let mut command = cairn();
+    command
+        .current_dir(fresh.path())
+        .args(["serve", "--config", "files.toml"]);
+    let (mut server, gateway, _metrics, _) = gateway_and_metrics(command, false);
+    assert_eq!(get_body(gateway, "/media/a"), b"new\n");
+    assert!(fresh.path().join("state/media.spill").is_file());
+    terminate(server.take());
+
     // Refused: --stdio with files only; a spec with no export of either kind.
     let output = cairn()
         .current_dir(dir.path())

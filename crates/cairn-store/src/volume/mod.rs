@@ -101,7 +101,11 @@ impl Volume {
     ) -> Result<Self, VolumeError> {
         spec.validate()?;
         let data_dir = base.join(&spec.data_dir);
-        let all_read_only = options.read_only || spec.exports.iter().all(|e| e.read_only);
+        // File exports write under the data directory (a spill, its map),
+        // so a spec with any is never "all read-only", even with no block
+        // export or only read-only ones.
+        let all_read_only = spec.files.is_empty()
+            && (options.read_only || spec.exports.iter().all(|e| e.read_only));
         let claim = claim_data_dir(spec, &data_dir, all_read_only)?;
         let mut builder = build::Builder {
             spec,
