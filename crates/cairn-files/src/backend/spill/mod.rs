@@ -506,18 +506,20 @@ impl SpillBackend {
         self.tier.close()
     }
 
-    fn read(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        let span = self.spans.read().by_key.get(key).map(Arc::clone);
-        let span = if let Some(s) = span {
-            s
-        } else {
-            let (info, part) = self.inner.locate(key)?;
-            match self.spans.span(key, info, part) {
-                Ok(s) => s,
-                // Its span could not be recorded: from the backend, not
-                // the SSD.
-                Err(_) => return self.inner.read_part(part, key, offset, buf),
-            }
+    /// Reads `key` through its span on the SSD tier, or with no span (its
+    /// record could not be written when [`locate`](Backend::locate) opened
+    /// it, which logged why) from the backend by `from_backend`: no second
+    /// backend lookup or map append for every block of such a key; the next
+    /// open tries to record it again.
+    fn read(
+        &self,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+        from_backend: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
+            return from_backend(buf);
         };
         if offset + buf.len() as u64 > span.entry.size {
             return Err(BackendError::new(
@@ -547,7 +549,7 @@ impl Backend for SpillBackend {
     }
 
     fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.read(key, offset, buf)
+        self.read(key, offset, buf, |buf| self.inner.read_at(key, offset, buf))
     }
 
     fn list(
@@ -576,12 +578,14 @@ impl Backend for SpillBackend {
 
     fn read_part(
         &self,
-        _part: u16,
+        part: u16,
         key: &str,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), BackendError> {
-        self.read(key, offset, buf)
+        self.read(key, offset, buf, |buf| {
+            self.inner.read_part(part, key, offset, buf)
+        })
     }
 
     fn busy_ns(&self, part: u16) -> Option<u64> {
