@@ -9,6 +9,7 @@
 //! a directory over HTTP and S3 instead (`files.rs`).
 
 mod files;
+mod signals;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -774,52 +775,19 @@ struct Reload {
     tls: Option<(TlsMode, PathBuf, bool)>,
 }
 
-/// The signal thread. SIGINT, SIGTERM: stop gracefully. SIGHUP: reload the
-/// TLS certificates and the spec's `log_level`. SIGUSR1, SIGUSR2: logged,
-/// nothing else (their default action would kill the server). SIGPIPE stays
-/// ignored, as Rust leaves it: a client that goes away is an EPIPE on its
-/// connection, never the end of the server.
+/// The NBD server's signal thread ([`signals::spawn`]): SIGINT and SIGTERM
+/// shut the server down, SIGHUP reloads the TLS certificates and the spec's
+/// `log_level`.
 fn handle_signals(server: Server, reload: Reload) -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let shutdown = server.shutdown_handle();
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
-            .context("installing the signal handlers")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                match signal {
-                    SIGINT | SIGTERM => {
-                        // Trigger first: nothing after this line may keep the server up.
-                        let again = shutdown.is_requested();
-                        shutdown.trigger();
-                        let name = if signal == SIGINT {
-                            "SIGINT"
-                        } else {
-                            "SIGTERM"
-                        };
-                        if again {
-                            tracing::info!("{name}: already stopping");
-                        } else {
-                            tracing::info!("{name}: finishing in-flight requests, then exiting");
-                        }
-                    }
-                    SIGHUP => reload.run(Some(&server)),
-                    _ => {
-                        let name = if signal == SIGUSR1 {
-                            "SIGUSR1"
-                        } else {
-                            "SIGUSR2"
-                        };
-                        tracing::info!(
-                            "{name}: ignored (cairn serve acts on SIGHUP, SIGINT and SIGTERM)"
-                        );
-                    }
-                }
-            }
-        })
-        .context("starting the signal thread")?;
+    signals::spawn(
+        move || {
+            let again = shutdown.is_requested();
+            shutdown.trigger();
+            again
+        },
+        move || reload.run(Some(&server)),
+    )?;
     Ok(())
 }
 

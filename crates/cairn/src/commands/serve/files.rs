@@ -613,80 +613,28 @@ pub(super) fn serve_alone(
     beside: &control::Beside<'_>,
     on_hup: impl Fn() + Send + 'static,
 ) -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let stop = Arc::new(AtomicBool::new(false));
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])
-            .context("installing the signal handlers")?;
-    let signals_handle = signals.handle();
     let flag = Arc::clone(&stop);
-    let signal_thread = std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                let name = match signal {
-                    SIGINT => "SIGINT",
-                    SIGTERM => "SIGTERM",
-                    SIGHUP => "SIGHUP",
-                    SIGUSR1 => "SIGUSR1",
-                    _ => "SIGUSR2",
-                };
-                if signal == SIGINT || signal == SIGTERM {
-                    if flag.swap(true, Ordering::Relaxed) {
-                        tracing::info!("{name}: already stopping");
-                    } else {
-                        tracing::info!("{name}: finishing in-flight requests, then exiting");
-                    }
-                } else if signal == SIGHUP {
-                    on_hup();
-                } else {
-                    tracing::info!(
-                        "{name}: ignored (cairn serve acts on SIGHUP, SIGINT and SIGTERM)"
-                    );
-                }
-            }
-        })
-        .context("starting the signal thread")?;
+    let signals = super::signals::spawn(move || flag.swap(true, Ordering::Relaxed), on_hup)?;
     let served = ServedFiles(exports);
-    let result = control::run_beside(beside, &served, || {
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = exports
-                .iter()
-                .map(|export| {
-                    let stop = &stop;
-                    scope.spawn(move || {
-                        let served = export.serve();
-                        stop.store(true, Ordering::Relaxed);
-                        served
-                    })
-                })
-                .collect();
-            while !stop.load(Ordering::Relaxed) {
+    let ((), failed) = control::run_beside(beside, &served, || {
+        serve_each(exports, |ended| {
+            while !stop.load(Ordering::Relaxed) && !ended.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            for export in exports {
-                export.stop_flag().store(true, Ordering::Relaxed);
-            }
-            let mut result = Ok(());
-            for (export, thread) in exports.iter().zip(threads) {
-                let served = thread
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("its thread panicked")));
-                if let Err(e) = served
-                    && result.is_ok()
-                {
-                    result = Err(e.context(format!("file export {:?}", export.export)));
-                }
-            }
-            result
         })
     });
-    signals_handle.close();
-    let _ = signal_thread.join();
-    for export in exports {
-        export.finish();
+    signals.close();
+    let mut failed = failed.into_iter();
+    match failed.next() {
+        None => Ok(()),
+        Some(first) => {
+            for e in failed {
+                tracing::error!("{e:#}");
+            }
+            Err(first)
+        }
     }
-    result
 }
 
 impl FilesArgs {
@@ -767,25 +715,54 @@ pub(super) fn check_names(spec: &cairn_store::VolumeSpec) -> Result<()> {
 /// Runs `serve` (the block exports' server) with every file export of
 /// `exports` served beside it, each on its own thread; when `serve` returns
 /// (a signal stopped it), stops them, then closes their spills and logs
-/// what each did.
+/// what each did, and any that failed.
 pub(super) fn beside<T>(exports: &[Started], serve: impl FnOnce() -> T) -> T {
+    let (result, failed) = serve_each(exports, |_| serve());
+    for e in failed {
+        tracing::error!("{e:#}");
+    }
+    result
+}
+
+/// Serves every export of `exports` on its own thread while `serve` runs.
+/// `serve` gets a flag set as soon as one of those threads ends (an export
+/// failed). When `serve` returns, stops them all, waits for them, closes
+/// their spills and logs what each did. Returns `serve`'s result and each
+/// export's failure.
+fn serve_each<T>(
+    exports: &[Started],
+    serve: impl FnOnce(&AtomicBool) -> T,
+) -> (T, Vec<anyhow::Error>) {
+    let ended = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
         let threads: Vec<_> = exports
             .iter()
-            .map(|export| scope.spawn(move || export.serve()))
+            .map(|export| {
+                let ended = &ended;
+                scope.spawn(move || {
+                    let served = export.serve();
+                    ended.store(true, Ordering::Relaxed);
+                    served
+                })
+            })
             .collect();
-        let result = serve();
+        let result = serve(&ended);
         for export in exports {
             export.stop_flag().store(true, Ordering::Relaxed);
         }
-        for (export, thread) in exports.iter().zip(threads) {
-            match thread.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!("file export {:?}: {e:#}", export.export),
-                Err(_) => tracing::error!("file export {:?}: its thread panicked", export.export),
-            }
-        }
-        result
+        let failed: Vec<anyhow::Error> = exports
+            .iter()
+            .zip(threads)
+            .filter_map(|(export, thread)| {
+                let served = thread
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("its thread panicked")));
+                served
+                    .err()
+                    .map(|e| e.context(format!("file export {:?}", export.export)))
+            })
+            .collect();
+        (result, failed)
     });
     for export in exports {
         export.finish();
