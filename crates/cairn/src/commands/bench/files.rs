@@ -218,6 +218,13 @@ fn word(object: usize, offset: u64) -> u64 {
     ((object as u64) << 48) | (offset / 8)
 }
 
+/// Fills `buf` with object `object`'s bytes from `offset` (a multiple of 8).
+fn fill_words(buf: &mut [u8], object: usize, offset: u64) {
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&word(object, offset + 8 * i as u64).to_le_bytes());
+    }
+}
+
 /// A gateway on a loopback port in this process; stopped on drop.
 struct InProcess {
     addr: SocketAddr,
@@ -727,9 +734,7 @@ fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
         let mut offset = 0u64;
         while offset < size {
             let len = (size - offset).min(chunk.len() as u64) as usize;
-            for (i, w) in chunk[..len].chunks_exact_mut(8).enumerate() {
-                w.copy_from_slice(&word(object, offset + 8 * i as u64).to_le_bytes());
-            }
+            fill_words(&mut chunk[..len], object, offset);
             file.write_all(&chunk[..len])?;
             offset += len as u64;
         }
@@ -1001,9 +1006,7 @@ mod tests {
                 let from: u64 = from.parse().unwrap();
                 let to: u64 = to.split('\r').next().unwrap().parse().unwrap();
                 let mut body = vec![0u8; (to - from + 1) as usize];
-                for (i, w) in body.chunks_exact_mut(8).enumerate() {
-                    w.copy_from_slice(&word(0, from + 8 * i as u64).to_le_bytes());
-                }
+                fill_words(&mut body, 0, from);
                 let close = if answer == 1 {
                     "Connection: close\r\n"
                 } else {
