@@ -39,10 +39,11 @@ fn start(dir: &Path) -> (Server, SocketAddr, SocketAddr, std::process::ChildStde
     (server, gateway, metrics, stderr.unwrap())
 }
 
-fn read(gateway: SocketAddr, key: &str) -> Vec<u8> {
-    let request = format!("GET /media/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+/// GET `path` (`/BUCKET/KEY`) from `gateway`: its body, the status 200.
+fn read(gateway: SocketAddr, path: &str) -> Vec<u8> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let answer = exchange(gateway, request.as_bytes());
-    assert_eq!(answer.status, 200, "{key}");
+    assert_eq!(answer.status, 200, "{path}");
     answer.body
 }
 
@@ -74,7 +75,7 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
         // The block export answers too.
         connect(&dir.path().join("cairn-data/cairn.sock")).handshake();
         assert!(
-            read(gateway, "movie.mp4") == movie,
+            read(gateway, "/media/movie.mp4") == movie,
             "run {run}: the bytes differ"
         );
         let text = get(metrics, "/metrics").text();
@@ -191,14 +192,8 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
         .args(["serve", "--config", "files.toml"]);
     let (mut server, gateways, metrics, stderr) = gateways_and_metrics(command, true);
     assert_eq!(gateways.len(), 2, "{gateways:?}");
-    let get_body = |gateway: SocketAddr, path: &str| {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let answer = exchange(gateway, request.as_bytes());
-        assert_eq!(answer.status, 200, "{path}");
-        answer.body
-    };
-    assert!(get_body(gateways[0], "/media/movie.mp4") == movie);
-    assert_eq!(get_body(gateways[1], "/docs/readme.txt"), b"files only\n");
+    assert!(read(gateways[0], "/media/movie.mp4") == movie);
+    assert_eq!(read(gateways[1], "/docs/readme.txt"), b"files only\n");
     assert!(
         !dir.path().join("cairn-data/cairn.sock").exists(),
         "no NBD socket for a spec without [[export]]"
@@ -225,7 +220,7 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
             .success()
     );
     std::thread::sleep(std::time::Duration::from_millis(300));
-    assert_eq!(get_body(gateways[1], "/docs/readme.txt"), b"files only\n");
+    assert_eq!(read(gateways[1], "/docs/readme.txt"), b"files only\n");
     terminate(child);
     let mut log = String::new();
     std::io::Read::read_to_string(&mut { stderr.unwrap() }, &mut log).unwrap();
@@ -256,7 +251,7 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
         .current_dir(fresh.path())
         .args(["serve", "--config", "files.toml"]);
     let (mut server, gateway, _metrics, _) = gateway_and_metrics(command, false);
-    assert_eq!(get_body(gateway, "/media/a"), b"new\n");
+    assert_eq!(read(gateway, "/media/a"), b"new\n");
     assert!(fresh.path().join("state/media.spill").is_file());
     terminate(server.take());
 

@@ -132,20 +132,20 @@ pub fn serve_files(args: &[&str], fill: impl FnOnce(&Path)) -> FilesMetrics {
     }
 }
 
-/// Starts `cairn serve --files files --export media ARGS --listen
-/// tcp:127.0.0.1:0 --metrics tcp:127.0.0.1:0` in `dir`; returns once it
-/// printed both addresses: the server, the gateway's and the metrics'
-/// addresses, and its stderr if `log` (else it goes nowhere).
-pub fn serve_files_in(
-    dir: &Path,
-    args: &[&str],
-    log: bool,
-) -> (
+/// A `cairn serve` with a file export: the server, the gateway's and the
+/// metrics' addresses, and its stderr if asked for.
+pub type Spawned = (
     Server,
     SocketAddr,
     SocketAddr,
     Option<std::process::ChildStderr>,
-) {
+);
+
+/// Starts `cairn serve --files files --export media ARGS --listen
+/// tcp:127.0.0.1:0 --metrics tcp:127.0.0.1:0` in `dir`; returns once it
+/// printed both addresses: the server, the gateway's and the metrics'
+/// addresses, and its stderr if `log` (else it goes nowhere).
+pub fn serve_files_in(dir: &Path, args: &[&str], log: bool) -> Spawned {
     let mut command = cairn();
     command
         .current_dir(dir)
@@ -158,15 +158,7 @@ pub fn serve_files_in(
 /// Spawns `command` (a `cairn serve` with a file export) with `--metrics
 /// tcp:127.0.0.1:0`; returns once it printed the gateway's address and then
 /// the metrics': the server, both addresses, and its stderr if `log`.
-pub fn gateway_and_metrics(
-    command: Command,
-    log: bool,
-) -> (
-    Server,
-    SocketAddr,
-    SocketAddr,
-    Option<std::process::ChildStderr>,
-) {
+pub fn gateway_and_metrics(command: Command, log: bool) -> Spawned {
     let (server, gateways, metrics, stderr) = gateways_and_metrics(command, log);
     (server, gateways[0], metrics, stderr)
 }
