@@ -299,8 +299,8 @@ impl Server {
         connection::serve(&self.inner, reader, writer, &peer);
     }
 
-    /// Serve exactly one connection on stdin/stdout (for `nbdinfo -- [ cmd ]`
-    /// and inetd-style starts), then flush. Nothing else may write to stdout.
+    /// Serve exactly one connection on stdin/stdout (for libnbd's
+    /// `nbd_connect_command`, e.g. `nbdfuse --command`, and inetd-style starts), then flush. Nothing else may write to stdout.
     pub fn serve_stdio(&self) -> Result<(), ServerError> {
         let dup = |fd: std::os::fd::BorrowedFd<'_>, what: &str| {
             rustix::io::fcntl_dupfd_cloexec(fd, 3)

@@ -98,9 +98,10 @@ directory; a stale socket left by a dead server is replaced), or the spec's
 expose the disk: NBD itself has no authentication; a TCP address other than
 loopback without --tls require is warned about at start). Clients see an
 export's description only as the spec's `description` writes it. Under systemd socket activation (LISTEN_FDS, LISTEN_PID) the passed
-socket is used. With --stdio one connection is served on stdin/stdout and the
-server exits when it ends, so libnbd can start it: nbdinfo -- [ cairn serve
---stdio --memory 1GiB ].
+socket is used, so libnbd can start the server itself: nbdinfo -- [ cairn serve
+--memory 1GiB ]. With --stdio one connection is served on stdin/stdout and the
+server exits when it ends, for clients that run their server on a pipe
+(libnbd's nbd_connect_command: nbdfuse MNT --command cairn serve --stdio …).
 
 TLS (NBD_OPT_STARTTLS, X.509, rustls; docs/nbd.md): --tls off (the default) |
 on (a client may upgrade; plaintext clients are still served) | require (every
@@ -171,8 +172,8 @@ Examples:
       A 4 GiB DRAM disk (contents vanish at exit).
   cairn serve --file disk.img --size 10GiB
       A sparse 10 GiB file served as is.
-  nbdinfo -- [ cairn serve --stdio --memory 64MiB ]
-      One connection on stdin/stdout, started by the client.
+  nbdinfo -- [ cairn serve --memory 64MiB ]
+      Started by the client, which hands it a listening socket (systemd socket activation).
   cairn serve --memory 1GiB --tls require --tls-certificates pki/
   nbdinfo 'nbds+unix:///cairn?socket=cairn-data/cairn.sock&tls-certificates=pki/'
       TLS only (pki/ holds ca-cert.pem, server-cert.pem, server-key.pem).
@@ -471,11 +472,14 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
         );
     }
     // Before any thread starts: taking the systemd socket edits the environment.
-    let activated = if args.stdio {
-        None
-    } else {
-        Listener::from_systemd().context("taking the socket systemd passed")?
-    };
+    let activated = Listener::from_systemd().context("taking the socket systemd passed")?;
+    if args.stdio && activated.is_some() {
+        bail!(
+            "--stdio serves one connection on stdin and stdout, but a listening socket was \
+             passed too (LISTEN_FDS, as systemd and libnbd's `nbdinfo -- [ CMD ]` pass one): \
+             leave out --stdio to serve on that socket"
+        );
+    }
     let loaded = spec_of(args)?;
     start_log_level(&loaded)?;
     let tls = tls_of(args, &loaded)?;
