@@ -18,6 +18,20 @@ fn reproduce(args: &[&str], out: &Path) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `cairn reproduce ARGS` as its `--help` prints it: no `--out`, so the
+/// files go to `out/reproduce` under `dir`, the working directory.
+fn reproduce_as_printed(args: &[&str], dir: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("reproduce")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("cairn runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "stderr: {stderr}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 fn claim_line<'a>(stdout: &'a str, text: &str) -> &'a str {
     stdout
         .lines()
@@ -149,8 +163,10 @@ fn a_bad_spec_is_a_clear_error() {
 
 #[test]
 fn logdisk_at_a_tenth_scale_upholds_the_nv_cache_claims() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = reproduce(&["logdisk", "--scale", "0.1"], dir.path());
+    let scratch = tempfile::tempdir().unwrap();
+    // `cairn reproduce logdisk --scale 0.1`, an example of its --help.
+    let out = reproduce_as_printed(&["logdisk", "--scale", "0.1"], scratch.path());
+    let dir = scratch.path().join("out/reproduce");
     for table in 2..=7 {
         assert!(out.contains(&format!("Table {table}:")), "{out}");
     }
@@ -173,10 +189,10 @@ fn logdisk_at_a_tenth_scale_upholds_the_nv_cache_claims() {
         .collect::<Vec<_>>();
     assert_eq!(locality.len(), 2, "{out}");
     assert!(locality.iter().all(|l| l.contains("[confirmed]")), "{out}");
-    let csv = std::fs::read_to_string(dir.path().join("logdisk.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.join("logdisk.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 3 * 4 + 3 * 3, "{csv}");
     for plot in ["logdisk-partial.svg", "logdisk-nv.svg"] {
-        let svg = std::fs::read_to_string(dir.path().join(plot)).unwrap();
+        let svg = std::fs::read_to_string(dir.join(plot)).unwrap();
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline"),
             "{plot}: {svg}"
@@ -193,8 +209,10 @@ fn rects(svg: &str) -> usize {
 fn ntl_at_a_tenth_scale_measures_every_cell_and_judges_every_claim() {
     // Timings, not a simulation: the verdicts depend on the machine and its load,
     // so this checks the run is complete and well-formed, not which way it went.
-    let dir = tempfile::tempdir().unwrap();
-    let out = reproduce(&["ntl", "--scale", "0.1"], dir.path());
+    let scratch = tempfile::tempdir().unwrap();
+    // `cairn reproduce ntl --scale 0.1`, an example of its --help.
+    let out = reproduce_as_printed(&["ntl", "--scale", "0.1"], scratch.path());
+    let dir = scratch.path().join("out/reproduce");
     for text in [
         "rand read 4k, 1 thread",
         "seq write 1M, 2 threads",
@@ -207,11 +225,11 @@ fn ntl_at_a_tenth_scale_measures_every_cell_and_judges_every_claim() {
     ] {
         assert!(out.contains(text), "{text}: {out}");
     }
-    let csv = std::fs::read_to_string(dir.path().join("ntl.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.join("ntl.csv")).unwrap();
     // 8 rows x 7 targets (ntl, in-place, ntl/none, in-place/none, pread,
     // O_DIRECT, memcpy), plus the header.
     assert_eq!(csv.lines().count(), 1 + 8 * 7, "{csv}");
-    let svg = std::fs::read_to_string(dir.path().join("ntl.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.join("ntl.svg")).unwrap();
     assert!(rects(&svg) >= 8 * 7, "ntl.svg: {svg}");
     for line in csv.lines().skip(1).filter(|l| !l.contains("O_DIRECT")) {
         // ...,mib_s,kiops,note (the row name is quoted: it holds a comma).
@@ -225,19 +243,19 @@ fn ntl_at_a_tenth_scale_measures_every_cell_and_judges_every_claim() {
         for text in ["ntl/file", "ntl/loop", "papers/002 Fig. 6", "mailserver"] {
             assert!(out.contains(text), "{text}: {out}");
         }
-        let csv = std::fs::read_to_string(dir.path().join("ntl-ext4.csv")).unwrap();
+        let csv = std::fs::read_to_string(dir.join("ntl-ext4.csv")).unwrap();
         // 3 jobs x 3 targets, plus the header; every cell moved data.
         assert_eq!(csv.lines().count(), 1 + 3 * 3, "{csv}");
         for line in csv.lines().skip(1) {
             let mib_s: f64 = line.split(',').nth(2).unwrap().parse().unwrap();
             assert!(mib_s > 0.0, "{line}");
         }
-        let svg = std::fs::read_to_string(dir.path().join("ntl-ext4.svg")).unwrap();
+        let svg = std::fs::read_to_string(dir.join("ntl-ext4.svg")).unwrap();
         assert!(rects(&svg) >= 3 * 3, "ntl-ext4.svg: {svg}");
     } else {
         eprintln!("SKIPPED: the ext4 part of reproduce ntl: {out}");
     }
-    let claims = std::fs::read_to_string(dir.path().join("ntl-claims.csv")).unwrap();
+    let claims = std::fs::read_to_string(dir.join("ntl-claims.csv")).unwrap();
     let expected = if ext4 { 4 + 2 } else { 4 };
     assert_eq!(claims.lines().count(), 1 + expected, "{claims}");
     for line in claims.lines().skip(1) {

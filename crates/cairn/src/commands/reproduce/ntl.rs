@@ -56,7 +56,7 @@ pub const EXAMPLES: &str = "\
 Examples:
   cairn reproduce ntl                  the spec's scale (about 2 min with ext4)
   cairn reproduce ntl --skip-ext4      the micro-benchmarks only (about 40 s)
-  cairn reproduce ntl --scale 0.1      a quick look (a few seconds, noisy)
+  cairn reproduce ntl --scale 0.1      a quick look (about 30 s, noisy)
   cairn reproduce ntl --spec my.toml --out /tmp/ntl";
 
 /// `cairn reproduce ntl`
