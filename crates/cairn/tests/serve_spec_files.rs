@@ -266,6 +266,20 @@ fn a_spec_of_file_exports_only_serves_them_without_an_nbd_server() {
         !output.status.success() && stderr.contains("has [[files]] only"),
         "{stderr}"
     );
+    // TLS is NBD's: with no [[export]], [tls] or --tls is a mistake.
+    let with_tls = format!("{spec}\n[tls]\nmode = \"require\"\ncertificates = \"pki\"\n");
+    std::fs::write(dir.path().join("tls.toml"), with_tls).unwrap();
+    for args in [
+        &["serve", "--config", "tls.toml"][..],
+        &["serve", "--config", "files.toml", "--tls", "require"],
+    ] {
+        let output = cairn().current_dir(dir.path()).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains("over plain HTTP"),
+            "{args:?}: {stderr}"
+        );
+    }
     std::fs::write(dir.path().join("empty.toml"), "").unwrap();
     let output = cairn()
         .current_dir(dir.path())

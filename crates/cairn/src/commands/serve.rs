@@ -482,6 +482,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
     }
     let loaded = spec_of(args)?;
     start_log_level(&loaded)?;
+    no_tls_without_exports(args, &loaded)?;
     let tls = tls_of(args, &loaded)?;
     orphans(args.remove_orphaned_regions)?;
     let options = OpenOptions {
@@ -649,6 +650,29 @@ fn start_files(loaded: &Loaded, data_dir: &Path) -> Result<Vec<files::Started>> 
                 .with_context(|| format!("files[{i}] ({:?})", spec.name))
         })
         .collect()
+}
+
+/// TLS is NBD's (`NBD_OPT_STARTTLS`): a spec with no `[[export]]` has no use
+/// for `[tls]` or the --tls flags (its `[[files]]` speak plain HTTP).
+fn no_tls_without_exports(args: &ServeArgs, loaded: &Loaded) -> Result<()> {
+    if !loaded.spec.exports.is_empty() {
+        return Ok(());
+    }
+    if loaded.spec.tls.is_some() {
+        bail!(
+            "{}: [tls] is for [[export]]s over NBD and the spec has none (its [[files]] are \
+             served over plain HTTP): remove [tls]",
+            loaded.origin
+        );
+    }
+    if args.tls.is_some() || args.tls_certificates.is_some() || args.tls_verify_peer {
+        bail!(
+            "--tls, --tls-certificates and --tls-verify-peer are for [[export]]s over NBD, and \
+             {} has [[files]] only (served over plain HTTP)",
+            loaded.origin
+        );
+    }
+    Ok(())
 }
 
 /// A spec of `[[files]]` and no `[[export]]`: its file exports, with the
