@@ -13,7 +13,7 @@ use std::fmt;
 use super::error::LogDiskError;
 use super::format::{self, Geometry, UNMAPPED};
 use super::metrics::Metrics;
-use super::recover::{read_checkpoint, roll_forward};
+use super::recover::{Segments, read_checkpoint, roll_forward};
 use super::table::{block_of, segment_of};
 use crate::device::Device;
 
@@ -226,7 +226,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let mut problems = Vec::new();
     let mut map = cp.map.clone();
     let mut seg_buf = vec![0u8; (u64::from(g.segment_blocks) * b) as usize];
-    let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf)?;
+    let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf, Segments::Scan)?;
     strict_assert_eq!(
         map.len() as u64,
         g.logical_blocks,

@@ -16,7 +16,7 @@ use super::log::{Append, Kind, Log, Target};
 use super::metrics::{Metrics, NvFill};
 use super::nv::NvCache;
 use super::options::{Options, PartialSegments};
-use super::recover::{self, Image, NvSource, Recovered};
+use super::recover::{self, Image, NvSource, Recovered, Segments};
 use super::stage::SegmentBuffer;
 use super::table::block_of;
 use super::writer::WriteQueue;
@@ -112,7 +112,13 @@ impl<D: Device + 'static> LogDisk<D> {
         let superblock = format::encode_superblock(&format::Superblock { geometry: geo, id });
         dev.write_at(&IoBuf::copy_padded(&superblock, superblock.len()), 0)?;
         dev.flush()?;
-        Self::open_with(dev, nv.map(NvSource::Fresh), options, false)
+        Self::open_with(
+            dev,
+            nv.map(NvSource::Fresh),
+            options,
+            false,
+            Segments::Blank,
+        )
     }
 
     /// Opens an existing log disk, recovering from its last checkpoint; `nv`
@@ -123,7 +129,13 @@ impl<D: Device + 'static> LogDisk<D> {
         nv: Option<Box<dyn Region>>,
         options: Options,
     ) -> Result<Self, LogDiskError> {
-        Self::open_with(dev, nv.map(NvSource::Region), options, false)
+        Self::open_with(
+            dev,
+            nv.map(NvSource::Region),
+            options,
+            false,
+            Segments::Scan,
+        )
     }
 
     /// Opens an existing log disk for reading only: recovery (roll-forward,
@@ -137,7 +149,7 @@ impl<D: Device + 'static> LogDisk<D> {
         nv: Option<Box<dyn Region>>,
         options: Options,
     ) -> Result<Self, LogDiskError> {
-        Self::open_with(dev, nv.map(NvSource::Region), options, true)
+        Self::open_with(dev, nv.map(NvSource::Region), options, true, Segments::Scan)
     }
 
     /// Opens an existing log disk whose NV cache region was lost (a tmpfs
@@ -152,7 +164,13 @@ impl<D: Device + 'static> LogDisk<D> {
     ) -> Result<Self, LogDiskError> {
         let sb = recover::read_superblock(&dev)?;
         let cache = NvCache::format(nv, sb.geometry.block_size, sb.id)?;
-        Self::open_with(dev, Some(NvSource::Fresh(cache)), options, false)
+        Self::open_with(
+            dev,
+            Some(NvSource::Fresh(cache)),
+            options,
+            false,
+            Segments::Scan,
+        )
     }
 
     /// Resolves the options, recovers, assembles; then (unless read-only)
@@ -163,6 +181,7 @@ impl<D: Device + 'static> LogDisk<D> {
         nv: Option<NvSource>,
         options: Options,
         read_only: bool,
+        segments: Segments,
     ) -> Result<Self, LogDiskError> {
         options.check()?;
         let Image {
@@ -173,7 +192,7 @@ impl<D: Device + 'static> LogDisk<D> {
             metrics,
             checkpoint_number,
             recovered,
-        } = recover::recover(&dev, nv)?;
+        } = recover::recover(&dev, nv, segments)?;
         let geo = superblock.geometry;
         strict_assert!(
             geo.validate().is_ok(),

@@ -358,6 +358,13 @@ fn format(
         }
         None => None,
     };
+    // One write to each segment's first block: on a slow device (an HDD, a
+    // throttled file) that is a seek each, tens of seconds for a large log.
+    tracing::info!(
+        "formatting a log disk of {} segments on {}: one write at the start of each",
+        geo.segments,
+        dev.describe()
+    );
     let disk = LogDisk::format(Arc::clone(dev), geo, region, request.options)
         .map_err(OpenError::Format)?;
     // What was asked is what was formatted, and it opens as ours.

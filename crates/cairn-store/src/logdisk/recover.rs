@@ -65,12 +65,25 @@ pub(super) struct Image {
     pub recovered: Recovered,
 }
 
+/// What recovery may assume of the segments' first slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Segments {
+    /// Anything: roll-forward reads each one (a read a segment).
+    Scan,
+    /// Zeroed by the format that just ran (every segment's but the head's,
+    /// which is still walked): roll-forward would read one block a segment
+    /// to find nothing, which on a device that seeks (an HDD, a throttled
+    /// file) is tens of seconds.
+    Blank,
+}
+
 /// Recovers the log disk on `dev` (and its NV cache, if any): the rows of
 /// the table above, in order. Reads only; the caller writes the checkpoint
 /// that makes the result the new starting point.
 pub(super) fn recover<D: Device + ?Sized>(
     dev: &D,
     nv: Option<NvSource>,
+    segments: Segments,
 ) -> Result<Image, LogDiskError> {
     let sb = read_superblock(dev)?;
     let geo = sb.geometry;
@@ -89,7 +102,7 @@ pub(super) fn recover<D: Device + ?Sized>(
     };
     let mut map = cp.map.clone();
     let mut seg_buf = IoBuf::zeroed(geo.segment_blocks as usize * geo.block_size as usize);
-    let replay = roll_forward(dev, &geo, &cp, &mut map, &mut seg_buf)?;
+    let replay = roll_forward(dev, &geo, &cp, &mut map, &mut seg_buf, segments)?;
     let mut recovered = Recovered {
         segment_writes: replay.applied,
         nv_blocks: 0,
@@ -258,6 +271,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     cp: &Checkpoint,
     map: &mut [MapEntry],
     seg_buf: &mut [u8],
+    segments: Segments,
 ) -> Result<Replay, LogDiskError> {
     let b = geo.block_size as usize;
     let after = cp.sequence;
@@ -268,6 +282,13 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
         let start = block_of(geo, s, 0) * b as u64;
         let walk_from = if s == cp.head_segment {
             Some(cp.head_slot)
+        } else if segments == Segments::Blank {
+            // A zeroed first slot decodes as no summary.
+            strict_assert!({
+                dev.read_at(&mut first, start)?;
+                first.iter().all(|&b| b == 0)
+            });
+            None
         } else {
             dev.read_at(&mut first, start)?;
             match format::decode_summary(&first, geo.block_size) {
