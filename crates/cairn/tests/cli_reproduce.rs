@@ -5,28 +5,25 @@
 use std::path::Path;
 use std::process::Command;
 
+/// `cairn reproduce ARGS --out OUT`; its stdout, after it succeeded.
 fn reproduce(args: &[&str], out: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("reproduce")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("cairn runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "stderr: {stderr}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    succeeded(reproduce_command(args).arg("--out").arg(out))
 }
 
 /// `cairn reproduce ARGS` as its `--help` prints it: no `--out`, so the
 /// files go to `out/reproduce` under `dir`, the working directory.
 fn reproduce_as_printed(args: &[&str], dir: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("reproduce")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("cairn runs");
+    succeeded(reproduce_command(args).current_dir(dir))
+}
+
+fn reproduce_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    command.arg("reproduce").args(args);
+    command
+}
+
+fn succeeded(command: &mut Command) -> String {
+    let output = command.output().expect("cairn runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "stderr: {stderr}");
     String::from_utf8_lossy(&output.stdout).into_owned()
