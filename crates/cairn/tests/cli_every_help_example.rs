@@ -316,6 +316,11 @@ fn the_quick_examples_run_as_printed() {
         let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
         assert!(output.status.success(), "{example}: {stderr}");
         assert!(!stderr.contains("WARN"), "{example}: {stderr}");
+        // A trace is opened, and its unit told, once a run.
+        assert!(
+            stderr.matches("--unit auto").count() <= 1,
+            "{example}: {stderr}"
+        );
         // What each kind prints when it did its work.
         let wanted = if example.starts_with("cairn reproduce") {
             "confirmed"

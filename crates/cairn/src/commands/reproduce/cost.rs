@@ -151,7 +151,10 @@ pub fn run(args: &CostArgs, quiet: bool) -> Result<Vec<Claim>> {
             devices: DeviceMap::Split { ratio: share },
             split_sequential: false,
         };
-        let input = TraceInput::from_args(&args.trace, groups)?;
+        // The trace opened once (and its `--unit auto` said once): only
+        // the device split changes.
+        let mut input = plain.clone();
+        input.stream.groups = groups;
         let mut configurations = Vec::new();
         let mut keys = Vec::new();
         for (s, size) in sizes.iter().enumerate() {
