@@ -62,8 +62,8 @@ ran=0
 for example in "${LONG[@]}"; do
   [[ -z $only || $example == *"$only"* ]] || continue
   rm -rf "${scratch:?}"/*
-  # What the examples name: `--spec my.toml` is an edited copy of the
-  # reproduction's own spec (logdisk's or ntl's, by the command).
+  # What the examples name: `--spec my.toml`, a copy of the reproduction's
+  # own spec (logdisk's or ntl's, by the command), as a user starts one.
   case $example in
     *"logdisk --spec"*) cp reproduce/logdisk.toml "$scratch/my.toml" ;;
     *"ntl --spec"*) cp reproduce/ntl.toml "$scratch/my.toml" ;;

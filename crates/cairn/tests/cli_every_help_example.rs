@@ -272,13 +272,11 @@ fn every_help_example_has_a_place_where_it_runs() {
 /// A small MSR Cambridge trace (the format of the paper's `usr_0.csv`): 20,000
 /// requests, mostly to a few hot 4 KiB blocks of one disk.
 fn msr_trace() -> String {
+    use rand::{Rng, SeedableRng};
+    let mut random = rand_chacha::ChaCha8Rng::seed_from_u64(1);
     let mut out = String::new();
-    let mut x: u64 = 1;
     for i in 0..20_000u64 {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let r = (x >> 33) as f64 / f64::from(1u32 << 31);
+        let r: f64 = random.random();
         let block = (1.0 / (r + 0.001)) as u64 % 4096;
         let op = if i % 3 == 0 { "Write" } else { "Read" };
         let size = 4096 << (i % 3);
@@ -353,16 +351,7 @@ struct Example(Option<Child>);
 
 impl Example {
     fn start(line: &str, dir: &Path) -> Self {
-        let bin = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
-        let path = std::env::join_paths(
-            std::iter::once(bin.to_path_buf())
-                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
-        )
-        .unwrap();
-        let child = Command::new("bash")
-            .args(["-c", line])
-            .current_dir(dir)
-            .env("PATH", path)
+        let child = common::examples::shell(line, dir)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -372,8 +361,8 @@ impl Example {
     }
 
     /// SIGTERM to the servers of the group (not to a shell running them,
-    /// which would die of it); the example must exit 0. Its stderr.
-    fn stop(mut self) -> String {
+    /// which would die of it); the example must exit 0.
+    fn stop(mut self) {
         let child = self.0.take().unwrap();
         assert!(
             Command::new("pkill")
@@ -383,9 +372,7 @@ impl Example {
                 .success()
         );
         let output = child.wait_with_output().unwrap();
-        let stderr = text(&output.stderr);
-        assert!(output.status.success(), "{stderr}");
-        stderr
+        assert!(output.status.success(), "{}", text(&output.stderr));
     }
 }
 
@@ -413,15 +400,6 @@ fn run(line: &str, dir: &Path) -> (bool, String) {
     let output = common::examples::bash(line, dir);
     let all = text(&output.stdout) + &text(&output.stderr);
     (output.status.success(), all)
-}
-
-/// Whether 127.0.0.1:`port` accepts within 60 s.
-fn wait_for_port(port: &str) {
-    let deadline = Instant::now() + Duration::from_mins(1);
-    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `serve --help`'s NBD examples and `fsck --help`'s, as printed, each
@@ -575,7 +553,7 @@ fn the_serve_and_fsck_examples_run_as_printed() {
     let curl = find(&all, "curl -r 0-1023");
     if std::net::TcpListener::bind("127.0.0.1:8080").is_ok() {
         let server = Example::start(gateway, dir.path());
-        wait_for_port("8080");
+        common::examples::wait_for_port("8080", Instant::now() + Duration::from_mins(1), gateway);
         let (ok, out) = run(curl, dir.path());
         assert!(ok, "{curl}: {out}");
         assert_eq!(

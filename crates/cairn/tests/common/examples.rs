@@ -8,21 +8,39 @@ use std::time::{Duration, Instant};
 use super::{Server, cairn};
 
 /// `bash -c script` in `dir` with `HOME=dir` and the built `cairn` first on
-/// PATH, as a user's shell would run a line pasted from `--help`.
-pub fn bash(script: &str, dir: &Path) -> Output {
+/// PATH, as a user's shell would run a line pasted from `--help`; to be
+/// spawned or run.
+pub fn shell(script: &str, dir: &Path) -> Command {
     let bin = Path::new(env!("CARGO_BIN_EXE_cairn")).parent().unwrap();
     let path = std::env::join_paths(
         std::iter::once(bin.to_path_buf())
             .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
     )
     .unwrap();
-    Command::new("bash")
+    let mut command = Command::new("bash");
+    command
         .args(["-c", script])
         .current_dir(dir)
         .env("HOME", dir)
-        .env("PATH", path)
-        .output()
-        .unwrap()
+        .env("PATH", path);
+    command
+}
+
+/// [`shell`] run to its end.
+pub fn bash(script: &str, dir: &Path) -> Output {
+    shell(script, dir).output().unwrap()
+}
+
+/// Waits until 127.0.0.1:`port` accepts, at most until `deadline`; `what`
+/// names the server in the failure.
+pub fn wait_for_port(port: &str, deadline: Instant, what: &str) {
+    while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Bytes as text, lossily.
@@ -84,13 +102,7 @@ pub fn serve_example(line: &str, dir: &Path, ports: &[&str]) -> Option<Server> {
     let server = Server(Some(child));
     let deadline = Instant::now() + Duration::from_secs(20);
     for port in ports {
-        while TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{line}: never listened on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_port(port, deadline, line);
     }
     Some(server)
 }
