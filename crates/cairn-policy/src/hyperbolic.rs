@@ -60,7 +60,7 @@ impl Default for HyperbolicConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     charge: u64,
     /// Hits, the admitting miss included; scored as a 24-bit signed number.

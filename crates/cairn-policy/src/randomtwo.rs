@@ -39,7 +39,7 @@ pub struct RandomTwoConfig {
 }
 
 /// A resident's charge and the clock at its last access.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     charge: u64,
     stamp: u64,

@@ -9,60 +9,85 @@
 //! uniform over residents; [`crate::libcachesim::ChainedTable`] replicates it
 //! for exact agreement. This is Cairn's own table:
 //!
-//! - the units live in a [`Slab`] indexed by a [`KeyIndex`] (the lookup every
-//!   list policy uses, prefetchable ahead of the access);
-//! - a dense array holds the slab index of every resident, and each node its
+//! - the units live in the slots of one open-addressing table (linear
+//!   probing, at most three quarters full), each slot holding the key, its
+//!   hash tag and the value, so a lookup compares keys in the slot it lands
+//!   on and reads nothing else;
+//! - a dense array holds the slot of every resident, and each slot its
 //!   position there, so a draw is one random number mapped onto the array
-//!   (Lemire's multiply-shift, no division) and removal is a swap with the
-//!   last member;
+//!   (Lemire's multiply-shift, no division). Removal swaps the last member
+//!   into the hole and closes the gap in the table by shifting later slots
+//!   back (no tombstones), updating the array for every slot it moves; the
+//!   victim's slot is already known, so removal hashes nothing;
 //! - a sample of many draws ([`SampledTable::sample_into`]) starts loading
-//!   every node before reading any, so the nodes' cache misses overlap
-//!   instead of following one another; the generator's numbers are drawn
-//!   four ahead, so the next sample's nodes and index slots are loading
-//!   while the accesses in between are served.
+//!   every slot before reading any, so the cache misses overlap instead of
+//!   following one another; the generator's numbers are drawn four ahead, so
+//!   the next sample's slots are loading while the accesses in between are
+//!   served.
 //!
-//! Growth of the slab, the index and the array are the only allocations; a
-//! cache in its steady state allocates nothing.
+//! The array's order depends only on the order of inserts and removals, so a
+//! draw picks the same resident whatever the table's layout or size.
+//!
+//! A slot number stays valid until the next insert or removal (a removal
+//! may shift other slots back; growth moves them all).
+//!
+//! Growth of the table and the array are the only allocations; a cache in
+//! its steady state allocates nothing.
 
+use hashbrown::DefaultHashBuilder;
 use serde::{Deserialize, Serialize};
+use std::hash::BuildHasher;
 
-use crate::index::{KeyIndex, Keyed};
+use crate::hint::prefetch;
 use crate::libcachesim::{ChainedTable, Version, lcs_rng};
-use crate::list::{Index, Slab};
 use crate::rng::{Generator, Rng};
 use crate::{Ahead, ConfigError};
 
-#[derive(Clone, Copy, Debug)]
-struct Node<T> {
+/// A slot of the table: a resident, or empty (`pos == EMPTY`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot<T> {
     key: u64,
-    /// Where this unit's slab index sits in [`Residents::members`].
+    /// The high half of the key's hash; its low bits are the home slot.
+    tag: u32,
+    /// Where this slot's number sits in [`Residents::members`]; `EMPTY` for
+    /// an empty slot.
     pos: u32,
     value: T,
 }
 
-impl<T> Keyed for Node<T> {
-    fn key(&self) -> u64 {
-        self.key
-    }
-}
+/// `Slot::pos` of an empty slot.
+const EMPTY: u32 = u32::MAX;
+
+/// Slots of a new table.
+const INITIAL_SLOTS: usize = 16;
 
 /// Resident units with a value each, by key and by uniform draw.
 #[derive(Debug)]
 pub struct Residents<T> {
-    map: KeyIndex,
-    slab: Slab<Node<T>>,
-    /// The slab index of every resident, in no order.
-    members: Vec<Index>,
+    slots: Box<[Slot<T>]>,
+    mask: usize,
+    /// The slot of every resident, in no order.
+    members: Vec<u32>,
+    hasher: DefaultHashBuilder,
 }
 
-impl<T> Default for Residents<T> {
+impl<T: Copy + Default> Default for Residents<T> {
     fn default() -> Self {
         Self {
-            map: KeyIndex::default(),
-            slab: Slab::new(),
+            slots: empty_slots(INITIAL_SLOTS),
+            mask: INITIAL_SLOTS - 1,
             members: Vec::new(),
+            hasher: DefaultHashBuilder::default(),
         }
     }
+}
+
+fn empty_slots<T: Copy + Default>(n: usize) -> Box<[Slot<T>]> {
+    let empty = Slot {
+        pos: EMPTY,
+        ..Slot::default()
+    };
+    vec![empty; n].into_boxed_slice()
 }
 
 /// A uniform draw in `0..len` from one 64-bit number (Lemire's
@@ -72,52 +97,126 @@ fn below(r: u64, len: usize) -> usize {
     ((u128::from(r) * len as u128) >> 64) as usize
 }
 
-impl<T: Copy> Residents<T> {
-    /// The node holding `key`, if it is resident.
+impl<T: Copy + Default> Residents<T> {
     #[inline]
-    pub fn get(&self, key: u64) -> Option<Index> {
-        self.map.get(key, &self.slab)
+    fn tag(&self, key: u64) -> u32 {
+        (self.hasher.hash_one(key) >> 32) as u32
     }
 
-    /// Adds `key`, which must not be resident, with `value`.
-    pub fn insert(&mut self, key: u64, value: T) -> Index {
-        debug_assert!(self.get(key).is_none(), "insert of a resident key");
-        let pos = u32::try_from(self.members.len()).expect("fewer than 2^32 residents");
-        let index = self.slab.insert(Node { key, pos, value });
-        self.map.insert(key, index, &self.slab);
-        self.members.push(index);
-        index
+    #[inline]
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & self.mask
     }
 
-    /// Removes the unit in node `index`; returns its key and value.
-    pub fn remove(&mut self, index: Index) -> (u64, T) {
-        let node = *self.slab.get(index);
-        self.map.remove(node.key, &self.slab);
-        let last = self.members.pop().expect("a resident node");
-        if last != index {
-            self.members[node.pos as usize] = last;
-            self.slab.get_mut(last).pos = node.pos;
+    /// The slot holding `key`, if it is resident.
+    #[inline]
+    pub fn get(&self, key: u64) -> Option<u32> {
+        let mut at = self.home(self.tag(key));
+        loop {
+            let slot = &self.slots[at];
+            if slot.pos == EMPTY {
+                return None;
+            }
+            if slot.key == key {
+                return Some(at as u32);
+            }
+            at = (at + 1) & self.mask;
         }
-        self.slab.remove(index);
-        (node.key, node.value)
     }
 
-    /// The key in node `index`.
-    #[inline]
-    pub fn key(&self, index: Index) -> u64 {
-        self.slab.get(index).key
+    /// Adds `key`, which must not be resident, with `value`; returns its
+    /// slot.
+    pub fn insert(&mut self, key: u64, value: T) -> u32 {
+        debug_assert!(self.get(key).is_none(), "insert of a resident key");
+        if (self.members.len() + 1) * 4 > self.slots.len() * 3 {
+            self.grow();
+        }
+        let pos = u32::try_from(self.members.len())
+            .ok()
+            .filter(|&pos| pos != EMPTY)
+            .expect("fewer than 2^32 - 1 residents");
+        let tag = self.tag(key);
+        let at = self.vacancy(tag);
+        self.slots[at] = Slot {
+            key,
+            tag,
+            pos,
+            value,
+        };
+        self.members.push(at as u32);
+        at as u32
     }
 
-    /// The value in node `index`.
+    /// The first empty slot from `tag`'s home on.
     #[inline]
-    pub fn value(&self, index: Index) -> &T {
-        &self.slab.get(index).value
+    fn vacancy(&self, tag: u32) -> usize {
+        let mut at = self.home(tag);
+        while self.slots[at].pos != EMPTY {
+            at = (at + 1) & self.mask;
+        }
+        at
     }
 
-    /// The value in node `index`, mutably.
+    /// Removes the unit in `slot`; returns its key and value.
+    pub fn remove(&mut self, slot: u32) -> (u64, T) {
+        let mut hole = slot as usize;
+        let gone = self.slots[hole];
+        debug_assert_ne!(gone.pos, EMPTY, "removal of an empty slot");
+        let last = self.members.pop().expect("a resident slot");
+        if last as usize != hole {
+            self.members[gone.pos as usize] = last;
+            self.slots[last as usize].pos = gone.pos;
+        }
+        // Close the gap: shift back every later slot of the run whose home
+        // is not between the hole and itself.
+        let mut at = hole;
+        loop {
+            at = (at + 1) & self.mask;
+            let moved = self.slots[at];
+            if moved.pos == EMPTY {
+                break;
+            }
+            let home = self.home(moved.tag);
+            if (at.wrapping_sub(home) & self.mask) >= (at.wrapping_sub(hole) & self.mask) {
+                self.slots[hole] = moved;
+                self.members[moved.pos as usize] = hole as u32;
+                hole = at;
+            }
+        }
+        self.slots[hole].pos = EMPTY;
+        (gone.key, gone.value)
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let size = self.slots.len() * 2;
+        let old = std::mem::replace(&mut self.slots, empty_slots(size));
+        self.mask = size - 1;
+        // Members keep their positions, so draws are unchanged.
+        for at in 0..self.members.len() {
+            let slot = old[self.members[at] as usize];
+            let new = self.vacancy(slot.tag);
+            self.slots[new] = slot;
+            self.members[at] = new as u32;
+        }
+    }
+
+    /// The key in `slot`.
     #[inline]
-    pub fn value_mut(&mut self, index: Index) -> &mut T {
-        &mut self.slab.get_mut(index).value
+    pub fn key(&self, slot: u32) -> u64 {
+        self.slots[slot as usize].key
+    }
+
+    /// The value in `slot`.
+    #[inline]
+    pub fn value(&self, slot: u32) -> &T {
+        &self.slots[slot as usize].value
+    }
+
+    /// The value in `slot`, mutably.
+    #[inline]
+    pub fn value_mut(&mut self, slot: u32) -> &mut T {
+        &mut self.slots[slot as usize].value
     }
 
     /// Number of residents.
@@ -133,29 +232,35 @@ impl<T: Copy> Residents<T> {
     /// The resident that the draw `r` (uniform over `u64`) picks now, or
     /// `None` if there is none.
     #[inline]
-    pub fn pick(&self, r: u64) -> Option<Index> {
+    pub fn pick(&self, r: u64) -> Option<u32> {
         let len = self.members.len();
         (len > 0).then(|| self.members[below(r, len)])
     }
 
-    /// Warms the two draws ahead of a one-at-a-time sampler: starts loading
-    /// the node `far` picks, and reads the node `near` picks (loaded since
-    /// the previous call) to start loading its index slots. The residents
-    /// may change before the draws are used; a stale guess costs a wasted
-    /// load, nothing else.
+    /// Starts loading the slot the draw `r` picks now. The residents may
+    /// change before the draw is used; a stale guess costs a wasted load,
+    /// nothing else.
     #[inline]
-    pub fn warm(&self, near: u64, far: u64) {
-        if let (Some(near), Some(far)) = (self.pick(near), self.pick(far)) {
-            self.slab.prefetch(far);
-            self.map.prefetch_slots(self.slab.get(near).key);
+    pub fn warm(&self, r: u64) {
+        if let Some(at) = self.pick(r) {
+            prefetch(&self.slots[at as usize]);
         }
     }
 
-    /// The replay's three-stage hint for `key`: the index slots, then the
-    /// node. Nothing is relinked on a hit, so `Next` does nothing.
+    /// The replay's hint for `key`: far ahead, start loading its home slot;
+    /// nearer, the line after it, where a probe may run on. Nothing is
+    /// relinked on a hit, so `Next` does nothing.
     #[inline]
     pub fn prefetch(&self, key: u64, ahead: Ahead) {
-        self.map.prefetch_stage(key, &self.slab, ahead, false);
+        let home = self.home(self.tag(key));
+        match ahead {
+            Ahead::Far => prefetch(&self.slots[home]),
+            Ahead::Near => {
+                let line = 64 / std::mem::size_of::<Slot<T>>().max(1);
+                prefetch(&self.slots[(home + line.max(1)) & self.mask]);
+            }
+            Ahead::Next => {}
+        }
     }
 }
 
@@ -222,8 +327,8 @@ pub enum SampledTable<T> {
     Libcachesim(ChainedTable<T>),
 }
 
-/// Numbers a [`SampledTable::Cairn`] draws ahead: the next two draws'
-/// victims are read while the two after are loading.
+/// Numbers a [`SampledTable::Cairn`] draws ahead, so the slots of the next
+/// draws are loading before they are used.
 const AHEAD: usize = 4;
 
 /// Uses up the oldest number drawn ahead and draws one more behind the rest.
@@ -233,7 +338,7 @@ fn next_ahead(ahead: &mut [u64; AHEAD], rng: &mut Rng) {
     ahead[AHEAD - 1] = rng.next_u64();
 }
 
-impl<T: Copy> SampledTable<T> {
+impl<T: Copy + Default> SampledTable<T> {
     /// An empty table, after checking the knobs: a Lehmer64 `seed` must not
     /// be 0, `hash_power` (libCacheSim's tables only; unset = 16) must be 1
     /// to 31.
@@ -342,7 +447,8 @@ impl<T: Copy> SampledTable<T> {
     }
 
     /// One random resident, or `None` if there is none. Cairn's table
-    /// draws two ahead and warms their victims ([`Residents::warm`]).
+    /// starts loading the slot of the draw after next
+    /// ([`Residents::warm`]).
     #[inline]
     pub fn sample(&mut self) -> Option<u32> {
         match self {
@@ -353,7 +459,7 @@ impl<T: Copy> SampledTable<T> {
             } => {
                 let picked = residents.pick(ahead[0])?;
                 next_ahead(ahead, rng);
-                residents.warm(ahead[0], ahead[1]);
+                residents.warm(ahead[1]);
                 Some(picked)
             }
             SampledTable::Libcachesim(table) => table.sample(),
@@ -362,7 +468,7 @@ impl<T: Copy> SampledTable<T> {
 
     /// Fills `out` with random residents (repeats possible), in draw order;
     /// leaves it as it was if nothing is resident. Cairn's table starts
-    /// loading every drawn node before returning.
+    /// loading every drawn slot before returning.
     #[inline]
     pub fn sample_into(&mut self, out: &mut [u32]) {
         match self {
@@ -380,18 +486,16 @@ impl<T: Copy> SampledTable<T> {
                 for (at, slot) in out.iter_mut().enumerate() {
                     let r = if at < used { ahead[at] } else { rng.next_u64() };
                     let index = residents.pick(r).expect("residents");
-                    residents.slab.prefetch(index);
+                    prefetch(&residents.slots[index as usize]);
                     *slot = index;
                 }
                 ahead.copy_within(used.., 0);
                 for r in &mut ahead[AHEAD - used..] {
                     *r = rng.next_u64();
                 }
-                // The next sample's first two draws: their nodes were
-                // loaded by the previous call; start on their index slots
-                // (a victim's removal needs them) and on the nodes after.
-                residents.warm(ahead[0], ahead[2]);
-                residents.warm(ahead[1], ahead[3]);
+                // The next sample's first two draws.
+                residents.warm(ahead[0]);
+                residents.warm(ahead[1]);
             }
             SampledTable::Libcachesim(table) => {
                 for slot in out {
@@ -530,7 +634,7 @@ mod tests {
             for (key, value) in model {
                 let index = residents.get(key).unwrap();
                 prop_assert_eq!(*residents.value(index), value);
-                prop_assert_eq!(residents.members[residents.slab.get(index).pos as usize], index);
+                prop_assert_eq!(residents.members[residents.slots[index as usize].pos as usize], index);
             }
         }
     }
