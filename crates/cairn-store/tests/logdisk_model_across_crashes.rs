@@ -24,6 +24,10 @@ enum Op {
     Write(u64, u8),
     Trim(u64, u8),
     Flush,
+    /// A clean close (its checkpoint marked closed), the disk kept in use:
+    /// a crash right after recovers from the mark, a write after it first
+    /// checkpoints without it.
+    Close,
     Crash(u8),
 }
 
@@ -32,6 +36,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (0u64..40, 1u8..4).prop_map(|(l, n)| Op::Write(l, n)),
         1 => (0u64..40, 1u8..6).prop_map(|(l, n)| Op::Trim(l, n)),
         2 => Just(Op::Flush),
+        1 => Just(Op::Close),
         1 => (0u8..3).prop_map(Op::Crash),
     ]
 }
@@ -85,6 +90,10 @@ fn model_run(ops: &[Op], nv: bool, seed: u64, opts: Options) {
             }
             Op::Flush => {
                 disk.flush().unwrap();
+                model.flushed();
+            }
+            Op::Close => {
+                disk.close().unwrap();
                 model.flushed();
             }
             Op::Crash(mode) => {

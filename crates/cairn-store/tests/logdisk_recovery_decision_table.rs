@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use cairn_store::logdisk::{Geometry, LogDisk, LogDiskError, Options, Recovered};
-use cairn_store::{Device, MemoryDevice};
+use cairn_store::{CrashMode, Device, FaultyDevice, MemoryDevice};
 
 const B: usize = 512;
 
@@ -148,6 +148,92 @@ fn a_clean_close_replays_nothing() {
         assert_eq!(buf, block(l, 7), "block {l}");
     }
     disk.verify().unwrap();
+}
+
+/// Row 6, closed: a clean close marks its checkpoint, and the next open
+/// reads no segment; a crash's open reads them all. A write after the close
+/// is still taken, and a checkpoint without the mark goes before it, so a
+/// crash after it rolls it forward (a recovery that trusted the closing
+/// checkpoint would lose it).
+#[test]
+fn a_closing_checkpoint_spares_every_segment_read_and_a_later_write_still_survives() {
+    let g = geo();
+    let dev = Arc::new(FaultyDevice::new(g.image_blocks() * B as u64, 7));
+    let disk = LogDisk::format(Arc::clone(&dev), g, None, volatile()).unwrap();
+    assert_eq!(disk.recovered().segments_read, 1, "a format walks its head");
+    disk.write_blocks(2, &block(2, 1)).unwrap();
+    disk.close().unwrap();
+    // Taken after the close, flushed, then the power goes.
+    disk.write_blocks(3, &block(3, 2)).unwrap();
+    disk.flush().unwrap();
+    drop(disk);
+    dev.crash_now(CrashMode::DropUnflushed);
+    let check = |disk: &LogDisk<Arc<FaultyDevice>>| {
+        let mut buf = vec![0u8; B];
+        for (l, version) in [(2, 1), (3, 2)] {
+            disk.read_block(l, &mut buf).unwrap();
+            assert_eq!(buf, block(l, version), "block {l}");
+        }
+        disk.verify().unwrap();
+    };
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    check(&disk);
+    let crashed = disk.recovered();
+    assert_eq!(
+        crashed.segments_read, g.segments,
+        "a crash's open reads every segment"
+    );
+    assert!(crashed.segment_writes >= 1, "{crashed:?}");
+    disk.close().unwrap();
+    drop(disk);
+    dev.crash_now(CrashMode::DropUnflushed);
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    assert_eq!(
+        disk.recovered(),
+        Recovered::default(),
+        "nothing read, nothing replayed"
+    );
+    check(&disk);
+    let report = cairn_store::logdisk::check::examine(&*dev).unwrap();
+    assert!(!report.closed, "the open checkpointed without the mark");
+    drop(disk);
+    let report = cairn_store::logdisk::check::examine(&*dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+/// Row 3 with a closing checkpoint: when the newer slot is unreadable, the
+/// older one may be a close's, with writes after it: its mark is not
+/// trusted and every segment is read, so the writes come back.
+#[test]
+fn a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable() {
+    let dev = formatted();
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    disk.write_blocks(2, &block(2, 1)).unwrap();
+    disk.close().unwrap();
+    disk.write_blocks(3, &block(3, 2)).unwrap();
+    disk.flush().unwrap();
+    drop(disk);
+    // The newest checkpoint is the one the write after the close wrote
+    // (unmarked); the close's is in the other slot. Decay the newest.
+    let newest = {
+        let number = |b_slot: bool| {
+            let mut buf = [0u8; 8];
+            dev.read_at(&mut buf, slot(b_slot) + 16).unwrap();
+            u64::from_le_bytes(buf)
+        };
+        number(true) > number(false)
+    };
+    let mut byte = [0u8; 1];
+    let at = slot(newest) + 100;
+    dev.read_at(&mut byte, at).unwrap();
+    dev.write_at(&[byte[0] ^ 0xff], at).unwrap();
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    let mut buf = vec![0u8; B];
+    disk.read_block(3, &mut buf).unwrap();
+    assert_eq!(buf, block(3, 2), "the write after the close");
+    disk.read_block(2, &mut buf).unwrap();
+    assert_eq!(buf, block(2, 1));
+    assert_eq!(disk.recovered().segments_read, geo().segments);
 }
 
 /// Row 7: segment writes after the checkpoint (flushed, then a crash: the

@@ -28,6 +28,8 @@ pub struct Report {
     pub slots: [Result<u64, String>; 2],
     /// The checkpoint in use: number and sequence.
     pub checkpoint: (u64, u64),
+    /// Whether a clean close wrote it (recovery then reads no segment).
+    pub closed: bool,
     /// Segment writes after the checkpoint that recovery replays.
     pub replayed: usize,
     /// Logical blocks mapped.
@@ -85,8 +87,15 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  in use         #{} at sequence {}; {} segment writes after it to roll forward",
-            self.checkpoint.0, self.checkpoint.1, self.replayed
+            "  in use         #{} at sequence {}{}; {} segment writes after it to roll forward",
+            self.checkpoint.0,
+            self.checkpoint.1,
+            if self.closed {
+                ", written by a clean close"
+            } else {
+                ""
+            },
+            self.replayed
         )?;
         let usable = f64::from(g.segment_blocks - 1);
         let free = self.live.iter().filter(|&&l| l == 0).count();
@@ -196,6 +205,17 @@ fn summary_names<D: Device + ?Sized>(
     Ok(named)
 }
 
+/// A checkpoint marked closed with segment writes newer than it: recovery
+/// trusts the mark and would not read them.
+fn closed_but_written(cp: &format::Checkpoint, newer: usize) -> Option<String> {
+    (cp.closed && newer > 0).then(|| {
+        format!(
+            "checkpoint #{} was written by a clean close, yet {newer} segment writes are newer: recovery would not read them",
+            cp.number
+        )
+    })
+}
+
 /// Examines a log-disk image; structural failures (no superblock, no valid
 /// checkpoint, device errors) are errors, everything else is a problem in the
 /// report.
@@ -232,6 +252,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
         g.logical_blocks,
         "the replay keeps one entry per block"
     );
+    problems.extend(closed_but_written(&cp, replay.applied));
     usage_problems(&cp, &g, &mut problems);
     let named = summary_names(dev, &g, &mut seg_buf)?;
     strict_assert_eq!(
@@ -293,6 +314,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
         id: sb.id,
         slots,
         checkpoint: (cp.number, cp.sequence),
+        closed: cp.closed,
         replayed: replay.applied,
         mapped,
         live,
@@ -338,6 +360,33 @@ mod tests {
         let text = r.to_string();
         assert!(text.contains("clean: no problem found"), "{text}");
         assert!(text.contains("write amplification"), "{text}");
+    }
+
+    /// A checkpoint marked closed with writes after it (here: the close's
+    /// checkpoint copied over the one a later write wrote) is reported:
+    /// recovery would trust the mark and not read them.
+    #[test]
+    fn a_closed_checkpoint_with_newer_writes_is_reported() {
+        let (dev, g) = image();
+        let r = examine(&*dev).expect("examine");
+        assert!(r.closed && r.replayed == 0, "{r}");
+        assert!(r.to_string().contains("written by a clean close"), "{r}");
+        let slot = |number: u64| 512 * (1 + (1 - number % 2) * g.checkpoint_blocks());
+        let closing = r.checkpoint.0;
+        let disk = LogDisk::open(dev.clone(), None, Options::default()).expect("open");
+        disk.write_blocks(1, &[9; 512]).expect("write");
+        disk.flush().expect("flush");
+        drop(disk);
+        let mut bytes = vec![0u8; (g.checkpoint_blocks() * 512) as usize];
+        dev.read_at(&mut bytes, slot(closing)).expect("read");
+        dev.write_at(&bytes, slot(closing + 1)).expect("write");
+        let r = examine(&*dev).expect("examine");
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("written by a clean close, yet 1 segment writes are newer")),
+            "{r}"
+        );
     }
 
     fn flip(dev: &MemoryDevice, at: u64) {

@@ -19,6 +19,11 @@ use crate::device::Device;
 /// otherwise they are done here. A checkpoint that holds trims is always
 /// written here: it lets tainted segments be reused, which must wait until
 /// it is durable. `number` is the last checkpoint's, advanced.
+///
+/// `closed` (a clean close, never in the background) marks the checkpoint
+/// as one after which no segment is written: recovery then reads no segment.
+/// The log is sealed until the next checkpoint, which clears the mark; a
+/// segment write before it is refused ([`Log::append`]).
 pub(super) fn write<D: Device + 'static>(
     dev: &Arc<D>,
     geo: &Geometry,
@@ -26,7 +31,12 @@ pub(super) fn write<D: Device + 'static>(
     log: &mut Log,
     number: &mut u64,
     background: bool,
+    closed: bool,
 ) -> Result<(), LogDiskError> {
+    assert!(
+        !(closed && background),
+        "a closing checkpoint is waited for"
+    );
     let background = background && core.queue.started() && !core.table.any_tainted;
     // A checkpoint holding trims is waited for: tainted segments are
     // reused only once it is durable.
@@ -46,6 +56,7 @@ pub(super) fn write<D: Device + 'static>(
         sequence: log.sequence,
         head_segment,
         head_slot,
+        closed,
         counters: core.metrics.to_counters(),
     };
     // Encoded straight from the tables into a buffer kept for it: no copy
@@ -106,6 +117,7 @@ pub(super) fn write<D: Device + 'static>(
     assert!(next > *number, "checkpoint numbers only grow");
     *number = next;
     log.since_checkpoint = 0;
+    log.sealed = closed;
     // The checkpoint holds every trim: tainted segments may be reused.
     core.table.untaint();
     strict_assert!(

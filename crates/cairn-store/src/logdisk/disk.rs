@@ -91,6 +91,7 @@ impl<D: Device + 'static> LogDisk<D> {
             sequence: 0,
             head_segment: 0,
             head_slot: geo.segment_blocks - 1,
+            closed: false,
             map: vec![MapEntry::UNMAPPED; geo.logical_blocks as usize],
             usage: vec![Usage::default(); geo.segments as usize],
             counters: [0; COUNTERS],
@@ -232,7 +233,7 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         {
             let mut st = disk.write_state();
-            disk.checkpoint(&mut st)?;
+            disk.checkpoint(&mut st, false)?;
             if let Some(nv) = st.core.nv.as_mut() {
                 // Clear the slots recovery found superseded.
                 nv.clear_superseded(0)?;
@@ -247,6 +248,17 @@ impl<D: Device + 'static> LogDisk<D> {
 
     pub(super) fn write_state(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The state, to change what the disk holds. A disk closed by
+    /// [`LogDisk::close`] takes writes again: a checkpoint without the
+    /// closed mark goes first, so a crash after them rolls them forward.
+    fn write_state_unsealed(&self) -> Result<RwLockWriteGuard<'_, State>, LogDiskError> {
+        let mut st = self.write_state();
+        if st.log.sealed {
+            self.checkpoint(&mut st, false)?;
+        }
+        Ok(st)
     }
 
     /// What a segment write needs of the disk.
@@ -349,7 +361,7 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         let count = (data.len() / b) as u64;
         self.check_blocks(first, count)?;
-        let mut st = self.write_state();
+        let mut st = self.write_state_unsealed()?;
         if st.core.nv.is_some() {
             self.write_nv(&mut st, first, data)
         } else {
@@ -372,7 +384,7 @@ impl<D: Device + 'static> LogDisk<D> {
             return Err(LogDiskError::ReadOnly);
         }
         let mut block = IoBuf::zeroed(self.geo.block_size as usize);
-        let mut st = self.write_state();
+        let mut st = self.write_state_unsealed()?;
         self.read_locked(&st, logical, &mut block)?;
         block[within..within + data.len()].copy_from_slice(data);
         if st.core.nv.is_some() {
@@ -606,7 +618,7 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         st.core.free_a_segment(&*self.dev)?;
         if st.core.table.free.is_empty() && st.core.table.any_tainted {
-            self.checkpoint(st)?;
+            self.checkpoint(st, false)?;
         }
         Ok(())
     }
@@ -629,6 +641,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 log,
                 checkpoint_number,
                 background,
+                false,
             )?;
         }
         Ok(())
@@ -697,7 +710,7 @@ impl<D: Device + 'static> LogDisk<D> {
         if st.core.table.any_tainted {
             // Trimmed segments become reusable only once a checkpoint holds
             // the trims; take one now rather than clean around them.
-            self.checkpoint(st)?;
+            self.checkpoint(st, false)?;
             if st.core.table.free_or_pending() >= self.options.clean_high {
                 return Ok(());
             }
@@ -728,7 +741,7 @@ impl<D: Device + 'static> LogDisk<D> {
             return Err(LogDiskError::ReadOnly);
         }
         self.check_blocks(first, count)?;
-        let mut st = self.write_state();
+        let mut st = self.write_state_unsealed()?;
         strict_assert!(first + count <= self.geo.logical_blocks);
         for logical in first..first + count {
             st.buffer.remove(logical);
@@ -769,8 +782,10 @@ impl<D: Device + 'static> LogDisk<D> {
         self.write_state().core.settle()
     }
 
-    /// Destages everything, writes a checkpoint and flushes: the image then
-    /// opens with no roll-forward and an empty NV cache.
+    /// Destages everything, writes a checkpoint marked closed and flushes:
+    /// the image then opens reading no segment (no roll-forward) and with an
+    /// empty NV cache. Writes after it are taken (a checkpoint without the
+    /// mark goes first).
     pub fn close(&self) -> Result<(), LogDiskError> {
         if self.read_only {
             return Ok(());
@@ -786,7 +801,11 @@ impl<D: Device + 'static> LogDisk<D> {
         {
             self.destage(&mut st, true)?;
         }
-        self.checkpoint(&mut st)?;
+        // A destage may have started a background cleaner pass: written
+        // now, or it would be a segment write after the closing checkpoint.
+        self.finish_pass(&mut st)?;
+        strict_assert!(!st.cleaner.pass.active, "a cleaner pass outlives the close");
+        self.checkpoint(&mut st, true)?;
         // Closed: nothing buffered, nothing dirty, nothing queued; the next
         // open replays nothing.
         strict_assert!(st.buffer.entries.is_empty() && st.core.queue.queued.is_empty());
@@ -805,18 +824,27 @@ impl<D: Device + 'static> LogDisk<D> {
             return Err(LogDiskError::ReadOnly);
         }
         let mut st = self.write_state();
-        self.checkpoint(&mut st)
+        self.checkpoint(&mut st, false)
     }
 
-    /// Writes a checkpoint and waits for it to be durable.
-    fn checkpoint(&self, st: &mut State) -> Result<(), LogDiskError> {
+    /// Writes a checkpoint (marked `closed` by [`LogDisk::close`]) and waits
+    /// for it to be durable.
+    fn checkpoint(&self, st: &mut State, closed: bool) -> Result<(), LogDiskError> {
         let State {
             core,
             log,
             checkpoint_number,
             ..
         } = st;
-        checkpoint::write(&self.dev, &self.geo, core, log, checkpoint_number, false)
+        checkpoint::write(
+            &self.dev,
+            &self.geo,
+            core,
+            log,
+            checkpoint_number,
+            false,
+            closed,
+        )
     }
 }
 

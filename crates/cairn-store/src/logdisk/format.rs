@@ -50,6 +50,8 @@ pub const COUNTERS: usize = 16;
 const MAP_ENTRY: usize = 24;
 /// Bytes per usage entry: live blocks (4), reserved (4), last write sequence (8).
 const USAGE_ENTRY: usize = 16;
+/// Checkpoint flag (the `u32` at offset 52): written by a clean close.
+const FLAG_CLOSED: u32 = 1;
 
 use crate::codec::{
     CHECKED, check, put_u32, put_u64, reserved_zero, seal, u32_at, u64_at, valid_block_size,
@@ -388,6 +390,11 @@ pub struct Checkpoint {
     pub head_segment: u32,
     /// The next free slot in it.
     pub head_slot: u32,
+    /// Written by a clean close ([`LogDisk::close`](super::LogDisk::close)):
+    /// no segment holds a write newer than `sequence`, so recovery reads no
+    /// segment. The first checkpoint after an open clears it before any
+    /// segment write.
+    pub closed: bool,
     /// Logical → physical, one entry per logical block.
     pub map: Vec<MapEntry>,
     /// One entry per segment.
@@ -405,6 +412,7 @@ impl Checkpoint {
             sequence: self.sequence,
             head_segment: self.head_segment,
             head_slot: self.head_slot,
+            closed: self.closed,
             counters: self.counters,
         }
     }
@@ -428,6 +436,8 @@ pub struct CheckpointHead {
     pub head_segment: u32,
     /// [`Checkpoint::head_slot`].
     pub head_slot: u32,
+    /// [`Checkpoint::closed`].
+    pub closed: bool,
     /// [`Checkpoint::counters`].
     pub counters: [u64; COUNTERS],
 }
@@ -474,6 +484,7 @@ pub fn encode_checkpoint_into(
     put_u32(b, 36, head.head_slot);
     put_u64(b, 40, g.logical_blocks);
     put_u32(b, 48, g.segments);
+    put_u32(b, 52, if head.closed { FLAG_CLOSED } else { 0 });
     for (i, c) in head.counters.iter().enumerate() {
         put_u64(b, 64 + 8 * i, *c);
     }
@@ -509,7 +520,7 @@ pub fn encode_checkpoint_into(
                     (0..written.len())
                         .map(|i| usage_at + i * USAGE_ENTRY + 4..usage_at + i * USAGE_ENTRY + 8)
                 )
-                .chain([52..64, at..size])
+                .chain([56..64, at..size])
         ),
         "checkpoint: reserved bytes written"
     );
@@ -529,6 +540,12 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
     let invalid = |reason: String| FormatError::Invalid { what: WHAT, reason };
     if u64_at(b, 40) != g.logical_blocks || u32_at(b, 48) != g.segments {
         return Err(invalid("written for another geometry".into()));
+    }
+    let flags = u32_at(b, 52);
+    if flags & !FLAG_CLOSED != 0 {
+        // A later version's flag this one does not know: the other slot
+        // (or an error naming both) rather than a guess.
+        return Err(invalid(format!("unknown flags {flags:#x}")));
     }
     let head_segment = u32_at(b, 32);
     let head_slot = u32_at(b, 36);
@@ -585,6 +602,7 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
         sequence: u64_at(b, 24),
         head_segment,
         head_slot,
+        closed: flags & FLAG_CLOSED != 0,
         map,
         usage,
     })
@@ -624,6 +642,7 @@ mod tests {
             sequence: 77,
             head_segment: 2,
             head_slot: 5,
+            closed: true,
             map: (0..g.logical_blocks)
                 .map(|i| MapEntry {
                     physical: if i % 3 == 0 {
@@ -701,6 +720,7 @@ mod tests {
         let mut second = checkpoint(&g);
         second.number = 4;
         second.head_slot = 1;
+        second.closed = false;
         for (i, e) in second.map.iter_mut().enumerate() {
             *e = if i % 2 == 0 {
                 MapEntry::UNMAPPED
@@ -725,6 +745,7 @@ mod tests {
             sequence: 0,
             head_segment: 0,
             head_slot: 0,
+            closed: false,
             counters: [0; COUNTERS],
         };
         assert!(
@@ -755,6 +776,25 @@ mod tests {
         put_u32(&mut b, 32, g.segments); // head_segment
         seal(&mut b, 12);
         assert!(decode_checkpoint(&b, &g).is_err());
+    }
+
+    /// The closed mark is bit 0 of the flags at offset 52; a flag this
+    /// version does not know makes the slot invalid, not ignored.
+    #[test]
+    fn checkpoint_flags_hold_the_closed_mark_and_unknown_flags_are_refused() {
+        let g = geometry();
+        let mut c = checkpoint(&g);
+        let b = encode_checkpoint(&c, &g).unwrap();
+        assert_eq!(u32_at(&b, 52), FLAG_CLOSED);
+        c.closed = false;
+        let b = encode_checkpoint(&c, &g).unwrap();
+        assert_eq!(u32_at(&b, 52), 0);
+        assert!(!decode_checkpoint(&b, &g).unwrap().closed);
+        let mut b = encode_checkpoint(&c, &g).unwrap();
+        put_u32(&mut b, 52, 2);
+        seal(&mut b, 12);
+        let error = decode_checkpoint(&b, &g).unwrap_err();
+        assert!(error.to_string().contains("unknown flags 0x2"), "{error}");
     }
 
     #[test]

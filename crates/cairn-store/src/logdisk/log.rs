@@ -36,6 +36,10 @@ pub(super) struct Log {
     pub sequence: u64,
     /// Segment writes since the last checkpoint.
     pub since_checkpoint: u64,
+    /// The newest checkpoint is marked closed (a clean close wrote it):
+    /// recovery would read no segment, so no segment write may come before
+    /// the next checkpoint.
+    pub sealed: bool,
 }
 
 /// One segment write for [`Log::append`]: `entries` (data of entry `i` at
@@ -94,6 +98,11 @@ impl Log {
         to: &Target<'_, D>,
         write: Append<'_>,
     ) -> Result<(), LogDiskError> {
+        // A write recovery would not look for: lost in a crash.
+        assert!(
+            !self.sealed,
+            "a segment write after a closing checkpoint, before the next"
+        );
         let geo = to.geo;
         let b = geo.block_size as usize;
         let n = geo.segment_blocks;

@@ -371,8 +371,11 @@ fn format(
     strict_assert_eq!(disk.geometry(), geo);
     strict_assert_eq!(
         disk.recovered(),
-        super::Recovered::default(),
-        "a new disk replays nothing"
+        super::Recovered {
+            segments_read: 1,
+            ..super::Recovered::default()
+        },
+        "a new disk replays nothing and reads only its head segment"
     );
     Ok((disk, Opened::Formatted))
 }

@@ -52,6 +52,9 @@ pub struct Recovered {
     /// Blocks found dirty in the NV write cache (acknowledged, not yet in a
     /// segment), taken over as dirty.
     pub nv_blocks: u32,
+    /// Segments recovery read (a first block, or the whole segment to walk
+    /// its writes): every one after a crash, none after a clean close.
+    pub segments_read: u32,
 }
 
 /// The in-memory state recovered from a device.
@@ -75,6 +78,10 @@ pub(crate) enum Segments {
     /// to find nothing, which on a device that seeks (an HDD, a throttled
     /// file) is tens of seconds.
     Blank,
+    /// The checkpoint is marked closed ([`Checkpoint::closed`]): no segment
+    /// holds a newer write, so none is read (strict builds scan them all
+    /// and assert that nothing would be rolled forward).
+    Closed,
 }
 
 /// Recovers the log disk on `dev` (and its NV cache, if any): the rows of
@@ -102,10 +109,16 @@ pub(super) fn recover<D: Device + ?Sized>(
     };
     let mut map = cp.map.clone();
     let mut seg_buf = IoBuf::zeroed(geo.segment_blocks as usize * geo.block_size as usize);
+    let segments = if cp.closed {
+        Segments::Closed
+    } else {
+        segments
+    };
     let replay = roll_forward(dev, &geo, &cp, &mut map, &mut seg_buf, segments)?;
     let mut recovered = Recovered {
         segment_writes: replay.applied,
         nv_blocks: 0,
+        segments_read: replay.segments_read,
     };
     let mut sequence = cp.sequence.max(replay.max_seen);
     let nv = match nv {
@@ -144,6 +157,7 @@ pub(super) fn recover<D: Device + ?Sized>(
             last_opened: replay.head.map_or(u32::MAX, |(segment, _)| segment),
             sequence,
             since_checkpoint: 0,
+            sealed: false,
         },
         nv,
         metrics,
@@ -169,7 +183,8 @@ pub fn read_superblock<D: Device + ?Sized>(dev: &D) -> Result<Superblock, LogDis
     Ok(format::decode_superblock(&first)?)
 }
 
-/// Reads both checkpoint slots; the valid one with the larger number wins.
+/// Reads both checkpoint slots; the valid one with the larger number wins,
+/// its closed mark kept only when the other slot is valid too.
 pub(crate) fn read_checkpoint<D: Device + ?Sized>(
     dev: &D,
     geo: &Geometry,
@@ -181,10 +196,17 @@ pub(crate) fn read_checkpoint<D: Device + ?Sized>(
     let a = format::decode_checkpoint(&buf, geo);
     dev.read_at(&mut buf, b * (1 + geo.checkpoint_blocks()))?;
     let bb = format::decode_checkpoint(&buf, geo);
+    // With one slot unreadable, the valid one may not be the newest (a
+    // torn or decayed write of a newer one): its closed mark is not
+    // trusted, and recovery reads the segments.
+    let unmarked = |mut cp: Checkpoint| {
+        cp.closed = false;
+        cp
+    };
     match (a, bb) {
         (Ok(a), Ok(bb)) => Ok(if a.number >= bb.number { a } else { bb }),
-        (Ok(a), Err(_)) => Ok(a),
-        (Err(_), Ok(bb)) => Ok(bb),
+        (Ok(a), Err(_)) => Ok(unmarked(a)),
+        (Err(_), Ok(bb)) => Ok(unmarked(bb)),
         (Err(a), Err(bb)) => Err(LogDiskError::NoCheckpoint {
             a: a.to_string(),
             b: bb.to_string(),
@@ -259,6 +281,8 @@ pub(crate) struct Replay {
     pub max_seen: u64,
     /// Segment writes applied.
     pub applied: usize,
+    /// Segments read (see [`Recovered::segments_read`]).
+    pub segments_read: u32,
     /// Where the log continues.
     pub head: Option<(u32, u32)>,
 }
@@ -275,9 +299,23 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
 ) -> Result<Replay, LogDiskError> {
     let b = geo.block_size as usize;
     let after = cp.sequence;
+    if segments == Segments::Closed {
+        strict_assert!(
+            roll_forward(dev, geo, cp, &mut map.to_vec(), seg_buf, Segments::Scan)?.applied == 0,
+            "a write newer than a closing checkpoint"
+        );
+        return Ok(Replay {
+            max_seen: after,
+            applied: 0,
+            segments_read: 0,
+            head: (cp.head_slot + 1 < geo.segment_blocks)
+                .then_some((cp.head_segment, cp.head_slot)),
+        });
+    }
     let mut found = Vec::new();
     let mut max_seen = after;
     let mut first = IoBuf::zeroed(b);
+    let mut segments_read = 0;
     for s in 0..geo.segments {
         let start = block_of(geo, s, 0) * b as u64;
         let walk_from = if s == cp.head_segment {
@@ -291,6 +329,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
             None
         } else {
             dev.read_at(&mut first, start)?;
+            segments_read += 1;
             match format::decode_summary(&first, geo.block_size) {
                 Ok(sum) => {
                     max_seen = max_seen.max(sum.sequence);
@@ -301,6 +340,10 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
         };
         if let Some(slot) = walk_from {
             dev.read_at(seg_buf, start)?;
+            if s == cp.head_segment {
+                // Read whole, its first block unread.
+                segments_read += 1;
+            }
             max_seen = max_seen.max(walk_segment(seg_buf, geo, s, slot, after, &mut found));
             if s == cp.head_segment && slot > 0 {
                 // The head segment may also have been reused from slot 0.
@@ -341,6 +384,7 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     Ok(Replay {
         max_seen,
         applied: found.len(),
+        segments_read,
         head: (head.1 + 1 < geo.segment_blocks).then_some(head),
     })
 }

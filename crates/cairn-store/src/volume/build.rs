@@ -677,14 +677,17 @@ impl Builder<'_> {
                 clean
             }
         };
+        let segments = disk.geometry().segments;
         if clean {
-            self.notes
-                .push(format!("{field}: opened after a clean stop"));
+            self.notes.push(format!(
+                "{field}: opened after a clean stop (recovery read {} of {segments} segments)",
+                recovered.segments_read
+            ));
         } else {
             self.warnings.push(format!(
-                "{field}: recovered after an unclean stop: {} segment writes rolled forward, \
-                 {} blocks replayed from the NV write cache",
-                recovered.segment_writes, recovered.nv_blocks
+                "{field}: recovered after an unclean stop: {} of {segments} segments read, {} segment \
+                 writes rolled forward, {} blocks replayed from the NV write cache",
+                recovered.segments_read, recovered.segment_writes, recovered.nv_blocks
             ));
         }
     }

@@ -165,8 +165,10 @@ impl Model {
     }
 }
 
-/// A seeded workload of writes (1–3 blocks) and flushes. Returns on the first
-/// error (the crash), having told the model.
+/// A seeded workload of writes (1–3 blocks), trims, flushes and now and
+/// then a clean close (the disk kept in use: the writes after it go on from
+/// its marked checkpoint). Returns on the first error (the crash), having
+/// told the model.
 pub fn workload<D: Device + 'static>(
     disk: &LogDisk<D>,
     model: &mut Model,
@@ -177,6 +179,13 @@ pub fn workload<D: Device + 'static>(
     let g = disk.geometry();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for op in 0..ops {
+        if rng.random_ratio(1, 40) {
+            if disk.close().is_err() {
+                return false;
+            }
+            model.flushed();
+            continue;
+        }
         if rng.random_ratio(1, 9) {
             if disk.flush().is_err() {
                 return false;

@@ -165,10 +165,15 @@ pub fn run_fsck(args: &FsckArgs) -> Result<Verdict> {
             Ok(report) if report.is_clean() => (
                 Verdict::Clean,
                 vec![format!(
-                    "{image}: clean log disk ({} of {} logical blocks mapped, checkpoint #{}, {} segment writes to roll forward)",
+                    "{image}: clean log disk ({} of {} logical blocks mapped, checkpoint #{}{}, {} segment writes to roll forward)",
                     report.mapped,
                     report.geometry.logical_blocks,
                     report.checkpoint.0,
+                    if report.closed {
+                        " from a clean close"
+                    } else {
+                        ""
+                    },
                     report.replayed
                 )],
             ),

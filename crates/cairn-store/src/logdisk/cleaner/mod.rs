@@ -458,7 +458,7 @@ fn relocate<D: Device + 'static>(
                 && core.table.free.is_empty()
                 && core.table.any_tainted
             {
-                checkpoint::write(to.dev, to.geo, core, log, number, false)?;
+                checkpoint::write(to.dev, to.geo, core, log, number, false, false)?;
             }
         }
         let k = (log.room(n) as usize).min(entries.len() - done);
