@@ -335,7 +335,7 @@ fn print_tables(
         ] {
             writeln!(
                 out,
-                "\n{name} cache ({} of the working set) — {what}",
+                "\nthe paper's {name} cache, here {} of the working set — {what}",
                 shown[s]
             )?;
             let table_rows: Vec<Vec<String>> = spec
