@@ -53,6 +53,13 @@ fn slot(b_slot: bool) -> u64 {
     B as u64 * if b_slot { 1 + g.checkpoint_blocks() } else { 1 }
 }
 
+/// Inverts the byte at `at` (a checkpoint slot's decay).
+fn flip(dev: &dyn Device, at: u64) {
+    let mut byte = [0u8; 1];
+    dev.read_at(&mut byte, at).unwrap();
+    dev.write_at(&[byte[0] ^ 0xff], at).unwrap();
+}
+
 /// Row 2: with neither checkpoint slot valid, the open fails and names both
 /// reasons; nothing is guessed.
 #[test]
@@ -102,10 +109,7 @@ fn the_newer_checkpoint_wins_and_a_torn_one_is_skipped() {
             let mut all = vec![0u8; dev.len() as usize];
             dev.read_at(&mut all, 0).unwrap();
             copy.write_at(&all, 0).unwrap();
-            let mut byte = [0u8; 1];
-            let at = slot(b_slot) + 100;
-            copy.read_at(&mut byte, at).unwrap();
-            copy.write_at(&[byte[0] ^ 0xff], at).unwrap();
+            flip(&*copy, slot(b_slot) + 100);
             let disk = LogDisk::open(Arc::clone(&copy), None, volatile()).unwrap();
             let mut buf = vec![0u8; B];
             disk.read_block(4, &mut buf).unwrap();
@@ -223,10 +227,7 @@ fn a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable() {
         };
         number(true) > number(false)
     };
-    let mut byte = [0u8; 1];
-    let at = slot(newest) + 100;
-    dev.read_at(&mut byte, at).unwrap();
-    dev.write_at(&[byte[0] ^ 0xff], at).unwrap();
+    flip(&*dev, slot(newest) + 100);
     let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
     let mut buf = vec![0u8; B];
     disk.read_block(3, &mut buf).unwrap();

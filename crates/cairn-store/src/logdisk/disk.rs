@@ -627,22 +627,7 @@ impl<D: Device + 'static> LogDisk<D> {
     /// queued behind them with a background writer.
     fn checkpoint_if_due(&self, st: &mut State) -> Result<(), LogDiskError> {
         if st.log.since_checkpoint >= self.options.checkpoint_interval {
-            let State {
-                core,
-                log,
-                checkpoint_number,
-                ..
-            } = st;
-            let background = self.options.background_destage;
-            checkpoint::write(
-                &self.dev,
-                &self.geo,
-                core,
-                log,
-                checkpoint_number,
-                background,
-                false,
-            )?;
+            self.write_checkpoint(st, self.options.background_destage, false)?;
         }
         Ok(())
     }
@@ -830,6 +815,16 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Writes a checkpoint (marked `closed` by [`LogDisk::close`]) and waits
     /// for it to be durable.
     fn checkpoint(&self, st: &mut State, closed: bool) -> Result<(), LogDiskError> {
+        self.write_checkpoint(st, false, closed)
+    }
+
+    /// [`checkpoint::write`] of the state's tables and log.
+    fn write_checkpoint(
+        &self,
+        st: &mut State,
+        background: bool,
+        closed: bool,
+    ) -> Result<(), LogDiskError> {
         let State {
             core,
             log,
@@ -842,7 +837,7 @@ impl<D: Device + 'static> LogDisk<D> {
             core,
             log,
             checkpoint_number,
-            false,
+            background,
             closed,
         )
     }
