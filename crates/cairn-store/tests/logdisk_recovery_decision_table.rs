@@ -237,6 +237,35 @@ fn a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable() {
     assert_eq!(disk.recovered().segments_read, geo().segments);
 }
 
+/// Row 7 on a log of many segments, whose first blocks recovery reads with
+/// several threads in flight: every segment is read, and the writes in
+/// each are found.
+#[test]
+fn a_log_of_many_segments_is_scanned_whole_after_a_crash() {
+    let g = Geometry {
+        block_size: B as u32,
+        segment_blocks: 8,
+        segments: 300,
+        logical_blocks: 1000,
+    };
+    let dev = Arc::new(MemoryDevice::new(g.image_blocks() * B as u64));
+    let disk = LogDisk::format(Arc::clone(&dev), g, None, volatile()).unwrap();
+    for l in 0..400 {
+        disk.write_blocks(l, &block(l, 5)).unwrap();
+    }
+    disk.flush().unwrap();
+    drop(disk);
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    let mut buf = vec![0u8; B];
+    for l in 0..400 {
+        disk.read_block(l, &mut buf).unwrap();
+        assert_eq!(buf, block(l, 5), "block {l}");
+    }
+    let recovered = disk.recovered();
+    assert_eq!(recovered.segments_read, g.segments);
+    assert!(recovered.segment_writes >= 57, "{recovered:?}");
+}
+
 /// Row 7: segment writes after the checkpoint (flushed, then a crash: the
 /// disk dropped without a close) are found and applied in order; the newest
 /// write of a block wins.

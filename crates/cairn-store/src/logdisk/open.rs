@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::device::{Claim, Device, DeviceError, SharedDevice, probe};
+use crate::device::{Claim, Device, DeviceError, IoBuf, SharedDevice, probe};
 use crate::logdisk::format::{CHECKPOINT_MAGIC, FormatError, SUPERBLOCK_MAGIC};
 use crate::logdisk::nv::NV_MAGIC;
 use crate::logdisk::{Geometry, LogDisk, LogDiskError, NvError, Options, Superblock};
@@ -207,10 +207,8 @@ pub fn probe<D: Device + ?Sized>(
     }
     // An interrupted format left a checkpoint but no superblock (the
     // superblock is written last): ours, safe to format again.
-    let mut at_checkpoint = [0u8; 8];
     if dev.len() >= 2 * block_size
-        && dev.read_at(&mut at_checkpoint, block_size).is_ok()
-        && at_checkpoint == CHECKPOINT_MAGIC
+        && magic_at(dev, block_size).is_ok_and(|magic| magic == CHECKPOINT_MAGIC)
     {
         return Ok(Image::Interrupted);
     }
@@ -222,9 +220,7 @@ pub fn probe<D: Device + ?Sized>(
 
 /// The superblock, if `dev` starts with its magic.
 fn superblock<D: Device + ?Sized>(dev: &D) -> Result<Option<Superblock>, OpenError> {
-    let mut head = [0u8; 8];
-    dev.read_at(&mut head, 0).map_err(OpenError::Head)?;
-    if head != SUPERBLOCK_MAGIC {
+    if magic_at(dev, 0).map_err(OpenError::Head)? != SUPERBLOCK_MAGIC {
         return Ok(None);
     }
     crate::logdisk::read_superblock(dev)
@@ -232,11 +228,24 @@ fn superblock<D: Device + ?Sized>(dev: &D) -> Result<Option<Superblock>, OpenErr
         .map_err(OpenError::Superblock)
 }
 
+/// The 8 bytes at `at`, read as one aligned block: a device opened for
+/// direct I/O (`direct = true`) takes nothing smaller, nor a buffer that is
+/// not page-aligned.
+fn magic_at<D: Device + ?Sized>(dev: &D, at: u64) -> Result<[u8; 8], DeviceError> {
+    let len = dev.alignment().min(dev.len().saturating_sub(at)).max(8);
+    let mut buf = IoBuf::zeroed(len as usize);
+    dev.read_at(&mut buf, at)?;
+    let mut magic = [0u8; 8];
+    magic.copy_from_slice(&buf[..8]);
+    Ok(magic)
+}
+
 /// Reads all of `dev` for its first non-zero byte: an `under` for
 /// [`probe`] when nothing cheaper is known.
 pub fn scan<D: Device + ?Sized>(dev: &D) -> Result<Option<Foreign>, OpenError> {
     const CHUNK: u64 = 1 << 20;
-    let mut buf = vec![0u8; CHUNK as usize];
+    // Page-aligned, for a device opened for direct I/O.
+    let mut buf = IoBuf::zeroed(CHUNK as usize);
     let mut at = 0;
     while at < dev.len() {
         let n = (dev.len() - at).min(CHUNK) as usize;

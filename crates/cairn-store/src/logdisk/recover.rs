@@ -275,6 +275,66 @@ fn walk_segment(
     max_seen
 }
 
+/// Threads reading segments' first blocks at a roll-forward: an SSD serves
+/// that many at once in about the time of one; a device with one head (an
+/// HDD, a throttled file) serves them in turn, as before.
+const SCAN_THREADS: usize = 16;
+
+/// The sequence of the summary in every segment's first block (`None`: no
+/// valid summary there), `skip`'s left unread; read by up to
+/// [`SCAN_THREADS`] threads, each a stride of the segments.
+fn first_summaries<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    skip: u32,
+) -> Result<Vec<Option<u64>>, LogDiskError> {
+    let n = geo.segments as usize;
+    let threads = SCAN_THREADS.min(n / 64).max(1);
+    let read = |from: usize| -> Result<Vec<(usize, Option<u64>)>, LogDiskError> {
+        let b = geo.block_size as usize;
+        let mut first = IoBuf::zeroed(b);
+        let mut out = Vec::with_capacity(n / threads + 1);
+        for s in (from..n).step_by(threads) {
+            if s == skip as usize {
+                continue;
+            }
+            dev.read_at(&mut first, block_of(geo, s as u32, 0) * b as u64)?;
+            let sequence = format::decode_summary(&first, geo.block_size)
+                .ok()
+                .map(|sum| sum.sequence);
+            out.push((s, sequence));
+        }
+        Ok(out)
+    };
+    let parts: Vec<_> = if threads == 1 {
+        vec![read(0)]
+    } else {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|from| scope.spawn(move || read(from)))
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| {
+                    w.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    };
+    let mut firsts = vec![None; n];
+    let mut seen = 0;
+    for part in parts {
+        for (s, sequence) in part? {
+            firsts[s] = sequence;
+            seen += 1;
+        }
+    }
+    // Every segment but the head's was read, once.
+    strict_assert_eq!(seen, n - usize::from((skip as usize) < n));
+    Ok(firsts)
+}
+
 /// What a roll-forward found.
 pub(crate) struct Replay {
     /// Largest summary sequence seen anywhere.
@@ -316,6 +376,12 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     let mut max_seen = after;
     let mut first = IoBuf::zeroed(b);
     let mut segments_read = 0;
+    // Every first block but the head's, read with several in flight.
+    let firsts = if segments == Segments::Scan {
+        first_summaries(dev, geo, cp.head_segment)?
+    } else {
+        Vec::new()
+    };
     for s in 0..geo.segments {
         let start = block_of(geo, s, 0) * b as u64;
         let walk_from = if s == cp.head_segment {
@@ -328,14 +394,13 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
             });
             None
         } else {
-            dev.read_at(&mut first, start)?;
             segments_read += 1;
-            match format::decode_summary(&first, geo.block_size) {
-                Ok(sum) => {
-                    max_seen = max_seen.max(sum.sequence);
-                    (sum.sequence > after).then_some(0)
+            match firsts[s as usize] {
+                Some(sequence) => {
+                    max_seen = max_seen.max(sequence);
+                    (sequence > after).then_some(0)
                 }
-                Err(_) => None,
+                None => None,
             }
         };
         if let Some(slot) = walk_from {
