@@ -17,6 +17,19 @@ use cairn_store::volume::{DeviceSpec, ObjectsCleaner, OpenOptions, Volume, Volum
 /// A log disk over a file, NV cache in the data directory (not /dev/shm, so
 /// tests never share one).
 fn log_spec(nv: bool) -> VolumeSpec {
+    log_spec_with(
+        if nv {
+            r#"nv_cache = { path = "log.nv", size = "2MiB" }"#
+        } else {
+            ""
+        },
+        "",
+    )
+}
+
+/// A log disk over a file, with `log` added to the log's table and `file`
+/// to the file's.
+fn log_spec_with(log: &str, file: &str) -> VolumeSpec {
     parse(&format!(
         r#"
         data_dir = "data"
@@ -29,18 +42,14 @@ fn log_spec(nv: bool) -> VolumeSpec {
         over = "file"
         size = "8MiB"
         segment_size = "64KiB"
-        {}
+        {log}
 
         [device.file]
         kind = "file"
         path = "disk.img"
         size = "12MiB"
-        "#,
-        if nv {
-            r#"nv_cache = { path = "log.nv", size = "2MiB" }"#
-        } else {
-            ""
-        }
+        {file}
+        "#
     ))
 }
 
@@ -61,26 +70,7 @@ fn device(volume: &Volume) -> &dyn Device {
 #[test]
 fn a_log_disk_over_a_direct_file_formats_and_reopens() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let spec = parse(
-        r#"
-        data_dir = "data"
-        [[export]]
-        name = "disk"
-        device = "log"
-
-        [device.log]
-        kind = "log"
-        over = "file"
-        size = "8MiB"
-        segment_size = "64KiB"
-
-        [device.file]
-        kind = "file"
-        path = "disk.img"
-        size = "12MiB"
-        direct = true
-        "#,
-    );
+    let spec = log_spec_with("", "direct = true");
     let data = pattern(7, 1 << 16);
     let volume = open(&spec, dir.path()).unwrap();
     device(&volume).write_at(&data, 1 << 20).unwrap();
