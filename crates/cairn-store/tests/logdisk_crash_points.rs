@@ -19,7 +19,7 @@ use std::sync::Arc;
 use cairn_store::logdisk::{CleanerPolicy, LogDisk, Metrics, Options, PartialSegments};
 use cairn_store::ntl::{Region, SimRegion};
 use cairn_store::{CrashMode, FaultyDevice};
-use common::logdisk::{Model, Reads, image_len, options, small, workload};
+use common::logdisk::{Model, Reads, image_len, options, small, workload, workload_of};
 
 fn crash_points(
     nv: bool,
@@ -28,7 +28,7 @@ fn crash_points(
     reads: Reads,
     background: bool,
     background_clean: bool,
-) {
+) -> (u64, u64) {
     crash_points_on(
         nv,
         partial,
@@ -37,14 +37,20 @@ fn crash_points(
         background,
         background_clean,
         false,
-    );
+        false,
+    )
 }
 
 /// [`crash_points`], the NV region standing for an `msync`-persisted file
 /// when `msync` is set: its flushes are system calls, so the log disk defers
 /// durability to a sync (its flush, or before any slot is cleared), and what
-/// must survive is what was flushed, not every acknowledged write.
-#[allow(clippy::fn_params_excessive_bools)]
+/// must survive is what was flushed, not every acknowledged write; and
+/// with `long_chains`, at the default checkpoint interval (more segment
+/// writes than the small disk has segments) and with no closes or trims
+/// (each ends in a checkpoint), so the chain of segments opened since a
+/// checkpoint wraps around the disk. Returns how many of the crash points'
+/// recoveries found the segments along the chain, and how many there were.
+#[allow(clippy::fn_params_excessive_bools, clippy::too_many_arguments)]
 fn crash_points_on(
     nv: bool,
     partial: PartialSegments,
@@ -53,7 +59,8 @@ fn crash_points_on(
     background: bool,
     background_clean: bool,
     msync: bool,
-) {
+    long_chains: bool,
+) -> (u64, u64) {
     let sim = |len: u64| {
         let region = SimRegion::new(len);
         if msync {
@@ -69,8 +76,10 @@ fn crash_points_on(
         partial,
         background_destage: background,
         background_clean,
+        checkpoint_interval: if long_chains { 0 } else { 5 },
         ..options(cleaner)
     });
+    let mut chained = 0u64;
     let nv_len = 12 * 1024;
     // Count the device writes of an uninterrupted run.
     let total = {
@@ -79,7 +88,7 @@ fn crash_points_on(
         let disk = LogDisk::format(dev.clone(), g, region, opts).unwrap();
         let before = dev.counts().writes;
         let mut model = Model::new(nv && !msync);
-        assert!(workload(&disk, &mut model, seed, ops, 1));
+        assert!(workload_of(&disk, &mut model, seed, ops, 1, !long_chains));
         // The crash points fall inside cleaning, and (live-only) inside
         // cleaning that read less than whole victims.
         let m = disk.metrics();
@@ -119,7 +128,7 @@ fn crash_points_on(
             let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
             let mut model = Model::new(nv && !msync);
             dev.crash_after_writes(at, mode);
-            let finished = workload(&disk, &mut model, seed, ops, 1);
+            let finished = workload_of(&disk, &mut model, seed, ops, 1, !long_chains);
             drop(disk);
             if finished {
                 dev.crash_now(mode);
@@ -133,10 +142,11 @@ fn crash_points_on(
             );
             let disk = LogDisk::open(dev.clone(), nv_box(), opts)
                 .unwrap_or_else(|e| panic!("{context}: does not open: {e}"));
+            chained += u64::from(disk.recovered().segments_read < g.segments);
             model.check_and_settle(&disk, &context);
             // The recovered disk keeps working and recovers again.
             assert!(
-                workload(&disk, &mut model, seed + 1, 40, 1_000_000),
+                workload_of(&disk, &mut model, seed + 1, 40, 1_000_000, !long_chains),
                 "{context}"
             );
             disk.flush().unwrap();
@@ -151,6 +161,7 @@ fn crash_points_on(
         }
     }
     assert_eq!(checked, 3 * total);
+    (chained, checked)
 }
 
 #[test]
@@ -204,6 +215,40 @@ fn every_crash_point_nv_cache_msync_region() {
             background,
             background,
             true,
+            false,
+        );
+    }
+}
+
+/// Chains longer than the disk: at the default checkpoint interval (more
+/// segment writes than the small disk has segments) segments are emptied
+/// and wanted again before the next checkpoint — held until one is durable
+/// — and the chain of segments opened since a checkpoint wraps around the
+/// disk. At every crash point the data survives, and strict builds check
+/// that the chain found what reading every segment finds.
+#[test]
+fn every_crash_point_with_chains_longer_than_the_disk() {
+    for (nv, partial, background) in [
+        (false, PartialSegments::Append, false),
+        (false, PartialSegments::Close, true),
+        (true, PartialSegments::Append, false),
+        (true, PartialSegments::Append, true),
+    ] {
+        let (chained, recoveries) = crash_points_on(
+            nv,
+            partial,
+            CleanerPolicy::Greedy,
+            Reads::Whole,
+            background,
+            background,
+            false,
+            true,
+        );
+        // The rest read every segment: a crash point inside a segment's
+        // first write leaves a link that does not decode.
+        assert!(
+            chained * 3 >= recoveries,
+            "nv={nv}, {partial:?}, background={background}: {chained} of {recoveries} recoveries followed the chain"
         );
     }
 }

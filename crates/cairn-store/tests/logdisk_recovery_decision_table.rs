@@ -155,7 +155,8 @@ fn a_clean_close_replays_nothing() {
 }
 
 /// Row 6, closed: a clean close marks its checkpoint, and the next open
-/// reads no segment; a crash's open reads them all. A write after the close
+/// reads no segment; a crash's open reads the head segment and the chain
+/// from the checkpoint (row 7). A write after the close
 /// is still taken, and a checkpoint without the mark goes before it, so a
 /// crash after it rolls it forward (a recovery that trusted the closing
 /// checkpoint would lose it).
@@ -183,9 +184,11 @@ fn a_closing_checkpoint_spares_every_segment_read_and_a_later_write_still_surviv
     let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
     check(&disk);
     let crashed = disk.recovered();
+    // The write after the close continued the head segment; the chain
+    // ends at the segment named next, never opened.
     assert_eq!(
-        crashed.segments_read, g.segments,
-        "a crash's open reads every segment"
+        crashed.segments_read, 2,
+        "a crash's open reads the head segment and the chain's end"
     );
     assert!(crashed.segment_writes >= 1, "{crashed:?}");
     disk.close().unwrap();
@@ -237,11 +240,9 @@ fn a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable() {
     assert_eq!(disk.recovered().segments_read, geo().segments);
 }
 
-/// Row 7 on a log of many segments, whose first blocks recovery reads with
-/// several threads in flight: every segment is read, and the writes in
-/// each are found.
-#[test]
-fn a_log_of_many_segments_is_scanned_whole_after_a_crash() {
+/// A log of 300 segments, 400 blocks written and flushed after a
+/// checkpoint, then a crash (dropped without a close).
+fn many_segments_crashed(options: Options) -> (Arc<MemoryDevice>, Geometry) {
     let g = Geometry {
         block_size: B as u32,
         segment_blocks: 8,
@@ -249,21 +250,106 @@ fn a_log_of_many_segments_is_scanned_whole_after_a_crash() {
         logical_blocks: 1000,
     };
     let dev = Arc::new(MemoryDevice::new(g.image_blocks() * B as u64));
-    let disk = LogDisk::format(Arc::clone(&dev), g, None, volatile()).unwrap();
+    let disk = LogDisk::format(Arc::clone(&dev), g, None, options).unwrap();
     for l in 0..400 {
         disk.write_blocks(l, &block(l, 5)).unwrap();
     }
     disk.flush().unwrap();
     drop(disk);
-    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    (dev, g)
+}
+
+/// Every block `many_segments_crashed` wrote reads back.
+fn many_segments_read_back(disk: &LogDisk<Arc<MemoryDevice>>) {
     let mut buf = vec![0u8; B];
     for l in 0..400 {
         disk.read_block(l, &mut buf).unwrap();
         assert_eq!(buf, block(l, 5), "block {l}");
     }
+    disk.verify().unwrap();
+}
+
+/// Row 7 on a log of many segments without the chain, whose first blocks
+/// recovery reads with several threads in flight: every segment is read,
+/// and the writes in each are found.
+#[test]
+fn a_log_of_many_segments_is_scanned_whole_after_a_crash() {
+    let unchained = Options {
+        chain: false,
+        ..volatile()
+    };
+    let (dev, g) = many_segments_crashed(unchained);
+    let disk = LogDisk::open(Arc::clone(&dev), None, unchained).unwrap();
+    many_segments_read_back(&disk);
     let recovered = disk.recovered();
     assert_eq!(recovered.segments_read, g.segments);
     assert!(recovered.segment_writes >= 57, "{recovered:?}");
+}
+
+/// Row 7 with the chain: recovery reads the head segment, the segments
+/// opened since the checkpoint (each named by the one before) and the one
+/// the chain ends at, not all 300, and finds the same writes.
+#[test]
+fn a_crash_reads_only_the_chain_of_segments_opened_since_the_checkpoint() {
+    let (dev, g) = many_segments_crashed(volatile());
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    many_segments_read_back(&disk);
+    let recovered = disk.recovered();
+    assert!(recovered.segment_writes >= 57, "{recovered:?}");
+    // The checkpoint's head segment, the 58 segments 400 blocks fill at 7
+    // a segment, and the one named after the last, never opened.
+    assert_eq!(
+        recovered.segments_read,
+        1 + 58 + 1,
+        "{recovered:?} of {}",
+        g.segments
+    );
+    drop(disk);
+    let report = cairn_store::logdisk::check::examine(&*dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+/// Row 7 with a link that does not decode (a summary decayed after its
+/// write was flushed): the writes in the segments after it were flushed
+/// too, so recovery reads every segment instead and finds them.
+#[test]
+fn a_decayed_link_makes_recovery_read_every_segment() {
+    let (dev, g) = many_segments_crashed(volatile());
+    // The chain from the format's open: the checkpoint names its start,
+    // and each first summary the next. Decay the tenth link.
+    let cp = {
+        let examined = cairn_store::logdisk::check::examine(&*dev).unwrap();
+        examined.checkpoint.0
+    };
+    let start = {
+        let mut buf = [0u8; 4];
+        let slot_b = cp % 2 == 0;
+        let at = B as u64 * if slot_b { 1 + g.checkpoint_blocks() } else { 1 };
+        dev.read_at(&mut buf, at + 56).unwrap();
+        u32::from_le_bytes(buf) - 1
+    };
+    let first_block = |s: u32| (1 + 2 * g.checkpoint_blocks() + u64::from(s) * 8) * B as u64;
+    let mut segment = start;
+    for _ in 0..10 {
+        let mut buf = [0u8; 4];
+        dev.read_at(&mut buf, first_block(segment) + 36).unwrap();
+        segment = u32::from_le_bytes(buf) - 1;
+    }
+    flip(&*dev, first_block(segment) + 20);
+    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+    let recovered = disk.recovered();
+    assert_eq!(recovered.segments_read, g.segments, "{recovered:?}");
+    // The decayed segment's own writes are lost (its summary names them);
+    // every other block, in the segments after it too, comes back.
+    let mut buf = vec![0u8; B];
+    let mut lost = 0;
+    for l in 0..400 {
+        disk.read_block(l, &mut buf).unwrap();
+        if buf != block(l, 5) {
+            lost += 1;
+        }
+    }
+    assert!(lost <= 7, "{lost} blocks lost, one segment holds 7");
 }
 
 /// Row 7: segment writes after the checkpoint (flushed, then a crash: the

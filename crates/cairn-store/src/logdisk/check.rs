@@ -216,6 +216,28 @@ fn closed_but_written(cp: &format::Checkpoint, newer: usize) -> Option<String> {
     })
 }
 
+/// A problem if recovery, following the chain of segments checkpoint `cp`
+/// names, would find fewer of the `newer` writes after the checkpoint than
+/// reading every segment does (none if it names no chain, or a link is
+/// missing and recovery reads every segment).
+fn chain_short<D: Device + ?Sized>(
+    dev: &D,
+    g: &Geometry,
+    cp: &format::Checkpoint,
+    seg_buf: &mut [u8],
+    newer: usize,
+) -> Result<Option<String>, LogDiskError> {
+    let chain = roll_forward(dev, g, cp, &mut cp.map.clone(), seg_buf, Segments::Scan)?;
+    let found = chain.applied;
+    Ok((chain.chained && found < newer).then(|| {
+        format!(
+            "the chain of segments from checkpoint #{} reaches {found} of the {newer} segment writes after it: recovery would not replay the newest {} (written after a link the crash tore, never flushed, if the disk only crashed)",
+            cp.number,
+            newer - found
+        )
+    }))
+}
+
 /// Examines a log-disk image; structural failures (no superblock, no valid
 /// checkpoint, device errors) are errors, everything else is a problem in the
 /// report.
@@ -246,13 +268,10 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let mut problems = Vec::new();
     let mut map = cp.map.clone();
     let mut seg_buf = vec![0u8; (u64::from(g.segment_blocks) * b) as usize];
-    let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf, Segments::Scan)?;
-    strict_assert_eq!(
-        map.len() as u64,
-        g.logical_blocks,
-        "the replay keeps one entry per block"
-    );
+    let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf, Segments::Every)?;
+    strict_assert_eq!(map.len() as u64, g.logical_blocks, "one entry per block");
     problems.extend(closed_but_written(&cp, replay.applied));
+    problems.extend(chain_short(dev, &g, &cp, &mut seg_buf, replay.applied)?);
     usage_problems(&cp, &g, &mut problems);
     let named = summary_names(dev, &g, &mut seg_buf)?;
     strict_assert_eq!(

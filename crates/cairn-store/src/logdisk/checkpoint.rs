@@ -47,6 +47,10 @@ pub(super) fn write<D: Device + 'static>(
         core.device_flush(&**dev)?;
     }
     let next = *number + 1;
+    if log.pin.is_none() {
+        // Where the log goes next, for recovery to start reading there.
+        log.pin = core.table.pick_next(log.last_opened);
+    }
     let (head_segment, head_slot) = log.head.unwrap_or((0, geo.segment_blocks - 1));
     assert!(head_segment < geo.segments && head_slot < geo.segment_blocks);
     core.metrics.checkpoints += 1;
@@ -57,6 +61,7 @@ pub(super) fn write<D: Device + 'static>(
         head_segment,
         head_slot,
         closed,
+        chain: log.pin,
         counters: core.metrics.to_counters(),
     };
     // Encoded straight from the tables into a buffer kept for it: no copy
@@ -107,12 +112,21 @@ pub(super) fn write<D: Device + 'static>(
         core.queue
             .send(job, Queued::Checkpoint, (dev, None, 0, 0))?;
         core.queue_flush(dev, 0, 0)?;
+        // Durable when that flush is reaped.
+        assert!(
+            core.checkpoint_in_flight.replace((next, false)).is_none(),
+            "two background checkpoints in flight"
+        );
     } else {
         let written = dev.write_at(&bytes, at);
         core.queue.checkpoint_buf = bytes;
         written?;
         dev.flush()?;
         core.metrics.device_flushes += 1;
+    }
+    core.table.checkpoint_queued = next;
+    if !background {
+        core.table.checkpoint_durable(next);
     }
     assert!(next > *number, "checkpoint numbers only grow");
     *number = next;

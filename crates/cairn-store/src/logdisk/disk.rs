@@ -92,6 +92,9 @@ impl<D: Device + 'static> LogDisk<D> {
             head_segment: 0,
             head_slot: geo.segment_blocks - 1,
             closed: false,
+            // The open that follows reads only the head segment (the format
+            // zeroed the others' first blocks) and checkpoints a chain.
+            chain: None,
             map: vec![MapEntry::UNMAPPED; geo.logical_blocks as usize],
             usage: vec![Usage::default(); geo.segments as usize],
             counters: [0; COUNTERS],
@@ -187,7 +190,7 @@ impl<D: Device + 'static> LogDisk<D> {
         options.check()?;
         let Image {
             superblock,
-            table,
+            mut table,
             log,
             nv,
             metrics,
@@ -201,12 +204,16 @@ impl<D: Device + 'static> LogDisk<D> {
         );
         let n = geo.segment_blocks as usize;
         let b = geo.block_size as usize;
+        table.chain = options.chain;
+        table.checkpoint_queued = checkpoint_number;
+        table.checkpoint_durable = checkpoint_number;
         let st = State {
             core: Core {
                 table,
                 queue: WriteQueue::default(),
                 nv,
                 metrics,
+                checkpoint_in_flight: None,
             },
             log,
             buffer: SegmentBuffer::new(n, b),
@@ -607,8 +614,8 @@ impl<D: Device + 'static> LogDisk<D> {
     /// Before a user segment write opens a segment: cleans in the foreground
     /// at the low watermark (the cleaner's last write may leave a head open
     /// to continue in), else frees a segment (reaping a queued flush, or a
-    /// device flush), else — only trimmed segments left — a checkpoint
-    /// makes them reusable.
+    /// device flush), else — only trimmed or held segments left — a
+    /// checkpoint makes them reusable.
     fn make_room(&self, st: &mut State) -> Result<(), LogDiskError> {
         if st.core.table.reserve() <= self.options.clean_low {
             self.clean(st)?;
@@ -617,7 +624,8 @@ impl<D: Device + 'static> LogDisk<D> {
             }
         }
         st.core.free_a_segment(&*self.dev)?;
-        if st.core.table.free.is_empty() && st.core.table.any_tainted {
+        let table = &st.core.table;
+        if table.free.is_empty() && (table.any_tainted || !table.held.is_empty()) {
             self.checkpoint(st, false)?;
         }
         Ok(())
@@ -692,9 +700,10 @@ impl<D: Device + 'static> LogDisk<D> {
         self.finish_pass(st)?;
         // The victims are read from the device: nothing else outstanding.
         st.core.settle()?;
-        if st.core.table.any_tainted {
-            // Trimmed segments become reusable only once a checkpoint holds
-            // the trims; take one now rather than clean around them.
+        if st.core.table.any_tainted || !st.core.table.held.is_empty() {
+            // Trimmed segments, and those the chain holds, become reusable
+            // only once a checkpoint is durable; take one now rather than
+            // clean around them.
             self.checkpoint(st, false)?;
             if st.core.table.free_or_pending() >= self.options.clean_high {
                 return Ok(());
@@ -702,9 +711,20 @@ impl<D: Device + 'static> LogDisk<D> {
         }
         let to = self.target();
         let State {
-            core, log, cleaner, ..
+            core,
+            log,
+            cleaner,
+            checkpoint_number,
+            ..
         } = st;
-        cleaner.clean_passes(core, log, &to, &self.options, self.options.clean_high)?;
+        cleaner.clean_passes(
+            core,
+            log,
+            &to,
+            &self.options,
+            self.options.clean_high,
+            checkpoint_number,
+        )?;
         st.core.device_flush(&*self.dev)?;
         // The flush made the victims' copies durable: they are free.
         strict_assert!(

@@ -19,6 +19,10 @@ pub(super) struct Core {
     pub queue: WriteQueue,
     pub nv: Option<NvIndex>,
     pub metrics: Metrics,
+    /// A checkpoint queued on the background writer, not yet durable: its
+    /// number, and whether its write is done (the flush after it then
+    /// makes it durable).
+    pub checkpoint_in_flight: Option<(u64, bool)>,
 }
 
 impl Core {
@@ -37,7 +41,16 @@ impl Core {
             }
             Completed::Flush { pending, awaiting } if result.is_ok() => {
                 self.metrics.device_flushes += 1;
+                if let Some((number, true)) = self.checkpoint_in_flight {
+                    self.checkpoint_in_flight = None;
+                    self.table.checkpoint_durable(number);
+                }
                 self.retire(pending, awaiting)?;
+            }
+            Completed::Checkpoint if result.is_ok() => {
+                if let Some((_, written)) = self.checkpoint_in_flight.as_mut() {
+                    *written = true;
+                }
             }
             Completed::Flush { .. } | Completed::Shared | Completed::Checkpoint => {}
         }

@@ -250,8 +250,22 @@ pub struct Summary {
     pub first_slot: u32,
     /// Whether a flush closed this write before the segment was full.
     pub partial: bool,
+    /// The segment the log opens after this one, chosen when this one was
+    /// opened (or by a checkpoint while it was the head, if none was free
+    /// then); `None`: none chosen. Recovery follows the first summary's
+    /// from a checkpoint's [`Checkpoint::chain`] instead of reading every
+    /// segment.
+    pub next: Option<u32>,
     /// The data blocks, in slot order.
     pub entries: Vec<SummaryEntry>,
+}
+
+/// A segment as stored where 0 means none: `s + 1`.
+fn plus_one(segment: Option<u32>) -> u32 {
+    segment.map_or(0, |s| {
+        assert!(s < u32::MAX, "segment {s} has no encoding");
+        s + 1
+    })
 }
 
 /// Encodes a summary into one block of `block_size` bytes.
@@ -270,6 +284,7 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
     put_u32(&mut b, 24, s.segment);
     put_u32(&mut b, 28, s.first_slot);
     put_u32(&mut b, 32, u32::from(s.partial));
+    put_u32(&mut b, 36, plus_one(s.next));
     for (i, e) in s.entries.iter().enumerate() {
         let at = SUMMARY_HEADER + i * SUMMARY_ENTRY;
         put_u64(&mut b, at, e.logical);
@@ -285,7 +300,7 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
                 .map(|i| SUMMARY_HEADER + i * SUMMARY_ENTRY + 12
                     ..SUMMARY_HEADER + (i + 1) * SUMMARY_ENTRY)
                 .chain([
-                    36..SUMMARY_HEADER,
+                    40..SUMMARY_HEADER,
                     SUMMARY_HEADER + s.entries.len() * SUMMARY_ENTRY..crc_at
                 ])
         ),
@@ -344,6 +359,7 @@ pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError>
         segment: u32_at(b, 24),
         first_slot: u32_at(b, 28),
         partial: flags == 1,
+        next: u32_at(b, 36).checked_sub(1),
         entries,
     })
 }
@@ -395,6 +411,10 @@ pub struct Checkpoint {
     /// segment. The first checkpoint after an open clears it before any
     /// segment write.
     pub closed: bool,
+    /// The segment the log opens next, where recovery's walk of the segments
+    /// written since this checkpoint starts (each names the next,
+    /// [`Summary::next`]); `None`: recovery reads every segment.
+    pub chain: Option<u32>,
     /// Logical → physical, one entry per logical block.
     pub map: Vec<MapEntry>,
     /// One entry per segment.
@@ -413,6 +433,7 @@ impl Checkpoint {
             head_segment: self.head_segment,
             head_slot: self.head_slot,
             closed: self.closed,
+            chain: self.chain,
             counters: self.counters,
         }
     }
@@ -438,6 +459,8 @@ pub struct CheckpointHead {
     pub head_slot: u32,
     /// [`Checkpoint::closed`].
     pub closed: bool,
+    /// [`Checkpoint::chain`].
+    pub chain: Option<u32>,
     /// [`Checkpoint::counters`].
     pub counters: [u64; COUNTERS],
 }
@@ -467,6 +490,12 @@ pub fn encode_checkpoint_into(
             ),
         });
     }
+    if let Some(next) = head.chain.filter(|&s| s >= g.segments) {
+        return Err(FormatError::Invalid {
+            what: "checkpoint",
+            reason: format!("the next segment, {next}, is outside the segments"),
+        });
+    }
     if out.len() != size {
         return Err(FormatError::Size {
             what: "checkpoint",
@@ -485,6 +514,7 @@ pub fn encode_checkpoint_into(
     put_u64(b, 40, g.logical_blocks);
     put_u32(b, 48, g.segments);
     put_u32(b, 52, if head.closed { FLAG_CLOSED } else { 0 });
+    put_u32(b, 56, plus_one(head.chain));
     for (i, c) in head.counters.iter().enumerate() {
         put_u64(b, 64 + 8 * i, *c);
     }
@@ -520,7 +550,7 @@ pub fn encode_checkpoint_into(
                     (0..written.len())
                         .map(|i| usage_at + i * USAGE_ENTRY + 4..usage_at + i * USAGE_ENTRY + 8)
                 )
-                .chain([56..64, at..size])
+                .chain([60..64, at..size])
         ),
         "checkpoint: reserved bytes written"
     );
@@ -552,6 +582,13 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
     if head_segment >= g.segments || head_slot >= g.segment_blocks {
         return Err(invalid(format!(
             "log head {head_segment}:{head_slot} is outside the segments"
+        )));
+    }
+    let chain = u32_at(b, 56).checked_sub(1);
+    if chain.is_some_and(|s| s >= g.segments) {
+        return Err(invalid(format!(
+            "the next segment, {}, is outside the segments",
+            u32_at(b, 56) - 1
         )));
     }
     let first_data = g.segment_start(0);
@@ -603,6 +640,7 @@ pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatErr
         head_segment,
         head_slot,
         closed: flags & FLAG_CLOSED != 0,
+        chain,
         map,
         usage,
     })
@@ -643,6 +681,7 @@ mod tests {
             head_segment: 2,
             head_slot: 5,
             closed: true,
+            chain: Some(g.segments - 1),
             map: (0..g.logical_blocks)
                 .map(|i| MapEntry {
                     physical: if i % 3 == 0 {
@@ -711,6 +750,33 @@ mod tests {
         every_flip_is_detected(&b, |b| decode_checkpoint(b, &g));
     }
 
+    /// A checkpoint names the next segment as `s + 1`, 0 for none; one
+    /// past the segments is refused, so recovery never reads outside them.
+    #[test]
+    fn a_checkpoint_chain_names_a_segment_or_none() {
+        let g = geometry();
+        for chain in [None, Some(0), Some(g.segments - 1)] {
+            let c = Checkpoint {
+                chain,
+                ..checkpoint(&g)
+            };
+            let b = encode_checkpoint(&c, &g).unwrap();
+            assert_eq!(u32_at(&b, 56), chain.map_or(0, |s| s + 1));
+            assert_eq!(decode_checkpoint(&b, &g).unwrap().chain, chain);
+        }
+        let outside = Checkpoint {
+            chain: Some(g.segments),
+            ..checkpoint(&g)
+        };
+        assert!(encode_checkpoint(&outside, &g).is_err());
+        // Written so by something else, CRC and all: refused.
+        let mut b = encode_checkpoint(&checkpoint(&g), &g).unwrap();
+        put_u32(&mut b, 56, g.segments + 1);
+        seal(&mut b, 12);
+        let refused = decode_checkpoint(&b, &g).unwrap_err().to_string();
+        assert!(refused.contains("outside the segments"), "{refused}");
+    }
+
     /// The log disk encodes every checkpoint into one reused buffer: the
     /// bytes must be exactly a fresh encoding's, whatever the buffer held.
     #[test]
@@ -746,6 +812,7 @@ mod tests {
             head_segment: 0,
             head_slot: 0,
             closed: false,
+            chain: None,
             counters: [0; COUNTERS],
         };
         assert!(
@@ -829,6 +896,7 @@ mod tests {
             segment: u32,
             first_slot in 0u32..128,
             partial: bool,
+            next in proptest::option::of(0u32..u32::MAX),
             entries in proptest::collection::vec((any::<u64>(), any::<u32>()), 0..=253),
         ) {
             let s = Summary {
@@ -836,6 +904,7 @@ mod tests {
                 segment,
                 first_slot,
                 partial,
+                next,
                 entries: entries
                     .into_iter()
                     .map(|(logical, crc)| SummaryEntry { logical, crc })
@@ -862,6 +931,7 @@ mod tests {
             segment: 1,
             first_slot: 0,
             partial: true,
+            next: Some(2),
             entries: vec![
                 SummaryEntry {
                     logical: 4,

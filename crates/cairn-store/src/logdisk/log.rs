@@ -31,6 +31,11 @@ pub(super) struct Log {
     pub head: Option<(u32, u32)>,
     /// The segment opened last: the next is the free one after it.
     pub last_opened: u32,
+    /// The segment to open next, named in every summary written until then
+    /// and in a checkpoint (recovery follows these links); free until
+    /// opened. `None`: none was free when it was chosen (recovery that
+    /// comes to a summary without one reads every segment).
+    pub pin: Option<u32>,
     /// The last sequence given to a write (an NV slot's or a segment
     /// write's).
     pub sequence: u64,
@@ -120,8 +125,11 @@ impl Log {
             head
         } else {
             let written = core.metrics.user_blocks_written + core.metrics.cleaner_blocks_written;
-            let segment = core.table.open_segment(self.last_opened, written)?;
+            let segment = core
+                .table
+                .open_segment(self.last_opened, written, self.pin)?;
             self.last_opened = segment;
+            self.pin = core.table.pick_next(segment);
             self.head = Some((segment, 0));
             (segment, 0)
         };
@@ -149,6 +157,7 @@ impl Log {
                 segment,
                 first_slot: slot,
                 partial: is_partial,
+                next: self.pin,
                 entries: entries.to_vec(),
             },
             geo.block_size,

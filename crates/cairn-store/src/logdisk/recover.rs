@@ -14,6 +14,9 @@
 //! | 5 | a summary whose data blocks fail their CRC (a torn segment write) | the write is dropped and its chain stops: it was never acknowledged | `logdisk_crash_points` |
 //! | 6 | a summary not newer than the checkpoint | skipped: the checkpoint holds it | `recovery_decision_table::a_clean_close_replays_nothing` |
 //! | 7 | segment writes after the checkpoint | applied in sequence order; the head continues after the newest | `logdisk_crash_points`, `recovery_decision_table::writes_after_the_checkpoint_are_rolled_forward` |
+//! | 7a | a checkpoint naming the next segment, both slots valid | the segments are found along the chain from it (each first summary names the next) up to one not opened since, not by reading every segment | `recovery_decision_table::a_crash_reads_only_the_chain_of_segments_opened_since_the_checkpoint`, every crash point (strict builds compare with reading every segment) |
+//! | 7b | a link naming nothing, or a first block on the chain that does not decode and is not zero | every segment's first block is read | `recovery_decision_table::a_decayed_link_makes_recovery_read_every_segment` |
+//! | 7c | a chain, the other slot invalid | every segment's first block is read: segments opened since the older checkpoint may have been reused | `recovery_decision_table::a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable` |
 //! | 8 | a valid NV slot | overrides the map (a valid slot is never older than the disk copy); the newest slot of a block wins, older ones are cleared | `logdisk_nv_cache` tests |
 //! | 9 | an NV region of another volume | open fails (`NvError::Header`) | `nv::tests` |
 //! | 10 | a slot naming a block past the end | ignored | `nv::tests` |
@@ -71,7 +74,9 @@ pub(super) struct Image {
 /// What recovery may assume of the segments' first slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Segments {
-    /// Anything: roll-forward reads each one (a read a segment).
+    /// Anything: roll-forward follows the chain of segments opened since
+    /// the checkpoint if it names one ([`Checkpoint::chain`]), else reads
+    /// each one's first block.
     Scan,
     /// Zeroed by the format that just ran (every segment's but the head's,
     /// which is still walked): roll-forward would read one block a segment
@@ -82,6 +87,9 @@ pub(crate) enum Segments {
     /// holds a newer write, so none is read (strict builds scan them all
     /// and assert that nothing would be rolled forward).
     Closed,
+    /// Every segment's first block, whatever the checkpoint names (`cairn
+    /// fsck`, and the strict builds' checks).
+    Every,
 }
 
 /// Recovers the log disk on `dev` (and its NV cache, if any): the rows of
@@ -155,6 +163,8 @@ pub(super) fn recover<D: Device + ?Sized>(
         log: Log {
             head: replay.head,
             last_opened: replay.head.map_or(u32::MAX, |(segment, _)| segment),
+            // Chosen by the checkpoint the open writes.
+            pin: None,
             sequence,
             since_checkpoint: 0,
             sealed: false,
@@ -184,7 +194,7 @@ pub fn read_superblock<D: Device + ?Sized>(dev: &D) -> Result<Superblock, LogDis
 }
 
 /// Reads both checkpoint slots; the valid one with the larger number wins,
-/// its closed mark kept only when the other slot is valid too.
+/// its closed mark and chain kept only when the other slot is valid too.
 pub(crate) fn read_checkpoint<D: Device + ?Sized>(
     dev: &D,
     geo: &Geometry,
@@ -199,8 +209,11 @@ pub(crate) fn read_checkpoint<D: Device + ?Sized>(
     // With one slot unreadable, the valid one may not be the newest (a
     // torn or decayed write of a newer one): its closed mark is not
     // trusted, and recovery reads the segments.
+    // Nor its chain: the segments opened since it may have been reused
+    // once the newer one was durable.
     let unmarked = |mut cp: Checkpoint| {
         cp.closed = false;
+        cp.chain = None;
         cp
     };
     match (a, bb) {
@@ -343,12 +356,21 @@ pub(crate) struct Replay {
     pub applied: usize,
     /// Segments read (see [`Recovered::segments_read`]).
     pub segments_read: u32,
+    /// The segments after the head were found by following the chain.
+    pub chained: bool,
     /// Where the log continues.
     pub head: Option<(u32, u32)>,
 }
 
 /// Finds every segment write after checkpoint `cp` (sequence, head) and
 /// applies it to `map` in sequence order. `seg_buf` holds one segment.
+///
+/// The checkpoint's head segment is walked from its head slot (and from
+/// slot 0: it may have been reused since). The rest: with
+/// [`Segments::Scan`] and a checkpoint that names where the log went next
+/// ([`Checkpoint::chain`]), the segments opened since, each naming the next,
+/// until one holds nothing newer than the checkpoint; if a link is missing,
+/// every segment's first block ([`first_summaries`]) as without one.
 pub(crate) fn roll_forward<D: Device + ?Sized>(
     dev: &D,
     geo: &Geometry,
@@ -361,60 +383,60 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     let after = cp.sequence;
     if segments == Segments::Closed {
         strict_assert!(
-            roll_forward(dev, geo, cp, &mut map.to_vec(), seg_buf, Segments::Scan)?.applied == 0,
+            roll_forward(dev, geo, cp, &mut map.to_vec(), seg_buf, Segments::Every)?.applied == 0,
             "a write newer than a closing checkpoint"
         );
         return Ok(Replay {
             max_seen: after,
             applied: 0,
             segments_read: 0,
+            chained: false,
             head: (cp.head_slot + 1 < geo.segment_blocks)
                 .then_some((cp.head_segment, cp.head_slot)),
         });
     }
     let mut found = Vec::new();
     let mut max_seen = after;
-    let mut first = IoBuf::zeroed(b);
-    let mut segments_read = 0;
-    // Every first block but the head's, read with several in flight.
-    let firsts = if segments == Segments::Scan {
-        first_summaries(dev, geo, cp.head_segment)?
-    } else {
-        Vec::new()
-    };
-    for s in 0..geo.segments {
-        let start = block_of(geo, s, 0) * b as u64;
-        let walk_from = if s == cp.head_segment {
-            Some(cp.head_slot)
-        } else if segments == Segments::Blank {
-            // A zeroed first slot decodes as no summary.
-            strict_assert!({
-                dev.read_at(&mut first, start)?;
-                first.iter().all(|&b| b == 0)
-            });
-            None
-        } else {
-            segments_read += 1;
-            match firsts[s as usize] {
-                Some(sequence) => {
-                    max_seen = max_seen.max(sequence);
-                    (sequence > after).then_some(0)
-                }
-                None => None,
+    // The head segment, read whole.
+    let head = cp.head_segment;
+    dev.read_at(seg_buf, block_of(geo, head, 0) * b as u64)?;
+    let mut segments_read = 1;
+    max_seen = max_seen.max(walk_segment(
+        seg_buf,
+        geo,
+        head,
+        cp.head_slot,
+        after,
+        &mut found,
+    ));
+    if cp.head_slot > 0 {
+        // The head segment may also have been reused from slot 0.
+        max_seen = max_seen.max(walk_segment(seg_buf, geo, head, 0, after, &mut found));
+    }
+    let chain = match (segments, cp.chain) {
+        (Segments::Scan, Some(start)) => {
+            let before = found.len();
+            let walked = follow_chain(dev, geo, after, start, seg_buf, &mut found)?;
+            if walked.is_none() {
+                found.truncate(before);
             }
-        };
-        if let Some(slot) = walk_from {
-            dev.read_at(seg_buf, start)?;
-            if s == cp.head_segment {
-                // Read whole, its first block unread.
-                segments_read += 1;
-            }
-            max_seen = max_seen.max(walk_segment(seg_buf, geo, s, slot, after, &mut found));
-            if s == cp.head_segment && slot > 0 {
-                // The head segment may also have been reused from slot 0.
-                max_seen = max_seen.max(walk_segment(seg_buf, geo, s, 0, after, &mut found));
-            }
+            walked
         }
+        _ => None,
+    };
+    let chained = chain.is_some();
+    if let Some((seen, read)) = chain {
+        max_seen = max_seen.max(seen);
+        segments_read += read;
+        strict_assert!(
+            chain_agrees_with_scan(dev, geo, cp, seg_buf, &found, seen)?,
+            "the chain from checkpoint #{} missed a write",
+            cp.number
+        );
+    } else {
+        let (seen, read) = scan_all(dev, geo, after, head, seg_buf, segments, &mut found)?;
+        max_seen = max_seen.max(seen);
+        segments_read += read;
     }
     found.sort_unstable_by_key(|f| f.sequence);
     found.dedup_by_key(|f| f.sequence);
@@ -450,6 +472,129 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
         max_seen,
         applied: found.len(),
         segments_read,
+        chained,
         head: (head.1 + 1 < geo.segment_blocks).then_some(head),
     })
+}
+
+/// Whether what the chain from `cp` found (with the head segment's writes)
+/// is what reading every segment finds, up to where the chain ends: a
+/// write it missed must be newer than `seen`, every write along it (one
+/// the crash left beyond a link it tore or dropped, never acknowledged).
+fn chain_agrees_with_scan<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    cp: &Checkpoint,
+    seg_buf: &mut [u8],
+    found: &[Found],
+    seen: u64,
+) -> Result<bool, LogDiskError> {
+    let (b, head, after) = (u64::from(geo.block_size), cp.head_segment, cp.sequence);
+    let mut all = Vec::new();
+    dev.read_at(seg_buf, block_of(geo, head, 0) * b)?;
+    walk_segment(seg_buf, geo, head, cp.head_slot, after, &mut all);
+    if cp.head_slot > 0 {
+        walk_segment(seg_buf, geo, head, 0, after, &mut all);
+    }
+    scan_all(dev, geo, after, head, seg_buf, Segments::Every, &mut all)?;
+    let chained: std::collections::BTreeSet<u64> = found.iter().map(|f| f.sequence).collect();
+    let all: std::collections::BTreeSet<u64> = all.iter().map(|f| f.sequence).collect();
+    Ok(chained.is_subset(&all) && all.difference(&chained).all(|&s| s > seen))
+}
+
+/// Walks the chain of segments opened since a checkpoint of `after`, from
+/// `start` (the checkpoint's [`Checkpoint::chain`]): each segment whose
+/// first summary is newer than the checkpoint is walked, and names the
+/// next. The chain ends at a segment not opened since: its first summary
+/// older than the checkpoint, or its first block zeroed by the format.
+/// Returns the largest sequence seen and the segments read; `None` if a
+/// link is missing, leads nowhere, or is a first block that does not
+/// decode (a torn write or a decayed summary, after which flushed writes
+/// may follow): the caller reads every segment instead.
+fn follow_chain<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    after: u64,
+    start: u32,
+    seg_buf: &mut [u8],
+    found: &mut Vec<Found>,
+) -> Result<Option<(u64, u32)>, LogDiskError> {
+    let b = geo.block_size as usize;
+    let mut max_seen = after;
+    let mut segment = start;
+    let mut read = 0u32;
+    loop {
+        // Links that loop (a segment is never opened twice between
+        // checkpoints, so a chain is shorter than the disk): corrupt.
+        if segment >= geo.segments || read > geo.segments {
+            return Ok(None);
+        }
+        dev.read_at(seg_buf, block_of(geo, segment, 0) * b as u64)?;
+        read += 1;
+        let first = match format::decode_summary(&seg_buf[..b], geo.block_size) {
+            Ok(first) => first,
+            // Zeroed by the format: never written.
+            Err(_) if seg_buf[..b].iter().all(|&x| x == 0) => return Ok(Some((max_seen, read))),
+            // A torn write, or a summary that decayed: the writes after it
+            // may have been flushed, so look for them everywhere.
+            Err(_) => return Ok(None),
+        };
+        if first.sequence <= after {
+            // Older than the checkpoint: not opened since.
+            return Ok(Some((max_seen, read)));
+        }
+        if first.segment != segment || first.first_slot != 0 {
+            return Ok(None);
+        }
+        max_seen = max_seen.max(walk_segment(seg_buf, geo, segment, 0, after, found));
+        match first.next {
+            Some(next) => segment = next,
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Reads the first block of every segment but `head` (already walked) —
+/// none with [`Segments::Blank`], whose first blocks a format zeroed — and
+/// walks each whose summary is newer than `after`. Returns the largest
+/// sequence seen and the segments read.
+fn scan_all<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    after: u64,
+    head: u32,
+    seg_buf: &mut [u8],
+    segments: Segments,
+    found: &mut Vec<Found>,
+) -> Result<(u64, u32), LogDiskError> {
+    let b = geo.block_size as usize;
+    let mut max_seen = after;
+    if segments == Segments::Blank {
+        // A zeroed first slot decodes as no summary.
+        strict_assert!({
+            let mut first = IoBuf::zeroed(b);
+            let mut blank = true;
+            for s in (0..geo.segments).filter(|&s| s != head) {
+                dev.read_at(&mut first, block_of(geo, s, 0) * b as u64)?;
+                blank &= first.iter().all(|&b| b == 0);
+            }
+            blank
+        });
+        return Ok((max_seen, 0));
+    }
+    // Every first block but the head's, read with several in flight.
+    let firsts = first_summaries(dev, geo, head)?;
+    let mut read = 0;
+    for s in (0..geo.segments).filter(|&s| s != head) {
+        read += 1;
+        let Some(sequence) = firsts[s as usize] else {
+            continue;
+        };
+        max_seen = max_seen.max(sequence);
+        if sequence > after {
+            dev.read_at(seg_buf, block_of(geo, s, 0) * b as u64)?;
+            max_seen = max_seen.max(walk_segment(seg_buf, geo, s, 0, after, found));
+        }
+    }
+    Ok((max_seen, read))
 }

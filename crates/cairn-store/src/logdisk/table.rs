@@ -21,11 +21,14 @@
 //! 4. `last_seq[s]` is at least the sequence of every entry in segment `s`.
 //! 5. A free or pending segment holds nothing live; a closed one holds a
 //!    live block (an empty closed segment would be lost to reuse forever).
-//! 6. `free` lists exactly the free segments and `pending` exactly the
-//!    pending ones, each once.
+//! 6. `free`, `pending` and `held` list exactly the free, pending and
+//!    held segments, each once.
 //! 7. The log head's segment, and no other, is open.
 //! 8. `any_tainted` is whether any segment is tainted; a free segment
 //!    never is.
+//! 9. With [`Table::chain`], no segment opened since the newest durable
+//!    checkpoint is free: it is on the chain recovery walks from that
+//!    checkpoint (see [`Table::release_pending`]).
 
 use super::error::LogDiskError;
 use super::format::{Geometry, MapEntry, SummaryEntry, UNMAPPED};
@@ -41,6 +44,9 @@ pub(super) enum Seg {
     /// Taken by a background cleaner pass: its reads are outstanding, and
     /// it is neither a candidate again nor reused until the pass is written.
     Victim,
+    /// Empty and flushed, but opened since the newest durable checkpoint:
+    /// reusable once a newer one is durable ([`Table::checkpoint_durable`]).
+    Held,
 }
 
 /// No logical block: a [`Table::rev`] entry never written since open.
@@ -85,6 +91,20 @@ pub(super) struct Table {
     /// bring back the checkpoint's entry pointing into the segment's new data.
     pub tainted: Vec<bool>,
     pub any_tainted: bool,
+    /// Segments opened list their successor ([`Table::pick_next`]), and
+    /// one opened since the newest durable checkpoint is held, not reused,
+    /// until a newer one is durable: recovery walks the chain of segments
+    /// opened since the checkpoint, and a reuse would overwrite a link.
+    pub chain: bool,
+    /// Empty, flushed segments waiting for a checkpoint ([`Seg::Held`]).
+    pub held: Vec<u32>,
+    /// The newest checkpoint written or queued when each segment was
+    /// last opened.
+    pub opened_after: Vec<u64>,
+    /// The newest checkpoint written or queued.
+    pub checkpoint_queued: u64,
+    /// The newest checkpoint known durable (written and flushed).
+    pub checkpoint_durable: u64,
 }
 
 impl Table {
@@ -105,6 +125,11 @@ impl Table {
             pending: Vec::new(),
             tainted: vec![false; segments],
             any_tainted: false,
+            chain: false,
+            held: Vec::new(),
+            opened_after: vec![0; segments],
+            checkpoint_queued: 0,
+            checkpoint_durable: 0,
         };
         // Usage from the map: it cannot disagree with the table it came from.
         for (logical, e) in t.map.iter().enumerate() {
@@ -144,9 +169,10 @@ impl Table {
         self.rev[rev_index(&self.geo, physical)]
     }
 
-    /// Free and pending segments.
+    /// Free, pending and held segments: empty, reusable after a device
+    /// flush or a checkpoint.
     pub fn free_or_pending(&self) -> u32 {
-        (self.free.len() + self.pending.len()) as u32
+        (self.free.len() + self.pending.len() + self.held.len()) as u32
     }
 
     /// Segments the cleaner can count on: free ones, and pending ones that a
@@ -155,11 +181,13 @@ impl Table {
     /// reserve counted on them could vanish and leave the cleaner no segment
     /// to copy into (the proptest found a crash that left every segment
     /// holding live blocks and every write failing with `NoSpace`).
+    ///
+    /// Nor those a flush would hold ([`Seg::Held`]).
     pub fn reserve(&self) -> u32 {
-        let usable = if self.any_tainted {
+        let usable = if self.any_tainted || self.chain {
             self.pending
                 .iter()
-                .filter(|&&s| !self.tainted[s as usize])
+                .filter(|&&s| !self.tainted[s as usize] && !self.holds(s))
                 .count()
         } else {
             self.pending.len()
@@ -167,18 +195,35 @@ impl Table {
         (self.free.len() + usable) as u32
     }
 
+    /// Whether empty segment `s`, once flushed, waits for a checkpoint
+    /// (invariant 9).
+    fn holds(&self, s: u32) -> bool {
+        self.chain && self.opened_after[s as usize] >= self.checkpoint_durable
+    }
+
     /// Opens the free segment next after `after` (wrapping): the log's
     /// writes move up the disk in address order, which a disk takes faster
     /// than jumps back and forth. `written` is the log's blocks written so
     /// far (the segment's birth, for its measured lifetime).
-    pub fn open_segment(&mut self, after: u32, written: u64) -> Result<u32, LogDiskError> {
-        let (i, &segment) = self
-            .free
-            .iter()
-            .enumerate()
-            .min_by_key(|&(_, &s)| s.wrapping_sub(after.wrapping_add(1)))
-            .ok_or(LogDiskError::NoSpace)?;
-        self.free.swap_remove(i);
+    ///
+    /// `pinned` (a segment listed as the successor of the last one opened,
+    /// [`Table::pick_next`]) is opened instead if given; it is free.
+    pub fn open_segment(
+        &mut self,
+        after: u32,
+        written: u64,
+        pinned: Option<u32>,
+    ) -> Result<u32, LogDiskError> {
+        let i = match pinned {
+            Some(p) => self.free.iter().position(|&s| s == p).unwrap_or_else(|| {
+                panic!(
+                    "the segment named next, {p}, is {:?}, not free",
+                    self.seg[p as usize]
+                )
+            }),
+            None => self.next_free(after).ok_or(LogDiskError::NoSpace)?,
+        };
+        let segment = self.free.swap_remove(i);
         let s = segment as usize;
         assert_eq!(
             self.seg[s],
@@ -195,7 +240,29 @@ impl Table {
         );
         self.seg[s] = Seg::Open;
         self.opened_at[s] = written;
+        self.opened_after[s] = self.checkpoint_queued;
         Ok(segment)
+    }
+
+    /// Where in `free` the free segment next after `after` (wrapping) is.
+    fn next_free(&self, after: u32) -> Option<usize> {
+        self.free
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &s)| s.wrapping_sub(after.wrapping_add(1)))
+            .map(|(i, _)| i)
+    }
+
+    /// The segment to open after `after` (the one just opened), listed in
+    /// its summaries so recovery can follow the log there: the free one
+    /// [`Table::open_segment`] would take next. It stays free until opened
+    /// (nothing else takes a free segment). `None` without
+    /// [`Table::chain`] or with nothing free.
+    pub fn pick_next(&self, after: u32) -> Option<u32> {
+        if !self.chain {
+            return None;
+        }
+        self.next_free(after).map(|i| self.free[i])
     }
 
     /// The head segment takes no more writes: pending if nothing in it is
@@ -290,19 +357,24 @@ impl Table {
     }
 
     /// Pending segments become free (after a device flush), except those a
-    /// trim tainted: they wait for the next checkpoint.
+    /// trim tainted: they wait for the next checkpoint; and, with
+    /// [`Table::chain`], those opened since the newest durable checkpoint:
+    /// they are held until a newer one is durable.
     pub fn release_pending(&mut self) {
         self.release_pending_upto(usize::MAX);
     }
 
     /// [`Table::release_pending`] of the first `upto` pending segments.
     pub fn release_pending_upto(&mut self, upto: usize) {
+        let (chain, durable) = (self.chain, self.checkpoint_durable);
         let Self {
             pending,
             seg,
             free,
             tainted,
             live,
+            held,
+            opened_after,
             ..
         } = self;
         let mut index = 0usize;
@@ -316,6 +388,35 @@ impl Table {
                 0,
                 "invariant 5: pending segment {s} is live"
             );
+            // As `holds`, which the borrows here keep from being called.
+            if chain && opened_after[s as usize] >= durable {
+                seg[s as usize] = Seg::Held;
+                held.push(s);
+            } else {
+                seg[s as usize] = Seg::Free;
+                free.push(s);
+            }
+            false
+        });
+    }
+
+    /// Checkpoint `number` is durable: segments held for an older one are
+    /// free.
+    pub fn checkpoint_durable(&mut self, number: u64) {
+        strict_assert!(number <= self.checkpoint_queued);
+        self.checkpoint_durable = self.checkpoint_durable.max(number);
+        let durable = self.checkpoint_durable;
+        let Self {
+            held,
+            seg,
+            free,
+            opened_after,
+            ..
+        } = self;
+        held.retain(|&s| {
+            if opened_after[s as usize] >= durable {
+                return true;
+            }
             seg[s as usize] = Seg::Free;
             free.push(s);
             false
@@ -374,14 +475,18 @@ impl Table {
             ));
         }
         for (s, (&state, &live)) in self.seg.iter().zip(&live).enumerate() {
-            let empty_required = matches!(state, Seg::Free | Seg::Pending);
+            let empty_required = matches!(state, Seg::Free | Seg::Pending | Seg::Held);
             if (empty_required && live > 0) || (state == Seg::Closed && live == 0) {
                 return Err(format!(
                     "invariant 5: segment {s} is {state:?} with {live} live blocks"
                 ));
             }
         }
-        for (list, state) in [(&self.free, Seg::Free), (&self.pending, Seg::Pending)] {
+        for (list, state) in [
+            (&self.free, Seg::Free),
+            (&self.pending, Seg::Pending),
+            (&self.held, Seg::Held),
+        ] {
             let mut listed = vec![false; segments];
             for &s in list {
                 if self.seg[s as usize] != state || std::mem::replace(&mut listed[s as usize], true)
@@ -422,6 +527,12 @@ impl Table {
             return Err(format!(
                 "invariant 8: segment {s} is tainted and {:?}",
                 self.seg[s]
+            ));
+        }
+        if let Some(s) = (0..segments).find(|&s| self.seg[s] == Seg::Free && self.holds(s as u32)) {
+            return Err(format!(
+                "invariant 9: segment {s} is free, opened after checkpoint #{}, the newest durable is #{}",
+                self.opened_after[s], self.checkpoint_durable
             ));
         }
         Ok(())

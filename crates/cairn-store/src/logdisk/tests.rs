@@ -344,7 +344,7 @@ fn table_verify_names_each_broken_invariant() {
     let closed = (0..t.seg.len())
         .find(|&c| t.seg[c] == Seg::Closed)
         .expect("a closed segment");
-    let mutations: [(u32, Mutation); 8] = [
+    let mutations: [(u32, Mutation); 9] = [
         (1, &|t| t.map[5].physical = start),
         (2, &|t| t.rev[(e.physical - start) as usize] = 6),
         (3, &|t| t.live[s] += 1),
@@ -353,9 +353,12 @@ fn table_verify_names_each_broken_invariant() {
         (6, &|t| t.free.push(t.free[0])),
         (7, &|t| t.seg[closed] = Seg::Open),
         (8, &|t| t.any_tainted = !t.any_tainted),
+        (9, &|t| {
+            t.opened_after[t.free[0] as usize] = t.checkpoint_durable;
+        }),
     ];
     for (number, mutate) in mutations {
-        let (map, rev, live, last_seq, seg, free, tainted) = (
+        let (map, rev, live, last_seq, seg, free, tainted, opened_after) = (
             t.map.clone(),
             t.rev.clone(),
             t.live.clone(),
@@ -363,6 +366,7 @@ fn table_verify_names_each_broken_invariant() {
             t.seg.clone(),
             t.free.clone(),
             t.any_tainted,
+            t.opened_after.clone(),
         );
         mutate(t);
         let broken = t.verify(head).expect_err("a broken table");
@@ -378,7 +382,8 @@ fn table_verify_names_each_broken_invariant() {
             t.seg,
             t.free,
             t.any_tainted,
-        ) = (map, rev, live, last_seq, seg, free, tainted);
+            t.opened_after,
+        ) = (map, rev, live, last_seq, seg, free, tainted, opened_after);
         t.verify(head).expect("restored");
     }
 }

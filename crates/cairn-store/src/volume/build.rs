@@ -781,6 +781,7 @@ fn log_options(l: &LogSpec) -> logdisk::Options {
         background_destage: l.background_destage,
         writer_threads: l.writer_threads,
         background_clean: l.background_clean,
+        chain: l.recovery_chain,
     }
 }
 

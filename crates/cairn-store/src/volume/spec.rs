@@ -398,6 +398,7 @@ impl From<Partial> for PartialSegments {
 /// `kind = "log"`: the log-structured disk of papers/003.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[allow(clippy::struct_excessive_bools)] // one per switch of the log disk's options
 pub struct LogSpec {
     /// The device the log is written to.
     pub over: String,
@@ -460,6 +461,12 @@ pub struct LogSpec {
     /// (false: clean only synchronously, at the low watermark). Default true.
     #[serde(default = "default_background_clean")]
     pub background_clean: bool,
+    /// Each segment names the next and each checkpoint the first, so
+    /// recovery after a crash reads only the segments written since the
+    /// checkpoint (false: it reads the first block of every segment).
+    /// Default true.
+    #[serde(default = "default_recovery_chain")]
+    pub recovery_chain: bool,
     /// The non-volatile write cache; without it a flush writes a partial
     /// segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -504,6 +511,10 @@ fn default_background_destage() -> bool {
 
 fn default_background_clean() -> bool {
     crate::logdisk::Options::default().background_clean
+}
+
+fn default_recovery_chain() -> bool {
+    crate::logdisk::Options::default().chain
 }
 
 /// A log disk's `nv_cache` table.

@@ -176,10 +176,24 @@ pub fn workload<D: Device + 'static>(
     ops: u64,
     base: u64,
 ) -> bool {
+    workload_of(disk, model, seed, ops, base, true)
+}
+
+/// [`workload`], with closes and trims only if `closes_and_trims`: without
+/// them (each of which ends in a checkpoint) the log runs long between
+/// checkpoints.
+pub fn workload_of<D: Device + 'static>(
+    disk: &LogDisk<D>,
+    model: &mut Model,
+    seed: u64,
+    ops: u64,
+    base: u64,
+    closes_and_trims: bool,
+) -> bool {
     let g = disk.geometry();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for op in 0..ops {
-        if rng.random_ratio(1, 40) {
+        if rng.random_ratio(1, 40) && closes_and_trims {
             if disk.close().is_err() {
                 return false;
             }
@@ -193,7 +207,7 @@ pub fn workload<D: Device + 'static>(
             model.flushed();
             continue;
         }
-        if rng.random_ratio(1, 12) {
+        if rng.random_ratio(1, 12) && closes_and_trims {
             let count = rng.random_range(1..=4u64);
             let first = rng.random_range(0..g.logical_blocks - count);
             if disk.trim_blocks(first, count).is_err() {

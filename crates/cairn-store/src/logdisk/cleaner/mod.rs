@@ -64,11 +64,6 @@ pub(super) struct Cleaner {
     ranked: Vec<(f64, u32)>,
 }
 
-/// Where a relocation may take a checkpoint: the background pass may, to
-/// reuse trimmed segments when no segment is free; the foreground cleaner
-/// never does (its caller took one before it started).
-pub(super) type CheckpointNumber<'a> = Option<&'a mut u64>;
-
 impl Cleaner {
     /// Cleans in the foreground until `clean_high` free segments (or
     /// nothing more can be gained): passes of victims whose live blocks fit
@@ -81,6 +76,7 @@ impl Cleaner {
         to: &Target<'_, D>,
         options: &Options,
         clean_high: u32,
+        checkpoint_number: &mut u64,
     ) -> Result<(), LogDiskError> {
         let mut work = Foreground {
             out: std::mem::take(&mut self.out),
@@ -96,7 +92,7 @@ impl Cleaner {
                 break Ok(());
             }
             passes += 1;
-            match foreground_pass(core, log, to, options, &mut work) {
+            match foreground_pass(core, log, to, options, &mut work, checkpoint_number) {
                 Ok(true) => {}
                 Ok(false) => break Ok(()),
                 Err(e) => break Err(e),
@@ -286,7 +282,7 @@ impl Cleaner {
                 &entries,
                 &mut out,
                 background,
-                Some(checkpoint_number),
+                checkpoint_number,
             );
         }
         self.out = out;
@@ -363,6 +359,7 @@ fn foreground_pass<D: Device + 'static>(
     to: &Target<'_, D>,
     options: &Options,
     w: &mut Foreground,
+    checkpoint_number: &mut u64,
 ) -> Result<bool, LogDiskError> {
     let geo = to.geo;
     let b = geo.block_size as usize;
@@ -417,7 +414,15 @@ fn foreground_pass<D: Device + 'static>(
     for &v in &w.victims {
         core.table.seg[v as usize] = Seg::Closed;
     }
-    relocate(core, log, to, &w.entries, &mut w.out, false, None)?;
+    relocate(
+        core,
+        log,
+        to,
+        &w.entries,
+        &mut w.out,
+        false,
+        checkpoint_number,
+    )?;
     for &v in &w.victims {
         // Every live block moved (checked in `collect`), so the victim
         // emptied; it may even be the head again already.
@@ -439,7 +444,8 @@ fn room_before_freeing(core: &Core, log: &Log, segment_blocks: usize) -> usize {
 /// Writes the relocated `entries` (data at `(i + 1)·B` of `out`) through the
 /// log, as one segment write per segment they reach. Before opening a
 /// segment it makes one free (a queued flush reaped, or a device flush),
-/// and — with `checkpoint` — a checkpoint if only trimmed segments remain.
+/// and a checkpoint (numbered after `checkpoint_number`) if only trimmed or
+/// held segments remain.
 fn relocate<D: Device + 'static>(
     core: &mut Core,
     log: &mut Log,
@@ -447,18 +453,16 @@ fn relocate<D: Device + 'static>(
     entries: &[SummaryEntry],
     out: &mut IoBuf,
     background: bool,
-    mut checkpoint: CheckpointNumber<'_>,
+    checkpoint_number: &mut u64,
 ) -> Result<(), LogDiskError> {
     let n = to.geo.segment_blocks;
     let mut done = 0usize;
     while done < entries.len() {
         if log.head.is_none() {
             core.free_a_segment(&**to.dev)?;
-            if let Some(number) = checkpoint.as_deref_mut()
-                && core.table.free.is_empty()
-                && core.table.any_tainted
+            if core.table.free.is_empty() && (core.table.any_tainted || !core.table.held.is_empty())
             {
-                checkpoint::write(to.dev, to.geo, core, log, number, false, false)?;
+                checkpoint::write(to.dev, to.geo, core, log, checkpoint_number, false, false)?;
             }
         }
         let k = (log.room(n) as usize).min(entries.len() - done);
