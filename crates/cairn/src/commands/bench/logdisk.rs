@@ -172,6 +172,13 @@ pub struct LogdiskBenchArgs {
     #[arg(long, value_name = "BOOL", default_value_t = Options::default().background_clean,
           action = clap::ArgAction::Set)]
     background_clean: bool,
+
+    /// Each segment names the next, so recovery after a crash reads only the
+    /// segments written since the last checkpoint (false: every segment's
+    /// first block; no segment held for a checkpoint).
+    #[arg(long, value_name = "BOOL", default_value_t = Options::default().chain,
+          action = clap::ArgAction::Set)]
+    recovery_chain: bool,
 }
 
 impl LogdiskBenchArgs {
@@ -184,6 +191,7 @@ impl LogdiskBenchArgs {
             background_destage: self.background_destage,
             writer_threads: self.writer_threads,
             background_clean: self.background_clean,
+            chain: self.recovery_chain,
             ..Options::default()
         }
     }

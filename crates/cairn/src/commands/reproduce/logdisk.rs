@@ -203,6 +203,9 @@ impl Experiment<'_> {
             live_read_below: 0.0,
             // The paper's cleaner: at the low watermark, synchronously.
             background_clean: false,
+            // The paper's recovery reads every segment's summary; and with
+            // no checkpoint, every segment emptied would be held.
+            chain: false,
             ..Options::default()
         };
         let disk = LogDisk::format(dev, geo, nv, options)?;
