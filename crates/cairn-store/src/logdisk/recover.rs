@@ -379,7 +379,6 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     seg_buf: &mut [u8],
     segments: Segments,
 ) -> Result<Replay, LogDiskError> {
-    let b = geo.block_size as usize;
     let after = cp.sequence;
     if segments == Segments::Closed {
         strict_assert!(
@@ -396,23 +395,9 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
         });
     }
     let mut found = Vec::new();
-    let mut max_seen = after;
-    // The head segment, read whole.
     let head = cp.head_segment;
-    dev.read_at(seg_buf, block_of(geo, head, 0) * b as u64)?;
+    let mut max_seen = walk_head(dev, geo, cp, seg_buf, &mut found)?;
     let mut segments_read = 1;
-    max_seen = max_seen.max(walk_segment(
-        seg_buf,
-        geo,
-        head,
-        cp.head_slot,
-        after,
-        &mut found,
-    ));
-    if cp.head_slot > 0 {
-        // The head segment may also have been reused from slot 0.
-        max_seen = max_seen.max(walk_segment(seg_buf, geo, head, 0, after, &mut found));
-    }
     let chain = match (segments, cp.chain) {
         (Segments::Scan, Some(start)) => {
             let before = found.len();
@@ -477,6 +462,25 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     })
 }
 
+/// Reads checkpoint `cp`'s head segment whole and walks it from the head
+/// slot, and from slot 0 (it may have been reused since); returns the
+/// largest sequence seen (at least the checkpoint's).
+fn walk_head<D: Device + ?Sized>(
+    dev: &D,
+    geo: &Geometry,
+    cp: &Checkpoint,
+    seg_buf: &mut [u8],
+    found: &mut Vec<Found>,
+) -> Result<u64, LogDiskError> {
+    let (head, after) = (cp.head_segment, cp.sequence);
+    dev.read_at(seg_buf, block_of(geo, head, 0) * u64::from(geo.block_size))?;
+    let mut max_seen = after.max(walk_segment(seg_buf, geo, head, cp.head_slot, after, found));
+    if cp.head_slot > 0 {
+        max_seen = max_seen.max(walk_segment(seg_buf, geo, head, 0, after, found));
+    }
+    Ok(max_seen)
+}
+
 /// Whether what the chain from `cp` found (with the head segment's writes)
 /// is what reading every segment finds, up to where the chain ends: a
 /// write it missed must be newer than `seen`, every write along it (one
@@ -489,13 +493,9 @@ fn chain_agrees_with_scan<D: Device + ?Sized>(
     found: &[Found],
     seen: u64,
 ) -> Result<bool, LogDiskError> {
-    let (b, head, after) = (u64::from(geo.block_size), cp.head_segment, cp.sequence);
+    let (head, after) = (cp.head_segment, cp.sequence);
     let mut all = Vec::new();
-    dev.read_at(seg_buf, block_of(geo, head, 0) * b)?;
-    walk_segment(seg_buf, geo, head, cp.head_slot, after, &mut all);
-    if cp.head_slot > 0 {
-        walk_segment(seg_buf, geo, head, 0, after, &mut all);
-    }
+    walk_head(dev, geo, cp, seg_buf, &mut all)?;
     scan_all(dev, geo, after, head, seg_buf, Segments::Every, &mut all)?;
     let chained: std::collections::BTreeSet<u64> = found.iter().map(|f| f.sequence).collect();
     let all: std::collections::BTreeSet<u64> = all.iter().map(|f| f.sequence).collect();
