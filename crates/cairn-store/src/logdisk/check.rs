@@ -13,7 +13,7 @@ use std::fmt;
 use super::error::LogDiskError;
 use super::format::{self, Geometry, UNMAPPED};
 use super::metrics::Metrics;
-use super::recover::{Segments, read_checkpoint, roll_forward};
+use super::recover::{Segments, read_checkpoint, read_superblock, roll_forward};
 use super::table::{block_of, segment_of};
 use crate::device::Device;
 
@@ -30,6 +30,11 @@ pub struct Report {
     pub checkpoint: (u64, u64),
     /// Whether a clean close wrote it (recovery then reads no segment).
     pub closed: bool,
+    /// Segments an open would read to recover (none after a clean close).
+    pub recovery_reads: u32,
+    /// Whether it would find them along the chain the checkpoint names
+    /// (else it reads every segment's first block).
+    pub chained: bool,
     /// Segment writes after the checkpoint that recovery replays.
     pub replayed: usize,
     /// Logical blocks mapped.
@@ -53,27 +58,11 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.3}"))
 }
 
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Report {
+    /// The checkpoint slots, the one in use, and what recovering from it
+    /// would read.
+    fn write_checkpoints(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = &self.geometry;
-        let b = u64::from(g.block_size);
-        writeln!(f, "log disk v{}  id {:016x}", format::VERSION, self.id)?;
-        writeln!(
-            f,
-            "  blocks         {} bytes; {} logical ({} MiB exported), {} mapped",
-            g.block_size,
-            g.logical_blocks,
-            (g.logical_blocks * b) >> 20,
-            self.mapped
-        )?;
-        writeln!(
-            f,
-            "  segments       {} of {} blocks ({} KiB); image {} blocks",
-            g.segments,
-            g.segment_blocks,
-            (u64::from(g.segment_blocks) * b) >> 10,
-            g.image_blocks()
-        )?;
         writeln!(
             f,
             "  checkpoints    {} blocks each; A: {}; B: {}",
@@ -97,6 +86,45 @@ impl fmt::Display for Report {
             },
             self.replayed
         )?;
+        writeln!(
+            f,
+            "  recovery       would read {} of {} segments{}",
+            self.recovery_reads,
+            g.segments,
+            if self.closed {
+                ""
+            } else if self.chained {
+                " (those opened since the checkpoint, along the chain it names)"
+            } else {
+                " (every first block: the checkpoint names no chain, or a link is missing)"
+            }
+        )?;
+        Ok(())
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        let b = u64::from(g.block_size);
+        writeln!(f, "log disk v{}  id {:016x}", format::VERSION, self.id)?;
+        writeln!(
+            f,
+            "  blocks         {} bytes; {} logical ({} MiB exported), {} mapped",
+            g.block_size,
+            g.logical_blocks,
+            (g.logical_blocks * b) >> 20,
+            self.mapped
+        )?;
+        writeln!(
+            f,
+            "  segments       {} of {} blocks ({} KiB); image {} blocks",
+            g.segments,
+            g.segment_blocks,
+            (u64::from(g.segment_blocks) * b) >> 10,
+            g.image_blocks()
+        )?;
+        self.write_checkpoints(f)?;
         let usable = f64::from(g.segment_blocks - 1);
         let free = self.live.iter().filter(|&&l| l == 0).count();
         let mut buckets = [0usize; 10];
@@ -216,39 +244,38 @@ fn closed_but_written(cp: &format::Checkpoint, newer: usize) -> Option<String> {
     })
 }
 
-/// A problem if recovery, following the chain of segments checkpoint `cp`
-/// names, would find fewer of the `newer` writes after the checkpoint than
-/// reading every segment does (none if it names no chain, or a link is
-/// missing and recovery reads every segment).
-fn chain_short<D: Device + ?Sized>(
+/// What an open would read to recover from checkpoint `cp` (segments,
+/// and whether along its chain), and a problem if that finds fewer of the
+/// `newer` writes after the checkpoint than reading every segment does.
+fn recovery_plan<D: Device + ?Sized>(
     dev: &D,
     g: &Geometry,
     cp: &format::Checkpoint,
     seg_buf: &mut [u8],
     newer: usize,
-) -> Result<Option<String>, LogDiskError> {
-    let chain = roll_forward(dev, g, cp, &mut cp.map.clone(), seg_buf, Segments::Scan)?;
-    let found = chain.applied;
-    Ok((chain.chained && found < newer).then(|| {
+) -> Result<(u32, bool, Option<String>), LogDiskError> {
+    if cp.closed {
+        return Ok((0, false, None));
+    }
+    let plan = roll_forward(dev, g, cp, &mut cp.map.clone(), seg_buf, Segments::Scan)?;
+    let found = plan.applied;
+    let short = (plan.chained && found < newer).then(|| {
         format!(
             "the chain of segments from checkpoint #{} reaches {found} of the {newer} segment writes after it: recovery would not replay the newest {} (written after a link the crash tore, never flushed, if the disk only crashed)",
             cp.number,
             newer - found
         )
-    }))
+    });
+    Ok((plan.segments_read, plan.chained, short))
 }
 
 /// Examines a log-disk image; structural failures (no superblock, no valid
 /// checkpoint, device errors) are errors, everything else is a problem in the
 /// report.
 pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
-    let mut first = vec![0u8; 512.min(dev.len() as usize)];
-    dev.read_at(&mut first, 0)?;
-    let bs = format::superblock_block_size(&first);
-    let mut first = vec![0u8; (bs as usize).min(dev.len() as usize)];
-    dev.read_at(&mut first, 0)?;
-    let sb = format::decode_superblock(&first)?;
+    let sb = read_superblock(dev)?;
     let g = sb.geometry;
+    let bs = g.block_size;
     let b = u64::from(g.block_size);
     if dev.len() < g.image_blocks() * b {
         return Err(LogDiskError::TooSmall {
@@ -271,7 +298,9 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf, Segments::Every)?;
     strict_assert_eq!(map.len() as u64, g.logical_blocks, "one entry per block");
     problems.extend(closed_but_written(&cp, replay.applied));
-    problems.extend(chain_short(dev, &g, &cp, &mut seg_buf, replay.applied)?);
+    let (recovery_reads, chained, short) =
+        recovery_plan(dev, &g, &cp, &mut seg_buf, replay.applied)?;
+    problems.extend(short);
     usage_problems(&cp, &g, &mut problems);
     let named = summary_names(dev, &g, &mut seg_buf)?;
     strict_assert_eq!(
@@ -334,6 +363,8 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
         slots,
         checkpoint: (cp.number, cp.sequence),
         closed: cp.closed,
+        recovery_reads,
+        chained,
         replayed: replay.applied,
         mapped,
         live,
@@ -379,6 +410,30 @@ mod tests {
         let text = r.to_string();
         assert!(text.contains("clean: no problem found"), "{text}");
         assert!(text.contains("write amplification"), "{text}");
+        assert!(text.contains("would read 0 of 12 segments\n"), "{text}");
+    }
+
+    /// After a crash, the report says what recovery would read: the chain
+    /// of segments opened since the checkpoint, not all of them.
+    #[test]
+    fn a_crashed_image_names_what_recovery_would_read() {
+        let (dev, _) = image();
+        let disk = LogDisk::open(dev.clone(), None, Options::default()).expect("open");
+        for l in 0..20 {
+            disk.write_blocks(l, &[7; 512]).expect("write");
+        }
+        disk.flush().expect("flush");
+        drop(disk);
+        let r = examine(&*dev).expect("examine");
+        assert!(r.is_clean(), "{r}");
+        assert!(r.chained && r.replayed > 0, "{r}");
+        assert!(r.recovery_reads < 12, "{r}");
+        let text = r.to_string();
+        let line = format!(
+            "would read {} of 12 segments (those opened since the checkpoint, along the chain it names)",
+            r.recovery_reads
+        );
+        assert!(text.contains(&line), "{text}");
     }
 
     /// A checkpoint marked closed with writes after it (here: the close's
