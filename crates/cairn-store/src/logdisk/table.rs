@@ -19,7 +19,7 @@
 //!    entries.
 //! 3. `live[s]` is the number of mapped entries in segment `s`.
 //! 4. `last_seq[s]` is at least the sequence of every entry in segment `s`.
-//! 5. A free or pending segment holds nothing live; a closed one holds a
+//! 5. A free, pending or held segment holds nothing live; a closed one holds a
 //!    live block (an empty closed segment would be lost to reuse forever).
 //! 6. `free`, `pending` and `held` list exactly the free, pending and
 //!    held segments, each once.
