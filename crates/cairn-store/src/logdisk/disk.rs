@@ -623,7 +623,7 @@ impl<D: Device + 'static> LogDisk<D> {
                 return Ok(());
             }
         }
-        st.core.free_a_segment(&*self.dev)?;
+        st.core.free_a_segment(&*self.dev, st.log.pin)?;
         let table = &st.core.table;
         if table.free.is_empty() && (table.any_tainted || !table.held.is_empty()) {
             self.checkpoint(st, false)?;

@@ -132,13 +132,25 @@ impl Core {
     /// Makes room for a segment write: a flush queued behind the last
     /// writes frees segments when reaped; otherwise a device flush frees
     /// the pending ones.
-    pub fn free_a_segment<D: Device + ?Sized>(&mut self, dev: &D) -> Result<(), LogDiskError> {
-        while self.table.free.is_empty() && !self.queue.queued.is_empty() {
+    ///
+    /// `pinned` (the segment the log named next) must be free before it is
+    /// opened: a pending one is freed the same way.
+    pub fn free_a_segment<D: Device + ?Sized>(
+        &mut self,
+        dev: &D,
+        pinned: Option<u32>,
+    ) -> Result<(), LogDiskError> {
+        use super::table::Seg;
+        let wanting =
+            |t: &Table| t.free.is_empty() || pinned.is_some_and(|p| t.seg[p as usize] != Seg::Free);
+        while wanting(&self.table) && !self.queue.queued.is_empty() {
             self.reap_one()?;
         }
-        if self.table.free.is_empty() && !self.table.pending.is_empty() {
+        if wanting(&self.table) && !self.table.pending.is_empty() {
             self.device_flush(dev)?;
         }
+        // A pinned segment was free, or pending and not held: freed now.
+        strict_assert!(pinned.is_none_or(|p| self.table.seg[p as usize] == Seg::Free));
         Ok(())
     }
 

@@ -32,9 +32,10 @@ pub(super) struct Log {
     /// The segment opened last: the next is the free one after it.
     pub last_opened: u32,
     /// The segment to open next, named in every summary written until then
-    /// and in a checkpoint (recovery follows these links); free until
-    /// opened. `None`: none was free when it was chosen (recovery that
-    /// comes to a summary without one reads every segment).
+    /// and in a checkpoint (recovery follows these links); free, or
+    /// pending until the flush before it is opened. `None`: neither when it
+    /// was chosen (recovery that comes to a summary without one reads every
+    /// segment).
     pub pin: Option<u32>,
     /// The last sequence given to a write (an NV slot's or a segment
     /// write's).

@@ -256,13 +256,23 @@ impl Table {
     /// The segment to open after `after` (the one just opened), listed in
     /// its summaries so recovery can follow the log there: the free one
     /// [`Table::open_segment`] would take next. It stays free until opened
-    /// (nothing else takes a free segment). `None` without
-    /// [`Table::chain`] or with nothing free.
+    /// (nothing else takes a free segment). With none free, a pending one
+    /// that the next device flush frees (not tainted, not to be held): the
+    /// caller flushes before opening it ([`Core::free_a_segment`]).
+    /// `None` without [`Table::chain`] or with neither.
+    ///
+    /// [`Core::free_a_segment`]: super::flush::Core::free_a_segment
     pub fn pick_next(&self, after: u32) -> Option<u32> {
         if !self.chain {
             return None;
         }
-        self.next_free(after).map(|i| self.free[i])
+        self.next_free(after).map(|i| self.free[i]).or_else(|| {
+            self.pending
+                .iter()
+                .copied()
+                .filter(|&s| !self.tainted[s as usize] && !self.holds(s))
+                .min_by_key(|&s| s.wrapping_sub(after.wrapping_add(1)))
+        })
     }
 
     /// The head segment takes no more writes: pending if nothing in it is

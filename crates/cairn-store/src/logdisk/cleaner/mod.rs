@@ -459,7 +459,7 @@ fn relocate<D: Device + 'static>(
     let mut done = 0usize;
     while done < entries.len() {
         if log.head.is_none() {
-            core.free_a_segment(&**to.dev)?;
+            core.free_a_segment(&**to.dev, log.pin)?;
             if core.table.free.is_empty() && (core.table.any_tainted || !core.table.held.is_empty())
             {
                 checkpoint::write(to.dev, to.geo, core, log, checkpoint_number, false, false)?;
