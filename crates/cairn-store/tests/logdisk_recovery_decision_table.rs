@@ -49,7 +49,11 @@ fn formatted() -> Arc<MemoryDevice> {
 
 /// Byte offset of checkpoint slot A (`false`) or B (`true`).
 fn slot(b_slot: bool) -> u64 {
-    let g = geo();
+    slot_of(&geo(), b_slot)
+}
+
+/// [`slot`] in geometry `g`.
+fn slot_of(g: &Geometry, b_slot: bool) -> u64 {
     B as u64 * if b_slot { 1 + g.checkpoint_blocks() } else { 1 }
 }
 
@@ -323,12 +327,11 @@ fn a_decayed_link_makes_recovery_read_every_segment() {
     };
     let start = {
         let mut buf = [0u8; 4];
-        let slot_b = cp % 2 == 0;
-        let at = B as u64 * if slot_b { 1 + g.checkpoint_blocks() } else { 1 };
-        dev.read_at(&mut buf, at + 56).unwrap();
+        dev.read_at(&mut buf, slot_of(&g, cp % 2 == 0) + 56)
+            .unwrap();
         u32::from_le_bytes(buf) - 1
     };
-    let first_block = |s: u32| (1 + 2 * g.checkpoint_blocks() + u64::from(s) * 8) * B as u64;
+    let first_block = |s: u32| g.segment_start(s) * B as u64;
     let mut segment = start;
     for _ in 0..10 {
         let mut buf = [0u8; 4];

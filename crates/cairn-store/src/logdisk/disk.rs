@@ -311,7 +311,7 @@ impl<D: Device + 'static> LogDisk<D> {
 
     /// Free segments (including those awaiting the next flush).
     pub fn free_segments(&self) -> u32 {
-        self.read_state().core.table.free_or_pending()
+        self.read_state().core.table.empty_segments()
     }
 
     /// Live blocks per segment (for utilisation histograms).
@@ -705,7 +705,7 @@ impl<D: Device + 'static> LogDisk<D> {
             // only once a checkpoint is durable; take one now rather than
             // clean around them.
             self.checkpoint(st, false)?;
-            if st.core.table.free_or_pending() >= self.options.clean_high {
+            if st.core.table.empty_segments() >= self.options.clean_high {
                 return Ok(());
             }
         }

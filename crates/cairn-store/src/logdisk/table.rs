@@ -171,7 +171,7 @@ impl Table {
 
     /// Free, pending and held segments: empty, reusable after a device
     /// flush or a checkpoint.
-    pub fn free_or_pending(&self) -> u32 {
+    pub fn empty_segments(&self) -> u32 {
         (self.free.len() + self.pending.len() + self.held.len()) as u32
     }
 
@@ -198,7 +198,11 @@ impl Table {
     /// Whether empty segment `s`, once flushed, waits for a checkpoint
     /// (invariant 9).
     fn holds(&self, s: u32) -> bool {
-        self.chain && self.opened_after[s as usize] >= self.checkpoint_durable
+        holds(
+            self.chain,
+            self.opened_after[s as usize],
+            self.checkpoint_durable,
+        )
     }
 
     /// Opens the free segment next after `after` (wrapping): the log's
@@ -398,8 +402,7 @@ impl Table {
                 0,
                 "invariant 5: pending segment {s} is live"
             );
-            // As `holds`, which the borrows here keep from being called.
-            if chain && opened_after[s as usize] >= durable {
+            if holds(chain, opened_after[s as usize], durable) {
                 seg[s as usize] = Seg::Held;
                 held.push(s);
             } else {
@@ -547,6 +550,13 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// Whether an empty segment opened after checkpoint `opened_after` waits,
+/// once flushed, for a checkpoint newer than the `durable` one (with the
+/// chain on; invariant 9).
+fn holds(chain: bool, opened_after: u64, durable: u64) -> bool {
+    chain && opened_after >= durable
 }
 
 /// Absolute segment block → its [`Table::rev`] index.

@@ -88,7 +88,7 @@ impl Cleaner {
         };
         let mut passes = 0u32;
         let result = loop {
-            if core.table.free_or_pending() >= clean_high || passes >= 2 * to.geo.segments {
+            if core.table.empty_segments() >= clean_high || passes >= 2 * to.geo.segments {
                 break Ok(());
             }
             passes += 1;
@@ -438,7 +438,7 @@ fn foreground_pass<D: Device + 'static>(
 fn room_before_freeing(core: &Core, log: &Log, segment_blocks: usize) -> usize {
     log.head
         .map_or(0, |(_, slot)| segment_blocks - slot as usize - 1)
-        + core.table.free_or_pending() as usize * (segment_blocks - 1)
+        + core.table.empty_segments() as usize * (segment_blocks - 1)
 }
 
 /// Writes the relocated `entries` (data at `(i + 1)·B` of `out`) through the
