@@ -146,6 +146,31 @@ pub enum DeviceError {
     },
 }
 
+/// [`Device::read_at`] into a buffer of any address: where the device needs
+/// aligned memory (`O_DIRECT`) and `buf` is not, through an [`IoBuf`] and a
+/// copy; otherwise straight into `buf`. The offset and length are the
+/// caller's to align.
+pub fn read_aligned(dev: &dyn Device, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+    let align = dev.alignment();
+    if align > SECTOR && !is_aligned(buf, align) {
+        let mut bounce = IoBuf::zeroed(buf.len());
+        dev.read_at(&mut bounce, offset)?;
+        buf.copy_from_slice(&bounce);
+        return Ok(());
+    }
+    dev.read_at(buf, offset)
+}
+
+/// [`Device::write_at`] from a buffer of any address, as [`read_aligned`]
+/// reads.
+pub fn write_aligned(dev: &dyn Device, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+    let align = dev.alignment();
+    if align > SECTOR && !is_aligned(data, align) {
+        return dev.write_at(&IoBuf::copy_padded(data, data.len()), offset);
+    }
+    dev.write_at(data, offset)
+}
+
 /// A fixed-size, byte-addressed store with explicit durability. See the module docs
 /// for the contract.
 pub trait Device: Send + Sync {

@@ -12,7 +12,7 @@ use super::shard::{EVICTING, Evicted, LOADING, slot_of};
 use super::slots::{WORD_WRITTEN, word_block};
 use super::{CHUNK_BLOCKS, FAILED, FAILING, Fault, HEALTHY, Inner};
 use crate::codec::crc32c;
-use crate::device::{DeviceError, DeviceOp, IoBuf};
+use crate::device::{DeviceError, DeviceOp, IoBuf, read_aligned, write_aligned};
 
 impl Inner {
     /// Writes the blocks of `list` (block, slot) that still need it back to
@@ -134,9 +134,12 @@ impl Inner {
             while end < list.len() && list[end].0 == list[end - 1].0 + 1 {
                 end += 1;
             }
-            self.backing
-                .write_at(&data[i * block..end * block], list[i].0 * self.block)
-                .map_err(Fault::Backing)?;
+            write_aligned(
+                &*self.backing,
+                &data[i * block..end * block],
+                list[i].0 * self.block,
+            )
+            .map_err(Fault::Backing)?;
             i = end;
         }
         Ok(())
@@ -441,7 +444,7 @@ impl Inner {
             self.buckets.unpin(slot);
             let ok = read.is_ok()
                 && crc32c(&data) == crc
-                && self.backing.write_at(&data, b * self.block).is_ok();
+                && write_aligned(&*self.backing, &data, b * self.block).is_ok();
             if ok {
                 Counters::add(&self.counters.cleaned, 1);
             } else {
@@ -490,13 +493,13 @@ impl Inner {
             }
         }
         Counters::add(&self.counters.bypassed_bytes, buf.len() as u64);
-        self.backing.read_at(buf, first * self.block)
+        read_aligned(&*self.backing, buf, first * self.block)
     }
 
     /// After a fallback: writes go to the backing device; a lost block
     /// written whole is lost no more.
     pub(super) fn write_failed(&self, first: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.backing.write_at(data, first * self.block)?;
+        write_aligned(&*self.backing, data, first * self.block)?;
         let n = data.len() as u64 / self.block;
         let mut lost = self.lost.lock().unwrap_or_else(PoisonError::into_inner);
         if !lost.is_empty() {
@@ -517,7 +520,7 @@ impl Inner {
         at: u64,
     ) -> Result<(), DeviceError> {
         let _ = b;
-        self.backing.write_at(bytes, at)?;
+        write_aligned(&*self.backing, bytes, at)?;
         Counters::add(&self.counters.bypassed_bytes, bytes.len() as u64);
         Ok(())
     }
@@ -617,8 +620,7 @@ impl Inner {
                     .cache_read(&mut cached, s)
                     .map_err(|f| format!("slot {s}: {:?}", DeviceError::from(f)))
                     .and_then(|()| {
-                        self.backing
-                            .read_at(&mut backing, b * self.block)
+                        read_aligned(&*self.backing, &mut backing, b * self.block)
                             .map_err(|e| format!("backing block {b}: {e}"))
                     });
                 read?;

@@ -27,12 +27,13 @@ use super::format::{
     encode_checkpoint_into, encode_record, seal_journal_block,
 };
 use super::slots::SlotTable;
-use crate::device::{DeviceError, SharedDevice};
+use crate::device::{DeviceError, IoBuf, SharedDevice};
 
 /// The journal's state behind its lock.
 pub(super) struct JournalState {
     /// The open block's image.
-    block: Vec<u8>,
+    /// Aligned, so an `O_DIRECT` cache device takes it as it is.
+    block: IoBuf,
     records: usize,
     /// The open block's sequence.
     seq: u64,
@@ -80,7 +81,7 @@ impl Journal {
             g,
             cache_id,
             state: Mutex::new(JournalState {
-                block: vec![0; g.block_size as usize],
+                block: IoBuf::zeroed(g.block_size as usize),
                 records: 0,
                 seq: next_seq,
                 written: true,
@@ -288,7 +289,7 @@ impl Journal {
     /// before replay starts from it.
     fn write_checkpoint(&self, c: &Checkpoint) -> Result<(), DeviceError> {
         let blocks = self.g.checkpoint_blocks();
-        let mut b = vec![0u8; (blocks * u64::from(self.g.block_size)) as usize];
+        let mut b = IoBuf::zeroed((blocks * u64::from(self.g.block_size)) as usize);
         encode_checkpoint_into(&mut b, c);
         let at = self.g.checkpoint_start(c.number % 2) * u64::from(self.g.block_size);
         self.cache.flush()?;

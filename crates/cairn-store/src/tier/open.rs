@@ -68,23 +68,19 @@ pub fn probe(cache: &dyn Device) -> Result<Probe, TierError> {
     if let Some(sb) = recover::read_superblock(cache)? {
         return Ok(Probe::Ours(sb));
     }
-    // The first checkpoint a format writes is at block 1, whatever the
-    // block size.
-    let mut head = IoBuf::zeroed(8);
-    for shift in 9..=16u32 {
-        let at = 1u64 << shift;
-        if at + 8 <= cache.len() {
-            let mut block = IoBuf::zeroed(4096.min(cache.len() - at) as usize);
-            cache.read_at(&mut block, at)?;
-            head.copy_from_slice(&block[..8]);
-            if head[..] == super::format::CHECKPOINT_MAGIC {
-                return Ok(Probe::Interrupted);
-            }
-        }
-    }
-    let len = cache.len().min(1 << 20) as usize;
+    // One read of the first MiB (whole units of the device's alignment, so
+    // an `O_DIRECT` cache device takes it): the first checkpoint a format
+    // writes is at block 1, whatever the block size (512 B – 64 KiB).
+    let align = cache.alignment().max(1);
+    let len = (cache.len().min(1 << 20) / align * align) as usize;
     let mut head = IoBuf::zeroed(len);
     cache.read_at(&mut head, 0)?;
+    for shift in 9..=16u32 {
+        let at = 1usize << shift;
+        if head.get(at..at + 8) == Some(&super::format::CHECKPOINT_MAGIC[..]) {
+            return Ok(Probe::Interrupted);
+        }
+    }
     match head.iter().position(|&b| b != 0) {
         None => Ok(Probe::Blank),
         Some(at) => Ok(Probe::Foreign(format!(
@@ -113,6 +109,13 @@ pub fn open_or_format(
     };
     let g = sb.geometry;
     let b = u64::from(g.block_size);
+    if b < cache.alignment() {
+        return Err(unaligned_blocks(
+            &*cache,
+            g.block_size,
+            "it was formatted with",
+        ));
+    }
     if backing.len() / b != g.backing_blocks {
         return Err(TierError::BackingMismatch {
             device: cache.describe(),
@@ -162,6 +165,22 @@ pub fn open_or_format(
     build(cache, backing, &image, want, true)
 }
 
+/// A block size the cache device cannot take: every block is read and
+/// written whole, and an `O_DIRECT` device takes only whole units of its
+/// alignment.
+fn unaligned_blocks(cache: &dyn Device, block_size: u32, whose: &str) -> TierError {
+    let unit = cache.alignment();
+    TierError::Setting {
+        setting: Setting::BlockSize,
+        message: format!(
+            "the cache device {} takes I/O in units of {unit} bytes, and the tier's block size \
+             ({whose}) is {block_size} bytes: use a block size of at least {unit} bytes, or \
+             open the cache device without direct I/O",
+            cache.describe()
+        ),
+    }
+}
+
 /// Whether the failure marker exists and names `cache_id`.
 fn marker_names(marker: Option<&PathBuf>, cache_id: u64) -> bool {
     marker
@@ -184,6 +203,9 @@ pub fn format(
             setting: Setting::BlockSize,
             message: format!("block_size {b} is not a power of two from 512 to 65536"),
         });
+    }
+    if u64::from(b) < cache.alignment() {
+        return Err(unaligned_blocks(&*cache, b, "asked for"));
     }
     if layout.bucket_size < 2 * b || !layout.bucket_size.is_multiple_of(b) {
         return Err(TierError::Setting {

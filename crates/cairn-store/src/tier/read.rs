@@ -10,7 +10,7 @@ use super::metrics::Counters;
 use super::shard::{EVICTING, Evicted, LOADING, slot_of};
 use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
-use crate::device::{DeviceError, DeviceOp, IoBuf, is_aligned};
+use crate::device::{DeviceError, DeviceOp, read_aligned, write_aligned};
 
 /// Cached blocks a backing read may span between two misses rather than
 /// split in two (64 KiB of 4 KiB blocks: a disk or network device costs more
@@ -240,9 +240,7 @@ impl Inner {
             }
             tracing::warn!("{detail}; read from the backing device instead");
             self.drop_corrupt(b, slot)?;
-            self.backing
-                .read_at(data, b * self.block)
-                .map_err(Fault::Backing)?;
+            read_aligned(&*self.backing, data, b * self.block).map_err(Fault::Backing)?;
         }
         Ok(())
     }
@@ -283,12 +281,12 @@ impl Inner {
                 }
                 at += 1;
             }
-            self.backing
-                .read_at(
-                    &mut buf[i * block..(last + 1) * block],
-                    (first + i as u64) * self.block,
-                )
-                .map_err(Fault::Backing)?;
+            read_aligned(
+                &*self.backing,
+                &mut buf[i * block..(last + 1) * block],
+                (first + i as u64) * self.block,
+            )
+            .map_err(Fault::Backing)?;
             i = last + 1;
         }
         Ok(())
@@ -404,25 +402,13 @@ impl Inner {
     /// buffer when the cache device needs one and `buf` is not.
     pub(super) fn cache_read(&self, buf: &mut [u8], slot: u32) -> Result<(), Fault> {
         let at = self.g.slot_block(slot) * self.block;
-        let align = self.cache.alignment();
-        if align > crate::device::SECTOR && !is_aligned(buf, align) {
-            let mut bounce = IoBuf::zeroed(buf.len());
-            self.cache.read_at(&mut bounce, at).map_err(Fault::Cache)?;
-            buf.copy_from_slice(&bounce);
-            return Ok(());
-        }
-        self.cache.read_at(buf, at).map_err(Fault::Cache)
+        read_aligned(&*self.cache, buf, at).map_err(Fault::Cache)
     }
 
     /// Writes whole blocks to slots `slot..`.
     pub(super) fn cache_write(&self, data: &[u8], slot: u32) -> Result<(), Fault> {
         let at = self.g.slot_block(slot) * self.block;
-        let align = self.cache.alignment();
-        if align > crate::device::SECTOR && !is_aligned(data, align) {
-            let bounce = IoBuf::copy_padded(data, data.len());
-            return self.cache.write_at(&bounce, at).map_err(Fault::Cache);
-        }
-        self.cache.write_at(data, at).map_err(Fault::Cache)
+        write_aligned(&*self.cache, data, at).map_err(Fault::Cache)
     }
 
     /// Counts a cache-device error; past the limit, the tier falls back.
@@ -454,10 +440,7 @@ impl Inner {
             })
         };
         let Some((slot, crc, word)) = hit else {
-            return self
-                .backing
-                .read_at(buf, b * self.block)
-                .map_err(Fault::Backing);
+            return read_aligned(&*self.backing, buf, b * self.block).map_err(Fault::Backing);
         };
         let read = self.cache_read(buf, slot);
         self.buckets.unpin(slot);
@@ -475,10 +458,7 @@ impl Inner {
                 }));
             }
             self.drop_corrupt(b, slot)?;
-            return self
-                .backing
-                .read_at(buf, b * self.block)
-                .map_err(Fault::Backing);
+            return read_aligned(&*self.backing, buf, b * self.block).map_err(Fault::Backing);
         }
         Ok(())
     }

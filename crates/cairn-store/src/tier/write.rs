@@ -10,6 +10,7 @@ use super::metrics::Counters;
 use super::shard::{EVICTING, Evicted, slot_of};
 use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
+use crate::device::write_aligned;
 
 impl Inner {
     /// Writes whole blocks `data` from block `first` on.
@@ -239,7 +240,7 @@ impl Inner {
         if need > self.journal.durable() {
             self.journal.make_durable(need).map_err(Fault::Cache)?;
         }
-        let written = self.backing.write_at(data, first * self.block);
+        let written = write_aligned(&*self.backing, data, first * self.block);
         let epoch = self.backing_flush.epoch();
         for (i, b) in (first..first + n).enumerate() {
             let mut sh = self.shard(b);
