@@ -75,7 +75,28 @@ fn read_all(gateway: SocketAddr, files: &[(&str, Vec<u8>)]) {
 
 #[test]
 fn the_spill_survives_kill_9_and_a_clean_stop() {
-    let dir = tempfile::tempdir().unwrap();
+    survives_kill_9_and_a_clean_stop(&tempfile::tempdir().unwrap(), &[]);
+}
+
+/// The same with `--spill-direct`, in the target directory (tmpfs before
+/// Linux 6.6 refuses `O_DIRECT`): every read and write the tier makes of the
+/// SSD file is aligned, and the log names the file as opened `O_DIRECT`.
+#[test]
+fn a_direct_spill_survives_kill_9_and_a_clean_stop() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    survives_kill_9_and_a_clean_stop(&dir, &["--spill-direct"]);
+}
+
+fn survives_kill_9_and_a_clean_stop(dir: &tempfile::TempDir, direct: &[&str]) {
+    let start = |dir: &std::path::Path, extra: &[&str]| {
+        let (server, gateway, metrics, log) = start(dir, &[extra, direct].concat());
+        assert_eq!(
+            log.contains("(O_DIRECT)"),
+            !direct.is_empty(),
+            "the log names the spill's file as opened O_DIRECT or not: {log}"
+        );
+        (server, gateway, metrics, log)
+    };
     let files_dir = dir.path().join("files");
     std::fs::create_dir(&files_dir).unwrap();
     let mut files = vec![

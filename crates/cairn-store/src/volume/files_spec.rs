@@ -69,4 +69,7 @@ pub struct SpillSpec {
     /// The SSD tier's policy (`--spill-policy`). Default `"s3fifo"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<CachePolicy>,
+    /// Open it with `O_DIRECT` (`--spill-direct`). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }

@@ -329,6 +329,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "POLICY", requires = "spill")]
     spill_policy: Option<String>,
 
+    /// With --spill: open it with `O_DIRECT`, so that what the spill holds is
+    /// not kept a second time in the page cache (the gateway's memory is
+    /// then --cache-size and the kernel's page cache is left to others).
+    /// The file system must take `O_DIRECT` (tmpfs does from Linux 6.6).
+    #[arg(long, requires = "spill")]
+    spill_direct: bool,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
@@ -456,6 +463,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                     size: size("--spill-size", &args.spill_size)?,
                     map: args.spill_map.clone(),
                     policy: policy("--spill-policy", &args.spill_policy)?,
+                    direct: args.spill_direct,
                 }),
                 None => None,
             },

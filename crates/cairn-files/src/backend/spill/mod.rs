@@ -69,6 +69,10 @@ pub struct SpillConfig {
     pub policy: PolicyConfig,
     /// Span alignment, bytes: the gateway's block size.
     pub unit: u64,
+    /// Open the cache device with `O_DIRECT`: what the spill holds is not
+    /// held a second time in the page cache, so the gateway's memory is its
+    /// DRAM cache. The tier's block size must then be a multiple of 4 KiB.
+    pub direct: bool,
 }
 
 impl SpillConfig {
@@ -82,6 +86,7 @@ impl SpillConfig {
             block_size: 64 << 10,
             policy: tier::Options::default().policy,
             unit,
+            direct: false,
         }
     }
 
@@ -359,7 +364,7 @@ impl SpillBackend {
                 &config.path,
                 &FileOptions {
                     create_len: config.size,
-                    direct: false,
+                    direct: config.direct,
                     read_only: false,
                     claim: Claim::Exclusive,
                 },

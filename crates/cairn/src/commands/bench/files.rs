@@ -87,7 +87,8 @@ for --seconds: Cairn without a spill (a restart leaves it cold), Cairn
 reopening its spill (the tier recovered from its checkpoint, the map of
 objects read back), and nginx stopped and started on its cache directory.
 Prints the three MB/s, spill/nginx, spill/none and the spill's block hit
-ratio.";
+ratio. --spill-direct opens the spill O_DIRECT: its re-reads then come from
+the disk, not from the page cache as nginx's do.";
 
 pub const FILES_EXAMPLES: &str = "\
 Examples:
@@ -179,6 +180,12 @@ pub struct FilesBenchArgs {
     /// medians and how often the first policy re-read faster than each other.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
+
+    /// With --workload restart: open the spill with `O_DIRECT` (`serve
+    /// --spill-direct`), so that its re-reads come from the disk rather than
+    /// the page cache.
+    #[arg(long)]
+    spill_direct: bool,
 }
 
 /// Parses a throttle `OP,BANDWIDTH` — `2ms,200MiB/s`, `500us,1GiB/s` — or

@@ -128,6 +128,8 @@ pub(super) struct SpillArgs {
     pub map: Option<PathBuf>,
     /// --spill-policy.
     pub policy: Option<cairn_policy::PolicyConfig>,
+    /// --spill-direct.
+    pub direct: bool,
 }
 
 /// The backend behind a spill on `spill`, if asked for: opened (warm),
@@ -141,6 +143,7 @@ fn spill(
     let mut config = SpillConfig::new(&spill.path, unit);
     config.size = spill.size;
     config.map.clone_from(&spill.map);
+    config.direct = spill.direct;
     if config.map.is_none() && std::fs::metadata(&spill.path).is_ok_and(|m| !m.is_file()) {
         bail!(
             "{} {}: not a regular file; give {} FILE for its map (it cannot sit beside a \
@@ -686,6 +689,7 @@ impl FilesArgs {
                 size: s.size.map(cairn_policy::Bytes::get),
                 map: s.map.as_deref().map(under),
                 policy: s.policy.as_ref().map(|p| p.0.clone()),
+                direct: s.direct,
             }),
             names: &FIELDS,
         })

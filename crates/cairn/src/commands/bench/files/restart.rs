@@ -108,6 +108,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         .tempdir()?;
     let mut config = SpillConfig::new(dir.path().join("spill.img"), p.block);
     config.size = Some(spill_bytes);
+    config.direct = args.spill_direct;
 
     let (front, spill) = spilled_front(&p, &config)?;
     let cairn_fill = fill(front.addr, "/files", &p.load)?;

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# What a cache device read through the page cache costs in memory, and what
+# O_DIRECT costs in speed: the file gateway's spill and a volume's tier, each
+# buffered and then O_DIRECT, same binary, same run.
+#
+# Usage: bench/direct-page-cache.sh [DIR]     (DIR: default /var/tmp/cairn-direct;
+#        CAIRN=path/to/cairn, default target/release/cairn)
+#
+# 1. Spill: `cairn serve --files DIR/files --cache-size 64MiB --spill spill.img
+#    --spill-size 256MiB [--spill-direct]` over 4 files of 32 MiB of random
+#    bytes, each read twice whole with curl and compared with the file; then
+#    the spill file's bytes in the page cache (fincore) and the server's RSS.
+# 2. Tier: examples/volumes/tier.toml (32 MiB DRAM cache, 256 MiB cache
+#    device, write-back, HDD throttled), with and without `direct = true` on
+#    the cache device; fio's nbd engine writes 192 MiB in 64 KiB random
+#    writes, then 2 jobs x iodepth 16 of 4 KiB random reads for 10 s; then the
+#    read IOPS, the cache file's bytes in the page cache and the tier's hit
+#    ratio.
+# DIR must be on a file system that takes O_DIRECT (tmpfs does from Linux 6.6).
+# Needs curl, fio (with its nbd engine), nbdinfo and fincore (util-linux).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cairn=$(realpath "${CAIRN:-$root/target/release/cairn}")
+dir=${1:-/var/tmp/cairn-direct}
+mkdir -p "$dir/files"
+cd "$dir"
+for i in 0 1 2 3; do
+  [ -s "files/f$i" ] || head -c 32M /dev/urandom > "files/f$i"
+done
+port=18090
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+up() { kill -0 "$1" 2>/dev/null || { echo "the server stopped:"; tail -5 "$2"; exit 1; }; }
+
+echo "spill           spill file in the page cache   RSS"
+for mode in buffered direct; do
+  rm -f spill.img spill.img.map
+  flag=(); [ "$mode" = direct ] && flag=(--spill-direct)
+  "$cairn" serve --files ./files --export media --listen "tcp:127.0.0.1:$port" \
+    --cache-size 64MiB --spill spill.img --spill-size 256MiB "${flag[@]}" > spill.log 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    curl -sf -o /dev/null -r 0-0 "http://127.0.0.1:$port/media/f0" && break; sleep 0.1
+  done
+  up "$pid" spill.log
+  for _ in 1 2; do for i in 0 1 2 3; do
+    curl -sf "http://127.0.0.1:$port/media/f$i" | cmp -s - "files/f$i" || { echo "f$i differs"; exit 1; }
+  done; done
+  printf '%-15s %12s B                %8s KiB\n' "$mode" \
+    "$(fincore --bytes --noheadings spill.img | awk '{print $1}')" "$(ps -o rss= -p "$pid")"
+  stop "$pid"
+done
+
+echo "tier cache      read IOPS   page cache bytes   tier hit ratio"
+for mode in buffered direct; do
+  rm -rf cairn-tier
+  if [ "$mode" = direct ]; then
+    sed 's/size = "256MiB"/size = "256MiB"\ndirect = true/' "$root/examples/volumes/tier.toml" > tier.toml
+  else
+    cp "$root/examples/volumes/tier.toml" tier.toml
+  fi
+  "$cairn" serve --config tier.toml --listen "tcp:127.0.0.1:$port" > tier.log 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do nbdinfo --list "nbd://127.0.0.1:$port" > /dev/null 2>&1 && break; sleep 0.1; done
+  up "$pid" tier.log
+  uri="nbd://127.0.0.1:$port/tier"
+  fio --name=w --ioengine=nbd --uri="$uri" --rw=randwrite --bs=64k --size=192M --iodepth=8 \
+    --end_fsync=1 > /dev/null
+  fio --name=r --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --size=192M --iodepth=16 \
+    --time_based --runtime=10 --numjobs=2 --group_reporting > fio.out
+  printf '%-15s %9s   %16s   %s\n' "$mode" \
+    "$(grep -oE 'IOPS=[0-9.]+k?' fio.out | head -1 | cut -d= -f2)" \
+    "$(fincore --bytes --noheadings cairn-tier/ssd.img | awk '{print $1}')" \
+    "$("$cairn" stats --socket cairn-tier/cairn.ctl | grep -oE 'hit_ratio [0-9.]+' | tail -1 | cut -d' ' -f2)"
+  stop "$pid"
+done
