@@ -82,6 +82,42 @@ fn a_log_disk_over_a_direct_file_formats_and_reopens() {
     assert_eq!(back, data);
 }
 
+/// A direct file takes only whole aligned units, so it must sit under a log
+/// disk or a tier: exported as it is, or under a DRAM cache or a throttle
+/// alone, it is refused before anything is opened, naming its `direct`;
+/// under a log disk (through a throttle), or under a cache over a log disk,
+/// it is accepted.
+#[test]
+fn a_direct_file_must_have_a_log_disk_or_a_tier_above_it() {
+    let file = "[device.f]\nkind = \"file\"\npath = \"f.img\"\nsize = \"8MiB\"\ndirect = true\n";
+    let spec = |top: &str, layers: &str| {
+        parse(&format!(
+            "[[export]]\nname = \"e\"\ndevice = \"{top}\"\n{layers}\n{file}"
+        ))
+    };
+    let cache =
+        "[device.c]\nkind = \"cache\"\nover = \"f\"\nsize = \"1MiB\"\nblock_size = \"4KiB\"\n";
+    let slow = "[device.t]\nkind = \"throttled\"\nover = \"f\"\nprofile = \"ssd\"\n";
+    for (top, layers) in [("f", ""), ("c", cache), ("t", slow)] {
+        let error = spec(top, layers).validate().unwrap_err();
+        assert_eq!(error.field, "device.f.direct", "{top}: {error}");
+        assert!(
+            error
+                .to_string()
+                .contains("put it under a `log` or a `tier`"),
+            "{error}"
+        );
+    }
+    let log =
+        "[device.l]\nkind = \"log\"\nover = \"t\"\nsize = \"4MiB\"\nsegment_size = \"64KiB\"\n";
+    spec("l", &format!("{log}{slow}")).validate().unwrap();
+    let cached =
+        "[device.c]\nkind = \"cache\"\nover = \"l\"\nsize = \"1MiB\"\nblock_size = \"4KiB\"\n";
+    spec("c", &format!("{cached}{log}{slow}"))
+        .validate()
+        .unwrap();
+}
+
 #[test]
 fn every_kind_parses_and_assembles() {
     let dir = tempfile::tempdir().unwrap();

@@ -386,7 +386,7 @@ fn a_tier_over_direct_devices_formats_recovers_and_reopens_clean() {
 /// open, naming the field and what to do, whether asked for at format or
 /// found in a tier formatted earlier without direct I/O.
 #[test]
-fn a_block_size_under_a_direct_cache_devices_unit_is_refused_naming_it() {
+fn a_block_size_under_a_direct_devices_unit_is_refused_naming_it() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let asked = open(&direct_tier_spec("block_size = \"1KiB\""), dir.path())
         .err()
@@ -406,6 +406,19 @@ fn a_block_size_under_a_direct_cache_devices_unit_is_refused_naming_it() {
     assert!(
         found.contains("(it was formatted with) is 1024 bytes"),
         "{found}"
+    );
+    let backing_only = parse(
+        &tier_text("bucket_size = \"64KiB\"\nblock_size = \"1KiB\"").replace(
+            "path = \"hdd.img\"",
+            "path = \"hdd.img\"\n        direct = true",
+        ),
+    );
+    let backing = open(&backing_only, dir.path()).err().unwrap();
+    assert!(
+        backing.contains("device.tier.block_size")
+            && backing.contains("the backing device file")
+            && backing.contains("open the backing device without direct I/O"),
+        "{backing}"
     );
     // Nothing was changed: the buffered spec still opens it warm.
     let volume = open(&buffered, dir.path()).unwrap();

@@ -109,13 +109,7 @@ pub fn open_or_format(
     };
     let g = sb.geometry;
     let b = u64::from(g.block_size);
-    if b < cache.alignment() {
-        return Err(unaligned_blocks(
-            &*cache,
-            g.block_size,
-            "it was formatted with",
-        ));
-    }
+    unaligned_blocks(&*cache, &*backing, g.block_size, "it was formatted with")?;
     if backing.len() / b != g.backing_blocks {
         return Err(TierError::BackingMismatch {
             device: cache.describe(),
@@ -165,20 +159,30 @@ pub fn open_or_format(
     build(cache, backing, &image, want, true)
 }
 
-/// A block size the cache device cannot take: every block is read and
-/// written whole, and an `O_DIRECT` device takes only whole units of its
-/// alignment.
-fn unaligned_blocks(cache: &dyn Device, block_size: u32, whose: &str) -> TierError {
-    let unit = cache.alignment();
-    TierError::Setting {
-        setting: Setting::BlockSize,
-        message: format!(
-            "the cache device {} takes I/O in units of {unit} bytes, and the tier's block size \
-             ({whose}) is {block_size} bytes: use a block size of at least {unit} bytes, or \
-             open the cache device without direct I/O",
-            cache.describe()
-        ),
+/// Refuses a block size the cache or the backing device cannot take: every
+/// block is read and written whole, and an `O_DIRECT` device takes only
+/// whole units of its alignment.
+fn unaligned_blocks(
+    cache: &dyn Device,
+    backing: &dyn Device,
+    block_size: u32,
+    whose: &str,
+) -> Result<(), TierError> {
+    for (role, device) in [("cache", cache), ("backing", backing)] {
+        let unit = device.alignment();
+        if u64::from(block_size) < unit {
+            return Err(TierError::Setting {
+                setting: Setting::BlockSize,
+                message: format!(
+                    "the {role} device {} takes I/O in units of {unit} bytes, and the tier's \
+                     block size ({whose}) is {block_size} bytes: use a block size of at least \
+                     {unit} bytes, or open the {role} device without direct I/O",
+                    device.describe()
+                ),
+            });
+        }
     }
+    Ok(())
 }
 
 /// Whether the failure marker exists and names `cache_id`.
@@ -204,9 +208,7 @@ pub fn format(
             message: format!("block_size {b} is not a power of two from 512 to 65536"),
         });
     }
-    if u64::from(b) < cache.alignment() {
-        return Err(unaligned_blocks(&*cache, b, "asked for"));
-    }
+    unaligned_blocks(&*cache, &*backing, b, "asked for")?;
     if layout.bucket_size < 2 * b || !layout.bucket_size.is_multiple_of(b) {
         return Err(TierError::Setting {
             setting: Setting::BucketSize,
