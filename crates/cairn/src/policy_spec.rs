@@ -10,6 +10,33 @@ use anyhow::{Context, Result, anyhow, bail};
 use cairn_policy::{AdmissionConfig, PolicyConfig, PrefetchConfig};
 use serde::Deserialize;
 
+/// Splits a `--policy` argument that names several policies, as
+/// libCacheSim's `cachesim` takes them: `lru,arc` is `lru` and `arc`, and in
+/// `lru,s3fifo:small_size_ratio=0.2,move_to_main_threshold=1` the
+/// parameters after the colon are the last name's. Empty names are dropped.
+pub fn split_list(arg: &str) -> Vec<String> {
+    let (names, pairs) = match arg.split_once(':') {
+        Some((names, pairs)) => (names, Some(pairs)),
+        None => (arg, None),
+    };
+    let mut out: Vec<String> = names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if let Some(pairs) = pairs {
+        match out.last_mut() {
+            Some(last) => *last = format!("{last}:{pairs}"),
+            None => out.push(format!(":{pairs}")),
+        }
+    }
+    if out.is_empty() {
+        out.push(arg.to_owned());
+    }
+    out
+}
+
 /// Parses one spec.
 pub fn parse(spec: &str) -> Result<PolicyConfig> {
     let (name, pairs) = spec.split_once(':').unwrap_or((spec, ""));
@@ -158,6 +185,29 @@ fn known() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_splits_as_cachesim_takes_it_and_parameters_are_the_last_names() {
+        let split = |arg: &str| split_list(arg);
+        assert_eq!(split("lru"), ["lru"]);
+        assert_eq!(split("lru,arc, s3fifo"), ["lru", "arc", "s3fifo"]);
+        assert_eq!(
+            split("lru,s3fifo:small_size_ratio=0.2,move_to_main_threshold=1"),
+            [
+                "lru",
+                "s3fifo:small_size_ratio=0.2,move_to_main_threshold=1"
+            ]
+        );
+        assert_eq!(
+            split("s3fifo:small_size_ratio=0.2"),
+            ["s3fifo:small_size_ratio=0.2"]
+        );
+        assert_eq!(split("lru,,arc,"), ["lru", "arc"]);
+        // Nothing to split: left for `parse` to refuse with its message.
+        assert_eq!(split(","), [","]);
+        assert_eq!(split(":x=1"), [":x=1"]);
+        assert!(parse(&split(":x=1")[0]).is_err());
+    }
 
     #[test]
     fn names_parse_and_unknowns_are_named() {

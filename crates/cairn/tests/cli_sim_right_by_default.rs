@@ -189,10 +189,22 @@ fn the_sample_vscsi_trace_agrees_with_libcachesim() {
     ];
     for capacity in ["objects", "bytes"] {
         let mut args = vec!["sim", "-q", "--trace", trace, "--capacity", capacity];
-        for (_, policy, _) in want.iter().filter(|w| w.0 == capacity) {
-            args.extend(["-p", policy]);
+        let names: Vec<&str> = want
+            .iter()
+            .filter(|w| w.0 == capacity)
+            .map(|w| w.1)
+            .collect();
+        // By objects one -p each; by bytes one list, as cachesim takes it.
+        let list = names.join(",");
+        if capacity == "objects" {
+            for name in &names {
+                args.extend(["-p", name]);
+            }
+        } else {
+            args.extend(["-p", &list]);
         }
         let stdout = ok(&run(Path::new("."), &args), capacity);
+        assert_eq!(rows(&stdout).len(), names.len(), "{stdout}");
         for ((_, policy, ratios), (label, got)) in
             want.iter().filter(|w| w.0 == capacity).zip(rows(&stdout))
         {

@@ -172,8 +172,11 @@ pub struct SimArgs {
     trace: TraceOptions,
 
     /// A policy to simulate: `name`, or `name:key=value,key=value` to set its
-    /// parameters (e.g. `s3fifo:small_size_ratio=0.2`). Repeat for several policies.
-    /// Default: lru fifo clock lfu arc s3fifo sieve opt (those available).
+    /// parameters (e.g. `s3fifo:small_size_ratio=0.2`). Repeat for several
+    /// policies, or list them as cachesim takes them: `-p lru,arc,s3fifo` (in
+    /// `-p lru,s3fifo:small_size_ratio=0.2` the parameters are the last
+    /// name's). Default: lru fifo clock lfu arc s3fifo sieve opt (those
+    /// available).
     #[arg(long = "policy", short = 'p', value_name = "SPEC")]
     policies: Vec<String>,
 
@@ -455,6 +458,9 @@ impl SimConfig {
                 .collect()
         } else {
             args.policies
+                .iter()
+                .flat_map(|arg| policy_spec::split_list(arg))
+                .collect()
         };
         let admission = match &args.admission {
             Some(spec) => policy_spec::parse_admission(spec)?,
