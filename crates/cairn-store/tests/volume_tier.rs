@@ -311,19 +311,20 @@ fn a_tier_dropped_without_close_recovers_its_data_and_warns() {
     assert!(read(&volume, 4 << 20, data.len()) == data);
 }
 
-/// [`tier_text`] with its cache device and its backing device opened
-/// `O_DIRECT`.
-fn direct_tier_spec(extra: &str) -> VolumeSpec {
-    let text = tier_text(&format!("bucket_size = \"64KiB\"\n{extra}"));
-    let mut text = text.replace(
-        "path = \"ssd.img\"",
-        "path = \"ssd.img\"\n        direct = true",
-    );
-    text = text.replace(
-        "path = \"hdd.img\"",
-        "path = \"hdd.img\"\n        direct = true",
-    );
+/// [`tier_spec`] with the files named in `images` (`"ssd.img"`, the cache
+/// device; `"hdd.img"`, the backing device) opened `O_DIRECT`.
+fn tier_spec_direct(extra: &str, images: &[&str]) -> VolumeSpec {
+    let mut text = tier_text(&format!("bucket_size = \"64KiB\"\n{extra}"));
+    for image in images {
+        let path = format!("path = \"{image}\"");
+        text = text.replace(&path, &format!("{path}\n        direct = true"));
+    }
     parse(&text)
+}
+
+/// [`tier_spec`] with both its devices opened `O_DIRECT`.
+fn direct_tier_spec(extra: &str) -> VolumeSpec {
+    tier_spec_direct(extra, &["ssd.img", "hdd.img"])
 }
 
 /// A tier whose cache and backing devices are opened `O_DIRECT` (as bcache
@@ -407,12 +408,7 @@ fn a_block_size_under_a_direct_devices_unit_is_refused_naming_it() {
         found.contains("(it was formatted with) is 1024 bytes"),
         "{found}"
     );
-    let backing_only = parse(
-        &tier_text("bucket_size = \"64KiB\"\nblock_size = \"1KiB\"").replace(
-            "path = \"hdd.img\"",
-            "path = \"hdd.img\"\n        direct = true",
-        ),
-    );
+    let backing_only = tier_spec_direct("block_size = \"1KiB\"", &["hdd.img"]);
     let backing = open(&backing_only, dir.path()).err().unwrap();
     assert!(
         backing.contains("device.tier.block_size")
