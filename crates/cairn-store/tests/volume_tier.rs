@@ -367,6 +367,8 @@ fn a_tier_over_direct_devices_formats_recovers_and_reopens_clean() {
     assert!(!r.clean && !r.formatted && r.records > 0, "{r:?}");
     assert!(read(&volume, 4 << 20, data.len()) == data);
     assert!(read(&volume, 0, 4096) == data[..4096]);
+    // Part of two blocks: read whole, then copied out.
+    assert!(read(&volume, (4 << 20) + 1000, 5000) == data[1000..6000]);
     for i in 0..8u64 {
         let at = (9 << 20) + i * 65536;
         assert!(read(&volume, at, 4096) == data[4096 * i as usize..][..4096]);

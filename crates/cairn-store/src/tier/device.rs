@@ -6,7 +6,7 @@
 use std::sync::PoisonError;
 
 use super::{FAILING, Fault, Inner, Tier};
-use crate::device::{Device, DeviceError, DeviceOp, check_range, whole_blocks};
+use crate::device::{Device, DeviceError, DeviceOp, IoBuf, check_range, whole_blocks};
 
 impl Tier {
     /// Runs `op` on `arg`; on a cache-device fault, falls back and runs
@@ -74,13 +74,14 @@ impl Device for Tier {
                 |i, buf| i.read_failed(whole.start, buf),
             );
         }
-        // Partial blocks: read the blocks covering the range, copy out.
+        // Partial blocks: read the blocks covering the range, copy out
+        // (aligned, so a direct cache or backing device takes it as it is).
         let first = offset / b;
         let end = (offset + len).div_ceil(b);
-        let mut tmp = vec![0u8; ((end - first) * b) as usize];
+        let mut tmp = IoBuf::zeroed(((end - first) * b) as usize);
         self.run(
             false,
-            tmp.as_mut_slice(),
+            &mut tmp,
             |i, tmp| i.read_blocks(first, tmp),
             |i, tmp| i.read_failed(first, tmp),
         )?;
