@@ -55,8 +55,12 @@ impl Device for GatedDevice {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         std::thread::sleep(std::time::Duration::from_micros(self.delay_us));
+        // The superblock the format wrote says whose summaries these are.
+        let mut first = vec![0u8; B];
+        self.inner.read_at(&mut first, 0)?;
         if buf.len() > B
-            && let Ok(s) = cairn_store::logdisk::format::decode_summary(&buf[..B], B as u32)
+            && let Ok(sb) = cairn_store::logdisk::format::decode_superblock(&first)
+            && let Ok(s) = cairn_store::logdisk::format::decode_summary(&buf[..B], &sb)
         {
             for (i, e) in s.entries.iter().enumerate() {
                 let data = &buf[(i + 1) * B..(i + 2) * B];

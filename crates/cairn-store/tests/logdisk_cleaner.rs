@@ -25,9 +25,9 @@ use rand_chacha::ChaCha8Rng;
 fn sparse_victims_read_live_only_clean_as_whole_reads_do() {
     let g = Geometry {
         block_size: B as u32,
-        segment_blocks: 30,
+        segment_blocks: 29,
         segments: 40,
-        logical_blocks: 464, // utilisation 0.4
+        logical_blocks: 448, // utilisation 0.4
     };
     for nv in [false, true] {
         let mut results = Vec::new();

@@ -11,7 +11,7 @@
 use std::fmt;
 
 use super::error::LogDiskError;
-use super::format::{self, Geometry, UNMAPPED};
+use super::format::{self, Geometry, Superblock, UNMAPPED};
 use super::metrics::Metrics;
 use super::recover::{Segments, read_checkpoint, read_superblock, roll_forward};
 use super::table::{block_of, segment_of};
@@ -24,6 +24,8 @@ pub struct Report {
     pub geometry: Geometry,
     /// Volume identity.
     pub id: u64,
+    /// Disk format version (the layout of its segment summaries).
+    pub version: u32,
     /// State of checkpoint slots A and B (`Ok(number)` or why not).
     pub slots: [Result<u64, String>; 2],
     /// The checkpoint in use: number and sequence.
@@ -107,7 +109,7 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = &self.geometry;
         let b = u64::from(g.block_size);
-        writeln!(f, "log disk v{}  id {:016x}", format::VERSION, self.id)?;
+        writeln!(f, "log disk v{}  id {:016x}", self.version, self.id)?;
         writeln!(
             f,
             "  blocks         {} bytes; {} logical ({} MiB exported), {} mapped",
@@ -200,9 +202,10 @@ fn usage_problems(cp: &format::Checkpoint, g: &Geometry, problems: &mut Vec<Stri
 /// each segment's chain (index: segment block from the first segment).
 fn summary_names<D: Device + ?Sized>(
     dev: &D,
-    g: &Geometry,
+    sb: &Superblock,
     seg_buf: &mut [u8],
 ) -> Result<Vec<Option<u64>>, LogDiskError> {
+    let g = &sb.geometry;
     let b = u64::from(g.block_size);
     let mut named =
         vec![None::<u64>; (u64::from(g.segments) * u64::from(g.segment_blocks)) as usize];
@@ -212,15 +215,16 @@ fn summary_names<D: Device + ?Sized>(
         let mut prev = 0u64;
         while slot + 1 < g.segment_blocks {
             let at = slot as usize * g.block_size as usize;
-            let Ok(sum) = format::decode_summary(&seg_buf[at..at + b as usize], g.block_size)
-            else {
+            let Ok(sum) = format::decode_summary(&seg_buf[at..at + b as usize], sb) else {
                 break;
             };
             if sum.segment != s || sum.first_slot != slot || sum.sequence <= prev {
                 break;
             }
             prev = sum.sequence;
-            strict_assert!(sum.entries.len() <= Geometry::max_entries(g.block_size) as usize);
+            strict_assert!(
+                sum.entries.len() <= Geometry::max_entries_in(g.block_size, sb.version) as usize
+            );
             for (i, e) in sum.entries.iter().enumerate() {
                 let at = (s * g.segment_blocks + slot + 1 + i as u32) as usize;
                 if let Some(n) = named.get_mut(at) {
@@ -249,7 +253,7 @@ fn closed_but_written(cp: &format::Checkpoint, newer: usize) -> Option<String> {
 /// `newer` writes after the checkpoint than reading every segment does.
 fn recovery_plan<D: Device + ?Sized>(
     dev: &D,
-    g: &Geometry,
+    sb: &Superblock,
     cp: &format::Checkpoint,
     seg_buf: &mut [u8],
     newer: usize,
@@ -257,7 +261,7 @@ fn recovery_plan<D: Device + ?Sized>(
     if cp.closed {
         return Ok((0, false, None));
     }
-    let plan = roll_forward(dev, g, cp, &mut cp.map.clone(), seg_buf, Segments::Scan)?;
+    let plan = roll_forward(dev, sb, cp, &mut cp.map.clone(), seg_buf, Segments::Scan)?;
     let found = plan.applied;
     let short = (plan.chained && found < newer).then(|| {
         format!(
@@ -295,14 +299,14 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     let mut problems = Vec::new();
     let mut map = cp.map.clone();
     let mut seg_buf = vec![0u8; (u64::from(g.segment_blocks) * b) as usize];
-    let replay = roll_forward(dev, &g, &cp, &mut map, &mut seg_buf, Segments::Every)?;
+    let replay = roll_forward(dev, &sb, &cp, &mut map, &mut seg_buf, Segments::Every)?;
     strict_assert_eq!(map.len() as u64, g.logical_blocks, "one entry per block");
     problems.extend(closed_but_written(&cp, replay.applied));
     let (recovery_reads, chained, short) =
-        recovery_plan(dev, &g, &cp, &mut seg_buf, replay.applied)?;
+        recovery_plan(dev, &sb, &cp, &mut seg_buf, replay.applied)?;
     problems.extend(short);
     usage_problems(&cp, &g, &mut problems);
-    let named = summary_names(dev, &g, &mut seg_buf)?;
+    let named = summary_names(dev, &sb, &mut seg_buf)?;
     strict_assert_eq!(
         named.len() as u64,
         u64::from(g.segments) * u64::from(g.segment_blocks)
@@ -360,6 +364,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
     Ok(Report {
         geometry: g,
         id: sb.id,
+        version: sb.version,
         slots,
         checkpoint: (cp.number, cp.sequence),
         closed: cp.closed,

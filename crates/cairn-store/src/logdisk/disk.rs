@@ -11,14 +11,14 @@ use super::checkpoint;
 use super::cleaner::Cleaner;
 use super::error::LogDiskError;
 use super::flush::Core;
-use super::format::{self, COUNTERS, Checkpoint, Geometry, MapEntry, Usage};
+use super::format::{self, COUNTERS, Checkpoint, Geometry, MapEntry, Superblock, Usage};
 use super::log::{Append, Kind, Log, Target};
 use super::metrics::{Metrics, NvFill};
 use super::nv::NvCache;
 use super::options::{Options, PartialSegments};
 use super::recover::{self, Image, NvSource, Recovered, Segments};
 use super::stage::SegmentBuffer;
-use super::table::block_of;
+
 use super::writer::WriteQueue;
 use crate::device::{Device, IoBuf};
 use crate::ntl::Region;
@@ -52,7 +52,8 @@ pub(super) struct Destage {
 pub struct LogDisk<D: Device> {
     pub(super) dev: Arc<D>,
     pub(super) geo: Geometry,
-    id: u64,
+    /// Its identity and format version: what every segment summary carries.
+    superblock: Superblock,
     /// Resolved: automatic values chosen.
     pub(super) options: Options,
     recovered: Recovered,
@@ -105,15 +106,17 @@ impl<D: Device + 'static> LogDisk<D> {
         dev.write_at(&bytes, b)?;
         let zero = IoBuf::zeroed(bytes.len());
         dev.write_at(&zero, b * (1 + geo.checkpoint_blocks()))?;
-        // Zero every segment's first slot so no stale summary from an earlier
-        // use of the device is taken for a write of this volume.
-        let zero_block = IoBuf::zeroed(geo.block_size as usize);
-        for s in 0..geo.segments {
-            dev.write_at(&zero_block, block_of(&geo, s, 0) * b)?;
-        }
+        // The segments are left as they are: every summary carries the
+        // volume's id, so one an earlier use of the device left is not
+        // taken for this volume's (and no segment is read until the open
+        // after this one has written a checkpoint naming where it went).
         dev.flush()?;
         strict_assert!(id & 1 == 1, "a volume id is nonzero");
-        let superblock = format::encode_superblock(&format::Superblock { geometry: geo, id });
+        let superblock = format::encode_superblock(&Superblock {
+            geometry: geo,
+            id,
+            version: format::VERSION,
+        });
         dev.write_at(&IoBuf::copy_padded(&superblock, superblock.len()), 0)?;
         dev.flush()?;
         Self::open_with(
@@ -199,7 +202,7 @@ impl<D: Device + 'static> LogDisk<D> {
         } = recover::recover(&dev, nv, segments)?;
         let geo = superblock.geometry;
         strict_assert!(
-            geo.validate().is_ok(),
+            geo.validate_in(superblock.version).is_ok(),
             "a decoded superblock holds a valid geometry"
         );
         let n = geo.segment_blocks as usize;
@@ -229,7 +232,7 @@ impl<D: Device + 'static> LogDisk<D> {
         let disk = Self {
             dev: Arc::new(dev),
             geo,
-            id: superblock.id,
+            superblock,
             options: options.resolve(&geo),
             recovered,
             read_only,
@@ -273,6 +276,7 @@ impl<D: Device + 'static> LogDisk<D> {
         Target {
             dev: &self.dev,
             geo: &self.geo,
+            superblock: &self.superblock,
             partial: self.options.partial,
             writer_threads: self.options.writer_threads,
         }
@@ -285,7 +289,7 @@ impl<D: Device + 'static> LogDisk<D> {
 
     /// The volume's identity (recorded in its NV cache).
     pub fn id(&self) -> u64 {
-        self.id
+        self.superblock.id
     }
 
     /// What the open replayed beyond the last checkpoint (nothing for a disk

@@ -18,13 +18,24 @@
 //! segment after it, as Sprite LFS's partial segments. Every structure carries a magic, a version and a CRC32C; a summary
 //! also carries the CRC32C of each data block it names, so a write torn or
 //! reordered by the device is recognised at roll-forward (some block's CRC does
-//! not match) and dropped as a whole — it was never acknowledged by a flush.
+//! not match) and dropped as a whole — it was never acknowledged by a flush —
+//! and (version 2) the volume's id, so a summary an earlier format of the
+//! device left is never taken for this volume's ([`read_summary`]).
 //!
 //! Everything is little-endian and decoded by explicit offsets; decoding never
 //! panics on any input (tested by flipping every byte).
 
-/// Format version written by this code.
-pub const VERSION: u32 = 1;
+/// Disk format version written by this code (the superblock's): 2, whose
+/// segment summaries carry the volume's id, so a summary left on the device
+/// by an earlier format is never taken for this volume's. Version 1's do
+/// not; its format zeroed every segment's first block instead (one seek a
+/// segment) and still left deeper slots' summaries readable.
+pub const VERSION: u32 = 2;
+/// Oldest disk format version this code opens (and keeps writing in its
+/// own layout).
+pub const OLDEST_VERSION: u32 = 1;
+/// Version of a checkpoint slot: the same layout in both disk versions.
+const CHECKPOINT_VERSION: u32 = 1;
 
 /// `CAIRNLD1`: the superblock.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"CAIRNLD1";
@@ -36,8 +47,11 @@ pub const SUMMARY_MAGIC: [u8; 8] = *b"CAIRNSS1";
 /// "No physical block": an unmapped logical block.
 pub const UNMAPPED: u64 = u64::MAX;
 
-/// Bytes of a summary's header; entries follow.
-const SUMMARY_HEADER: usize = 40;
+/// Bytes of a summary's header in disk version `version`; entries follow:
+/// version 2 adds the volume id at 40..48.
+const fn summary_header(version: u32) -> usize {
+    if version >= 2 { 48 } else { 40 }
+}
 /// Bytes per summary entry: logical block (8), data CRC32C (4), reserved (4).
 const SUMMARY_ENTRY: usize = 16;
 /// Bytes of a checkpoint's header (64) and its counters (16 × 8); the map and
@@ -73,9 +87,15 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// Most data blocks one summary block can name.
+    /// Most data blocks one summary block can name (252 for 4 KiB blocks).
     pub fn max_entries(block_size: u32) -> u32 {
-        ((block_size as usize - SUMMARY_HEADER - 4) / SUMMARY_ENTRY) as u32
+        Self::max_entries_in(block_size, VERSION)
+    }
+
+    /// [`Geometry::max_entries`] in disk version `version` (253 for 4 KiB
+    /// blocks in version 1).
+    pub fn max_entries_in(block_size: u32, version: u32) -> u32 {
+        ((block_size as usize - summary_header(version) - 4) / SUMMARY_ENTRY) as u32
     }
 
     /// Bytes of one checkpoint: header, map, usage table.
@@ -100,8 +120,14 @@ impl Geometry {
         self.segment_start(self.segments)
     }
 
-    /// Checks the geometry's invariants; the reason names the field.
+    /// Checks the geometry's invariants for a new disk; the reason names
+    /// the field.
     pub fn validate(&self) -> Result<(), FormatError> {
+        self.validate_in(VERSION)
+    }
+
+    /// [`Geometry::validate`] for a disk of version `version`.
+    pub fn validate_in(&self, version: u32) -> Result<(), FormatError> {
         let invalid = |reason: String| FormatError::Invalid {
             what: "geometry",
             reason,
@@ -112,7 +138,7 @@ impl Geometry {
                 self.block_size
             )));
         }
-        let max = Self::max_entries(self.block_size) + 1;
+        let max = Self::max_entries_in(self.block_size, version) + 1;
         if !(2..=max).contains(&self.segment_blocks) {
             return Err(invalid(format!(
                 "segment_blocks {} is outside 2..={max} for {}-byte blocks",
@@ -145,8 +171,12 @@ pub struct Superblock {
     /// The image's geometry.
     pub geometry: Geometry,
     /// A random identity chosen at format time; the NV cache records it, so a
-    /// cache region is never replayed into another volume.
+    /// cache region is never replayed into another volume, and (version 2)
+    /// so does every segment summary.
     pub id: u64,
+    /// The disk format version, [`OLDEST_VERSION`] to [`VERSION`]: the
+    /// layout of its segment summaries.
+    pub version: u32,
 }
 
 /// Encodes the superblock (one block).
@@ -154,7 +184,7 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
     let g = &sb.geometry;
     let mut b = vec![0u8; g.block_size as usize];
     b[..8].copy_from_slice(&SUPERBLOCK_MAGIC);
-    put_u32(&mut b, 8, VERSION);
+    put_u32(&mut b, 8, sb.version);
     put_u32(&mut b, 12, g.block_size);
     put_u32(&mut b, 16, g.segment_blocks);
     put_u32(&mut b, 20, g.segments);
@@ -212,20 +242,28 @@ pub fn decode_superblock(b: &[u8]) -> Result<Superblock, FormatError> {
         });
     }
     let b = &b[..size];
-    check(WHAT, b, size, (SUPERBLOCK_MAGIC, VERSION), size - 4)?;
+    // Every version this code opens; any other is refused naming the newest.
+    let version = u32_at(b, 8);
+    let known = if (OLDEST_VERSION..=VERSION).contains(&version) {
+        version
+    } else {
+        VERSION
+    };
+    check(WHAT, b, size, (SUPERBLOCK_MAGIC, known), size - 4)?;
     let g = Geometry {
         block_size,
         segment_blocks: u32_at(b, 16),
         segments: u32_at(b, 20),
         logical_blocks: u64_at(b, 24),
     };
-    g.validate().map_err(|e| FormatError::Invalid {
+    g.validate_in(version).map_err(|e| FormatError::Invalid {
         what: WHAT,
         reason: e.to_string(),
     })?;
     Ok(Superblock {
         geometry: g,
         id: u64_at(b, 32),
+        version,
     })
 }
 
@@ -268,9 +306,12 @@ fn plus_one(segment: Option<u32>) -> u32 {
     })
 }
 
-/// Encodes a summary into one block of `block_size` bytes.
-pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatError> {
-    if s.entries.len() > Geometry::max_entries(block_size) as usize {
+/// Encodes a summary into one block of the disk `sb` describes, in its
+/// version's layout (version 2: with its id).
+pub fn encode_summary(s: &Summary, sb: &Superblock) -> Result<Vec<u8>, FormatError> {
+    let block_size = sb.geometry.block_size;
+    let header = summary_header(sb.version);
+    if s.entries.len() > Geometry::max_entries_in(block_size, sb.version) as usize {
         return Err(FormatError::Invalid {
             what: "summary",
             reason: format!("{} entries do not fit one block", s.entries.len()),
@@ -278,15 +319,18 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
     }
     let mut b = vec![0u8; block_size as usize];
     b[..8].copy_from_slice(&SUMMARY_MAGIC);
-    put_u32(&mut b, 8, VERSION);
+    put_u32(&mut b, 8, sb.version);
     put_u32(&mut b, 12, s.entries.len() as u32);
     put_u64(&mut b, 16, s.sequence);
     put_u32(&mut b, 24, s.segment);
     put_u32(&mut b, 28, s.first_slot);
     put_u32(&mut b, 32, u32::from(s.partial));
     put_u32(&mut b, 36, plus_one(s.next));
+    if sb.version >= 2 {
+        put_u64(&mut b, 40, sb.id);
+    }
     for (i, e) in s.entries.iter().enumerate() {
-        let at = SUMMARY_HEADER + i * SUMMARY_ENTRY;
+        let at = header + i * SUMMARY_ENTRY;
         put_u64(&mut b, at, e.logical);
         put_u32(&mut b, at + 8, e.crc);
     }
@@ -297,41 +341,96 @@ pub fn encode_summary(s: &Summary, block_size: u32) -> Result<Vec<u8>, FormatErr
         reserved_zero(
             &b,
             (0..s.entries.len())
-                .map(|i| SUMMARY_HEADER + i * SUMMARY_ENTRY + 12
-                    ..SUMMARY_HEADER + (i + 1) * SUMMARY_ENTRY)
-                .chain([
-                    40..SUMMARY_HEADER,
-                    SUMMARY_HEADER + s.entries.len() * SUMMARY_ENTRY..crc_at
-                ])
+                .map(|i| header + i * SUMMARY_ENTRY + 12..header + (i + 1) * SUMMARY_ENTRY)
+                .chain(std::iter::once(
+                    header + s.entries.len() * SUMMARY_ENTRY..crc_at
+                ))
         ),
         "segment summary: reserved bytes written"
     );
     strict_assert_eq!(
-        decode_summary(&b, block_size).as_ref(),
+        decode_summary(&b, sb).as_ref(),
         Ok(s),
         "segment summary does not decode back"
     );
     Ok(b)
 }
 
-/// Whether `count` summary entries fit one block of `block_size` bytes.
-fn entries_fit(count: u32, block_size: u32) -> bool {
-    SUMMARY_HEADER + count as usize * SUMMARY_ENTRY + 4 <= block_size as usize
+/// A block where a segment summary may be, as the volume `sb` describes
+/// reads it ([`read_summary`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SummaryBlock {
+    /// A summary this volume wrote.
+    Ours(Summary),
+    /// Nothing this volume wrote since its format: zeroes, or (version 2) a
+    /// whole, checksummed summary that is not this volume's — another id,
+    /// or version 1's layout, left by an earlier use of the device.
+    Unwritten,
+    /// Anything else: a torn or decayed summary, or not a summary at all.
+    Damaged(FormatError),
 }
 
-/// Decodes a summary block.
-pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError> {
+/// Reads the block `b` of the volume `sb` describes as a summary slot.
+pub fn read_summary(b: &[u8], sb: &Superblock) -> SummaryBlock {
+    match decode_summary(b, sb) {
+        Ok(s) => SummaryBlock::Ours(s),
+        Err(_) if b.iter().all(|&x| x == 0) => SummaryBlock::Unwritten,
+        Err(e) if sb.version >= 2 && another_volumes(b, sb) => {
+            strict_assert!(!matches!(e, FormatError::Checksum { .. }));
+            SummaryBlock::Unwritten
+        }
+        Err(e) => SummaryBlock::Damaged(e),
+    }
+}
+
+/// Whether `b` is a whole summary (magic, a known version, its CRC) that
+/// the volume `sb` did not write: another volume's id, or version 1's
+/// layout, which has none.
+fn another_volumes(b: &[u8], sb: &Superblock) -> bool {
+    let size = sb.geometry.block_size as usize;
+    let version = if b.len() >= 12 { u32_at(b, 8) } else { 0 };
+    (OLDEST_VERSION..=VERSION).contains(&version)
+        && check(
+            "segment summary",
+            b,
+            size,
+            (SUMMARY_MAGIC, version),
+            size.saturating_sub(4),
+        )
+        .is_ok()
+        && (version < 2 || u64_at(b, 40) != sb.id)
+}
+
+/// Whether `count` summary entries fit one block of `block_size` bytes.
+fn entries_fit(count: u32, block_size: u32, version: u32) -> bool {
+    summary_header(version) + count as usize * SUMMARY_ENTRY + 4 <= block_size as usize
+}
+
+/// Decodes a summary block of the volume `sb` describes; one in another
+/// version's layout, or (version 2) naming another volume, is an error.
+pub fn decode_summary(b: &[u8], sb: &Superblock) -> Result<Summary, FormatError> {
     const WHAT: &str = "segment summary";
+    let block_size = sb.geometry.block_size;
     let size = block_size as usize;
     check(
         WHAT,
         b,
         size,
-        (SUMMARY_MAGIC, VERSION),
+        (SUMMARY_MAGIC, sb.version),
         size.saturating_sub(4),
     )?;
+    if sb.version >= 2 && u64_at(b, 40) != sb.id {
+        return Err(FormatError::Invalid {
+            what: WHAT,
+            reason: format!(
+                "written by volume {:016x}, not this one ({:016x}): an earlier format",
+                u64_at(b, 40),
+                sb.id
+            ),
+        });
+    }
     let count = u32_at(b, 12);
-    if count > Geometry::max_entries(block_size) {
+    if count > Geometry::max_entries_in(block_size, sb.version) {
         return Err(FormatError::Invalid {
             what: WHAT,
             reason: format!("{count} entries do not fit one block"),
@@ -344,16 +443,17 @@ pub fn decode_summary(b: &[u8], block_size: u32) -> Result<Summary, FormatError>
             reason: format!("unknown flags {flags:#x}"),
         });
     }
+    let header = summary_header(sb.version);
     let entries = (0..count as usize)
         .map(|i| {
-            let at = SUMMARY_HEADER + i * SUMMARY_ENTRY;
+            let at = header + i * SUMMARY_ENTRY;
             SummaryEntry {
                 logical: u64_at(b, at),
                 crc: u32_at(b, at + 8),
             }
         })
         .collect();
-    strict_assert!(entries_fit(count, block_size), "checked above");
+    strict_assert!(entries_fit(count, block_size, sb.version), "checked above");
     Ok(Summary {
         sequence: u64_at(b, 16),
         segment: u32_at(b, 24),
@@ -506,7 +606,7 @@ pub fn encode_checkpoint_into(
     let b = out;
     b[..CHECKPOINT_HEADER].fill(0);
     b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
-    put_u32(b, 8, VERSION);
+    put_u32(b, 8, CHECKPOINT_VERSION);
     put_u64(b, 16, head.number);
     put_u64(b, 24, head.sequence);
     put_u32(b, 32, head.head_segment);
@@ -566,7 +666,7 @@ pub fn encode_checkpoint_into(
 pub fn decode_checkpoint(b: &[u8], g: &Geometry) -> Result<Checkpoint, FormatError> {
     const WHAT: &str = "checkpoint";
     let size = (g.checkpoint_blocks() * u64::from(g.block_size)) as usize;
-    check(WHAT, b, size, (CHECKPOINT_MAGIC, VERSION), 12)?;
+    check(WHAT, b, size, (CHECKPOINT_MAGIC, CHECKPOINT_VERSION), 12)?;
     let invalid = |reason: String| FormatError::Invalid { what: WHAT, reason };
     if u64_at(b, 40) != g.logical_blocks || u32_at(b, 48) != g.segments {
         return Err(invalid("written for another geometry".into()));
@@ -720,15 +820,35 @@ mod tests {
         }
     }
 
+    /// The superblock of a disk of `version` with `g` blocks of `block_size`.
+    fn disk(block_size: u32, version: u32, id: u64) -> Superblock {
+        Superblock {
+            geometry: Geometry {
+                block_size,
+                ..geometry()
+            },
+            id,
+            version,
+        }
+    }
+
     #[test]
     fn superblock_round_trips_and_detects_every_flip() {
-        let sb = Superblock {
-            geometry: geometry(),
-            id: 0x1234_5678_9abc_def0,
-        };
-        let b = encode_superblock(&sb);
-        assert_eq!(decode_superblock(&b).unwrap(), sb);
-        every_flip_is_detected(&b, decode_superblock);
+        for version in [1, 2] {
+            let sb = disk(4096, version, 0x1234_5678_9abc_def1);
+            let b = encode_superblock(&sb);
+            assert_eq!(decode_superblock(&b).unwrap(), sb);
+            every_flip_is_detected(&b, decode_superblock);
+        }
+        // A version this build does not know is refused, naming both.
+        let mut b = encode_superblock(&disk(4096, 2, 1));
+        put_u32(&mut b, 8, 3);
+        seal(&mut b, 4092);
+        let refused = decode_superblock(&b).unwrap_err().to_string();
+        assert!(
+            refused.contains("version 3, this build reads version 2"),
+            "{refused}"
+        );
         assert!(matches!(
             decode_superblock(&[0u8; 4096]),
             Err(FormatError::Magic { .. })
@@ -886,7 +1006,17 @@ mod tests {
                 .contains("logical blocks")
         );
         assert!(geometry().validate().is_ok());
-        assert_eq!(Geometry::max_entries(4096), 253);
+        assert_eq!(Geometry::max_entries(4096), 252);
+        assert_eq!(Geometry::max_entries_in(4096, 1), 253);
+        assert_eq!(Geometry::max_entries(512), 28);
+        // A version-1 disk of 254-block segments still opens; a new one
+        // cannot be made so.
+        let g = Geometry {
+            segment_blocks: 254,
+            ..geometry()
+        };
+        assert!(g.validate_in(1).is_ok());
+        assert!(g.validate().unwrap_err().to_string().contains("2..=253"));
     }
 
     proptest! {
@@ -898,7 +1028,11 @@ mod tests {
             partial: bool,
             next in proptest::option::of(0u32..u32::MAX),
             entries in proptest::collection::vec((any::<u64>(), any::<u32>()), 0..=253),
+            version in 1u32..=2,
+            id: u64,
         ) {
+            let sb = disk(4096, version, id);
+            let entries = &entries[..entries.len().min(Geometry::max_entries_in(4096, version) as usize)];
             let s = Summary {
                 sequence,
                 segment,
@@ -906,20 +1040,23 @@ mod tests {
                 partial,
                 next,
                 entries: entries
-                    .into_iter()
-                    .map(|(logical, crc)| SummaryEntry { logical, crc })
+                    .iter()
+                    .map(|&(logical, crc)| SummaryEntry { logical, crc })
                     .collect(),
             };
-            let b = encode_summary(&s, 4096).unwrap();
-            prop_assert_eq!(decode_summary(&b, 4096).unwrap(), s);
+            let b = encode_summary(&s, &sb).unwrap();
+            prop_assert_eq!(decode_summary(&b, &sb).unwrap(), s.clone());
+            prop_assert_eq!(read_summary(&b, &sb), SummaryBlock::Ours(s));
         }
 
         #[test]
         fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
             let g = Geometry { logical_blocks: 40, segments: 4, segment_blocks: 16, block_size: 512 };
             let _ = decode_superblock(&bytes);
-            let _ = decode_summary(&bytes, 512);
-            let _ = decode_summary(&bytes, 4096);
+            for sb in [disk(512, 1, 1), disk(512, 2, 1), disk(4096, 2, 1)] {
+                let _ = decode_summary(&bytes, &sb);
+                let _ = read_summary(&bytes, &sb);
+            }
             let _ = decode_checkpoint(&bytes, &g);
         }
     }
@@ -940,12 +1077,69 @@ mod tests {
                 3
             ],
         };
-        let b = encode_summary(&s, 512).unwrap();
-        every_flip_is_detected(&b, |b| decode_summary(b, 512));
+        for version in [1, 2] {
+            let sb = disk(512, version, 7);
+            let b = encode_summary(&s, &sb).unwrap();
+            every_flip_is_detected(&b, |b| decode_summary(b, &sb));
+            // And a flip is damage, never "not written".
+            let mut b = b;
+            for at in 0..b.len() {
+                b[at] ^= 0x5a;
+                assert!(
+                    matches!(read_summary(&b, &sb), SummaryBlock::Damaged(_)),
+                    "version {version}, flip at {at}"
+                );
+                b[at] ^= 0x5a;
+            }
+        }
         let too_many = Summary {
-            entries: vec![SummaryEntry { logical: 0, crc: 0 }; 254],
-            ..s
+            entries: vec![SummaryEntry { logical: 0, crc: 0 }; 253],
+            ..s.clone()
         };
-        assert!(encode_summary(&too_many, 4096).is_err());
+        assert!(encode_summary(&too_many, &disk(4096, 2, 1)).is_err());
+        assert!(encode_summary(&too_many, &disk(4096, 1, 1)).is_ok());
+    }
+
+    /// A version-2 summary carries its volume's id: one another format of
+    /// the device left (another id, or version 1's layout) reads as not
+    /// written, as zeroes do; on a version-1 disk only zeroes do.
+    #[test]
+    fn a_summary_another_volume_left_reads_as_not_written() {
+        let s = Summary {
+            sequence: 1 << 40,
+            segment: 3,
+            first_slot: 0,
+            partial: false,
+            next: Some(4),
+            entries: vec![SummaryEntry { logical: 9, crc: 1 }],
+        };
+        let ours = disk(4096, 2, 0x11);
+        let earlier = disk(4096, 2, 0x33);
+        let b = encode_summary(&s, &earlier).unwrap();
+        assert_eq!(read_summary(&b, &ours), SummaryBlock::Unwritten);
+        let refused = decode_summary(&b, &ours).unwrap_err().to_string();
+        assert!(
+            refused.contains("written by volume 0000000000000033"),
+            "{refused}"
+        );
+        let v1 = encode_summary(&s, &disk(4096, 1, 0x11)).unwrap();
+        assert_eq!(read_summary(&v1, &ours), SummaryBlock::Unwritten);
+        assert_eq!(read_summary(&[0; 4096], &ours), SummaryBlock::Unwritten);
+        // A version-1 disk has no id to tell: a whole summary is its own.
+        let old = disk(4096, 1, 0x11);
+        assert_eq!(read_summary(&v1, &old), SummaryBlock::Ours(s.clone()));
+        assert!(matches!(read_summary(&b, &old), SummaryBlock::Damaged(_)));
+        assert_eq!(read_summary(&[0; 4096], &old), SummaryBlock::Unwritten);
+        // Torn: damage, on either.
+        let mut torn = b.clone();
+        torn[100] ^= 1;
+        assert!(matches!(
+            read_summary(&torn, &ours),
+            SummaryBlock::Damaged(_)
+        ));
+        assert!(matches!(
+            read_summary(&[7; 4096], &ours),
+            SummaryBlock::Damaged(_)
+        ));
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::error::LogDiskError;
 use super::flush::Core;
-use super::format::{self, Geometry, Summary, SummaryEntry};
+use super::format::{self, Geometry, Summary, SummaryEntry, Superblock};
 use super::options::PartialSegments;
 use super::table::block_of;
 use super::writer::{Job, Moving, Queued};
@@ -73,6 +73,7 @@ pub(super) struct Append<'a> {
 pub(super) struct Target<'a, D> {
     pub dev: &'a Arc<D>,
     pub geo: &'a Geometry,
+    pub superblock: &'a Superblock,
     pub partial: PartialSegments,
     pub writer_threads: u32,
 }
@@ -161,7 +162,7 @@ impl Log {
                 next: self.pin,
                 entries: entries.to_vec(),
             },
-            geo.block_size,
+            to.superblock,
         )?;
         // The summary goes in the block before this write's data (the
         // previous write's last block, already written).

@@ -11,11 +11,12 @@
 //! | 2 | neither checkpoint slot decodes | open fails (`NoCheckpoint`), naming both reasons | `recovery_decision_table::no_valid_checkpoint_is_an_error` |
 //! | 3 | both slots decode | the larger number wins (a torn newer write leaves the older) | `recovery_decision_table::the_newer_checkpoint_wins_and_a_torn_one_is_skipped` |
 //! | 4 | a summary whose CRC fails, or that names another segment or slot, or is not newer than the write before it | its segment's chain stops there | `logdisk_crash_points` (every crash point) |
+//! | 4a | a whole summary another volume wrote (another id, or version 1's layout on a version-2 disk: an earlier format of the device) | not this volume's: read as never written, as zeroes are | `recovery_decision_table::a_device_formatted_again_never_returns_the_earlier_volumes_writes`, `format::tests` |
 //! | 5 | a summary whose data blocks fail their CRC (a torn segment write) | the write is dropped and its chain stops: it was never acknowledged | `logdisk_crash_points` |
 //! | 6 | a summary not newer than the checkpoint | skipped: the checkpoint holds it | `recovery_decision_table::a_clean_close_replays_nothing` |
 //! | 7 | segment writes after the checkpoint | applied in sequence order; the head continues after the newest | `logdisk_crash_points`, `recovery_decision_table::writes_after_the_checkpoint_are_rolled_forward` |
 //! | 7a | a checkpoint naming the next segment, both slots valid | the segments are found along the chain from it (each first summary names the next) up to one not opened since, not by reading every segment | `recovery_decision_table::a_crash_reads_only_the_chain_of_segments_opened_since_the_checkpoint`, every crash point (strict builds compare with reading every segment) |
-//! | 7b | a link naming nothing, or a first block on the chain that does not decode and is not zero | every segment's first block is read | `recovery_decision_table::a_decayed_link_makes_recovery_read_every_segment` |
+//! | 7b | a link naming nothing, or a first block on the chain that is damaged (does not decode, is not zero, is no other volume's summary) | every segment's first block is read | `recovery_decision_table::a_decayed_link_makes_recovery_read_every_segment` |
 //! | 7c | a chain, the other slot invalid | every segment's first block is read: segments opened since the older checkpoint may have been reused | `recovery_decision_table::a_closed_mark_is_not_trusted_when_the_other_slot_is_unreadable` |
 //! | 8 | a valid NV slot | overrides the map (a valid slot is never older than the disk copy); the newest slot of a block wins, older ones are cleared | `logdisk_nv_cache` tests |
 //! | 9 | an NV region of another volume | open fails (`NvError::Header`) | `nv::tests` |
@@ -27,7 +28,7 @@
 //! for a write made after this recovery.
 
 use super::error::LogDiskError;
-use super::format::{self, Checkpoint, Geometry, MapEntry, SummaryEntry, Superblock};
+use super::format::{self, Checkpoint, Geometry, MapEntry, SummaryBlock, SummaryEntry, Superblock};
 use super::log::Log;
 use super::metrics::Metrics;
 use super::nv::NvCache;
@@ -78,10 +79,10 @@ pub(crate) enum Segments {
     /// the checkpoint if it names one ([`Checkpoint::chain`]), else reads
     /// each one's first block.
     Scan,
-    /// Zeroed by the format that just ran (every segment's but the head's,
-    /// which is still walked): roll-forward would read one block a segment
-    /// to find nothing, which on a device that seeks (an HDD, a throttled
-    /// file) is tens of seconds.
+    /// Just formatted: no segment holds a summary of this volume (the
+    /// head's is still walked), so roll-forward would read one block a
+    /// segment to find nothing, which on a device that seeks (an HDD, a
+    /// throttled file) is tens of seconds.
     Blank,
     /// The checkpoint is marked closed ([`Checkpoint::closed`]): no segment
     /// holds a newer write, so none is read (strict builds scan them all
@@ -122,7 +123,7 @@ pub(super) fn recover<D: Device + ?Sized>(
     } else {
         segments
     };
-    let replay = roll_forward(dev, &geo, &cp, &mut map, &mut seg_buf, segments)?;
+    let replay = roll_forward(dev, &sb, &cp, &mut map, &mut seg_buf, segments)?;
     let mut recovered = Recovered {
         segment_writes: replay.applied,
         nv_blocks: 0,
@@ -240,19 +241,20 @@ struct Found {
 /// the largest valid summary sequence seen.
 fn walk_segment(
     seg_buf: &[u8],
-    geo: &Geometry,
+    sb: &Superblock,
     segment: u32,
     mut slot: u32,
     after: u64,
     found: &mut Vec<Found>,
 ) -> u64 {
+    let geo = &sb.geometry;
     let b = geo.block_size as usize;
     let n = geo.segment_blocks;
     let mut prev = after;
     let mut max_seen = 0;
     while slot + 1 < n {
         let at = slot as usize * b;
-        let Ok(s) = format::decode_summary(&seg_buf[at..at + b], geo.block_size) else {
+        let Ok(s) = format::decode_summary(&seg_buf[at..at + b], sb) else {
             break;
         };
         max_seen = max_seen.max(s.sequence);
@@ -298,9 +300,10 @@ const SCAN_THREADS: usize = 16;
 /// [`SCAN_THREADS`] threads, each a stride of the segments.
 fn first_summaries<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     skip: u32,
 ) -> Result<Vec<Option<u64>>, LogDiskError> {
+    let geo = &sb.geometry;
     let n = geo.segments as usize;
     let threads = SCAN_THREADS.min(n / 64).max(1);
     let read = |from: usize| -> Result<Vec<(usize, Option<u64>)>, LogDiskError> {
@@ -312,7 +315,7 @@ fn first_summaries<D: Device + ?Sized>(
                 continue;
             }
             dev.read_at(&mut first, block_of(geo, s as u32, 0) * b as u64)?;
-            let sequence = format::decode_summary(&first, geo.block_size)
+            let sequence = format::decode_summary(&first, sb)
                 .ok()
                 .map(|sum| sum.sequence);
             out.push((s, sequence));
@@ -373,16 +376,17 @@ pub(crate) struct Replay {
 /// every segment's first block ([`first_summaries`]) as without one.
 pub(crate) fn roll_forward<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     cp: &Checkpoint,
     map: &mut [MapEntry],
     seg_buf: &mut [u8],
     segments: Segments,
 ) -> Result<Replay, LogDiskError> {
+    let geo = &sb.geometry;
     let after = cp.sequence;
     if segments == Segments::Closed {
         strict_assert!(
-            roll_forward(dev, geo, cp, &mut map.to_vec(), seg_buf, Segments::Every)?.applied == 0,
+            roll_forward(dev, sb, cp, &mut map.to_vec(), seg_buf, Segments::Every)?.applied == 0,
             "a write newer than a closing checkpoint"
         );
         return Ok(Replay {
@@ -396,12 +400,12 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
     }
     let mut found = Vec::new();
     let head = cp.head_segment;
-    let mut max_seen = walk_head(dev, geo, cp, seg_buf, &mut found)?;
+    let mut max_seen = walk_head(dev, sb, cp, seg_buf, &mut found)?;
     let mut segments_read = 1;
     let chain = match (segments, cp.chain) {
         (Segments::Scan, Some(start)) => {
             let before = found.len();
-            let walked = follow_chain(dev, geo, after, start, seg_buf, &mut found)?;
+            let walked = follow_chain(dev, sb, after, start, seg_buf, &mut found)?;
             if walked.is_none() {
                 found.truncate(before);
             }
@@ -414,12 +418,12 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
         max_seen = max_seen.max(seen);
         segments_read += read;
         strict_assert!(
-            chain_agrees_with_scan(dev, geo, cp, seg_buf, &found, seen)?,
+            chain_agrees_with_scan(dev, sb, cp, seg_buf, &found, seen)?,
             "the chain from checkpoint #{} missed a write",
             cp.number
         );
     } else {
-        let (seen, read) = scan_all(dev, geo, after, head, seg_buf, segments, &mut found)?;
+        let (seen, read) = scan_all(dev, sb, after, head, seg_buf, segments, &mut found)?;
         max_seen = max_seen.max(seen);
         segments_read += read;
     }
@@ -467,16 +471,17 @@ pub(crate) fn roll_forward<D: Device + ?Sized>(
 /// largest sequence seen (at least the checkpoint's).
 fn walk_head<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     cp: &Checkpoint,
     seg_buf: &mut [u8],
     found: &mut Vec<Found>,
 ) -> Result<u64, LogDiskError> {
+    let geo = &sb.geometry;
     let (head, after) = (cp.head_segment, cp.sequence);
     dev.read_at(seg_buf, block_of(geo, head, 0) * u64::from(geo.block_size))?;
-    let mut max_seen = after.max(walk_segment(seg_buf, geo, head, cp.head_slot, after, found));
+    let mut max_seen = after.max(walk_segment(seg_buf, sb, head, cp.head_slot, after, found));
     if cp.head_slot > 0 {
-        max_seen = max_seen.max(walk_segment(seg_buf, geo, head, 0, after, found));
+        max_seen = max_seen.max(walk_segment(seg_buf, sb, head, 0, after, found));
     }
     Ok(max_seen)
 }
@@ -487,7 +492,7 @@ fn walk_head<D: Device + ?Sized>(
 /// the crash left beyond a link it tore or dropped, never acknowledged).
 fn chain_agrees_with_scan<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     cp: &Checkpoint,
     seg_buf: &mut [u8],
     found: &[Found],
@@ -495,8 +500,8 @@ fn chain_agrees_with_scan<D: Device + ?Sized>(
 ) -> Result<bool, LogDiskError> {
     let (head, after) = (cp.head_segment, cp.sequence);
     let mut all = Vec::new();
-    walk_head(dev, geo, cp, seg_buf, &mut all)?;
-    scan_all(dev, geo, after, head, seg_buf, Segments::Every, &mut all)?;
+    walk_head(dev, sb, cp, seg_buf, &mut all)?;
+    scan_all(dev, sb, after, head, seg_buf, Segments::Every, &mut all)?;
     let chained: std::collections::BTreeSet<u64> = found.iter().map(|f| f.sequence).collect();
     let all: std::collections::BTreeSet<u64> = all.iter().map(|f| f.sequence).collect();
     Ok(chained.is_subset(&all) && all.difference(&chained).all(|&s| s > seen))
@@ -506,19 +511,21 @@ fn chain_agrees_with_scan<D: Device + ?Sized>(
 /// `start` (the checkpoint's [`Checkpoint::chain`]): each segment whose
 /// first summary is newer than the checkpoint is walked, and names the
 /// next. The chain ends at a segment not opened since: its first summary
-/// older than the checkpoint, or its first block zeroed by the format.
+/// older than the checkpoint, or its first block not written since the
+/// format (zeroes, or an earlier format's summary).
 /// Returns the largest sequence seen and the segments read; `None` if a
-/// link is missing, leads nowhere, or is a first block that does not
-/// decode (a torn write or a decayed summary, after which flushed writes
-/// may follow): the caller reads every segment instead.
+/// link is missing, leads nowhere, or is a damaged first block (a torn
+/// write or a decayed summary, after which flushed writes may follow):
+/// the caller reads every segment instead.
 fn follow_chain<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     after: u64,
     start: u32,
     seg_buf: &mut [u8],
     found: &mut Vec<Found>,
 ) -> Result<Option<(u64, u32)>, LogDiskError> {
+    let geo = &sb.geometry;
     let b = geo.block_size as usize;
     let mut max_seen = after;
     let mut segment = start;
@@ -531,13 +538,14 @@ fn follow_chain<D: Device + ?Sized>(
         }
         dev.read_at(seg_buf, block_of(geo, segment, 0) * b as u64)?;
         read += 1;
-        let first = match format::decode_summary(&seg_buf[..b], geo.block_size) {
-            Ok(first) => first,
-            // Zeroed by the format: never written.
-            Err(_) if seg_buf[..b].iter().all(|&x| x == 0) => return Ok(Some((max_seen, read))),
+        let first = match format::read_summary(&seg_buf[..b], sb) {
+            SummaryBlock::Ours(first) => first,
+            // Not written since the format: zeroes, or what an earlier use
+            // of the device left.
+            SummaryBlock::Unwritten => return Ok(Some((max_seen, read))),
             // A torn write, or a summary that decayed: the writes after it
             // may have been flushed, so look for them everywhere.
-            Err(_) => return Ok(None),
+            SummaryBlock::Damaged(_) => return Ok(None),
         };
         if first.sequence <= after {
             // Older than the checkpoint: not opened since.
@@ -546,7 +554,7 @@ fn follow_chain<D: Device + ?Sized>(
         if first.segment != segment || first.first_slot != 0 {
             return Ok(None);
         }
-        max_seen = max_seen.max(walk_segment(seg_buf, geo, segment, 0, after, found));
+        max_seen = max_seen.max(walk_segment(seg_buf, sb, segment, 0, after, found));
         match first.next {
             Some(next) => segment = next,
             None => return Ok(None),
@@ -555,35 +563,36 @@ fn follow_chain<D: Device + ?Sized>(
 }
 
 /// Reads the first block of every segment but `head` (already walked) —
-/// none with [`Segments::Blank`], whose first blocks a format zeroed — and
+/// none with [`Segments::Blank`], just formatted — and
 /// walks each whose summary is newer than `after`. Returns the largest
 /// sequence seen and the segments read.
 fn scan_all<D: Device + ?Sized>(
     dev: &D,
-    geo: &Geometry,
+    sb: &Superblock,
     after: u64,
     head: u32,
     seg_buf: &mut [u8],
     segments: Segments,
     found: &mut Vec<Found>,
 ) -> Result<(u64, u32), LogDiskError> {
+    let geo = &sb.geometry;
     let b = geo.block_size as usize;
     let mut max_seen = after;
     if segments == Segments::Blank {
-        // A zeroed first slot decodes as no summary.
+        // No first slot holds a summary of this volume.
         strict_assert!({
             let mut first = IoBuf::zeroed(b);
             let mut blank = true;
             for s in (0..geo.segments).filter(|&s| s != head) {
                 dev.read_at(&mut first, block_of(geo, s, 0) * b as u64)?;
-                blank &= first.iter().all(|&b| b == 0);
+                blank &= !matches!(format::read_summary(&first, sb), SummaryBlock::Ours(_));
             }
             blank
         });
         return Ok((max_seen, 0));
     }
     // Every first block but the head's, read with several in flight.
-    let firsts = first_summaries(dev, geo, head)?;
+    let firsts = first_summaries(dev, sb, head)?;
     let mut read = 0;
     for s in (0..geo.segments).filter(|&s| s != head) {
         read += 1;
@@ -593,7 +602,7 @@ fn scan_all<D: Device + ?Sized>(
         max_seen = max_seen.max(sequence);
         if sequence > after {
             dev.read_at(seg_buf, block_of(geo, s, 0) * b as u64)?;
-            max_seen = max_seen.max(walk_segment(seg_buf, geo, s, 0, after, found));
+            max_seen = max_seen.max(walk_segment(seg_buf, sb, s, 0, after, found));
         }
     }
     Ok((max_seen, read))
