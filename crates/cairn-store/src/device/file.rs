@@ -597,7 +597,8 @@ mod tests {
             read_only: false,
             ..FileOptions::default()
         };
-        // tmpfs refuses O_DIRECT; then there is nothing to test here.
+        // A file system that refuses O_DIRECT (tmpfs before Linux 6.6): then
+        // there is nothing to test here.
         let Ok(dev) = FileDevice::open(&path, &options) else {
             return;
         };

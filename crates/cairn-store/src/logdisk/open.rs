@@ -367,10 +367,11 @@ fn format(
         }
         None => None,
     };
-    // One write to each segment's first block: on a slow device (an HDD, a
-    // throttled file) that is a seek each, tens of seconds for a large log.
+    // The superblock and a checkpoint: no segment is written (every summary
+    // names its volume, so what an earlier use left there is not read as
+    // ours).
     tracing::info!(
-        "formatting a log disk of {} segments on {}: one write at the start of each",
+        "formatting a log disk of {} segments on {}",
         geo.segments,
         dev.describe()
     );
