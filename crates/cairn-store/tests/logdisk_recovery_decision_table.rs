@@ -459,24 +459,39 @@ fn a_device_formatted_again_never_returns_the_earlier_volumes_writes() {
     }
 }
 
-/// A format over a device full of bytes that are no log disk's (the
-/// segments are not zeroed): recovery after a crash reads them as damage,
-/// not writes, and every block the volume wrote comes back.
+/// A format over a device full of bytes that are no log disk's: recovery
+/// after a crash reads them as damage, never as writes, and every block the
+/// volume wrote comes back. Left as they were (`format`), the chain ends at
+/// such a block, which may be a decayed summary, so every segment is read;
+/// cleared (`format_clearing`, for a block device the volume could not look
+/// at whole), it ends at a zeroed block and only the chain is read.
 #[test]
 fn a_format_over_garbage_recovers_only_its_own_writes() {
-    let dev = Arc::new(MemoryDevice::new(geo().image_blocks() * B as u64));
-    dev.write_at(&vec![0xee; dev.len() as usize], 0).unwrap();
-    let disk = LogDisk::format(Arc::clone(&dev), geo(), None, volatile()).unwrap();
-    flushed_one_by_one(disk, 0..6, 3);
-    let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
-    let mut buf = vec![0u8; B];
-    for l in 0..geo().logical_blocks {
-        disk.read_block(l, &mut buf).unwrap();
-        if l < 6 {
-            assert_eq!(buf, block(l, 3), "block {l}");
+    for clearing in [false, true] {
+        let dev = Arc::new(MemoryDevice::new(geo().image_blocks() * B as u64));
+        dev.write_at(&vec![0xee; dev.len() as usize], 0).unwrap();
+        let disk = if clearing {
+            LogDisk::format_clearing(Arc::clone(&dev), geo(), None, volatile()).unwrap()
         } else {
-            assert!(buf.iter().all(|&b| b == 0), "block {l}");
+            LogDisk::format(Arc::clone(&dev), geo(), None, volatile()).unwrap()
+        };
+        flushed_one_by_one(disk, 0..6, 3);
+        let disk = LogDisk::open(Arc::clone(&dev), None, volatile()).unwrap();
+        let mut buf = vec![0u8; B];
+        for l in 0..geo().logical_blocks {
+            disk.read_block(l, &mut buf).unwrap();
+            if l < 6 {
+                assert_eq!(buf, block(l, 3), "block {l}");
+            } else {
+                assert!(buf.iter().all(|&b| b == 0), "block {l}");
+            }
+        }
+        disk.verify().unwrap();
+        let read = disk.recovered().segments_read;
+        if clearing {
+            assert!(read < geo().segments, "cleared: {read} segments read");
+        } else {
+            assert_eq!(read, geo().segments, "left as they were");
         }
     }
-    disk.verify().unwrap();
 }

@@ -18,6 +18,7 @@ use super::nv::NvCache;
 use super::options::{Options, PartialSegments};
 use super::recover::{self, Image, NvSource, Recovered, Segments};
 use super::stage::SegmentBuffer;
+use super::table::block_of;
 
 use super::writer::WriteQueue;
 use crate::device::{Device, IoBuf};
@@ -65,12 +66,40 @@ pub struct LogDisk<D: Device> {
 
 impl<D: Device + 'static> LogDisk<D> {
     /// Writes a new, empty log disk of geometry `geo` onto `dev` (and formats
-    /// `nv` as its write cache, when given).
+    /// `nv` as its write cache, when given): a superblock and a checkpoint.
+    /// The segments are left as they are; what an earlier use of the device
+    /// left there is never taken for this volume's.
     pub fn format(
         dev: D,
         geo: Geometry,
         nv: Option<Box<dyn Region>>,
         options: Options,
+    ) -> Result<Self, LogDiskError> {
+        Self::format_with(dev, geo, nv, options, false)
+    }
+
+    /// [`LogDisk::format`] on storage that may hold old data (a block device
+    /// the caller read only the start of): also writes zeroes to every
+    /// segment's first block, one write a segment (on an HDD a seek each).
+    /// Then the chain a crash is recovered along ends where the log stopped,
+    /// at a zeroed block, and not at old data recovery must take for a
+    /// decayed summary of its own (and read every segment's first block
+    /// instead), until the log has used every segment once.
+    pub fn format_clearing(
+        dev: D,
+        geo: Geometry,
+        nv: Option<Box<dyn Region>>,
+        options: Options,
+    ) -> Result<Self, LogDiskError> {
+        Self::format_with(dev, geo, nv, options, true)
+    }
+
+    fn format_with(
+        dev: D,
+        geo: Geometry,
+        nv: Option<Box<dyn Region>>,
+        options: Options,
+        clear: bool,
     ) -> Result<Self, LogDiskError> {
         geo.validate()?;
         let need = geo.image_blocks() * u64::from(geo.block_size);
@@ -106,10 +135,16 @@ impl<D: Device + 'static> LogDisk<D> {
         dev.write_at(&bytes, b)?;
         let zero = IoBuf::zeroed(bytes.len());
         dev.write_at(&zero, b * (1 + geo.checkpoint_blocks()))?;
-        // The segments are left as they are: every summary carries the
-        // volume's id, so one an earlier use of the device left is not
-        // taken for this volume's (and no segment is read until the open
-        // after this one has written a checkpoint naming where it went).
+        // Every summary carries the volume's id, so one an earlier use of
+        // the device left is not taken for this volume's (and no segment is
+        // read until the open after this one has written a checkpoint naming
+        // where it went). Cleared, old data is not taken for damage either.
+        if clear {
+            let zero_block = IoBuf::zeroed(geo.block_size as usize);
+            for s in 0..geo.segments {
+                dev.write_at(&zero_block, block_of(&geo, s, 0) * b)?;
+            }
+        }
         dev.flush()?;
         strict_assert!(id & 1 == 1, "a volume id is nonzero");
         let superblock = format::encode_superblock(&Superblock {

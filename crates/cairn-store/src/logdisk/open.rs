@@ -94,6 +94,10 @@ pub struct Request<'a> {
     pub accept_lost_nv_cache: bool,
     /// Recover in memory and write nothing; never format.
     pub read_only: bool,
+    /// The storage may hold old data past what the caller's look beneath
+    /// the device read (a block device: only its first MiB), so a format
+    /// also clears every segment's first block ([`LogDisk::format_clearing`]).
+    pub may_hold_data: bool,
 }
 
 /// What [`open_or_format`] did.
@@ -369,14 +373,24 @@ fn format(
     };
     // The superblock and a checkpoint: no segment is written (every summary
     // names its volume, so what an earlier use left there is not read as
-    // ours).
-    tracing::info!(
-        "formatting a log disk of {} segments on {}",
-        geo.segments,
-        dev.describe()
-    );
-    let disk = LogDisk::format(Arc::clone(dev), geo, region, request.options)
-        .map_err(OpenError::Format)?;
+    // ours) unless the storage may hold old data; then each segment's first
+    // block, on a slow device (an HDD) a seek each.
+    let disk = if request.may_hold_data {
+        tracing::info!(
+            "formatting a log disk of {} segments on {}, which may hold old data: one write at the start of each",
+            geo.segments,
+            dev.describe()
+        );
+        LogDisk::format_clearing(Arc::clone(dev), geo, region, request.options)
+    } else {
+        tracing::info!(
+            "formatting a log disk of {} segments on {}",
+            geo.segments,
+            dev.describe()
+        );
+        LogDisk::format(Arc::clone(dev), geo, region, request.options)
+    }
+    .map_err(OpenError::Format)?;
     // What was asked is what was formatted, and it opens as ours.
     strict_assert_eq!(disk.geometry(), geo);
     strict_assert_eq!(
@@ -525,6 +539,7 @@ mod tests {
             closed_cleanly: None,
             accept_lost_nv_cache: false,
             read_only: false,
+            may_hold_data: false,
         }
     }
 

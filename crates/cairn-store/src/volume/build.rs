@@ -337,6 +337,7 @@ impl Builder<'_> {
             closed_cleanly: marker::read(&marker),
             accept_lost_nv_cache: self.options.accept_lost_nv_cache,
             read_only: self.read_only,
+            may_hold_data: past_the_head_unseen(&inner.leaves),
         };
         let (disk, opened) =
             log_open::open_or_format(&device, &request, || foreign_under(&inner.leaves))
@@ -824,6 +825,19 @@ fn foreign_under(leaves: &[Leaf]) -> Result<Option<Foreign>, log_open::OpenError
     Ok(None)
 }
 
+/// Whether some storage under a device may hold data [`foreign_under`]
+/// did not see: a block device, of which it reads the first MiB (a file it
+/// reads whole, skipping holes).
+fn past_the_head_unseen(leaves: &[Leaf]) -> bool {
+    leaves.iter().any(|leaf| match leaf {
+        Leaf::File(path, _) => std::fs::metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device() || m.file_type().is_char_device()
+        }),
+        Leaf::Fresh | Leaf::Used(_) => false,
+    })
+}
+
 /// Whether a tier formatted on a blank cache device of `len` bytes, with the
 /// layout the spec asks for, has room for its metadata and two buckets.
 fn metadata_fits(len: u64, t: &TierSpec) -> bool {
@@ -1025,5 +1039,28 @@ fn tier_error(field: &str, t: &TierSpec, e: TierError) -> VolumeError {
             VolumeError::new(f, message)
         }
         e => VolumeError::new(field, format!("opening the tier: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block or character device is read only at its start before a
+    /// format (the rest may hold old data: the log disk's format clears its
+    /// segments' first blocks); a file is read whole, holes skipped.
+    #[test]
+    fn only_a_device_node_may_hold_data_past_what_was_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("log.img");
+        std::fs::write(&file, [0u8; 4096]).unwrap();
+        assert!(!past_the_head_unseen(&[
+            Leaf::File(file, None),
+            Leaf::Fresh
+        ]));
+        assert!(past_the_head_unseen(&[
+            Leaf::Fresh,
+            Leaf::File("/dev/null".into(), None)
+        ]));
     }
 }
