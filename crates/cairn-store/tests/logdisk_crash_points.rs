@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use cairn_store::logdisk::{CleanerPolicy, LogDisk, Metrics, Options, PartialSegments};
 use cairn_store::ntl::{Region, SimRegion};
-use cairn_store::{CrashMode, FaultyDevice};
+use cairn_store::{CrashMode, Device, FaultyDevice};
 use common::logdisk::{Model, Reads, image_len, options, small, workload, workload_of};
 
 fn crash_points(
@@ -38,6 +38,7 @@ fn crash_points(
         background_clean,
         false,
         false,
+        None,
     )
 }
 
@@ -48,8 +49,10 @@ fn crash_points(
 /// with `long_chains`, at the default checkpoint interval (more segment
 /// writes than the small disk has segments) and with no closes or trims
 /// (each ends in a checkpoint), so the chain of segments opened since a
-/// checkpoint wraps around the disk. Returns how many of the crash points'
-/// recoveries found the segments along the chain, and how many there were.
+/// checkpoint wraps around the disk; on a device that holds `earlier` (an
+/// image of another log disk, laid down and flushed before the format) when
+/// given. Returns how many of the crash points' recoveries found the
+/// segments along the chain, and how many there were.
 #[allow(clippy::fn_params_excessive_bools, clippy::too_many_arguments)]
 fn crash_points_on(
     nv: bool,
@@ -60,6 +63,7 @@ fn crash_points_on(
     background_clean: bool,
     msync: bool,
     long_chains: bool,
+    earlier: Option<&[u8]>,
 ) -> (u64, u64) {
     let sim = |len: u64| {
         let region = SimRegion::new(len);
@@ -81,9 +85,16 @@ fn crash_points_on(
     });
     let mut chained = 0u64;
     let nv_len = 12 * 1024;
+    let lay_down = |dev: &FaultyDevice| {
+        if let Some(image) = earlier {
+            dev.write_at(image, 0).unwrap();
+            dev.flush().unwrap();
+        }
+    };
     // Count the device writes of an uninterrupted run.
     let total = {
         let dev = Arc::new(FaultyDevice::new(image_len(&g), seed));
+        lay_down(&dev);
         let region: Option<Box<dyn Region>> = nv.then(|| Box::new(sim(nv_len)) as Box<dyn Region>);
         let disk = LogDisk::format(dev.clone(), g, region, opts).unwrap();
         let before = dev.counts().writes;
@@ -123,6 +134,7 @@ fn crash_points_on(
     ] {
         for at in 1..=total {
             let dev = Arc::new(FaultyDevice::new(image_len(&g), seed ^ at));
+            lay_down(&dev);
             let region = Arc::new(sim(nv_len));
             let nv_box = || nv.then(|| Box::new(region.clone()) as Box<dyn Region>);
             let disk = LogDisk::format(dev.clone(), g, nv_box(), opts).unwrap();
@@ -216,6 +228,7 @@ fn every_crash_point_nv_cache_msync_region() {
             background,
             true,
             false,
+            None,
         );
     }
 }
@@ -243,12 +256,63 @@ fn every_crash_point_with_chains_longer_than_the_disk() {
             background,
             false,
             true,
+            None,
         );
         // The rest read every segment: a crash point inside a segment's
         // first write leaves a link that does not decode.
         assert!(
             chained * 2 >= recoveries,
             "nv={nv}, {partial:?}, background={background}: {chained} of {recoveries} recoveries followed the chain"
+        );
+    }
+}
+
+/// The device was another log disk's before the format (a long-lived one:
+/// reopened after crashes, so its sequences are far past the new disk's,
+/// and its segments hold partial writes at every depth): at every crash
+/// point nothing of it reads back, as nothing the new disk never wrote may.
+#[test]
+fn every_crash_point_on_a_device_formatted_again() {
+    let g = small();
+    let earlier = {
+        let dev = Arc::new(cairn_store::MemoryDevice::new(image_len(&g)));
+        let opts = options(CleanerPolicy::Greedy);
+        let mut model = Model::new(false);
+        let mut disk = LogDisk::format(dev.clone(), g, None, opts).unwrap();
+        for round in 0..4 {
+            // Versions far from the new disk's: none of them is ever valid.
+            assert!(workload_of(
+                &disk,
+                &mut model,
+                0xea71 + round,
+                120,
+                1 << 40,
+                false
+            ));
+            disk.flush().unwrap();
+            // A crash (no close): the reopen moves the sequence on by 2^32.
+            drop(disk);
+            disk = LogDisk::open(dev.clone(), None, opts).unwrap();
+        }
+        drop(disk);
+        let mut image = vec![0u8; image_len(&g) as usize];
+        dev.read_at(&mut image, 0).unwrap();
+        image
+    };
+    for (nv, partial) in [
+        (false, PartialSegments::Append),
+        (true, PartialSegments::Append),
+    ] {
+        crash_points_on(
+            nv,
+            partial,
+            CleanerPolicy::Greedy,
+            Reads::Whole,
+            false,
+            false,
+            false,
+            false,
+            Some(&earlier),
         );
     }
 }
