@@ -454,8 +454,17 @@ fn a_device_formatted_again_never_returns_the_earlier_volumes_writes() {
             assert!(r.segments_read < geo().segments, "{r:?}");
         }
         drop(disk);
+        // fsck says what it saw, and finds nothing wrong with it.
         let report = cairn_store::logdisk::check::examine(&*dev).unwrap();
         assert!(report.is_clean(), "{:?}", report.problems);
+        assert!(report.earlier_format > 0, "{report}");
+        assert!(
+            report.to_string().contains(&format!(
+                "earlier format {} segments start with another volume's summary",
+                report.earlier_format
+            )),
+            "{report}"
+        );
     }
 }
 

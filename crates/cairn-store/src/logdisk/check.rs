@@ -43,6 +43,9 @@ pub struct Report {
     pub mapped: u64,
     /// Live blocks per segment (after replay).
     pub live: Vec<u32>,
+    /// Segments whose first block is a whole summary another volume wrote
+    /// (an earlier format of the device left it; never read as this disk's).
+    pub earlier_format: u32,
     /// Metrics as of the checkpoint.
     pub metrics: Metrics,
     /// Every inconsistency, one line each; empty when the image is clean.
@@ -126,6 +129,13 @@ impl fmt::Display for Report {
             (u64::from(g.segment_blocks) * b) >> 10,
             g.image_blocks()
         )?;
+        if self.earlier_format > 0 {
+            writeln!(
+                f,
+                "  earlier format {} segments start with another volume's summary (left by an earlier format of the device; never read as this disk's)",
+                self.earlier_format
+            )?;
+        }
         self.write_checkpoints(f)?;
         let usable = f64::from(g.segment_blocks - 1);
         let free = self.live.iter().filter(|&&l| l == 0).count();
@@ -199,18 +209,26 @@ fn usage_problems(cp: &format::Checkpoint, g: &Geometry, problems: &mut Vec<Stri
 }
 
 /// Which logical block each data slot holds, per the valid summaries of
-/// each segment's chain (index: segment block from the first segment).
+/// each segment's chain (index: segment block from the first segment), and
+/// how many segments start with another volume's summary.
 fn summary_names<D: Device + ?Sized>(
     dev: &D,
     sb: &Superblock,
     seg_buf: &mut [u8],
-) -> Result<Vec<Option<u64>>, LogDiskError> {
+) -> Result<(Vec<Option<u64>>, u32), LogDiskError> {
     let g = &sb.geometry;
+    let mut earlier = 0;
     let b = u64::from(g.block_size);
     let mut named =
         vec![None::<u64>; (u64::from(g.segments) * u64::from(g.segment_blocks)) as usize];
     for s in 0..g.segments {
         dev.read_at(seg_buf, block_of(g, s, 0) * b)?;
+        let first = &seg_buf[..b as usize];
+        if format::read_summary(first, sb) == format::SummaryBlock::Unwritten
+            && first.iter().any(|&x| x != 0)
+        {
+            earlier += 1;
+        }
         let mut slot = 0u32;
         let mut prev = 0u64;
         while slot + 1 < g.segment_blocks {
@@ -234,7 +252,7 @@ fn summary_names<D: Device + ?Sized>(
             slot += 1 + sum.entries.len() as u32;
         }
     }
-    Ok(named)
+    Ok((named, earlier))
 }
 
 /// A checkpoint marked closed with segment writes newer than it: recovery
@@ -306,7 +324,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
         recovery_plan(dev, &sb, &cp, &mut seg_buf, replay.applied)?;
     problems.extend(short);
     usage_problems(&cp, &g, &mut problems);
-    let named = summary_names(dev, &sb, &mut seg_buf)?;
+    let (named, earlier_format) = summary_names(dev, &sb, &mut seg_buf)?;
     strict_assert_eq!(
         named.len() as u64,
         u64::from(g.segments) * u64::from(g.segment_blocks)
@@ -373,6 +391,7 @@ pub fn examine<D: Device + ?Sized>(dev: &D) -> Result<Report, LogDiskError> {
         replayed: replay.applied,
         mapped,
         live,
+        earlier_format,
         metrics: Metrics::from_counters(&cp.counters),
         problems,
     })
