@@ -19,7 +19,6 @@ use super::options::{Options, PartialSegments};
 use super::recover::{self, Image, NvSource, Recovered, Segments};
 use super::stage::SegmentBuffer;
 use super::table::block_of;
-
 use super::writer::WriteQueue;
 use crate::device::{Device, IoBuf};
 use crate::ntl::Region;
