@@ -1,22 +1,25 @@
 //! Arbitrary bytes through the log disk's on-disk decoders: the superblock,
-//! a segment summary and a checkpoint, chosen by the first byte. Nothing
-//! panics, and whatever decodes encodes to bytes that decode back to the same
-//! value. The low bits of the first byte may stamp the magic and version and
-//! reseal the CRC32C, so the fuzzer also reaches the field checks behind them.
+//! a segment summary (of either disk version) and a checkpoint, chosen by
+//! the first byte. Nothing panics, whatever decodes encodes to bytes that
+//! decode back to the same value, and a summary block reads as this
+//! volume's exactly when it decodes. The low bits of the first byte may stamp
+//! the magic and version and reseal the CRC32C, so the fuzzer also reaches
+//! the field checks behind them.
 #![no_main]
 
 use cairn_store::logdisk::format::{
-    self, CHECKPOINT_MAGIC, Geometry, SUMMARY_MAGIC, SUPERBLOCK_MAGIC, VERSION,
+    self, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, Geometry, SUMMARY_MAGIC, SUPERBLOCK_MAGIC,
+    SummaryBlock, Superblock, VERSION,
 };
 use libfuzzer_sys::fuzz_target;
 
-/// Makes `b` pass the magic/version/CRC checks: `magic` and [`VERSION`] at
+/// Makes `b` pass the magic/version/CRC checks: `magic` and `version` at
 /// the start (when `stamp`), and the CRC32C at `crc_at` over every other byte
 /// (when `seal`).
-fn doctor(b: &mut [u8], magic: [u8; 8], crc_at: usize, stamp: bool, seal: bool) {
+fn doctor(b: &mut [u8], (magic, version): ([u8; 8], u32), crc_at: usize, stamp: bool, seal: bool) {
     if stamp && b.len() >= 12 {
         b[..8].copy_from_slice(&magic);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&version.to_le_bytes());
     }
     if seal && crc_at + 4 <= b.len() {
         b[crc_at..crc_at + 4].fill(0);
@@ -55,7 +58,13 @@ fuzz_target!(|data: &[u8]| {
                 b.resize(b.len().max(512), 0);
                 let size = format::superblock_block_size(&b) as usize;
                 b.resize(b.len().max(size), 0);
-                doctor(&mut b[..size], SUPERBLOCK_MAGIC, size - 4, stamp, seal);
+                doctor(
+                    &mut b[..size],
+                    (SUPERBLOCK_MAGIC, VERSION),
+                    size - 4,
+                    stamp,
+                    seal,
+                );
             }
             if let Ok(sb) = format::decode_superblock(&b) {
                 let again = format::encode_superblock(&sb);
@@ -63,20 +72,46 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         1 => {
-            // A summary block of a valid block size, named by the next byte.
+            // A summary block of a valid block size and disk version, both
+            // named by the next byte.
             let Some((&size, rest)) = rest.split_first() else {
                 return;
             };
             let block_size = 512u32 << (size % 8);
+            let version = if size & 0x80 != 0 { 1 } else { VERSION };
             let mut b = rest.to_vec();
             if seal || stamp {
                 b.resize(block_size as usize, 0);
-                doctor(&mut b, SUMMARY_MAGIC, block_size as usize - 4, stamp, seal);
+                doctor(
+                    &mut b,
+                    (SUMMARY_MAGIC, version),
+                    block_size as usize - 4,
+                    stamp,
+                    seal,
+                );
             }
-            if let Ok(s) = format::decode_summary(&b, block_size) {
-                let again =
-                    format::encode_summary(&s, block_size).expect("a decoded summary encodes");
-                assert_eq!(format::decode_summary(&again, block_size), Ok(s));
+            // The volume the block names (version 2), so it may be ours.
+            let id = b
+                .get(40..48)
+                .and_then(|x| x.try_into().ok())
+                .map_or(1, u64::from_le_bytes);
+            let sb = Superblock {
+                geometry: Geometry {
+                    block_size,
+                    segment_blocks: 2,
+                    segments: 4,
+                    logical_blocks: 1,
+                },
+                id,
+                version,
+            };
+            let read = format::read_summary(&b, &sb);
+            if let Ok(s) = format::decode_summary(&b, &sb) {
+                assert_eq!(read, SummaryBlock::Ours(s.clone()));
+                let again = format::encode_summary(&s, &sb).expect("a decoded summary encodes");
+                assert_eq!(format::decode_summary(&again, &sb), Ok(s));
+            } else {
+                assert!(!matches!(read, SummaryBlock::Ours(_)));
             }
         }
         _ => {
@@ -96,7 +131,13 @@ fuzz_target!(|data: &[u8]| {
                     b[40..48].copy_from_slice(&g.logical_blocks.to_le_bytes());
                     b[48..52].copy_from_slice(&g.segments.to_le_bytes());
                 }
-                doctor(&mut b, CHECKPOINT_MAGIC, 12, stamp, seal);
+                doctor(
+                    &mut b,
+                    (CHECKPOINT_MAGIC, CHECKPOINT_VERSION),
+                    12,
+                    stamp,
+                    seal,
+                );
             }
             if let Ok(c) = format::decode_checkpoint(&b, &g) {
                 let again =

@@ -35,7 +35,7 @@ pub const VERSION: u32 = 2;
 /// own layout).
 pub const OLDEST_VERSION: u32 = 1;
 /// Version of a checkpoint slot: the same layout in both disk versions.
-const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 1;
 
 /// `CAIRNLD1`: the superblock.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"CAIRNLD1";
