@@ -5,7 +5,7 @@
 use super::disk::{LogDisk, State};
 use super::error::LogDiskError;
 use super::format::{self, UNMAPPED};
-use crate::device::{Device, IoBuf, is_aligned};
+use crate::device::{Device, read_aligned};
 
 impl<D: Device + 'static> LogDisk<D> {
     /// Reads logical block `logical` into `buf` (one block).
@@ -60,18 +60,8 @@ impl<D: Device + 'static> LogDisk<D> {
             buf.copy_from_slice(&m.buf[at..at + b]);
             return Ok(());
         }
-        if is_aligned(buf, self.dev.alignment()) {
-            self.dev.read_at(buf, e.physical * b as u64)?;
-        } else {
-            // A direct-I/O device and a caller's unaligned buffer: bounce.
-            let mut bounce = IoBuf::zeroed(buf.len());
-            strict_assert!(
-                is_aligned(&bounce, self.dev.alignment()),
-                "an IoBuf is page-aligned"
-            );
-            self.dev.read_at(&mut bounce, e.physical * b as u64)?;
-            buf.copy_from_slice(&bounce);
-        }
+        // A direct-I/O device and a caller's unaligned buffer: bounced.
+        read_aligned(&*self.dev, buf, e.physical * b as u64)?;
         let crc = format::crc32c(buf);
         if crc != e.crc {
             return Err(LogDiskError::Corrupt(format!(
