@@ -97,6 +97,15 @@ CONF
   stop "$pid"
 fi
 
+# The tier's load on the NBD export at $1: 192 MiB in 64 KiB random writes,
+# then 2 jobs x iodepth 16 of 4 KiB random reads for 10 s, in fio.out.
+fio_load() {
+  fio --name=w --ioengine=nbd --uri="$1" --rw=randwrite --bs=64k --size=192M --iodepth=8 \
+    --end_fsync=1 > /dev/null
+  fio --name=r --ioengine=nbd --uri="$1" --rw=randread --bs=4k --size=192M --iodepth=16 \
+    --time_based --runtime=10 --numjobs=2 --group_reporting > fio.out
+}
+
 echo "tier cache      read IOPS   page cache bytes   tier hit ratio"
 for mode in buffered direct; do
   rm -rf cairn-tier
@@ -110,10 +119,7 @@ for mode in buffered direct; do
   for _ in $(seq 100); do nbdinfo --list "nbd://127.0.0.1:$port" > /dev/null 2>&1 && break; sleep 0.1; done
   up "$pid" tier.log
   uri="nbd://127.0.0.1:$port/tier"
-  fio --name=w --ioengine=nbd --uri="$uri" --rw=randwrite --bs=64k --size=192M --iodepth=8 \
-    --end_fsync=1 > /dev/null
-  fio --name=r --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --size=192M --iodepth=16 \
-    --time_based --runtime=10 --numjobs=2 --group_reporting > fio.out
+  fio_load "$uri"
   printf '%-15s %9s   %16s   %s\n' "$mode" \
     "$(grep -oE 'IOPS=[0-9.]+k?' fio.out | head -1 | cut -d= -f2)" \
     "$(fincore --bytes --noheadings cairn-tier/ssd.img | awk '{print $1}')" \
@@ -129,10 +135,7 @@ if command -v nbdkit > /dev/null; then
   for _ in $(seq 100); do nbdinfo "nbd://127.0.0.1:$port" > /dev/null 2>&1 && break; sleep 0.1; done
   up "$pid" nbdkit.log
   uri="nbd://127.0.0.1:$port"
-  fio --name=w --ioengine=nbd --uri="$uri" --rw=randwrite --bs=64k --size=192M --iodepth=8 \
-    --end_fsync=1 > /dev/null
-  fio --name=r --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --size=192M --iodepth=16 \
-    --time_based --runtime=10 --numjobs=2 --group_reporting > fio.out
+  fio_load "$uri"
   # The cache filter's file is unlinked at start: read it through the fd.
   fd=$(find "/proc/$pid/fd" -lname '*(deleted)' | head -1)
   printf '%-15s %9s   %16s   %s\n' "nbdkit cache" \
