@@ -82,40 +82,65 @@ fn a_log_disk_over_a_direct_file_formats_and_reopens() {
     assert_eq!(back, data);
 }
 
-/// A direct file takes only whole aligned units, so it must sit under a log
-/// disk or a tier: exported as it is, or under a DRAM cache or a throttle
-/// alone, it is refused before anything is opened, naming its `direct`;
-/// under a log disk (through a throttle), or under a cache over a log disk,
-/// it is accepted.
+/// A direct file takes only whole aligned units. Under a log disk (through
+/// a throttle) the log disk makes every request so; exported as it is, or
+/// under a DRAM cache or a throttle alone, the volume puts an aligning layer
+/// over the file, says so, and a client's byte-sized writes and reads work
+/// and come back after a reopen. Made in the target directory: tmpfs refuses
+/// `O_DIRECT`.
 #[test]
-fn a_direct_file_must_have_a_log_disk_or_a_tier_above_it() {
+fn a_direct_file_takes_any_request_with_or_without_a_log_disk_above_it() {
     let file = "[device.f]\nkind = \"file\"\npath = \"f.img\"\nsize = \"8MiB\"\ndirect = true\n";
     let spec = |top: &str, layers: &str| {
         parse(&format!(
-            "[[export]]\nname = \"e\"\ndevice = \"{top}\"\n{layers}\n{file}"
+            "data_dir = \"data\"\n[[export]]\nname = \"e\"\ndevice = \"{top}\"\n{layers}\n{file}"
         ))
     };
     let cache =
         "[device.c]\nkind = \"cache\"\nover = \"f\"\nsize = \"1MiB\"\nblock_size = \"4KiB\"\n";
     let slow = "[device.t]\nkind = \"throttled\"\nover = \"f\"\nprofile = \"ssd\"\n";
-    for (top, layers) in [("f", ""), ("c", cache), ("t", slow)] {
-        let error = spec(top, layers).validate().unwrap_err();
-        assert_eq!(error.field, "device.f.direct", "{top}: {error}");
-        assert!(
-            error
-                .to_string()
-                .contains("put it under a `log` or a `tier`"),
-            "{error}"
-        );
-    }
     let log =
         "[device.l]\nkind = \"log\"\nover = \"t\"\nsize = \"4MiB\"\nsegment_size = \"64KiB\"\n";
-    spec("l", &format!("{log}{slow}")).validate().unwrap();
     let cached =
         "[device.c]\nkind = \"cache\"\nover = \"l\"\nsize = \"1MiB\"\nblock_size = \"4KiB\"\n";
-    spec("c", &format!("{cached}{log}{slow}"))
-        .validate()
-        .unwrap();
+    let stacks = [
+        ("f", String::new(), true),
+        ("c", cache.to_owned(), true),
+        ("t", slow.to_owned(), true),
+        ("l", format!("{log}{slow}"), false),
+        ("c", format!("{cached}{log}{slow}"), false),
+    ];
+    for (top, layers, aligning) in stacks {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let spec = spec(top, &layers);
+        let volume = open(&spec, dir.path()).unwrap();
+        let says = volume
+            .notes()
+            .iter()
+            .any(|n| n.contains("device.f: O_DIRECT with no log disk or tier above it"));
+        assert_eq!(
+            says,
+            aligning,
+            "{top} over {layers:?}: {:?}",
+            volume.notes()
+        );
+        let data = pattern(3, 5000);
+        device(&volume).write_at(&data, 4093).unwrap();
+        device(&volume).write_at(b"x", 1 << 20).unwrap();
+        let mut back = vec![0u8; data.len() + 6];
+        device(&volume).read_at(&mut back, 4090).unwrap();
+        assert_eq!(back[3..5003], data[..], "{top} over {layers:?}");
+        assert_eq!(back[..3], [0; 3]);
+        device(&volume).flush().unwrap();
+        volume.close().unwrap();
+        drop(volume);
+        let volume = open(&spec, dir.path()).unwrap();
+        device(&volume).read_at(&mut back, 4090).unwrap();
+        assert_eq!(back[3..5003], data[..], "{top} over {layers:?}, reopened");
+        let mut one = [0u8];
+        device(&volume).read_at(&mut one, 1 << 20).unwrap();
+        assert_eq!(one, *b"x");
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! - Methods take `&self`: devices are `Send + Sync` and do their own locking, so
 //!   many threads can issue I/O concurrently with no lock above them.
 
+mod align;
 mod claim;
 mod compose;
 mod faulty;
@@ -23,6 +24,7 @@ pub mod probe;
 mod throttled;
 mod uring;
 
+pub use align::AligningDevice;
 pub use claim::{Claim, DirClaim, Holder, claim, holder};
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice, Power};

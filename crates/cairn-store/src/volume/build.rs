@@ -23,8 +23,8 @@ use super::validate::{cache_config, cache_error, throttle_of};
 use crate::cache::{BlockCache, Placement, SingleDevice};
 use crate::device::probe::{self, on_ram};
 use crate::device::{
-    Claim, ConcatDevice, Device, FileDevice, FileOptions, MemoryDevice, Pace, SharedDevice,
-    StripedDevice, ThrottledDevice,
+    AligningDevice, Claim, ConcatDevice, Device, FileDevice, FileOptions, MemoryDevice, Pace,
+    SharedDevice, StripedDevice, ThrottledDevice,
 };
 use crate::logdisk::open::{self as log_open, Foreign, NvFile, Opened, Request, Want};
 use crate::logdisk::{self, LogDisk};
@@ -103,7 +103,7 @@ impl Builder<'_> {
         let spec = self.spec;
         let field = format!("device.{name}");
         match &spec.devices[name] {
-            DeviceSpec::File(f) => self.file(&field, f),
+            DeviceSpec::File(f) => self.file(name, &field, f),
             DeviceSpec::Memory(m) => Ok(Built {
                 device: Arc::new(MemoryDevice::new(m.size.get())),
                 leaves: vec![Leaf::Fresh],
@@ -208,10 +208,26 @@ impl Builder<'_> {
         Ok((parts, leaves))
     }
 
-    fn file(&mut self, field: &str, f: &FileSpec) -> Result<Built, VolumeError> {
+    /// A file; one opened `O_DIRECT` with no log disk or tier above it to
+    /// align its requests under an [`AligningDevice`], which does.
+    fn file(&mut self, name: &str, field: &str, f: &FileSpec) -> Result<Built, VolumeError> {
         let (device, leaf) = self.file_device(field, f)?;
+        let device: SharedDevice = if self.spec.unaligned_direct_files().contains(name) {
+            let need = device.direct_alignment();
+            let aligning = AligningDevice::new(device, need)
+                .map_err(|e| VolumeError::new(format!("{field}.direct"), e))?;
+            self.notes.push(format!(
+                "{field}: O_DIRECT with no log disk or tier above it: a request that is not in \
+                 whole aligned {}-byte blocks is bounced, and a write of part of a block is a \
+                 read-modify-write (a buffer not aligned to {} bytes is copied)",
+                need.offset, need.memory
+            ));
+            Arc::new(aligning)
+        } else {
+            Arc::new(device)
+        };
         Ok(Built {
-            device: Arc::new(device),
+            device,
             leaves: vec![leaf],
             placement: None,
         })

@@ -26,7 +26,6 @@ impl VolumeSpec {
             check_device(name, device)?;
         }
         self.check_references()?;
-        self.check_direct()?;
         // A device nothing uses is a typo or a leftover: say so. (A cycle is
         // unreachable from the exports, so it shows up here too.)
         let reachable = self.reachable();
@@ -121,41 +120,35 @@ impl VolumeSpec {
         Ok(())
     }
 
-    /// A file opened `O_DIRECT` takes only whole aligned 4 KiB units. A
-    /// log disk and a tier make every read and write of the devices under
-    /// them so; an export, a DRAM cache (it passes writes through as they
-    /// come), a throttle, stripes and a concatenation pass a client's
-    /// offsets and lengths on. So a direct file must have a log disk or a
-    /// tier above it.
-    fn check_direct(&self) -> Result<(), VolumeError> {
-        let mut stack: Vec<(&str, bool, &str)> = self
+    /// The files opened `O_DIRECT` that some export reaches with no log
+    /// disk or tier above them. Such a file takes only whole aligned 4 KiB
+    /// units; a log disk and a tier make every read and write of the devices
+    /// under them so, but an export, a DRAM cache (it passes writes through
+    /// as they come), a throttle, stripes and a concatenation pass a client's
+    /// offsets and lengths on. The volume puts an
+    /// [`AligningDevice`](crate::device::AligningDevice) over each of these.
+    pub(super) fn unaligned_direct_files(&self) -> std::collections::BTreeSet<&str> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut stack: Vec<(&str, bool)> = self
             .exports
             .iter()
-            .map(|e| (e.device.as_str(), false, e.name.as_str()))
+            .map(|e| (e.device.as_str(), false))
             .collect();
-        while let Some((name, aligned, export)) = stack.pop() {
+        while let Some((name, aligned)) = stack.pop() {
             let Some(device) = self.devices.get(name) else {
                 continue;
             };
             match device {
                 DeviceSpec::File(f) if f.direct && !aligned => {
-                    return Err(VolumeError::new(
-                        format!("device.{name}.direct"),
-                        format!(
-                            "O_DIRECT takes only whole aligned 4 KiB units, and export {export:?} \
-                             reaches this file with no log disk or tier above it to make its \
-                             clients' requests so (a cache passes writes through as they come); \
-                             put it under a `log` or a `tier`, or drop `direct`"
-                        ),
-                    ));
+                    found.insert(name);
                 }
                 DeviceSpec::Log(_) | DeviceSpec::Tier(_) => {
-                    stack.extend(device.children().into_iter().map(|c| (c, true, export)));
+                    stack.extend(device.children().into_iter().map(|c| (c, true)));
                 }
-                _ => stack.extend(device.children().into_iter().map(|c| (c, aligned, export))),
+                _ => stack.extend(device.children().into_iter().map(|c| (c, aligned))),
             }
         }
-        Ok(())
+        found
     }
 
     fn reachable(&self) -> std::collections::BTreeSet<&str> {
