@@ -10,7 +10,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::{Server, cairn, connect, terminate, tool};
 
@@ -70,18 +70,7 @@ fn a_direct_file_takes_sector_and_odd_writes_in_flight_together() {
         std::fs::write(dir.path().join("spec.toml"), spec(&socket, cached)).unwrap();
         let uri = format!("nbd+unix:///e?socket={}", socket.display());
         let io = |commands: &[String]| {
-            let mut command = Command::new(&qemu_io);
-            command.args(["-f", "raw"]);
-            for c in commands {
-                command.args(["-c", c]);
-            }
-            let output = command.arg(&uri).output().unwrap();
-            let text = String::from_utf8_lossy(&output.stdout).into_owned()
-                + &String::from_utf8_lossy(&output.stderr);
-            assert!(
-                output.status.success() && !text.contains("failed") && !text.contains("Pattern"),
-                "cached {cached}: qemu-io {commands:?}:\n{text}"
-            );
+            common::qemu_io(&qemu_io, &uri, commands, &format!("cached {cached}: "));
         };
         let reads: Vec<String> = writes()
             .iter()

@@ -57,20 +57,7 @@ fn an_object_volume_survives_kill_9_and_refuses_a_second_server() {
     let socket = dir.path().join("cairn.sock");
     let log = dir.path().join("stderr.txt");
     let uri = format!("nbd+unix:///vm1?socket={}", socket.display());
-    let io = |commands: &[String]| {
-        let mut command = Command::new(&qemu_io);
-        command.args(["-f", "raw"]);
-        for c in commands {
-            command.args(["-c", c]);
-        }
-        let output = command.arg(&uri).output().unwrap();
-        let text = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && !text.contains("failed") && !text.contains("Pattern"),
-            "qemu-io {commands:?}:\n{text}"
-        );
-    };
+    let io = |commands: &[String]| common::qemu_io(&qemu_io, &uri, commands, "");
     let places: Vec<(u64, u8)> = (0..40u64)
         .map(|i| ((i * 37 % 200) << 20 | (i % 7) << 16, 0x10 + i as u8))
         .collect();

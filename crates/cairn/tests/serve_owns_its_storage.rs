@@ -120,20 +120,7 @@ fn a_second_server_in_the_same_directory_is_refused_and_the_first_loses_nothing(
     let spec = spec_in(dir.path(), "disk.img", &nv.path().join("log.nv"));
     let socket = dir.path().join("a.sock");
     let uri = format!("nbd+unix:///cairn?socket={}", socket.display());
-    let io = |commands: &[&str]| {
-        let mut command = Command::new(&qemu_io);
-        command.args(["-f", "raw"]);
-        for c in commands {
-            command.args(["-c", c]);
-        }
-        let output = command.arg(&uri).output().unwrap();
-        let text = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && !text.contains("failed"),
-            "qemu-io {commands:?}:\n{text}"
-        );
-    };
+    let io = |commands: &[&str]| common::qemu_io(&qemu_io, &uri, commands, "");
 
     let a = start(dir.path(), &spec, &socket);
     io(&["write -P 0xab 0 4M", "flush"]);

@@ -10,7 +10,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::{Server, cairn, connect, terminate, tool};
 
@@ -76,20 +76,7 @@ fn a_tier_survives_kill_9_and_serves_its_blocks_as_hits_after_the_restart() {
     let socket = dir.path().join("cairn.sock");
     let log = dir.path().join("stderr.txt");
     let uri = format!("nbd+unix:///tier?socket={}", socket.display());
-    let io = |commands: &[String]| {
-        let mut command = Command::new(&qemu_io);
-        command.args(["-f", "raw"]);
-        for c in commands {
-            command.args(["-c", c]);
-        }
-        let output = command.arg(&uri).output().unwrap();
-        let text = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success() && !text.contains("failed") && !text.contains("Pattern"),
-            "qemu-io {commands:?}:\n{text}"
-        );
-    };
+    let io = |commands: &[String]| common::qemu_io(&qemu_io, &uri, commands, "");
     // 64 KiB at 40 places (spread out, so no sequential cutoff), each its
     // own pattern; no flush.
     let places: Vec<(u64, u8)> = (0..40u64)

@@ -217,6 +217,25 @@ pub fn nv_dir() -> tempfile::TempDir {
     }
 }
 
+/// Runs `qemu_io -f raw -c C … uri` with each of `commands` and asserts
+/// that it succeeded with no command failed and no pattern mismatched
+/// (`read -P`); `context` prefixes the message.
+pub fn qemu_io(qemu_io: &Path, uri: &str, commands: &[impl AsRef<str>], context: &str) {
+    let mut command = std::process::Command::new(qemu_io);
+    command.args(["-f", "raw"]);
+    for c in commands {
+        command.args(["-c", c.as_ref()]);
+    }
+    let output = command.arg(uri).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && !text.contains("failed") && !text.contains("Pattern"),
+        "{context}qemu-io {:?}:\n{text}",
+        commands.iter().map(AsRef::as_ref).collect::<Vec<_>>()
+    );
+}
+
 /// The path of a tool on PATH, or `None`.
 pub fn tool(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
