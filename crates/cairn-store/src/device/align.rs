@@ -66,10 +66,9 @@ pub const STRIPES: u32 = 64;
 /// over one that needs them aligned (see the module docs).
 pub struct AligningDevice<D> {
     inner: D,
-    /// What `inner` needs.
+    /// What `inner` needs; `need.offset` is the block a partial write
+    /// reads and rewrites.
     need: DirectAlignment,
-    /// `need.offset`: the block a partial write reads and rewrites.
-    align: u64,
     locks: [RwLock<()>; STRIPES as usize],
 }
 
@@ -91,7 +90,6 @@ impl<D: Device> AligningDevice<D> {
         Ok(Self {
             inner,
             need,
-            align,
             locks: [const { RwLock::new(()) }; STRIPES as usize],
         })
     }
@@ -102,7 +100,7 @@ impl<D: Device> AligningDevice<D> {
     }
 
     fn aligned(&self, offset: u64, len: u64) -> bool {
-        (offset | len).is_multiple_of(self.align)
+        (offset | len).is_multiple_of(self.need.offset)
     }
 
     /// Whether `inner` takes `buf` at `offset` as it is.
@@ -113,8 +111,9 @@ impl<D: Device> AligningDevice<D> {
 
     /// `offset..offset + len` widened to whole blocks.
     fn widen(&self, offset: u64, len: u64) -> (u64, u64) {
-        let start = offset / self.align * self.align;
-        let end = (offset + len).div_ceil(self.align) * self.align;
+        let block = self.need.offset;
+        let start = offset / block * block;
+        let end = (offset + len).div_ceil(block) * block;
         (start, end)
     }
 
@@ -161,7 +160,7 @@ impl<D: Device> AligningDevice<D> {
     /// range's locks held exclusive.
     fn read_modify_write(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {
         let (start, end) = self.widen(offset, buf.len() as u64);
-        let block = self.align as usize;
+        let block = self.need.offset as usize;
         with_bounce((end - start) as usize, |bounce| {
             self.exclusive(Self::stripes(start, end - start), || {
                 // The partial end blocks are read, the rest is `buf`: every
@@ -173,7 +172,8 @@ impl<D: Device> AligningDevice<D> {
                 }
                 let last = bounce.len() - block;
                 if tail > 0 && (head == 0 || last > 0) {
-                    self.inner.read_at(&mut bounce[last..], end - self.align)?;
+                    self.inner
+                        .read_at(&mut bounce[last..], end - self.need.offset)?;
                 }
                 bounce[head..head + buf.len()].copy_from_slice(buf);
                 self.inner.write_at(bounce, start)
@@ -205,12 +205,7 @@ impl<D: Device> Device for AligningDevice<D> {
         if whole && self.aligned(offset, 0) {
             return self.inner.read_vectored_at(bufs, offset);
         }
-        let mut at = offset;
-        for buf in bufs {
-            self.read_at(buf, at)?;
-            at += buf.len() as u64;
-        }
-        Ok(())
+        super::read_each(self, bufs, offset)
     }
 
     /// The inner device's batch, with each read that is not aligned read

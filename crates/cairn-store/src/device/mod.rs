@@ -173,6 +173,22 @@ pub fn write_aligned(dev: &dyn Device, data: &[u8], offset: u64) -> Result<(), D
     dev.write_at(data, offset)
 }
 
+/// [`Device::read_vectored_at`] as one [`Device::read_at`] per buffer, in
+/// turn: the default, and the way of a device that cannot take a vectored
+/// read of some shapes.
+pub fn read_each<D: Device + ?Sized>(
+    dev: &D,
+    bufs: &mut [&mut [u8]],
+    offset: u64,
+) -> Result<(), DeviceError> {
+    let mut at = offset;
+    for buf in bufs {
+        dev.read_at(buf, at)?;
+        at += buf.len() as u64;
+    }
+    Ok(())
+}
+
 /// A fixed-size, byte-addressed store with explicit durability. See the module docs
 /// for the contract.
 pub trait Device: Send + Sync {
@@ -195,12 +211,7 @@ pub trait Device: Send + Sync {
     /// default reads each buffer in turn; a device where one large operation
     /// is cheaper than several (a disk) overrides it.
     fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<(), DeviceError> {
-        let mut at = offset;
-        for buf in bufs {
-            self.read_at(buf, at)?;
-            at += buf.len() as u64;
-        }
-        Ok(())
+        read_each(self, bufs, offset)
     }
     /// Fill each `(offset, buf)` of `reads` from its offset: many independent
     /// reads, which a device that takes many at once (a file, through
