@@ -546,6 +546,7 @@ impl Inner {
             promotions: Counters::get(&c.promotions),
             promotions_refused: Counters::get(&c.promotions_refused),
             promotions_raced: Counters::get(&c.promotions_raced),
+            taken_blocks: Counters::get(&c.taken),
             bypassed_bytes: Counters::get(&c.bypassed_bytes),
             dirty_blocks: Counters::get(&c.dirty),
             cached_blocks: Counters::get(&c.cached),

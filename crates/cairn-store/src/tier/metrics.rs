@@ -22,6 +22,9 @@ pub struct Metrics {
     pub promotions_refused: u64,
     /// Promotions given up because a write to the same shard raced them.
     pub promotions_raced: u64,
+    /// Clean blocks dropped because the level above took them
+    /// ([`Tier::evict`](super::Tier::evict)).
+    pub taken_blocks: u64,
     /// Bytes that bypassed the cache (sequential cutoff, pass-through).
     pub bypassed_bytes: u64,
     /// Dirty blocks now (not yet durably on the backing device).
@@ -87,6 +90,7 @@ pub(super) struct Counters {
     pub promotions: AtomicU64,
     pub promotions_refused: AtomicU64,
     pub promotions_raced: AtomicU64,
+    pub taken: AtomicU64,
     pub bypassed_bytes: AtomicU64,
     pub dirty: AtomicU64,
     pub cached: AtomicU64,

@@ -76,6 +76,7 @@ mod cutoff;
 mod device;
 mod entry;
 mod error;
+mod fill;
 pub mod format;
 mod journal;
 mod metrics;

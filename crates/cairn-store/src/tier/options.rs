@@ -40,6 +40,12 @@ pub struct Options {
     /// `cairn sim --admission` runs them); writes are always admitted in the
     /// caching modes (the filter still counts them). Default: every miss.
     pub admission: AdmissionConfig,
+    /// Promote read misses at all. Off, a read miss is served from the
+    /// backing device and nothing enters the cache but writes and what
+    /// [`Tier::fill`](super::Tier::fill) puts there (a victim cache: a
+    /// level whose only entries are what the level above dropped).
+    /// Default on.
+    pub promote_reads: bool,
     /// A stream of sequential I/O at least this many bytes long (one request
     /// or several in a row) bypasses the cache from the request that reaches
     /// it (reads are not promoted, writes go to the backing device). 0 = off.
@@ -74,6 +80,7 @@ impl Default for Options {
             policy: PolicyConfig::default_for("s3fifo")
                 .unwrap_or_else(|| PolicyConfig::Lru(cairn_policy::lru::LruConfig::default())),
             admission: AdmissionConfig::default(),
+            promote_reads: true,
             sequential_cutoff_bytes: 4 << 20,
             writeback_percent: 10,
             overprovision: 0.10,

@@ -140,8 +140,9 @@ impl Inner {
                     let shard = &mut *sh;
                     // The policy decides now, in request order (as the
                     // simulator does); the data is installed once read.
-                    let promote =
-                        shard.promote(&access) && shard.policy.admit(&access, &mut shard.victims);
+                    let promote = self.options.promote_reads
+                        && shard.promote(&access)
+                        && shard.policy.admit(&access, &mut shard.victims);
                     if promote {
                         shard.map.insert(b, LOADING);
                     } else {
@@ -294,7 +295,7 @@ impl Inner {
 
     /// Writes the admitted misses to the cache (runs of neighbours to runs
     /// of slots) and installs them, unless a write raced them.
-    fn promote(&self, first: u64, buf: &[u8], plan: &[Plan]) -> Result<(), Fault> {
+    pub(super) fn promote(&self, first: u64, buf: &[u8], plan: &[Plan]) -> Result<(), Fault> {
         let block = self.block as usize;
         let mut i = 0;
         let mut appended = false;
@@ -344,7 +345,7 @@ impl Inner {
 
     /// Gives up the promotions of `plan[from..]`: each block still loading
     /// leaves the map and the policy.
-    fn abandon(&self, first: u64, plan: &[Plan], from: usize) {
+    pub(super) fn abandon(&self, first: u64, plan: &[Plan], from: usize) {
         for (i, p) in plan.iter().enumerate().skip(from) {
             if !matches!(p, Plan::Miss { promote: true, .. }) {
                 continue;

@@ -470,3 +470,85 @@ fn a_slot_that_dies_during_a_reclaim_is_not_a_corrupt_one() {
     }
     tier.verify().unwrap();
 }
+
+#[test]
+fn a_victim_cache_holds_only_what_it_was_filled_with_and_lets_go_what_is_taken() {
+    let (cache, backing) = devices(64 << 10, 512 << 10);
+    for b in 0..200u64 {
+        backing.write_at(&pattern(b, 3), b * B as u64).unwrap();
+    }
+    let mut victim = want(Mode::WriteAround, "lru");
+    victim.options.promote_reads = false;
+    let tier = open_or_format(cache.clone(), backing.clone(), &victim).unwrap();
+    // Reads are served and promote nothing.
+    for b in 0..8u64 {
+        assert_eq!(read_block(&tier, b), pattern(b, 3));
+    }
+    let m = tier.metrics();
+    assert_eq!(
+        (m.misses, m.promotions, m.cached_blocks),
+        (8, 0, 0),
+        "{m:?}"
+    );
+    // A fill of blocks 0..8 (one call) and 20 puts them in without reading
+    // the backing device: poison it to tell.
+    let mut fill = Vec::new();
+    for b in 0..8u64 {
+        fill.extend_from_slice(&pattern(b, 3));
+    }
+    for b in 0..8u64 {
+        backing.write_at(&pattern(b, 99), b * B as u64).unwrap();
+    }
+    tier.fill(0, &fill).unwrap();
+    tier.fill(20 * B as u64, &pattern(20, 3)).unwrap();
+    // Filling what is held changes nothing.
+    tier.fill(B as u64, &pattern(1, 3)).unwrap();
+    let m = tier.metrics();
+    assert_eq!((m.promotions, m.cached_blocks), (9, 9), "{m:?}");
+    for b in 0..8u64 {
+        assert_eq!(
+            read_block(&tier, b),
+            pattern(b, 3),
+            "block {b} from the cache"
+        );
+    }
+    assert_eq!(tier.metrics().hits, 8);
+    for b in 0..8u64 {
+        backing.write_at(&pattern(b, 3), b * B as u64).unwrap();
+    }
+    tier.verify().unwrap();
+    // Taken: blocks 2..6 leave, the rest stay; a second evict is a no-op.
+    tier.evict(2 * B as u64, 4 * B as u64).unwrap();
+    tier.evict(2 * B as u64, 4 * B as u64).unwrap();
+    let m = tier.metrics();
+    assert_eq!((m.taken_blocks, m.cached_blocks), (4, 5), "{m:?}");
+    let before = tier.metrics();
+    assert_eq!(read_block(&tier, 2), pattern(2, 3));
+    assert_eq!(read_block(&tier, 7), pattern(7, 3));
+    let m = tier.metrics();
+    assert_eq!(
+        (m.misses - before.misses, m.hits - before.hits),
+        (1, 1),
+        "taken: from the backing device; kept: from the cache"
+    );
+    tier.verify().unwrap();
+    // Misaligned fills are refused; past the end too.
+    assert!(tier.fill(1, &pattern(0, 3)).is_err());
+    assert!(tier.fill(0, &pattern(0, 3)[..100]).is_err());
+    assert!(tier.fill(512 << 10, &pattern(0, 3)).is_err());
+    // A fill beyond the capacity evicts under the policy and keeps it.
+    let capacity = tier.capacity_blocks();
+    assert!(capacity < 200);
+    let mut all = Vec::new();
+    for b in 0..200u64 {
+        all.extend_from_slice(&pattern(b, 3));
+    }
+    tier.fill(0, &all).unwrap();
+    assert_eq!(tier.metrics().cached_blocks, capacity);
+    tier.verify().unwrap();
+    // A clean stop keeps what was filled.
+    tier.close().unwrap();
+    drop(tier);
+    let tier = open_or_format(cache, backing, &victim).unwrap();
+    assert_eq!(tier.recovered().cached, capacity);
+}
