@@ -453,6 +453,9 @@ struct Shard {
     map: HashMap<u64, Slot>,
     policy: Box<dyn Policy>,
     victims: Vec<u64>,
+    /// With a backend that takes demotions: the blocks the last admits
+    /// dropped, handed down once the lock is released.
+    demoted: Option<Vec<(u64, BlockRef)>>,
     clock: u64,
     /// Read-ahead blocks evicted before any demand access.
     prefetch_wasted: u64,
@@ -468,6 +471,9 @@ struct ShardCell {
 /// The object numbering: key → (number, version).
 struct Objects {
     numbers: HashMap<Box<str>, Known>,
+    /// With a backend that takes demotions: each live number's key and
+    /// version, to name a dropped block to it.
+    names: Option<HashMap<u64, (Arc<str>, ObjectInfo)>>,
     next: u64,
 }
 
@@ -551,6 +557,7 @@ impl<B: Backend + 'static> FileCache<B> {
         let mut cells = Vec::with_capacity(shards);
         let mut policy_name = "";
         let groups = usize::from(backend.parts().max(1));
+        let demotes = backend.takes_demotions();
         let table = Arc::new(config.policy.cost_table(groups)?);
         let costs = Arc::new(CostEstimator::new(
             groups,
@@ -567,6 +574,7 @@ impl<B: Backend + 'static> FileCache<B> {
                     map: HashMap::with_capacity(per_shard_blocks as usize + 16),
                     policy,
                     victims: Vec::with_capacity(16),
+                    demoted: demotes.then(Vec::new),
                     clock: 0,
                     prefetch_wasted: 0,
                 }),
@@ -593,6 +601,7 @@ impl<B: Backend + 'static> FileCache<B> {
             block_size: block as u32,
             objects: Mutex::new(Objects {
                 numbers: HashMap::new(),
+                names: demotes.then(HashMap::new),
                 next: 0,
             }),
             revalidate: config.revalidate,
@@ -833,7 +842,11 @@ impl<B: Backend> FileCache<B> {
         if objects.numbers.len() >= OBJECTS_MAX {
             // Forget the numbering; numbers are never reused, so no block
             // cached under an old number is ever served for a new one.
+            // (Nor handed down: without a name it is dropped.)
             objects.numbers.clear();
+            if let Some(names) = &mut objects.names {
+                names.clear();
+            }
         }
         let object = Object {
             number: objects.next,
@@ -841,9 +854,16 @@ impl<B: Backend> FileCache<B> {
             info,
         };
         objects.next += 1;
-        objects
+        let old = objects
             .numbers
             .insert(key.into(), Known { object, checked });
+        if let Some(names) = &mut objects.names {
+            if let Some(old) = old {
+                // The old version's blocks are not handed down.
+                names.remove(&old.object.number);
+            }
+            names.insert(object.number, (key.into(), info));
+        }
         Ok(object)
     }
 
@@ -908,7 +928,11 @@ impl<B: Backend> FileCache<B> {
         }
         let access = shard.access(cache_key, object, index, self.block_size);
         let flight = Flight::new(true);
-        if !shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight))) {
+        let admitted = shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight)));
+        let demoted = shard.take_demoted();
+        if !admitted {
+            drop(shard);
+            self.hand_down(demoted);
             return;
         }
         prefetch.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -938,6 +962,7 @@ impl<B: Backend> FileCache<B> {
             prefetch.in_flight.fetch_sub(1, Ordering::AcqRel);
             prefetch.dropped.fetch_add(1, Ordering::Relaxed);
         }
+        self.hand_down(demoted);
     }
 
     /// The demand part of [`block`](Self::block).
@@ -1038,7 +1063,9 @@ impl<B: Backend> FileCache<B> {
         let mut shard = lock(&cell.shard);
         if let Ok(block) = &result {
             shard.install(cache_key, &access, block);
+            let demoted = shard.take_demoted();
             drop(shard);
+            self.hand_down(demoted);
             cell.counters.misses.fetch_add(1, Ordering::Relaxed);
             cell.counters
                 .bytes_from_backend
@@ -1053,6 +1080,50 @@ impl<B: Backend> FileCache<B> {
         }
         flight.complete(result.clone());
         result
+    }
+
+    /// Hands blocks a shard dropped to the backend ([`Backend::demote`]),
+    /// each named by its object's key and version; a block of a version no
+    /// longer numbered is not handed down.
+    fn hand_down(&self, demoted: Vec<(u64, BlockRef)>) {
+        if demoted.is_empty() {
+            return;
+        }
+        let index_mask = (1u64 << BLOCK_INDEX_BITS) - 1;
+        for (cache_key, block) in demoted {
+            let number = cache_key >> BLOCK_INDEX_BITS;
+            let name = lock(&self.objects)
+                .names
+                .as_ref()
+                .and_then(|names| names.get(&number).cloned());
+            if let Some((key, info)) = name {
+                let offset = (cache_key & index_mask) << self.block_shift;
+                self.backend.demote(&key, info, offset, &block);
+            }
+        }
+    }
+
+    /// Hands every block the cache holds to the backend, if it takes them
+    /// (an exclusive spill, at a clean stop, so that a restart finds them
+    /// there); the cache keeps them. Returns how many were handed down.
+    pub fn demote_all(&self) -> u64 {
+        if !self.backend.takes_demotions() {
+            return 0;
+        }
+        let mut count = 0;
+        for cell in self.shards.iter() {
+            let held: Vec<(u64, BlockRef)> = lock(&cell.shard)
+                .map
+                .iter()
+                .filter_map(|(&key, slot)| match slot {
+                    Slot::Ready(block) | Slot::Prefetched(block) => Some((key, block.clone())),
+                    Slot::Loading(_) => None,
+                })
+                .collect();
+            count += held.len() as u64;
+            self.hand_down(held);
+        }
+        count
     }
 
     /// The counters, summed over shards, and the levels now: each shard is
@@ -1112,6 +1183,15 @@ impl Shard {
         }
     }
 
+    /// The blocks the admits so far dropped, for [`FileCache::hand_down`]
+    /// once the lock is released (none without a backend that takes them).
+    fn take_demoted(&mut self) -> Vec<(u64, BlockRef)> {
+        self.demoted
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// A leader's read succeeded: admit the block if the policy will,
     /// evicting what it names.
     fn install(&mut self, key: u64, access: &Access, block: &BlockRef) {
@@ -1131,8 +1211,17 @@ impl Shard {
         }
         for victim in &victims {
             match self.map.remove(victim) {
-                Some(Slot::Ready(_)) => {}
-                Some(Slot::Prefetched(_)) => self.prefetch_wasted += 1,
+                Some(Slot::Ready(block)) => {
+                    if let Some(demoted) = &mut self.demoted {
+                        demoted.push((*victim, block));
+                    }
+                }
+                Some(Slot::Prefetched(block)) => {
+                    self.prefetch_wasted += 1;
+                    if let Some(demoted) = &mut self.demoted {
+                        demoted.push((*victim, block));
+                    }
+                }
                 // Evicted while read ahead: its thread finds the slot gone.
                 Some(Slot::Loading(flight)) if flight.prefetch => {
                     if !flight.used.load(Ordering::Relaxed) {

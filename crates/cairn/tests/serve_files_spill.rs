@@ -158,6 +158,55 @@ fn survives_kill_9_and_a_clean_stop(dir: &tempfile::TempDir, direct: &[&str]) {
     terminate(server.take());
 }
 
+/// `--spill-exclusive`: the SSD takes what the 1 MiB DRAM cache drops and
+/// lets go of what it reads back, so the second pass reads nothing from the
+/// directory; a clean stop hands DRAM's last blocks down too, so after the
+/// restart not one block comes from the directory.
+#[test]
+fn an_exclusive_spill_holds_what_dram_drops_and_is_warm_with_both_after_a_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let files_dir = dir.path().join("files");
+    std::fs::create_dir(&files_dir).unwrap();
+    let files = vec![
+        ("a.mp4", pattern(3_000_000, 4)),
+        ("b.bin", pattern(5_000_000, 5)),
+    ];
+    for (name, bytes) in &files {
+        std::fs::write(files_dir.join(name), bytes).unwrap();
+    }
+    let (server, gateway, metrics, log) =
+        start(dir.path(), &["--spill-size", "64MiB", "--spill-exclusive"]);
+    assert!(
+        log.contains("exclusive: it holds what the DRAM cache drops"),
+        "{log}"
+    );
+    read_all(gateway, &files);
+    read_all(gateway, &files);
+    assert_eq!(
+        metric(metrics, "spill_misses_total"),
+        46 + 77,
+        "each 64 KiB block from the directory once: the second pass was DRAM's and the SSD's"
+    );
+    let taken = metric(metrics, "spill_taken_total");
+    assert!(
+        taken >= 100,
+        "the SSD let go of what DRAM read back: {taken}"
+    );
+    let mut server = server;
+    terminate(server.take());
+
+    let (server, gateway, metrics, log) = start(dir.path(), &["--spill-exclusive"]);
+    assert!(log.contains("warm after a clean stop"), "{log}");
+    read_all(gateway, &files);
+    assert_eq!(
+        metric(metrics, "spill_misses_total"),
+        0,
+        "DRAM's blocks were handed down at the stop"
+    );
+    let mut server = server;
+    terminate(server.take());
+}
+
 #[test]
 fn spill_flags_are_checked_before_listening() {
     let dir = tempfile::tempdir().unwrap();

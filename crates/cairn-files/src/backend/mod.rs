@@ -154,6 +154,21 @@ pub trait Backend: Send + Sync {
     fn metrics(&self, out: &mut Vec<cairn_store::stats::Metric>) {
         let _ = out;
     }
+
+    /// Whether the cache above should hand down the blocks it drops
+    /// ([`demote`](Self::demote)): an exclusive [`SpillBackend`]'s level
+    /// holds only those. False by default.
+    fn takes_demotions(&self) -> bool {
+        false
+    }
+
+    /// A block the cache above dropped: `data` is `key`'s bytes at `offset`
+    /// as the version `info` describes holds them (a whole cache block, or
+    /// the object's last part). A backend with a level of its own may keep
+    /// it; it never fails the caller. Nothing by default.
+    fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
+        let _ = (key, info, offset, data);
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
@@ -192,6 +207,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn metrics(&self, out: &mut Vec<cairn_store::stats::Metric>) {
         (**self).metrics(out);
+    }
+    fn takes_demotions(&self) -> bool {
+        (**self).takes_demotions()
+    }
+    fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
+        (**self).demote(key, info, offset, data);
     }
 }
 

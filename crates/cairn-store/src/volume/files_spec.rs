@@ -72,4 +72,8 @@ pub struct SpillSpec {
     /// Open it with `O_DIRECT` (`--spill-direct`). Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub direct: bool,
+    /// Hold only what the DRAM cache drops (`--spill-exclusive`). Default
+    /// false: inclusive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
 }

@@ -336,6 +336,16 @@ pub struct ServeArgs {
     #[arg(long, requires = "spill")]
     spill_direct: bool,
 
+    /// With --spill: an exclusive second level. The SSD takes a block only
+    /// when the DRAM cache drops it, and lets go of a block the DRAM cache
+    /// reads back, so the two levels hold different blocks (--cache-size
+    /// plus the spill's capacity in all) and a block the DRAM cache keeps
+    /// costs no SSD write. A clean stop hands the DRAM cache's blocks down,
+    /// so a restart is warm with both. Default: inclusive (every block read
+    /// from the backend is also written to the SSD).
+    #[arg(long, requires = "spill")]
+    spill_exclusive: bool,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
@@ -464,6 +474,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                     map: args.spill_map.clone(),
                     policy: policy("--spill-policy", &args.spill_policy)?,
                     direct: args.spill_direct,
+                    exclusive: args.spill_exclusive,
                 }),
                 None => None,
             },

@@ -24,11 +24,21 @@
 //! tier's makes the open format the tier afresh, since its blocks could no
 //! longer be told apart.
 //!
-//! Inclusive: every block the DRAM cache reads from the backend passes
-//! through the tier (a tier hit is served from flash, a miss from the
+//! Inclusive by default: every block the DRAM cache reads from the backend
+//! passes through the tier (a tier hit is served from flash, a miss from the
 //! origin and promoted). The cache's readahead and single-flight sit above
 //! it unchanged. The writes it makes are the tier's (promotions, journal);
 //! nothing is ever written to the origin.
+//!
+//! Exclusive ([`SpillConfig::exclusive`]): the tier promotes no read miss
+//! (`promote_reads` off) and holds only what the DRAM cache drops, handed
+//! down by [`Backend::demote`] and put in by [`Tier::fill`]; a block the DRAM
+//! cache reads from the tier leaves it ([`Tier::evict`]), so the two levels
+//! hold different blocks and together hold their sum. A span's bytes never
+//! change, so a crash that brings an evicted copy back brings back the
+//! right bytes. A clean stop hands the DRAM cache's blocks down first
+//! ([`FileCache::demote_all`](crate::FileCache::demote_all)), so a restart
+//! is warm with both levels' blocks.
 
 pub mod map;
 
@@ -73,6 +83,9 @@ pub struct SpillConfig {
     /// held a second time in the page cache, so the gateway's memory is its
     /// DRAM cache. The tier's block size must then be a multiple of 4 KiB.
     pub direct: bool,
+    /// Hold only what the DRAM cache drops, and let go of what it takes
+    /// back (see the module docs). Default off (inclusive).
+    pub exclusive: bool,
 }
 
 impl SpillConfig {
@@ -87,6 +100,7 @@ impl SpillConfig {
             policy: tier::Options::default().policy,
             unit,
             direct: false,
+            exclusive: false,
         }
     }
 
@@ -354,6 +368,7 @@ pub struct SpillBackend {
     spans: Arc<Spans>,
     opened: Opened,
     closed: std::sync::atomic::AtomicBool,
+    exclusive: bool,
 }
 
 impl SpillBackend {
@@ -414,6 +429,7 @@ impl SpillBackend {
                 mode: tier::Mode::WriteAround,
                 policy: config.policy.clone(),
                 sequential_cutoff_bytes: 0,
+                promote_reads: !config.exclusive,
                 ..tier::Options::default()
             },
             marker: Some(with_suffix(&map_path, ".failed")),
@@ -487,6 +503,7 @@ impl SpillBackend {
             spans,
             opened,
             closed: std::sync::atomic::AtomicBool::new(false),
+            exclusive: config.exclusive,
         })
     }
 
@@ -536,9 +553,28 @@ impl SpillBackend {
                 ),
             ));
         }
+        let at = span.entry.base + offset;
         self.tier
-            .read_at(buf, span.entry.base + offset)
-            .map_err(|e| backend_error(key, &e))
+            .read_at(buf, at)
+            .map_err(|e| backend_error(key, &e))?;
+        if self.exclusive {
+            // The DRAM cache holds it now. The object's last block counts
+            // its span's padding, which no read asks for.
+            let block = u64::from(self.tier.geometry().block_size);
+            let end = (offset + buf.len() as u64)
+                .div_ceil(block)
+                .saturating_mul(block)
+                .min(span.entry.len);
+            if let Err(e) = self.tier.evict(at, end - offset) {
+                tracing::debug!("{key}: spill: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this spill holds only what the cache above drops.
+    pub fn exclusive(&self) -> bool {
+        self.exclusive
     }
 }
 
@@ -597,6 +633,40 @@ impl Backend for SpillBackend {
         self.inner.busy_ns(part)
     }
 
+    fn takes_demotions(&self) -> bool {
+        self.exclusive
+    }
+
+    fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
+        if !self.exclusive {
+            return;
+        }
+        let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
+            return;
+        };
+        let e = &span.entry;
+        let end = offset + data.len() as u64;
+        if e.size != info.size || e.modified != info.modified || end > e.size {
+            // Another version's block: its span is not this one.
+            return;
+        }
+        let block = u64::from(self.tier.geometry().block_size);
+        let filled = if (data.len() as u64).is_multiple_of(block) {
+            self.tier.fill(e.base + offset, data)
+        } else if end == e.size {
+            // The object's last part, padded as its span is.
+            let mut padded =
+                vec![0u8; (data.len() as u64).div_ceil(block) as usize * block as usize];
+            padded[..data.len()].copy_from_slice(data);
+            self.tier.fill(e.base + offset, &padded)
+        } else {
+            return;
+        };
+        if let Err(e) = filled {
+            tracing::debug!("{key}: spill: {e}");
+        }
+    }
+
     fn metrics(&self, out: &mut Vec<Metric>) {
         let t = self.tier.metrics();
         let block = u64::from(self.tier.geometry().block_size);
@@ -614,7 +684,12 @@ impl Backend for SpillBackend {
         m.counter(
             "spill_promotions",
             t.promotions,
-            "blocks the SSD tier took in on a miss",
+            "blocks the SSD tier took in: on a miss, or (exclusive) as the DRAM cache dropped them",
+        );
+        m.counter(
+            "spill_taken",
+            t.taken_blocks,
+            "blocks an exclusive spill let go as the DRAM cache read them",
         );
         m.gauge(
             "spill_cached_bytes",

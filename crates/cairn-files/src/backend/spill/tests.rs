@@ -203,9 +203,11 @@ fn gateway_on(
     dir: &Path,
     origin: &Arc<MemoryBackend>,
     device: &Arc<cairn_store::device::FaultyDevice>,
+    exclusive: bool,
 ) -> Result<(FileCache<Arc<SpillBackend>>, Arc<SpillBackend>), SpillError> {
     let mut config = SpillConfig::new(dir.join("spill"), BLOCK);
     config.block_size = 64 * KIB as u32;
+    config.exclusive = exclusive;
     let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
     let cache: SharedDevice = Arc::clone(device) as SharedDevice;
     Ok(dram_over(SpillBackend::open_on(inner, &cache, &config)?))
@@ -226,6 +228,15 @@ fn check_all(cache: &FileCache<Arc<SpillBackend>>, files: &[(&str, Vec<u8>)], co
 
 #[test]
 fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
+    crash_points(false);
+}
+
+#[test]
+fn a_crash_at_any_write_of_an_exclusive_ssd_never_serves_wrong_bytes() {
+    crash_points(true);
+}
+
+fn crash_points(exclusive: bool) {
     use cairn_store::device::{CrashMode, FaultyDevice};
     let device_bytes = 24 * MIB;
     let original = vec![
@@ -241,9 +252,10 @@ fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
             origin.put(key, bytes.clone(), at(1));
         }
         let device = Arc::new(FaultyDevice::new(device_bytes, 1));
-        let (cache, spill) = gateway_on(dir.path(), &origin, &device).expect("spill");
+        let (cache, spill) = gateway_on(dir.path(), &origin, &device, exclusive).expect("spill");
         let before = device.counts().writes;
         check_all(&cache, &original, "without a crash");
+        cache.demote_all();
         spill.close().expect("close");
         device.counts().writes - before
     };
@@ -267,11 +279,13 @@ fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
             }
             let device = Arc::new(FaultyDevice::new(device_bytes, k + 1000 * m as u64));
             {
-                let (cache, spill) = gateway_on(dir.path(), &origin, &device).expect("spill");
+                let (cache, spill) =
+                    gateway_on(dir.path(), &origin, &device, exclusive).expect("spill");
                 device.crash_after_writes(k, mode);
                 // Before and after the crash: a failed SSD passes reads to
                 // the origin, never serves what it cannot prove.
                 check_all(&cache, &files, &format!("before the restart {context}"));
+                cache.demote_all();
                 drop(cache);
                 drop(spill);
             }
@@ -284,7 +298,7 @@ fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
                 files[1].1 = pattern((2 * MIB) as usize, 14);
                 origin.put(files[1].0, files[1].1.clone(), at(2));
             }
-            let (cache, spill) = gateway_on(dir.path(), &origin, &device)
+            let (cache, spill) = gateway_on(dir.path(), &origin, &device, exclusive)
                 .unwrap_or_else(|e| panic!("reopening {context}: {e}"));
             check_all(&cache, &files, &format!("after the restart {context}"));
             if k % 2 == 0 {
@@ -299,7 +313,7 @@ fn a_crash_at_any_write_of_the_ssd_never_serves_wrong_bytes() {
             points += 1;
         }
     }
-    eprintln!("{points} crash points over {total} writes, 3 modes");
+    eprintln!("{points} crash points over {total} writes, 3 modes (exclusive: {exclusive})");
 }
 
 #[test]
@@ -331,4 +345,115 @@ fn a_map_that_cannot_be_appended_to_passes_reads_to_the_backend() {
     origin.put("other", other.clone(), at(1));
     assert_eq!(read_all(&cache, "other"), other);
     assert_eq!(read_all(&cache, "k"), new);
+}
+
+/// A spill (LRU, 64 KiB tier blocks) that caches 4 MiB, exclusive or not,
+/// under a DRAM cache of `dram` bytes (LRU).
+fn two_levels(
+    dir: &Path,
+    origin: &Arc<MemoryBackend>,
+    exclusive: bool,
+    dram: u64,
+) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
+    let mut config = SpillConfig::new(dir.join("spill"), BLOCK);
+    config.block_size = 64 * KIB as u32;
+    config.policy = PolicyConfig::default_for("lru").expect("lru");
+    config.exclusive = exclusive;
+    let layout = tier::Layout {
+        block_size: config.block_size,
+        bucket_size: MIB as u32,
+        journal_blocks: 0,
+    };
+    config.size = Some(tier_open::device_bytes_for(
+        4 * MIB / (64 * KIB),
+        &layout,
+        tier::Options::default().overprovision,
+    ));
+    let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
+    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
+    let cache = FileCache::new(
+        Arc::clone(&spill),
+        &FileCacheConfig {
+            block_size_bytes: BLOCK,
+            capacity_bytes: dram,
+            shards: 1,
+            policy: PolicyConfig::default_for("lru").expect("lru"),
+            ..FileCacheConfig::default()
+        },
+    )
+    .expect("cache");
+    (cache, spill)
+}
+
+#[test]
+fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
+    // 7 MiB read over and over through 4 MiB of DRAM and a 4 MiB spill:
+    // exclusive, the two levels hold it all; inclusive, the spill holds
+    // DRAM's blocks again and the origin is read on every pass.
+    let files = [
+        ("x", pattern((4 * MIB + 5) as usize, 31)),
+        ("y", pattern((3 * MIB - 7 * KIB) as usize, 32)),
+    ];
+    let mut origin_reads = Vec::new();
+    for exclusive in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let origin = Arc::new(MemoryBackend::new());
+        for (key, bytes) in &files {
+            origin.put(key, bytes.clone(), at(1));
+        }
+        let (cache, spill) = two_levels(dir.path(), &origin, exclusive, 4 * MIB);
+        assert_eq!(spill.takes_demotions(), exclusive);
+        for (key, bytes) in &files {
+            assert_eq!(&read_all(&cache, key), bytes, "{key} cold");
+        }
+        let cold = origin.reads();
+        for pass in 0..3 {
+            for (key, bytes) in &files {
+                assert_eq!(&read_all(&cache, key), bytes, "{key} pass {pass}");
+            }
+        }
+        origin_reads.push(origin.reads() - cold);
+        let t = spill.tier().metrics();
+        if exclusive {
+            assert!(t.taken_blocks > 0 && t.promotions > 0, "{t:?}");
+        } else {
+            assert_eq!(t.taken_blocks, 0, "{t:?}");
+        }
+        spill
+            .tier()
+            .verify()
+            .expect("every clean block is the origin's");
+    }
+    assert_eq!(
+        origin_reads[0], 0,
+        "exclusive: 8 MiB of two levels hold 7 MiB"
+    );
+    assert!(
+        origin_reads[1] >= 3 * 4,
+        "inclusive: the origin is read on every pass ({origin_reads:?})"
+    );
+}
+
+#[test]
+fn an_exclusive_spill_takes_dram_at_a_clean_stop_so_a_restart_is_warm() {
+    // 2 MiB fits DRAM: nothing is dropped, so only the clean stop's hand
+    // down puts it on the SSD.
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    let bytes = pattern((2 * MIB - 3) as usize, 41);
+    origin.put("z", bytes.clone(), at(1));
+    {
+        let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB);
+        assert_eq!(read_all(&cache, "z"), bytes);
+        assert_eq!(spill.tier().metrics().cached_blocks, 0);
+        assert_eq!(cache.demote_all(), 8);
+        spill.close().expect("close");
+    }
+    let before = origin.reads();
+    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB);
+    assert!(spill.opened().clean, "{:?}", spill.opened());
+    assert_eq!(read_all(&cache, "z"), bytes);
+    assert_eq!(origin.reads(), before, "warm: every block from the SSD");
+    // Read up into DRAM, the SSD let them go.
+    assert_eq!(spill.tier().metrics().cached_blocks, 0);
 }

@@ -130,6 +130,8 @@ pub(super) struct SpillArgs {
     pub policy: Option<cairn_policy::PolicyConfig>,
     /// --spill-direct.
     pub direct: bool,
+    /// --spill-exclusive.
+    pub exclusive: bool,
 }
 
 /// The backend behind a spill on `spill`, if asked for: opened (warm),
@@ -144,6 +146,7 @@ fn spill(
     config.size = spill.size;
     config.map.clone_from(&spill.map);
     config.direct = spill.direct;
+    config.exclusive = spill.exclusive;
     if config.map.is_none() && std::fs::metadata(&spill.path).is_ok_and(|m| !m.is_file()) {
         bail!(
             "{} {}: not a regular file; give {} FILE for its map (it cannot sit beside a \
@@ -166,11 +169,16 @@ fn spill(
     }
     let spilled = SpillBackend::open(backend, &config).context(n.spill)?;
     let opened = spilled.opened();
+    let kind = if config.exclusive {
+        "exclusive: it holds what the DRAM cache drops"
+    } else {
+        "inclusive"
+    };
     if let Some(why) = &opened.formatted {
-        tracing::info!("spill: formatted {} ({why})", spilled.describe());
+        tracing::info!("spill: formatted {} ({why}); {kind}", spilled.describe());
     } else {
         tracing::info!(
-            "spill: {} holds {} bytes of {} objects, {} ({})",
+            "spill: {} holds {} bytes of {} objects, {} ({}); {kind}",
             config.path.display(),
             opened.cached_blocks * u64::from(spilled.tier().geometry().block_size),
             opened.objects,
@@ -480,15 +488,26 @@ impl Started {
         let (cache, counters) = (&self.cache, &self.counters);
         let stats = cache.stats();
         if let Some(spilled) = &self.spilled {
+            // Exclusive: what DRAM holds goes down first, so the restart
+            // finds it.
+            let handed = cache.demote_all();
             let t = spilled.tier().metrics();
             let closed = spilled.close();
             tracing::info!(
                 "file export {:?}: spill: {} blocks read from the SSD, {} from the backend through \
-                 it, {} promoted; {}",
+                 it, {} promoted{}; {}",
                 self.export,
                 t.hits,
                 t.misses,
                 t.promotions,
+                if spilled.exclusive() {
+                    format!(
+                        " (exclusive: {} taken back up; {handed} DRAM blocks handed down at the stop)",
+                        t.taken_blocks
+                    )
+                } else {
+                    String::new()
+                },
                 match closed {
                     Ok(()) => "checkpointed (the next start is warm at once)".to_owned(),
                     Err(e) => format!("its close failed ({e}): the next start replays its journal"),
@@ -690,6 +709,7 @@ impl FilesArgs {
                 map: s.map.as_deref().map(under),
                 policy: s.policy.as_ref().map(|p| p.0.clone()),
                 direct: s.direct,
+                exclusive: s.exclusive,
             }),
             names: &FIELDS,
         })
