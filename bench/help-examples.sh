@@ -31,6 +31,7 @@ LONG=(
   'cairn bench files --readers 40 --policies ons,lfu,lru --rounds 8'
   'cairn bench files --workload table1 --throttle 2ms,100MB/s'
   'cairn bench files --workload restart --readers 10,40'
+  'cairn bench files --readers 40 --policies ons --cache 64MiB --spill 64MiB'
   'cairn bench tier'
   'cairn bench tier --part warm,scan,dram'
   'cairn bench tier --part warm --cache-size 64MiB --replay 4'

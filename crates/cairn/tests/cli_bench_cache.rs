@@ -284,6 +284,70 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
     }
 }
 
+/// `cairn bench files --spill`: Cairn's fronts over an exclusive (or
+/// inclusive) spill, said so in the header, rows with numbers and no @held
+/// columns; refused with another workload.
+#[test]
+fn bench_files_puts_a_spill_under_cairns_front() {
+    for (extra, kind) in [
+        (&[][..], "exclusive"),
+        (&["--spill-inclusive"][..], "inclusive"),
+    ] {
+        let mut args = vec![
+            "bench",
+            "files",
+            "--objects",
+            "2",
+            "--size",
+            "4MiB",
+            "--block",
+            "256KiB",
+            "--request",
+            "256KiB",
+            "--readers",
+            "2",
+            "--seconds",
+            "0.2",
+            "--throttle",
+            "200us,2GiB/s",
+            "--policies",
+            "ons",
+            "--cache",
+            "2MiB",
+            "--spill",
+            "4MiB",
+        ];
+        args.extend(extra);
+        let out = cairn(&args);
+        assert!(
+            out.contains(&format!("over an {kind} spill of 4194304 B")),
+            "{out}"
+        );
+        let rows: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .filter(|w: &Vec<&str>| {
+                w.len() >= 10 && w[0] == "2" && ["read", "re-read", "random"].contains(&w[1])
+            })
+            .collect();
+        assert_eq!(rows.len(), 3, "{out}");
+        for row in rows {
+            assert!(row[2].parse::<f64>().unwrap() > 0.0, "{out}");
+            assert_eq!(row[8], "-", "{out}");
+        }
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .args(["bench", "files", "--workload", "restart", "--spill", "4MiB"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--spill is for --workload stream"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `cairn bench files --workload table1` at a tiny scale: papers/001's bar,
 /// every workload's hit ratio on HTTP within 1 pp of the simulator's
 /// prediction for the same requests and readahead; bad flags refused.

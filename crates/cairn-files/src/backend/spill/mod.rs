@@ -104,6 +104,25 @@ impl SpillConfig {
         }
     }
 
+    /// The tier's layout on the cache device.
+    fn layout(&self) -> tier::Layout {
+        tier::Layout {
+            block_size: self.block_size,
+            bucket_size: (self.block_size * 16).max(1 << 20),
+            journal_blocks: 0,
+        }
+    }
+
+    /// The smallest cache device on which this spill caches at least
+    /// `bytes` (its metadata and the tier's overprovision beside them).
+    pub fn device_bytes_for(&self, bytes: u64) -> u64 {
+        tier_open::device_bytes_for(
+            bytes.div_ceil(u64::from(self.block_size)),
+            &self.layout(),
+            tier::Options::default().overprovision,
+        )
+    }
+
     /// The map file's path.
     pub fn map_path(&self) -> PathBuf {
         self.map.clone().unwrap_or_else(|| {
@@ -420,11 +439,7 @@ impl SpillBackend {
             spans: Arc::clone(&spans),
         });
         let want = tier_open::Want {
-            layout: tier::Layout {
-                block_size: config.block_size,
-                bucket_size: (config.block_size * 16).max(1 << 20),
-                journal_blocks: 0,
-            },
+            layout: config.layout(),
             options: tier::Options {
                 mode: tier::Mode::WriteAround,
                 policy: config.policy.clone(),

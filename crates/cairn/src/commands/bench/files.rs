@@ -54,7 +54,12 @@ the most nginx's cache held on disk during the phase (sampled every 100 ms:
 its cache manager enforces max_size only when it wakes, at most every 10 s
 while under it, so it may hold more than --cache). When it held more, Cairn
 runs the phases again with that much cache (whole blocks, rounded down), so
-the last two columns compare the two at the same memory. A second table
+the last two columns compare the two at the same memory. --spill SIZE puts
+an exclusive SSD spill that caches SIZE under each Cairn front's DRAM cache
+(--spill-inclusive: an inclusive one), a fresh file in a temporary directory
+each time, read through the page cache as nginx's cache files are; with
+--cache C --spill C Cairn is configured with nginx's max_size on disk and C
+in DRAM beside it. A second table
 compares the policies at the largest reader count, with the gateway's block
 hit ratio on re-read; --rounds N runs it N times, the order rotated each round,
 and prints medians and in how many rounds the first policy re-read at least as
@@ -99,7 +104,9 @@ Examples:
   cairn bench files --workload table1 --throttle 2ms,100MB/s
                                             papers/001: measured against predicted
   cairn bench files --workload restart --readers 10,40
-                                            a restart: the SSD spill against nginx";
+                                            a restart: the SSD spill against nginx
+  cairn bench files --readers 40 --policies ons --cache 64MiB --spill 64MiB
+                                            Cairn's DRAM over an exclusive spill";
 
 /// What `cairn bench files` runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,6 +193,18 @@ pub struct FilesBenchArgs {
     /// the page cache.
     #[arg(long)]
     spill_direct: bool,
+
+    /// With --workload stream: give Cairn's front, beside its DRAM --cache, an
+    /// exclusive SSD spill (`serve --spill-exclusive`) that caches SIZE, in a
+    /// fresh file in a temporary directory for each front (read through the
+    /// page cache, as nginx's cache files are). The @held columns are then
+    /// not run.
+    #[arg(long, value_name = "SIZE")]
+    spill: Option<String>,
+
+    /// With --spill: an inclusive spill (`serve --spill` alone) instead.
+    #[arg(long, requires = "spill")]
+    spill_inclusive: bool,
 }
 
 /// Parses a throttle `OP,BANDWIDTH` — `2ms,200MiB/s`, `500us,1GiB/s` — or
@@ -647,6 +666,9 @@ struct Prepared {
     origin: InProcess,
     url: String,
     nginx_found: bool,
+    /// --spill: the spill's capacity, whether exclusive, and where the
+    /// fronts' spill files go.
+    spill: Option<(u64, bool, tempfile::TempDir)>,
 }
 
 impl Prepared {
@@ -667,13 +689,22 @@ impl Prepared {
         .map_err(anyhow::Error::msg)
     }
 
-    /// Cairn's front over the origin with `policy` and `cache` bytes.
+    /// Cairn's front over the origin with `policy` and `cache` bytes (and
+    /// a fresh spill, with --spill).
     fn cairn_front(&self, policy: &cairn_policy::PolicyConfig, cache: u64) -> Result<InProcess> {
-        serve(
-            self.origin_backend()?,
-            &self.front_config(policy, cache),
-            "files",
-        )
+        static FRONTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let config = self.front_config(policy, cache);
+        let Some((bytes, exclusive, dir)) = &self.spill else {
+            return serve(self.origin_backend()?, &config, "files");
+        };
+        let n = FRONTS.fetch_add(1, Ordering::Relaxed);
+        let path = dir.path().join(format!("spill{n}.img"));
+        let mut spill = cairn_files::SpillConfig::new(&path, self.block);
+        spill.size = Some(spill.device_bytes_for(*bytes));
+        spill.exclusive = *exclusive;
+        let origin: Arc<dyn Backend> = Arc::new(self.origin_backend()?);
+        let spilled = cairn_files::SpillBackend::open(origin, &spill).context("--spill")?;
+        serve(Arc::new(spilled), &config, "files")
     }
 }
 
@@ -722,6 +753,18 @@ fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
         bail!("--policies must name at least one policy");
     }
     let throttle = parse_throttle(&args.throttle).context("--throttle")?;
+    let spill = match &args.spill {
+        Some(text) => {
+            if args.workload != FilesWorkload::Stream {
+                bail!("--spill is for --workload stream (restart makes its own spill)");
+            }
+            let dir = tempfile::Builder::new()
+                .prefix("cairn-bench-spill")
+                .tempdir()?;
+            Some((bytes("spill", text)?, !args.spill_inclusive, dir))
+        }
+        None => None,
+    };
     let policies = args
         .policies
         .iter()
@@ -790,6 +833,7 @@ fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
         origin,
         url,
         nginx_found,
+        spill,
     })
 }
 
@@ -813,10 +857,17 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         |policy: &cairn_policy::PolicyConfig, cache: u64| p.cairn_front(policy, cache);
     let origin = &p.origin;
     outln!(
-        "{} objects of {size} B on an origin at {} (block {block} B); fronts' caches {cache} B; \
+        "{} objects of {size} B on an origin at {} (block {block} B); fronts' caches {cache} B{}; \
          {request} B ranged GETs, {} s per phase",
         args.objects,
         args.throttle,
+        match &p.spill {
+            Some((bytes, exclusive, _)) => format!(
+                " (Cairn's DRAM, over an {} spill of {bytes} B)",
+                if *exclusive { "exclusive" } else { "inclusive" }
+            ),
+            None => String::new(),
+        },
         args.seconds
     )?;
     outln!(
@@ -854,7 +905,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
             .max()
             .unwrap_or(0);
         let matched = held_max / block * block;
-        let at_held = if matched > cache {
+        let at_held = if matched > cache && p.spill.is_none() {
             let front = cairn_front(&policies[0], matched)?;
             Some(phases(front.addr, "/files", readers, load, None)?)
         } else {
