@@ -410,6 +410,14 @@ enum Slot {
     Loading(Arc<Flight>),
 }
 
+/// A block on its way down to the backend's level.
+struct Transit {
+    block: BlockRef,
+    /// A reader took it back into the cache since: the level below should
+    /// not keep it (until the cache drops it again).
+    taken_back: bool,
+}
+
 /// One block's backend read in progress; waiters get its result.
 struct Flight {
     result: Mutex<Option<Result<BlockRef, BackendError>>>,
@@ -456,6 +464,10 @@ struct Shard {
     /// With a backend that takes demotions: the blocks the last admits
     /// dropped, handed down once the lock is released.
     demoted: Option<Vec<(u64, BlockRef)>>,
+    /// Dropped blocks being handed down (`FileCache::hand_down` owns each
+    /// entry until the level below agrees with it): a reader that misses
+    /// one takes it back from here.
+    in_transit: HashMap<u64, Transit>,
     clock: u64,
     /// Read-ahead blocks evicted before any demand access.
     prefetch_wasted: u64,
@@ -518,7 +530,7 @@ pub struct FileCache<B> {
     by_object: bool,
     block_shift: u32,
     block_size: u32,
-    objects: Mutex<Objects>,
+    objects: Arc<Mutex<Objects>>,
     revalidate: Duration,
     /// Failed lookups ([`FileCache::open`]); failed block reads count in
     /// their shard.
@@ -528,6 +540,8 @@ pub struct FileCache<B> {
     prefetch: Option<Prefetch>,
     /// Each backend part's read times and the costs learned from them.
     costs: Arc<CostEstimator>,
+    /// With a backend that takes demotions: the hand-down's thread.
+    demoter: Option<Demoter<B>>,
 }
 
 impl<B> Drop for FileCache<B> {
@@ -539,7 +553,45 @@ impl<B> Drop for FileCache<B> {
                 let _ = thread.join();
             }
         }
+        if let Some(demoter) = &mut self.demoter {
+            // Its thread hands down what is queued, then ends.
+            demoter.queue = None;
+            if let Some(thread) = demoter.thread.take() {
+                let _ = thread.join();
+            }
+        }
     }
+}
+
+/// Blocks a shard dropped, each with its cache key.
+type Dropped = Vec<(u64, BlockRef)>;
+
+/// What handing blocks down needs: a thread of its own runs it, so that a
+/// reader does not wait for the level below's write.
+struct HandDown<B> {
+    backend: Arc<B>,
+    shards: Arc<[ShardCell]>,
+    objects: Arc<Mutex<Objects>>,
+    shard_mask: u64,
+    by_object: bool,
+    block_shift: u32,
+}
+
+/// The hand-down's thread and its queue.
+struct Demoter<B> {
+    hand: Arc<HandDown<B>>,
+    /// Batches for the thread; when it is full, the caller hands its batch
+    /// down itself (so what is in transit stays bounded).
+    queue: Option<std::sync::mpsc::SyncSender<Dropped>>,
+    /// Blocks queued or being handed down by the thread.
+    queued: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The shard cell of a cache key (of `object`'s number when `by_object`).
+fn cell_of(cache_key: u64, object: u64, by_object: bool, mask: u64) -> usize {
+    let spread = if by_object { object } else { cache_key };
+    (spread.wrapping_mul(SPREAD) >> 32 & mask) as usize
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -575,6 +627,7 @@ impl<B: Backend + 'static> FileCache<B> {
                     policy,
                     victims: Vec::with_capacity(16),
                     demoted: demotes.then(Vec::new),
+                    in_transit: HashMap::new(),
                     clock: 0,
                     prefetch_wasted: 0,
                 }),
@@ -583,6 +636,21 @@ impl<B: Backend + 'static> FileCache<B> {
         }
         let backend = Arc::new(backend);
         let cells: Arc<[ShardCell]> = cells.into();
+        let objects = Arc::new(Mutex::new(Objects {
+            numbers: HashMap::new(),
+            names: demotes.then(HashMap::new),
+            next: 0,
+        }));
+        let demoter = demotes.then(|| {
+            start_demoter(Arc::new(HandDown {
+                backend: Arc::clone(&backend),
+                shards: Arc::clone(&cells),
+                objects: Arc::clone(&objects),
+                shard_mask: shards as u64 - 1,
+                by_object: config.shards_by_object(),
+                block_shift: block.trailing_zeros(),
+            }))
+        });
         let prefetch = (config.prefetch_window_blocks > 0).then(|| {
             start_prefetch(
                 &backend,
@@ -599,18 +667,103 @@ impl<B: Backend + 'static> FileCache<B> {
             by_object: config.shards_by_object(),
             block_shift: block.trailing_zeros(),
             block_size: block as u32,
-            objects: Mutex::new(Objects {
-                numbers: HashMap::new(),
-                names: demotes.then(HashMap::new),
-                next: 0,
-            }),
+            objects,
             revalidate: config.revalidate,
             open_errors: ErrorCounters::default(),
             policy_name,
             capacity_bytes: per_shard_blocks * block * shards as u64,
             prefetch,
             costs,
+            demoter,
         })
+    }
+}
+
+/// Batches of dropped blocks queued for the hand-down's thread at most; more
+/// are handed down by the thread that dropped them.
+const DEMOTE_QUEUE: usize = 16;
+
+/// Starts the hand-down's thread.
+fn start_demoter<B: Backend + 'static>(hand: Arc<HandDown<B>>) -> Demoter<B> {
+    let (queue, batches) = std::sync::mpsc::sync_channel::<Dropped>(DEMOTE_QUEUE);
+    let queued = Arc::new(AtomicU64::new(0));
+    let thread = {
+        let (hand, queued) = (Arc::clone(&hand), Arc::clone(&queued));
+        std::thread::Builder::new()
+            .name("cairn-demote".into())
+            .spawn(move || {
+                while let Ok(batch) = batches.recv() {
+                    let n = batch.len() as u64;
+                    hand.hand_down(batch, true);
+                    queued.fetch_sub(n, Ordering::AcqRel);
+                }
+            })
+            .ok()
+    };
+    Demoter {
+        hand,
+        queue: thread.is_some().then_some(queue),
+        queued,
+        thread,
+    }
+}
+
+impl<B: Backend> HandDown<B> {
+    /// Hands blocks a shard dropped to the backend ([`Backend::demote`]),
+    /// each named by its object's key and version; a block of a version no
+    /// longer numbered is not handed down.
+    ///
+    /// With `in_transit`, each block's entry there is this call's until the
+    /// level below agrees with it: the block is handed down, or, if a reader
+    /// took it back meanwhile, retracted ([`Backend::retract`]); the entry
+    /// goes only when what was last done still matches it (a block taken
+    /// back and dropped again while this ran is handed down again). So a
+    /// block is never in neither level, and never in both for long.
+    fn hand_down(&self, demoted: Dropped, in_transit: bool) {
+        if demoted.is_empty() {
+            return;
+        }
+        let index_mask = (1u64 << BLOCK_INDEX_BITS) - 1;
+        for (cache_key, block) in demoted {
+            let number = cache_key >> BLOCK_INDEX_BITS;
+            let offset = (cache_key & index_mask) << self.block_shift;
+            let name = lock(&self.objects)
+                .names
+                .as_ref()
+                .and_then(|names| names.get(&number).cloned());
+            if !in_transit {
+                if let Some((key, info)) = &name {
+                    self.backend.demote(key, *info, offset, &block);
+                }
+                continue;
+            }
+            let cell = &self.shards[cell_of(cache_key, number, self.by_object, self.shard_mask)];
+            loop {
+                let state = lock(&cell.shard)
+                    .in_transit
+                    .get(&cache_key)
+                    .map(|t| (t.block.clone(), t.taken_back));
+                let Some((bytes, taken_back)) = state else {
+                    break;
+                };
+                if let Some((key, info)) = &name {
+                    if taken_back {
+                        self.backend.retract(key, *info, offset, bytes.len() as u64);
+                    } else {
+                        self.backend.demote(key, *info, offset, &bytes);
+                    }
+                }
+                let mut shard = lock(&cell.shard);
+                if shard
+                    .in_transit
+                    .get(&cache_key)
+                    .is_none_or(|t| t.taken_back == taken_back)
+                {
+                    shard.in_transit.remove(&cache_key);
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -889,10 +1042,19 @@ impl<B: Backend> FileCache<B> {
         }
     }
 
+    /// Waits until the hand-down's thread has handed down every block
+    /// queued for it (for a clean stop, tests and benchmarks).
+    pub fn wait_for_demotions(&self) {
+        if let Some(demoter) = &self.demoter {
+            while demoter.queued.load(Ordering::Acquire) > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
     /// The shard cell of a cache key (of `object`'s number with `dual`).
     fn cell_index(&self, cache_key: u64, object: u64) -> usize {
-        let spread = if self.by_object { object } else { cache_key };
-        (spread.wrapping_mul(SPREAD) >> 32 & self.shard_mask) as usize
+        cell_of(cache_key, object, self.by_object, self.shard_mask)
     }
 
     /// After a demand access to `index`: the blocks the readahead names,
@@ -918,7 +1080,8 @@ impl<B: Backend> FileCache<B> {
         let cell_index = self.cell_index(cache_key, object.number);
         let cell = &self.shards[cell_index];
         let mut shard = lock(&cell.shard);
-        if shard.map.contains_key(&cache_key) {
+        if shard.map.contains_key(&cache_key) || shard.in_transit.contains_key(&cache_key) {
+            // Held, or on its way down (a demand read takes it back).
             return;
         }
         if prefetch.in_flight.load(Ordering::Acquire) >= prefetch.in_flight_max {
@@ -1054,6 +1217,23 @@ impl<B: Backend> FileCache<B> {
         // The leader: claim the slot, read outside the lock.
         let resident = shard.policy.lookup(&access);
         debug_assert!(!resident, "a block without a slot is not in the policy");
+        if let Some(transit) = shard.in_transit.get_mut(&cache_key)
+            && !transit.taken_back
+        {
+            // Dropped a moment ago and still on its way down: a policy miss
+            // whose bytes are still here. Its hand-down sees it taken back.
+            transit.taken_back = true;
+            let block = transit.block.clone();
+            shard.install(cache_key, &access, &block);
+            let demoted = shard.take_demoted();
+            drop(shard);
+            self.hand_down(demoted);
+            cell.counters.hits.fetch_add(1, Ordering::Relaxed);
+            cell.counters
+                .bytes_from_cache
+                .fetch_add(len as u64, Ordering::Relaxed);
+            return Ok(block);
+        }
         let flight = Flight::new(false);
         shard
             .map
@@ -1082,24 +1262,27 @@ impl<B: Backend> FileCache<B> {
         result
     }
 
-    /// Hands blocks a shard dropped to the backend ([`Backend::demote`]),
-    /// each named by its object's key and version; a block of a version no
-    /// longer numbered is not handed down.
-    fn hand_down(&self, demoted: Vec<(u64, BlockRef)>) {
-        if demoted.is_empty() {
+    /// Hands blocks a shard dropped to the level below: queued for the
+    /// hand-down's thread, or, with its queue full, here.
+    fn hand_down(&self, dropped: Dropped) {
+        if dropped.is_empty() {
             return;
         }
-        let index_mask = (1u64 << BLOCK_INDEX_BITS) - 1;
-        for (cache_key, block) in demoted {
-            let number = cache_key >> BLOCK_INDEX_BITS;
-            let name = lock(&self.objects)
-                .names
-                .as_ref()
-                .and_then(|names| names.get(&number).cloned());
-            if let Some((key, info)) = name {
-                let offset = (cache_key & index_mask) << self.block_shift;
-                self.backend.demote(&key, info, offset, &block);
-            }
+        let Some(demoter) = &self.demoter else {
+            return;
+        };
+        let n = dropped.len() as u64;
+        demoter.queued.fetch_add(n, Ordering::AcqRel);
+        let refused = match &demoter.queue {
+            Some(queue) => queue.try_send(dropped).err().map(|e| match e {
+                std::sync::mpsc::TrySendError::Full(d)
+                | std::sync::mpsc::TrySendError::Disconnected(d) => d,
+            }),
+            None => Some(dropped),
+        };
+        if let Some(dropped) = refused {
+            demoter.hand.hand_down(dropped, true);
+            demoter.queued.fetch_sub(n, Ordering::AcqRel);
         }
     }
 
@@ -1107,9 +1290,10 @@ impl<B: Backend> FileCache<B> {
     /// (an exclusive spill, at a clean stop, so that a restart finds them
     /// there); the cache keeps them. Returns how many were handed down.
     pub fn demote_all(&self) -> u64 {
-        if !self.backend.takes_demotions() {
+        let Some(demoter) = &self.demoter else {
             return 0;
-        }
+        };
+        self.wait_for_demotions();
         let mut count = 0;
         for cell in self.shards.iter() {
             let held: Vec<(u64, BlockRef)> = lock(&cell.shard)
@@ -1121,7 +1305,7 @@ impl<B: Backend> FileCache<B> {
                 })
                 .collect();
             count += held.len() as u64;
-            self.hand_down(held);
+            demoter.hand.hand_down(held, false);
         }
         count
     }
@@ -1192,11 +1376,36 @@ impl Shard {
             .unwrap_or_default()
     }
 
+    /// With a backend that takes demotions: `block` (of `key`) leaves the
+    /// cache. Queued to be handed down, unless a hand-down of it is still
+    /// running, which then hands it down again.
+    fn going_down(&mut self, key: u64, block: &BlockRef) {
+        let Some(demoted) = &mut self.demoted else {
+            return;
+        };
+        if let Some(transit) = self.in_transit.get_mut(&key) {
+            transit.taken_back = false;
+            transit.block = block.clone();
+        } else {
+            self.in_transit.insert(
+                key,
+                Transit {
+                    block: block.clone(),
+                    taken_back: false,
+                },
+            );
+            demoted.push((key, block.clone()));
+        }
+    }
+
     /// A leader's read succeeded: admit the block if the policy will,
     /// evicting what it names.
     fn install(&mut self, key: u64, access: &Access, block: &BlockRef) {
         if !self.admit(key, access, Slot::Ready(block.clone())) {
             self.map.remove(&key);
+            // Refused: dropped as a victim is (an exclusive spill gave its
+            // copy up when this read took it).
+            self.going_down(key, block);
         }
     }
 
@@ -1211,16 +1420,10 @@ impl Shard {
         }
         for victim in &victims {
             match self.map.remove(victim) {
-                Some(Slot::Ready(block)) => {
-                    if let Some(demoted) = &mut self.demoted {
-                        demoted.push((*victim, block));
-                    }
-                }
+                Some(Slot::Ready(block)) => self.going_down(*victim, &block),
                 Some(Slot::Prefetched(block)) => {
                     self.prefetch_wasted += 1;
-                    if let Some(demoted) = &mut self.demoted {
-                        demoted.push((*victim, block));
-                    }
+                    self.going_down(*victim, &block);
                 }
                 // Evicted while read ahead: its thread finds the slot gone.
                 Some(Slot::Loading(flight)) if flight.prefetch => {

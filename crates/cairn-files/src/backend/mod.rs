@@ -169,6 +169,14 @@ pub trait Backend: Send + Sync {
     fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
         let _ = (key, info, offset, data);
     }
+
+    /// The cache above took back the `len` bytes at `offset` it had just
+    /// handed down ([`demote`](Self::demote)): a reader wanted them before
+    /// the hand-down was done. A backend that kept them lets them go, so
+    /// that the levels hold different blocks. Nothing by default.
+    fn retract(&self, key: &str, info: ObjectInfo, offset: u64, len: u64) {
+        let _ = (key, info, offset, len);
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
@@ -213,6 +221,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
         (**self).demote(key, info, offset, data);
+    }
+    fn retract(&self, key: &str, info: ObjectInfo, offset: u64, len: u64) {
+        (**self).retract(key, info, offset, len);
     }
 }
 

@@ -552,6 +552,7 @@ impl Inner {
             cached_blocks: Counters::get(&c.cached),
             cleaned_blocks: Counters::get(&c.cleaned),
             dirty_evictions: Counters::get(&c.dirty_evictions),
+            clean_evictions: Counters::get(&c.clean_evictions),
             relocated_blocks: Counters::get(&c.relocated),
             reclaimed_buckets: Counters::get(&c.reclaimed),
             cache_block_writes: Counters::get(&c.cache_block_writes),

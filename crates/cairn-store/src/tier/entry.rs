@@ -164,6 +164,7 @@ impl Inner {
                 match self.drop_block(sh, j, victim) {
                     Ok(Some((_, _, seq))) => {
                         sh.hazards.insert(victim, seq);
+                        Counters::add(&self.counters.clean_evictions, 1);
                     }
                     Ok(None) => {}
                     Err(e) => {

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub cleaned_blocks: u64,
     /// Dirty blocks the policy evicted (written back first).
     pub dirty_evictions: u64,
+    /// Clean blocks the policy evicted (dropped at once).
+    pub clean_evictions: u64,
     /// Live blocks moved out of buckets being reclaimed.
     pub relocated_blocks: u64,
     /// Buckets reclaimed.
@@ -96,6 +98,7 @@ pub(super) struct Counters {
     pub cached: AtomicU64,
     pub cleaned: AtomicU64,
     pub dirty_evictions: AtomicU64,
+    pub clean_evictions: AtomicU64,
     pub relocated: AtomicU64,
     pub reclaimed: AtomicU64,
     pub cache_block_writes: AtomicU64,

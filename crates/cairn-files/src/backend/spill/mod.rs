@@ -573,18 +573,26 @@ impl SpillBackend {
             .read_at(buf, at)
             .map_err(|e| backend_error(key, &e))?;
         if self.exclusive {
-            // The DRAM cache holds it now. The object's last block counts
-            // its span's padding, which no read asks for.
-            let block = u64::from(self.tier.geometry().block_size);
-            let end = (offset + buf.len() as u64)
-                .div_ceil(block)
-                .saturating_mul(block)
-                .min(span.entry.len);
-            if let Err(e) = self.tier.evict(at, end - offset) {
-                tracing::debug!("{key}: spill: {e}");
-            }
+            // The DRAM cache holds it now.
+            self.let_go(key, &span, offset, buf.len() as u64);
         }
         Ok(())
+    }
+
+    /// Drops the tier's copy of `len` bytes of `span` at `offset`; the
+    /// object's last block counts its span's padding, which no read asks for.
+    fn let_go(&self, key: &str, span: &Span, offset: u64, len: u64) {
+        let block = u64::from(self.tier.geometry().block_size);
+        let end = (offset + len)
+            .div_ceil(block)
+            .saturating_mul(block)
+            .min(span.entry.len);
+        if offset >= end {
+            return;
+        }
+        if let Err(e) = self.tier.evict(span.entry.base + offset, end - offset) {
+            tracing::debug!("{key}: spill: {e}");
+        }
     }
 
     /// Whether this spill holds only what the cache above drops.
@@ -682,6 +690,18 @@ impl Backend for SpillBackend {
         }
     }
 
+    fn retract(&self, key: &str, info: ObjectInfo, offset: u64, len: u64) {
+        if !self.exclusive {
+            return;
+        }
+        let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
+            return;
+        };
+        if span.entry.size == info.size && span.entry.modified == info.modified {
+            self.let_go(key, &span, offset, len);
+        }
+    }
+
     fn metrics(&self, out: &mut Vec<Metric>) {
         let t = self.tier.metrics();
         let block = u64::from(self.tier.geometry().block_size);
@@ -700,6 +720,11 @@ impl Backend for SpillBackend {
             "spill_promotions",
             t.promotions,
             "blocks the SSD tier took in: on a miss, or (exclusive) as the DRAM cache dropped them",
+        );
+        m.counter(
+            "spill_evictions",
+            t.clean_evictions,
+            "blocks the SSD tier's policy evicted to make room",
         );
         m.counter(
             "spill_taken",

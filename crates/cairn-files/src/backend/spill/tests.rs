@@ -301,6 +301,7 @@ fn crash_points(exclusive: bool) {
             let (cache, spill) = gateway_on(dir.path(), &origin, &device, exclusive)
                 .unwrap_or_else(|e| panic!("reopening {context}: {e}"));
             check_all(&cache, &files, &format!("after the restart {context}"));
+            cache.wait_for_demotions();
             if k % 2 == 0 {
                 // Every clean block the SSD holds is what the origin holds
                 // (a changed object's old blocks belong to no object, which
@@ -413,6 +414,7 @@ fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
             }
         }
         origin_reads.push(origin.reads() - cold);
+        cache.wait_for_demotions();
         let t = spill.tier().metrics();
         if exclusive {
             assert!(t.taken_blocks > 0 && t.promotions > 0, "{t:?}");
@@ -456,4 +458,73 @@ fn an_exclusive_spill_takes_dram_at_a_clean_stop_so_a_restart_is_warm() {
     assert_eq!(origin.reads(), before, "warm: every block from the SSD");
     // Read up into DRAM, the SSD let them go.
     assert_eq!(spill.tier().metrics().cached_blocks, 0);
+}
+
+#[test]
+fn under_concurrent_readers_an_exclusive_spill_holds_every_block_in_exactly_one_level() {
+    // 7 MiB (28 blocks, 112 tier blocks) read by 8 threads at once through
+    // 4 MiB of DRAM over a spill that caches 6 MiB: whatever the order of
+    // drops, hand-downs and blocks taken back, once the hand-downs are done
+    // each block is in DRAM or on the SSD, not in both and not in neither.
+    let files = [
+        ("x", pattern((4 * MIB) as usize, 51)),
+        ("y", pattern((3 * MIB) as usize, 52)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Arc::new(MemoryBackend::new());
+    for (key, bytes) in &files {
+        origin.put(key, bytes.clone(), at(1));
+    }
+    let mut config = SpillConfig::new(dir.path().join("spill"), BLOCK);
+    config.block_size = 64 * KIB as u32;
+    config.exclusive = true;
+    config.size = Some(config.device_bytes_for(6 * MIB));
+    let inner: Arc<dyn Backend> = Arc::clone(&origin) as Arc<dyn Backend>;
+    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
+    let cache = FileCache::new(
+        Arc::clone(&spill),
+        &FileCacheConfig {
+            block_size_bytes: BLOCK,
+            capacity_bytes: 4 * MIB,
+            shards: 1,
+            policy: PolicyConfig::default_for("lru").expect("lru"),
+            ..FileCacheConfig::default()
+        },
+    )
+    .expect("cache");
+    for round in 0..5u64 {
+        std::thread::scope(|scope| {
+            for t in 0..8u64 {
+                let (cache, files) = (&cache, &files);
+                scope.spawn(move || {
+                    let mut x = t * 7919 + round * 104_729 + 1;
+                    for _ in 0..120 {
+                        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        let (key, bytes) = &files[(x >> 40) as usize % 2];
+                        let object = cache.open(key).expect("open");
+                        let blocks = object.info.size / BLOCK;
+                        let index = (x >> 20) % blocks;
+                        let block = cache.block(key, &object, index).expect("block");
+                        let at = (index * BLOCK) as usize;
+                        assert!(
+                            block[..] == bytes[at..at + BLOCK as usize],
+                            "{key} block {index}"
+                        );
+                    }
+                });
+            }
+        });
+        cache.wait_for_demotions();
+        let dram = cache.stats().resident_bytes / (64 * KIB);
+        let ssd = spill.tier().metrics().cached_blocks;
+        assert_eq!(
+            dram + ssd,
+            112,
+            "round {round}: {dram} tier blocks' worth in DRAM, {ssd} on the SSD"
+        );
+        spill
+            .tier()
+            .verify()
+            .expect("every clean block is the origin's");
+    }
 }

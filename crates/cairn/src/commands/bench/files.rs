@@ -652,6 +652,23 @@ fn phases(
         .collect()
 }
 
+/// Cairn's phases against the front at `addr`, each with the bytes the
+/// origin served in it (what the front's levels did not hold).
+fn cairn_phases(p: &Prepared, addr: SocketAddr, readers: usize) -> Result<Vec<(Measured, u64)>> {
+    let served = || {
+        let s = (p.origin.stats)();
+        s.bytes_from_cache + s.bytes_from_backend
+    };
+    PHASES
+        .iter()
+        .map(|&(_, pattern)| {
+            let before = served();
+            let measured = run_readers(addr, "/files", readers, &p.load, pattern)?;
+            Ok((measured, served() - before))
+        })
+        .collect()
+}
+
 /// What the streaming and restart workloads share: the objects, the
 /// throttled origin serving them, the load, and the fronts' settings.
 struct Prepared {
@@ -885,7 +902,7 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
     )?;
     for &readers in &args.readers {
         let front = cairn_front(&policies[0], cache)?;
-        let ours = phases(front.addr, "/files", readers, load, None)?;
+        let ours = cairn_phases(&p, front.addr, readers)?;
         drop(front);
         let theirs = if nginx_found {
             let nginx = start_nginx(&args.nginx, origin.addr, cache, block)?;
@@ -938,6 +955,16 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
                 ours.p99_ms(),
             )?;
         }
+        let origin: Vec<String> = ours
+            .iter()
+            .map(|(_, bytes)| format!("{:.1}", *bytes as f64 / f64::from(1 << 20)))
+            .collect();
+        outln!(
+            "{readers:>7}  MiB the origin served Cairn's front: read {}, re-read {}, random {}",
+            origin[0],
+            origin[1],
+            origin[2]
+        )?;
     }
     let readers = *args.readers.iter().max().expect("not empty");
     policy_table(args, &p, readers)
