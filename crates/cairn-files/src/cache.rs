@@ -52,6 +52,18 @@
 //!   (counted). Since the policy sees the same admissions in
 //!   the same order as the simulator, one reader's block hits are the
 //!   simulator's whatever the reads' timing.
+//! - **Hand-down** (only over a backend that takes demotions: an exclusive
+//!   spill, [`Backend::takes_demotions`]): every block the cache drops — a
+//!   policy victim, a block it would not admit, a read-ahead block never
+//!   used — enters its shard's `in_transit` table and a queue for the
+//!   `cairn-demote` thread, which hands it to [`Backend::demote`]; with the
+//!   queue full ([`DEMOTE_QUEUE`]) the dropping thread does it. A demand
+//!   miss of a block in transit takes it back from there (a policy miss, no
+//!   backend read), and the hand-down then retracts it
+//!   ([`Backend::retract`]); the entry goes only once the level below agrees
+//!   with it, so a block is in exactly one level once the hand-downs are
+//!   done. [`FileCache::demote_all`] hands every held block down at a
+//!   clean stop.
 //! - **Cost groups** (papers/004): a block's group is the backend that holds
 //!   its object ([`Backend::locate`]: a [`UnionBackend`](crate::backend::UnionBackend)'s
 //!   member; 0 for any other backend), with no sequential/random split (a
@@ -76,8 +88,8 @@ use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
 use crate::limits::{
-    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX,
-    PREFETCH_IN_FLIGHT_MIN, PREFETCH_WINDOW_MAX, SHARDS_MAX,
+    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, DEMOTE_QUEUE,
+    OBJECTS_MAX, PREFETCH_IN_FLIGHT_MIN, PREFETCH_WINDOW_MAX, SHARDS_MAX,
 };
 
 /// Fibonacci hashing constant: spreads keys over shards.
@@ -678,10 +690,6 @@ impl<B: Backend + 'static> FileCache<B> {
         })
     }
 }
-
-/// Batches of dropped blocks queued for the hand-down's thread at most; more
-/// are handed down by the thread that dropped them.
-const DEMOTE_QUEUE: usize = 16;
 
 /// Starts the hand-down's thread.
 fn start_demoter<B: Backend + 'static>(hand: Arc<HandDown<B>>) -> Demoter<B> {
