@@ -33,12 +33,17 @@ fn gateway(
 
 /// A DRAM cache of 1 MiB (4 blocks, LRU) over `spill`.
 fn dram_over(spill: SpillBackend) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
+    dram_of(spill, MIB)
+}
+
+/// A DRAM cache of `dram` bytes (LRU, one shard) over `spill`.
+fn dram_of(spill: SpillBackend, dram: u64) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
     let spill = Arc::new(spill);
     let cache = FileCache::new(
         Arc::clone(&spill),
         &FileCacheConfig {
             block_size_bytes: BLOCK,
-            capacity_bytes: MIB,
+            capacity_bytes: dram,
             shards: 1,
             policy: PolicyConfig::default_for("lru").expect("lru"),
             ..FileCacheConfig::default()
@@ -352,42 +357,22 @@ fn a_map_that_cannot_be_appended_to_passes_reads_to_the_backend() {
     assert_eq!(read_all(&cache, "k"), new);
 }
 
-/// A spill (LRU, 64 KiB tier blocks) that caches 4 MiB, exclusive or not,
-/// under a DRAM cache of `dram` bytes (LRU).
+/// A spill (LRU, 64 KiB tier blocks) that caches `ssd` bytes, exclusive or
+/// not, under a DRAM cache of `dram` bytes (LRU).
 fn two_levels(
     dir: &Path,
     origin: &Arc<MemoryBackend>,
     exclusive: bool,
     dram: u64,
+    ssd: u64,
 ) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
     let mut config = SpillConfig::new(dir.join("spill"), BLOCK);
     config.block_size = 64 * KIB as u32;
     config.policy = PolicyConfig::default_for("lru").expect("lru");
     config.exclusive = exclusive;
-    let layout = tier::Layout {
-        block_size: config.block_size,
-        bucket_size: MIB as u32,
-        journal_blocks: 0,
-    };
-    config.size = Some(tier_open::device_bytes_for(
-        4 * MIB / (64 * KIB),
-        &layout,
-        tier::Options::default().overprovision,
-    ));
+    config.size = Some(config.device_bytes_for(ssd));
     let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
-    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
-    let cache = FileCache::new(
-        Arc::clone(&spill),
-        &FileCacheConfig {
-            block_size_bytes: BLOCK,
-            capacity_bytes: dram,
-            shards: 1,
-            policy: PolicyConfig::default_for("lru").expect("lru"),
-            ..FileCacheConfig::default()
-        },
-    )
-    .expect("cache");
-    (cache, spill)
+    dram_of(SpillBackend::open(inner, &config).expect("spill"), dram)
 }
 
 #[test]
@@ -406,7 +391,7 @@ fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
         for (key, bytes) in &files {
             origin.put(key, bytes.clone(), at(1));
         }
-        let (cache, spill) = two_levels(dir.path(), &origin, exclusive, 4 * MIB);
+        let (cache, spill) = two_levels(dir.path(), &origin, exclusive, 4 * MIB, 4 * MIB);
         assert_eq!(spill.takes_demotions(), exclusive);
         for (key, bytes) in &files {
             assert_eq!(&read_all(&cache, key), bytes, "{key} cold");
@@ -449,14 +434,14 @@ fn an_exclusive_spill_takes_dram_at_a_clean_stop_so_a_restart_is_warm() {
     let bytes = pattern((2 * MIB - 3) as usize, 41);
     origin.put("z", bytes.clone(), at(1));
     {
-        let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB);
+        let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 4 * MIB);
         assert_eq!(read_all(&cache, "z"), bytes);
         assert_eq!(spill.tier().metrics().cached_blocks, 0);
         assert_eq!(cache.demote_all(), 8);
         spill.close().expect("close");
     }
     let before = origin.reads();
-    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB);
+    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 4 * MIB);
     assert!(spill.opened().clean, "{:?}", spill.opened());
     assert_eq!(read_all(&cache, "z"), bytes);
     assert_eq!(origin.reads(), before, "warm: every block from the SSD");
@@ -479,23 +464,7 @@ fn under_concurrent_readers_an_exclusive_spill_holds_every_block_in_exactly_one_
     for (key, bytes) in &files {
         origin.put(key, bytes.clone(), at(1));
     }
-    let mut config = SpillConfig::new(dir.path().join("spill"), BLOCK);
-    config.block_size = 64 * KIB as u32;
-    config.exclusive = true;
-    config.size = Some(config.device_bytes_for(6 * MIB));
-    let inner: Arc<dyn Backend> = Arc::clone(&origin) as Arc<dyn Backend>;
-    let spill = Arc::new(SpillBackend::open(inner, &config).expect("spill"));
-    let cache = FileCache::new(
-        Arc::clone(&spill),
-        &FileCacheConfig {
-            block_size_bytes: BLOCK,
-            capacity_bytes: 4 * MIB,
-            shards: 1,
-            policy: PolicyConfig::default_for("lru").expect("lru"),
-            ..FileCacheConfig::default()
-        },
-    )
-    .expect("cache");
+    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 6 * MIB);
     for round in 0..5u64 {
         std::thread::scope(|scope| {
             for t in 0..8u64 {
