@@ -72,15 +72,18 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
     std::fs::write(videos.join("movie.mp4"), &movie).unwrap();
 
     let mut spill_hits = Vec::new();
-    for run in 0..2 {
-        if run == 1 {
-            // `direct = true` opens the same spill `O_DIRECT`, warm.
-            let direct = spec().replace(
+    for run in 0..3 {
+        if run >= 1 {
+            // `direct = true` opens the same spill `O_DIRECT`, warm; then
+            // `exclusive = true` too: the blocks read leave the SSD and the
+            // stop hands DRAM's down again.
+            let extra = ["", "\ndirect = true", "\ndirect = true\nexclusive = true"][run];
+            let changed = spec().replace(
                 "path = \"media.spill\"",
-                "path = \"media.spill\"\ndirect = true",
+                &format!("path = \"media.spill\"{extra}"),
             );
-            assert_ne!(direct, spec());
-            std::fs::write(dir.path().join("files.toml"), direct).unwrap();
+            assert_ne!(changed, spec());
+            std::fs::write(dir.path().join("files.toml"), changed).unwrap();
         }
         let (server, gateway, metrics, stderr) = start(dir.path());
         // The block export answers too.
@@ -119,14 +122,22 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
             "{log}"
         );
         assert!(log.contains("stopped; every export flushed"), "{log}");
-        if run == 1 {
+        if run >= 1 {
             assert!(log.contains("warm after a clean stop"), "{log}");
         }
-        assert_eq!(log.contains("(O_DIRECT)"), run == 1, "{log}");
+        assert_eq!(log.contains("(O_DIRECT)"), run >= 1, "{log}");
+        assert_eq!(
+            log.contains("exclusive: it holds what the DRAM cache drops")
+                && log.contains(
+                    "(exclusive: 46 taken back up; 3 DRAM blocks handed down at the stop)"
+                ),
+            run == 2,
+            "{log}"
+        );
     }
     assert!(dir.path().join("cairn-data/media.spill.map").is_file());
-    // 3,000,000 bytes: 46 blocks of 64 KiB, from the SSD on the second run.
-    assert_eq!(spill_hits, [0, 46]);
+    // 3,000,000 bytes: 46 blocks of 64 KiB, from the SSD on the later runs.
+    assert_eq!(spill_hits, [0, 46, 46]);
 }
 
 #[test]
