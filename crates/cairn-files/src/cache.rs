@@ -48,7 +48,7 @@
 //!   blocks on different servers of a striped backend in parallel. A demand
 //!   reader of a block being read ahead waits for that read (a policy hit,
 //!   counted `coalesced`). At most 4 × window reads (at least
-//!   [`PREFETCH_IN_FLIGHT_MIN`]) are queued or running; more are dropped
+//!   [`PREFETCH_IN_FLIGHT_MIN`](crate::limits::PREFETCH_IN_FLIGHT_MIN)) are queued or running; more are dropped
 //!   (counted). Since the policy sees the same admissions in
 //!   the same order as the simulator, one reader's block hits are the
 //!   simulator's whatever the reads' timing.
@@ -57,7 +57,7 @@
 //!   policy victim, a block it would not admit, a read-ahead block never
 //!   used — enters its shard's `in_transit` table and a queue for the
 //!   `cairn-demote` thread, which hands it to [`Backend::demote`]; with the
-//!   queue full ([`DEMOTE_QUEUE`]) the dropping thread does it. A demand
+//!   queue full ([`DEMOTE_QUEUE`](crate::limits::DEMOTE_QUEUE)) the dropping thread does it. A demand
 //!   miss of a block in transit takes it back from there (a policy miss, no
 //!   backend read), and the hand-down then retracts it
 //!   ([`Backend::retract`]); the entry goes only once the level below agrees
@@ -80,7 +80,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cairn_policy::cost::CostEstimator;
-use cairn_policy::prefetch::{Readahead, readahead};
+use cairn_policy::prefetch::Readahead;
 use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
 use cairn_store::stats::{GroupStats, Metric, MetricSink};
@@ -88,8 +88,8 @@ use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
 use crate::limits::{
-    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, DEMOTE_QUEUE,
-    OBJECTS_MAX, PREFETCH_IN_FLIGHT_MIN, PREFETCH_WINDOW_MAX, SHARDS_MAX,
+    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX,
+    PREFETCH_WINDOW_MAX, SHARDS_MAX,
 };
 
 /// Fibonacci hashing constant: spreads keys over shards.
@@ -422,14 +422,6 @@ enum Slot {
     Loading(Arc<Flight>),
 }
 
-/// A block on its way down to the backend's level.
-struct Transit {
-    block: BlockRef,
-    /// A reader took it back into the cache since: the level below should
-    /// not keep it (until the cache drops it again).
-    taken_back: bool,
-}
-
 /// One block's backend read in progress; waiters get its result.
 struct Flight {
     result: Mutex<Option<Result<BlockRef, BackendError>>>,
@@ -476,9 +468,9 @@ struct Shard {
     /// With a backend that takes demotions: the blocks the last admits
     /// dropped, handed down once the lock is released.
     demoted: Option<Vec<(u64, BlockRef)>>,
-    /// Dropped blocks being handed down (`FileCache::hand_down` owns each
-    /// entry until the level below agrees with it): a reader that misses
-    /// one takes it back from here.
+    /// Dropped blocks being handed down (by `FileCache::release`; each
+    /// entry is its hand-down's until the level below agrees with it): a
+    /// reader that misses one takes it back from here.
     in_transit: HashMap<u64, Transit>,
     clock: u64,
     /// Read-ahead blocks evicted before any demand access.
@@ -575,6 +567,14 @@ impl<B> Drop for FileCache<B> {
     }
 }
 
+/// A block on its way down to the backend's level.
+struct Transit {
+    block: BlockRef,
+    /// A reader took it back into the cache since: the level below should
+    /// not keep it (until the cache drops it again).
+    taken_back: bool,
+}
+
 /// Blocks a shard dropped, each with its cache key.
 type Dropped = Vec<(u64, BlockRef)>;
 
@@ -654,7 +654,7 @@ impl<B: Backend + 'static> FileCache<B> {
             next: 0,
         }));
         let demoter = demotes.then(|| {
-            start_demoter(Arc::new(HandDown {
+            Demoter::start(Arc::new(HandDown {
                 backend: Arc::clone(&backend),
                 shards: Arc::clone(&cells),
                 objects: Arc::clone(&objects),
@@ -664,7 +664,7 @@ impl<B: Backend + 'static> FileCache<B> {
             }))
         });
         let prefetch = (config.prefetch_window_blocks > 0).then(|| {
-            start_prefetch(
+            Prefetch::start(
                 &backend,
                 &cells,
                 &costs,
@@ -688,176 +688,6 @@ impl<B: Backend + 'static> FileCache<B> {
             costs,
             demoter,
         })
-    }
-}
-
-/// Starts the hand-down's thread.
-fn start_demoter<B: Backend + 'static>(hand: Arc<HandDown<B>>) -> Demoter<B> {
-    let (queue, batches) = std::sync::mpsc::sync_channel::<Dropped>(DEMOTE_QUEUE);
-    let queued = Arc::new(AtomicU64::new(0));
-    let thread = {
-        let (hand, queued) = (Arc::clone(&hand), Arc::clone(&queued));
-        std::thread::Builder::new()
-            .name("cairn-demote".into())
-            .spawn(move || {
-                while let Ok(batch) = batches.recv() {
-                    let n = batch.len() as u64;
-                    hand.hand_down(batch, true);
-                    queued.fetch_sub(n, Ordering::AcqRel);
-                }
-            })
-            .ok()
-    };
-    Demoter {
-        hand,
-        queue: thread.is_some().then_some(queue),
-        queued,
-        thread,
-    }
-}
-
-impl<B: Backend> HandDown<B> {
-    /// Hands blocks a shard dropped to the backend ([`Backend::demote`]),
-    /// each named by its object's key and version; a block of a version no
-    /// longer numbered is not handed down.
-    ///
-    /// With `in_transit`, each block's entry there is this call's until the
-    /// level below agrees with it: the block is handed down, or, if a reader
-    /// took it back meanwhile, retracted ([`Backend::retract`]); the entry
-    /// goes only when what was last done still matches it (a block taken
-    /// back and dropped again while this ran is handed down again). So a
-    /// block is never in neither level, and never in both for long.
-    fn hand_down(&self, demoted: Dropped, in_transit: bool) {
-        if demoted.is_empty() {
-            return;
-        }
-        let index_mask = (1u64 << BLOCK_INDEX_BITS) - 1;
-        for (cache_key, block) in demoted {
-            let number = cache_key >> BLOCK_INDEX_BITS;
-            let offset = (cache_key & index_mask) << self.block_shift;
-            let name = lock(&self.objects)
-                .names
-                .as_ref()
-                .and_then(|names| names.get(&number).cloned());
-            if !in_transit {
-                if let Some((key, info)) = &name {
-                    self.backend.demote(key, *info, offset, &block);
-                }
-                continue;
-            }
-            let cell = &self.shards[cell_of(cache_key, number, self.by_object, self.shard_mask)];
-            loop {
-                let state = lock(&cell.shard)
-                    .in_transit
-                    .get(&cache_key)
-                    .map(|t| (t.block.clone(), t.taken_back));
-                let Some((bytes, taken_back)) = state else {
-                    break;
-                };
-                if let Some((key, info)) = &name {
-                    if taken_back {
-                        self.backend.retract(key, *info, offset, bytes.len() as u64);
-                    } else {
-                        self.backend.demote(key, *info, offset, &bytes);
-                    }
-                }
-                let mut shard = lock(&cell.shard);
-                if shard
-                    .in_transit
-                    .get(&cache_key)
-                    .is_none_or(|t| t.taken_back == taken_back)
-                {
-                    shard.in_transit.remove(&cache_key);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Starts `window` prefetch threads reading `backend` into `shards`.
-fn start_prefetch<B: Backend + 'static>(
-    backend: &Arc<B>,
-    shards: &Arc<[ShardCell]>,
-    costs: &Arc<CostEstimator>,
-    window: u64,
-    readaheads: usize,
-) -> Prefetch {
-    let in_flight_max = (4 * window).max(PREFETCH_IN_FLIGHT_MIN);
-    let (queue, jobs) = std::sync::mpsc::sync_channel::<Job>(in_flight_max as usize);
-    let jobs = Arc::new(Mutex::new(jobs));
-    let in_flight = Arc::new(AtomicU64::new(0));
-    let threads = (0..window)
-        .filter_map(|i| {
-            let (backend, shards) = (Arc::clone(backend), Arc::clone(shards));
-            let (jobs, in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
-            let costs = Arc::clone(costs);
-            std::thread::Builder::new()
-                .name(format!("cairn-prefetch-{i}"))
-                .spawn(move || prefetch_thread(&*backend, &shards, &costs, &jobs, &in_flight))
-                .ok()
-        })
-        .collect();
-    let per = (readahead::OBJECTS_MAX_DEFAULT / readaheads).max(1);
-    Prefetch {
-        readaheads: (0..readaheads)
-            .map(|_| {
-                Mutex::new((
-                    Readahead::with_objects_max(window, per),
-                    Vec::with_capacity(window as usize),
-                ))
-            })
-            .collect(),
-        queue: Some(queue),
-        in_flight,
-        in_flight_max,
-        dropped: AtomicU64::new(0),
-        threads,
-    }
-}
-
-/// A prefetch thread: reads queued blocks until the queue closes.
-fn prefetch_thread<B: Backend>(
-    backend: &B,
-    shards: &[ShardCell],
-    costs: &CostEstimator,
-    jobs: &Mutex<std::sync::mpsc::Receiver<Job>>,
-    in_flight: &AtomicU64,
-) {
-    loop {
-        let job = lock(jobs).recv();
-        let Ok(job) = job else { return };
-        let result = read_block(backend, costs, job.part, &job.key, job.offset, job.len);
-        let cell = &shards[job.cell];
-        let mut shard = lock(&cell.shard);
-        let ours = matches!(shard.map.get(&job.cache_key),
-            Some(Slot::Loading(flight)) if Arc::ptr_eq(flight, &job.flight));
-        if let Ok(block) = &result {
-            if ours {
-                let slot = if job.flight.used.load(Ordering::Relaxed) {
-                    Slot::Ready(block.clone())
-                } else {
-                    Slot::Prefetched(block.clone())
-                };
-                shard.map.insert(job.cache_key, slot);
-            }
-            drop(shard);
-            cell.counters
-                .bytes_from_backend
-                .fetch_add(job.len as u64, Ordering::Relaxed);
-        } else {
-            if ours {
-                // Admitted at issue: out of the policy again.
-                shard.map.remove(&job.cache_key);
-                shard.policy.remove(job.cache_key);
-            }
-            drop(shard);
-            if let Err(e) = &result {
-                cell.counters.errors.count(e.kind);
-            }
-        }
-        in_flight.fetch_sub(1, Ordering::Release);
-        job.flight.complete(result);
     }
 }
 
@@ -1050,16 +880,6 @@ impl<B: Backend> FileCache<B> {
         }
     }
 
-    /// Waits until the hand-down's thread has handed down every block
-    /// queued for it (for a clean stop, tests and benchmarks).
-    pub fn wait_for_demotions(&self) {
-        if let Some(demoter) = &self.demoter {
-            while demoter.queued.load(Ordering::Acquire) > 0 {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-        }
-    }
-
     /// The shard cell of a cache key (of `object`'s number with `dual`).
     fn cell_index(&self, cache_key: u64, object: u64) -> usize {
         cell_of(cache_key, object, self.by_object, self.shard_mask)
@@ -1099,11 +919,8 @@ impl<B: Backend> FileCache<B> {
         }
         let access = shard.access(cache_key, object, index, self.block_size);
         let flight = Flight::new(true);
-        let admitted = shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight)));
-        let demoted = shard.take_demoted();
-        if !admitted {
-            drop(shard);
-            self.hand_down(demoted);
+        if !shard.admit(cache_key, &access, Slot::Loading(Arc::clone(&flight))) {
+            self.release(shard);
             return;
         }
         prefetch.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -1121,7 +938,7 @@ impl<B: Backend> FileCache<B> {
             .as_ref()
             .is_some_and(|queue| queue.try_send(job).is_ok());
         if sent {
-            drop(shard);
+            self.release(shard);
             cell.counters
                 .prefetch_issued
                 .fetch_add(1, Ordering::Relaxed);
@@ -1129,11 +946,10 @@ impl<B: Backend> FileCache<B> {
             // Not expected (the queue holds in_flight_max): undo.
             shard.map.remove(&cache_key);
             shard.policy.remove(cache_key);
-            drop(shard);
+            self.release(shard);
             prefetch.in_flight.fetch_sub(1, Ordering::AcqRel);
             prefetch.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        self.hand_down(demoted);
     }
 
     /// The demand part of [`block`](Self::block).
@@ -1233,9 +1049,7 @@ impl<B: Backend> FileCache<B> {
             transit.taken_back = true;
             let block = transit.block.clone();
             shard.install(cache_key, &access, &block);
-            let demoted = shard.take_demoted();
-            drop(shard);
-            self.hand_down(demoted);
+            self.release(shard);
             cell.counters.hits.fetch_add(1, Ordering::Relaxed);
             cell.counters
                 .bytes_from_cache
@@ -1251,9 +1065,7 @@ impl<B: Backend> FileCache<B> {
         let mut shard = lock(&cell.shard);
         if let Ok(block) = &result {
             shard.install(cache_key, &access, block);
-            let demoted = shard.take_demoted();
-            drop(shard);
-            self.hand_down(demoted);
+            self.release(shard);
             cell.counters.misses.fetch_add(1, Ordering::Relaxed);
             cell.counters
                 .bytes_from_backend
@@ -1268,54 +1080,6 @@ impl<B: Backend> FileCache<B> {
         }
         flight.complete(result.clone());
         result
-    }
-
-    /// Hands blocks a shard dropped to the level below: queued for the
-    /// hand-down's thread, or, with its queue full, here.
-    fn hand_down(&self, dropped: Dropped) {
-        if dropped.is_empty() {
-            return;
-        }
-        let Some(demoter) = &self.demoter else {
-            return;
-        };
-        let n = dropped.len() as u64;
-        demoter.queued.fetch_add(n, Ordering::AcqRel);
-        let refused = match &demoter.queue {
-            Some(queue) => queue.try_send(dropped).err().map(|e| match e {
-                std::sync::mpsc::TrySendError::Full(d)
-                | std::sync::mpsc::TrySendError::Disconnected(d) => d,
-            }),
-            None => Some(dropped),
-        };
-        if let Some(dropped) = refused {
-            demoter.hand.hand_down(dropped, true);
-            demoter.queued.fetch_sub(n, Ordering::AcqRel);
-        }
-    }
-
-    /// Hands every block the cache holds to the backend, if it takes them
-    /// (an exclusive spill, at a clean stop, so that a restart finds them
-    /// there); the cache keeps them. Returns how many were handed down.
-    pub fn demote_all(&self) -> u64 {
-        let Some(demoter) = &self.demoter else {
-            return 0;
-        };
-        self.wait_for_demotions();
-        let mut count = 0;
-        for cell in self.shards.iter() {
-            let held: Vec<(u64, BlockRef)> = lock(&cell.shard)
-                .map
-                .iter()
-                .filter_map(|(&key, slot)| match slot {
-                    Slot::Ready(block) | Slot::Prefetched(block) => Some((key, block.clone())),
-                    Slot::Loading(_) => None,
-                })
-                .collect();
-            count += held.len() as u64;
-            demoter.hand.hand_down(held, false);
-        }
-        count
     }
 
     /// The counters, summed over shards, and the levels now: each shard is
@@ -1375,37 +1139,6 @@ impl Shard {
         }
     }
 
-    /// The blocks the admits so far dropped, for [`FileCache::hand_down`]
-    /// once the lock is released (none without a backend that takes them).
-    fn take_demoted(&mut self) -> Vec<(u64, BlockRef)> {
-        self.demoted
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
-    /// With a backend that takes demotions: `block` (of `key`) leaves the
-    /// cache. Queued to be handed down, unless a hand-down of it is still
-    /// running, which then hands it down again.
-    fn going_down(&mut self, key: u64, block: &BlockRef) {
-        let Some(demoted) = &mut self.demoted else {
-            return;
-        };
-        if let Some(transit) = self.in_transit.get_mut(&key) {
-            transit.taken_back = false;
-            transit.block = block.clone();
-        } else {
-            self.in_transit.insert(
-                key,
-                Transit {
-                    block: block.clone(),
-                    taken_back: false,
-                },
-            );
-            demoted.push((key, block.clone()));
-        }
-    }
-
     /// A leader's read succeeded: admit the block if the policy will,
     /// evicting what it names.
     fn install(&mut self, key: u64, access: &Access, block: &BlockRef) {
@@ -1450,5 +1183,7 @@ impl Shard {
     }
 }
 
+mod hand_down;
+mod prefetch;
 #[cfg(test)]
 mod tests;
