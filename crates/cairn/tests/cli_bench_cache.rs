@@ -164,13 +164,10 @@ fn nginx_found() -> bool {
     nginx
 }
 
-/// `cairn bench files` at a tiny scale: both fronts' rows with numbers (the
-/// nginx columns need nginx; without it they are `-`), the policy table,
-/// and bad flags refused.
-#[test]
-fn bench_files_prints_cairn_against_nginx_and_every_policy() {
-    let nginx = nginx_found();
-    let out = cairn(&[
+/// `cairn bench files` at a tiny scale: 2 objects of 4 MiB, 256 KiB blocks
+/// and requests, 0.2 s phases, a fast origin; then `more`.
+fn tiny_bench_files(readers: &str, more: &[&str]) -> String {
+    let mut args = vec![
         "bench",
         "files",
         "--objects",
@@ -182,16 +179,23 @@ fn bench_files_prints_cairn_against_nginx_and_every_policy() {
         "--request",
         "256KiB",
         "--readers",
-        "2,3",
+        readers,
         "--seconds",
         "0.2",
         "--throttle",
         "200us,2GiB/s",
-        "--policies",
-        "ons,lru",
-        "--rounds",
-        "2",
-    ]);
+    ];
+    args.extend(more);
+    cairn(&args)
+}
+
+/// `cairn bench files` at a tiny scale: both fronts' rows with numbers (the
+/// nginx columns need nginx; without it they are `-`), the policy table,
+/// and bad flags refused.
+#[test]
+fn bench_files_prints_cairn_against_nginx_and_every_policy() {
+    let nginx = nginx_found();
+    let out = tiny_bench_files("2,3", &["--policies", "ons,lru", "--rounds", "2"]);
     let rows: Vec<Vec<&str>> = out
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -293,32 +297,9 @@ fn bench_files_puts_a_spill_under_cairns_front() {
         (&[][..], "exclusive"),
         (&["--spill-inclusive"][..], "inclusive"),
     ] {
-        let mut args = vec![
-            "bench",
-            "files",
-            "--objects",
-            "2",
-            "--size",
-            "4MiB",
-            "--block",
-            "256KiB",
-            "--request",
-            "256KiB",
-            "--readers",
-            "2",
-            "--seconds",
-            "0.2",
-            "--throttle",
-            "200us,2GiB/s",
-            "--policies",
-            "ons",
-            "--cache",
-            "2MiB",
-            "--spill",
-            "4MiB",
-        ];
+        let mut args = vec!["--policies", "ons", "--cache", "2MiB", "--spill", "4MiB"];
         args.extend(extra);
-        let out = cairn(&args);
+        let out = tiny_bench_files("2", &args);
         assert!(
             out.contains(&format!("over an {kind} spill of 4194304 B")),
             "{out}"
