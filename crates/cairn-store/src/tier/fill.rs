@@ -89,24 +89,18 @@ impl Inner {
             let access = sh.access(b, size, Op::Read);
             let hit = sh.policy.lookup(&access);
             strict_assert!(!hit, "block {b} is not cached but the policy hits it");
-            let shard = &mut *sh;
-            if shard.promote(&access) && shard.policy.admit(&access, &mut shard.victims) {
-                shard.map.insert(b, super::shard::LOADING);
-                *p = Plan::Miss {
-                    promote: true,
-                    seen,
-                };
-            } else {
-                Counters::add(&self.counters.promotions_refused, 1);
-                shard.policy.take_held_victims(&mut shard.victims);
-            }
-            if !shard.victims.is_empty() {
-                let mut j = self.journal.lock();
-                if let Err(e) = self.evict_victims(shard, &mut j, evicted) {
-                    drop(j);
+            match self.admit_miss(&mut sh, &access, true, evicted) {
+                Ok(promote) => *p = Plan::Miss { promote, seen },
+                Err(e) => {
+                    // This block's admission stands if it was made: its
+                    // entry is loading, and the abandon below undoes it.
+                    *p = Plan::Miss {
+                        promote: sh.map.get(&b) == Some(&super::shard::LOADING),
+                        seen,
+                    };
                     drop(sh);
                     self.abandon(first, &plan[..n], 0);
-                    return Err(Fault::Cache(e));
+                    return Err(e);
                 }
             }
         }

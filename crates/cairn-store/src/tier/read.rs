@@ -3,11 +3,11 @@
 //! cache device and misses from the backing device, each run of neighbours
 //! in one I/O, then promote the misses the policy admits.
 
-use cairn_policy::Op;
+use cairn_policy::{Access, Op};
 
 use super::format::WORD_DIRTY;
 use super::metrics::Counters;
-use super::shard::{EVICTING, Evicted, LOADING, slot_of};
+use super::shard::{EVICTING, Evicted, LOADING, Shard, slot_of};
 use super::{CHUNK_BLOCKS, Fault, Inner, Mode};
 use crate::codec::crc32c;
 use crate::device::{DeviceError, DeviceOp, read_aligned, write_aligned};
@@ -137,24 +137,10 @@ impl Inner {
                 None => {
                     strict_assert!(!hit, "block {b} is not cached but the policy hits it");
                     misses += 1;
-                    let shard = &mut *sh;
                     // The policy decides now, in request order (as the
                     // simulator does); the data is installed once read.
-                    let promote = self.options.promote_reads
-                        && shard.promote(&access)
-                        && shard.policy.admit(&access, &mut shard.victims);
-                    if promote {
-                        shard.map.insert(b, LOADING);
-                    } else {
-                        Counters::add(&self.counters.promotions_refused, 1);
-                        // No admit happened: what the lookup held goes now.
-                        shard.policy.take_held_victims(&mut shard.victims);
-                    }
-                    if !shard.victims.is_empty() {
-                        let mut j = self.journal.lock();
-                        self.evict_victims(shard, &mut j, evicted)
-                            .map_err(Fault::Cache)?;
-                    }
+                    let promote =
+                        self.admit_miss(&mut sh, &access, self.options.promote_reads, evicted)?;
                     Plan::Miss { promote, seen }
                 }
             };
@@ -162,6 +148,35 @@ impl Inner {
         Counters::add(&self.counters.hits, hits);
         Counters::add(&self.counters.misses, misses);
         Ok(())
+    }
+
+    /// A miss of the block `access` names, not in the shard's map: admitted
+    /// (its map entry loading, its data the caller's to install) if
+    /// `allowed` and the admission filter and the policy take it, else
+    /// counted refused; the policy's victims evicted either way. Whether
+    /// admitted.
+    pub(super) fn admit_miss(
+        &self,
+        shard: &mut Shard,
+        access: &Access,
+        allowed: bool,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<bool, Fault> {
+        let admitted =
+            allowed && shard.promote(access) && shard.policy.admit(access, &mut shard.victims);
+        if admitted {
+            shard.map.insert(access.key, LOADING);
+        } else {
+            Counters::add(&self.counters.promotions_refused, 1);
+            // No admit happened: what the lookup held goes now.
+            shard.policy.take_held_victims(&mut shard.victims);
+        }
+        if !shard.victims.is_empty() {
+            let mut j = self.journal.lock();
+            self.evict_victims(shard, &mut j, evicted)
+                .map_err(Fault::Cache)?;
+        }
+        Ok(admitted)
     }
 
     fn hit(&self, slot: u32, stamp: u32) -> Plan {
