@@ -595,6 +595,16 @@ impl SpillBackend {
         }
     }
 
+    /// With an exclusive spill, the span of `key` if it is the version
+    /// `info` describes (a block of another version is not its to hold).
+    fn exclusive_span(&self, key: &str, info: ObjectInfo) -> Option<Arc<Span>> {
+        if !self.exclusive {
+            return None;
+        }
+        let span = self.spans.read().by_key.get(key).map(Arc::clone)?;
+        (span.entry.size == info.size && span.entry.modified == info.modified).then_some(span)
+    }
+
     /// Whether this spill holds only what the cache above drops.
     pub fn exclusive(&self) -> bool {
         self.exclusive
@@ -661,16 +671,12 @@ impl Backend for SpillBackend {
     }
 
     fn demote(&self, key: &str, info: ObjectInfo, offset: u64, data: &[u8]) {
-        if !self.exclusive {
-            return;
-        }
-        let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
+        let Some(span) = self.exclusive_span(key, info) else {
             return;
         };
         let e = &span.entry;
         let end = offset + data.len() as u64;
-        if e.size != info.size || e.modified != info.modified || end > e.size {
-            // Another version's block: its span is not this one.
+        if end > e.size {
             return;
         }
         let block = u64::from(self.tier.geometry().block_size);
@@ -691,13 +697,7 @@ impl Backend for SpillBackend {
     }
 
     fn retract(&self, key: &str, info: ObjectInfo, offset: u64, len: u64) {
-        if !self.exclusive {
-            return;
-        }
-        let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
-            return;
-        };
-        if span.entry.size == info.size && span.entry.modified == info.modified {
+        if let Some(span) = self.exclusive_span(key, info) {
             self.let_go(key, &span, offset, len);
         }
     }
