@@ -57,21 +57,24 @@ impl Tier {
     }
 }
 
-impl Device for Tier {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+impl Tier {
+    /// Reads as [`Device::read_at`] does, and says whether the cache device
+    /// served every block (none came from the backing device, none after a
+    /// fallback). An empty read is not cached.
+    pub fn read_cached(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
         check_range(DeviceOp::Read, offset, buf.len() as u64, self.len())?;
         let b = self.inner.block;
         let len = buf.len() as u64;
         if len == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let whole = whole_blocks(offset, len, b);
         if whole.start * b == offset && whole.end * b == offset + len {
             return self.run(
                 false,
                 buf,
-                |i, buf| i.read_blocks(whole.start, buf),
-                |i, buf| i.read_failed(whole.start, buf),
+                |i, buf| i.read_blocks(whole.start, buf).map(|missed| missed == 0),
+                |i, buf| i.read_failed(whole.start, buf).map(|()| false),
             );
         }
         // Partial blocks: read the blocks covering the range, copy out
@@ -79,15 +82,21 @@ impl Device for Tier {
         let first = offset / b;
         let end = (offset + len).div_ceil(b);
         let mut tmp = IoBuf::zeroed(((end - first) * b) as usize);
-        self.run(
+        let cached = self.run(
             false,
             &mut tmp,
-            |i, tmp| i.read_blocks(first, tmp),
-            |i, tmp| i.read_failed(first, tmp),
+            |i, tmp| i.read_blocks(first, tmp).map(|missed| missed == 0),
+            |i, tmp| i.read_failed(first, tmp).map(|()| false),
         )?;
         let skip = (offset - first * b) as usize;
         buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
-        Ok(())
+        Ok(cached)
+    }
+}
+
+impl Device for Tier {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        self.read_cached(buf, offset).map(drop)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), DeviceError> {

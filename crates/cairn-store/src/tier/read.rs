@@ -29,23 +29,28 @@ pub(super) enum Plan {
 }
 
 impl Inner {
-    /// Fills `buf` (whole blocks) with the blocks from `first` on.
-    pub(super) fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<(), Fault> {
+    /// Fills `buf` (whole blocks) with the blocks from `first` on. Returns
+    /// how many were read from the backing device.
+    pub(super) fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<u64, Fault> {
         let block = self.block as usize;
         let n = buf.len() / block;
         let bypass = self.cutoff.bypass(first, first + n as u64);
+        let mut missed = 0;
         self.in_chunks(first, n, |at, range, evicted| {
-            self.read_chunk(at, &mut buf[range], bypass, evicted)
-        })
+            missed += self.read_chunk(at, &mut buf[range], bypass, evicted)?;
+            Ok(())
+        })?;
+        Ok(missed)
     }
 
+    /// Reads one chunk; returns how many of its blocks were misses.
     fn read_chunk(
         &self,
         first: u64,
         buf: &mut [u8],
         bypass: bool,
         evicted: &mut Vec<Evicted>,
-    ) -> Result<(), Fault> {
+    ) -> Result<u64, Fault> {
         let n = buf.len() / self.block as usize;
         let mut plan = [Plan::Miss {
             promote: false,
@@ -63,16 +68,16 @@ impl Inner {
             self.abandon(first, &plan[..n], 0);
             return Err(e);
         }
+        let missed = plan[..n]
+            .iter()
+            .filter(|p| matches!(p, Plan::Miss { .. }))
+            .count() as u64;
         if caching {
             self.promote(first, buf, &plan[..n])?;
         } else {
-            let missed = plan[..n]
-                .iter()
-                .filter(|p| matches!(p, Plan::Miss { .. }))
-                .count() as u64;
             Counters::add(&self.counters.bypassed_bytes, missed * self.block);
         }
-        Ok(())
+        Ok(missed)
     }
 
     /// Looks each block up; hits are pinned (the caller unpins them). On an

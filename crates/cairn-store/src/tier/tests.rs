@@ -531,6 +531,20 @@ fn a_victim_cache_holds_only_what_it_was_filled_with_and_lets_go_what_is_taken()
         (1, 1),
         "taken: from the backing device; kept: from the cache"
     );
+    // `read_cached` says whether the cache served all of a read.
+    let cached = |offset: u64, len: usize| {
+        let mut buf = vec![0u8; len];
+        let all = tier.read_cached(&mut buf, offset).unwrap();
+        let mut want = vec![0u8; len];
+        backing.read_at(&mut want, offset).unwrap();
+        assert_eq!(buf, want, "{len} bytes at {offset}");
+        all
+    };
+    assert!(cached(6 * B as u64, 2 * B), "blocks 6 and 7 are held");
+    assert!(cached(7 * B as u64 + 100, 50), "a part of held block 7");
+    assert!(!cached(5 * B as u64, 3 * B), "block 5 was taken");
+    assert!(!cached(5 * B as u64 + 100, 50), "a part of taken block 5");
+    assert!(!cached(0, 0), "an empty read");
     tier.verify().unwrap();
     // Misaligned fills are refused; past the end too.
     assert!(tier.fill(1, &pattern(0, 3)).is_err());
