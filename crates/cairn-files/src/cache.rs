@@ -63,7 +63,9 @@
 //!   ([`Backend::retract`]); the entry goes only once the level below agrees
 //!   with it, so a block is in exactly one level once the hand-downs are
 //!   done. [`FileCache::demote_all`] hands every held block down at a
-//!   clean stop.
+//!   clean stop. A demand miss reads by [`Backend::read_kept`]: a level
+//!   below that serves the block whole and keeps it (an exclusive spill
+//!   that does not promote) is not followed by an admission here.
 //! - **Cost groups** (papers/004): a block's group is the backend that holds
 //!   its object ([`Backend::locate`]: a [`UnionBackend`](crate::backend::UnionBackend)'s
 //!   member; 0 for any other backend), with no sequential/random split (a
@@ -695,6 +697,9 @@ impl<B: Backend + 'static> FileCache<B> {
 /// `backend` into a buffer of its own; a successful read's time is recorded
 /// for `part`'s cost group: the part's busy clock's advance if it keeps
 /// one, else the wall time.
+/// Reads a block from the backend, timed for the cost groups. With
+/// `may_keep` (a demand read, not yet admitted) the backend may keep it in a
+/// level of its own ([`Backend::read_kept`]); the `bool` says it did.
 fn read_block<B: Backend>(
     backend: &B,
     costs: &CostEstimator,
@@ -702,11 +707,17 @@ fn read_block<B: Backend>(
     key: &str,
     offset: u64,
     len: usize,
-) -> Result<BlockRef, BackendError> {
+    may_keep: bool,
+) -> Result<(BlockRef, bool), BackendError> {
     let mut buf = vec![0u8; len];
     let clock = backend.busy_ns(part);
     let start = Instant::now();
-    backend.read_part(part, key, offset, &mut buf)?;
+    let kept = if may_keep {
+        backend.read_kept(part, key, offset, &mut buf)?
+    } else {
+        backend.read_part(part, key, offset, &mut buf)?;
+        false
+    };
     let ns = match clock {
         Some(before) => backend
             .busy_ns(part)
@@ -715,7 +726,7 @@ fn read_block<B: Backend>(
         None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
     };
     costs.record(part, len as u64, ns, true);
-    Ok(BlockRef::shared(Arc::new(buf)))
+    Ok((BlockRef::shared(Arc::new(buf)), kept))
 }
 
 impl<B: Backend> FileCache<B> {
@@ -1061,23 +1072,40 @@ impl<B: Backend> FileCache<B> {
             .map
             .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
         drop(shard);
-        let result = read_block(&*self.backend, &self.costs, object.part, key, offset, len);
+        let result = read_block(
+            &*self.backend,
+            &self.costs,
+            object.part,
+            key,
+            offset,
+            len,
+            true,
+        );
         let mut shard = lock(&cell.shard);
-        if let Ok(block) = &result {
-            shard.install(cache_key, &access, block);
-            self.release(shard);
-            cell.counters.misses.fetch_add(1, Ordering::Relaxed);
-            cell.counters
-                .bytes_from_backend
-                .fetch_add(len as u64, Ordering::Relaxed);
-        } else {
-            // Nothing cached: the next reader tries the backend again.
-            shard.map.remove(&cache_key);
-            drop(shard);
-            if let Err(e) = &result {
-                cell.counters.errors.count(e.kind);
+        let result = match result {
+            Ok((block, kept)) => {
+                if kept {
+                    // The level below served it and keeps it: not held twice.
+                    shard.map.remove(&cache_key);
+                    drop(shard);
+                } else {
+                    shard.install(cache_key, &access, &block);
+                    self.release(shard);
+                }
+                cell.counters.misses.fetch_add(1, Ordering::Relaxed);
+                cell.counters
+                    .bytes_from_backend
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                Ok(block)
             }
-        }
+            Err(e) => {
+                // Nothing cached: the next reader tries the backend again.
+                shard.map.remove(&cache_key);
+                drop(shard);
+                cell.counters.errors.count(e.kind);
+                Err(e)
+            }
+        };
         flight.complete(result.clone());
         result
     }

@@ -161,7 +161,9 @@ fn survives_kill_9_and_a_clean_stop(dir: &tempfile::TempDir, direct: &[&str]) {
 /// `--spill-exclusive`: the SSD takes what the 1 MiB DRAM cache drops and
 /// lets go of what it reads back, so the second pass reads nothing from the
 /// directory; a clean stop hands DRAM's last blocks down too, so after the
-/// restart not one block comes from the directory.
+/// restart not one block comes from the directory. Restarted again with
+/// `--spill-no-promote`, the SSD serves every block where it is: nothing
+/// moves up, nothing is let go.
 #[test]
 fn an_exclusive_spill_holds_what_dram_drops_and_is_warm_with_both_after_a_stop() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +207,23 @@ fn an_exclusive_spill_holds_what_dram_drops_and_is_warm_with_both_after_a_stop()
     );
     let mut server = server;
     terminate(server.take());
+
+    let (server, gateway, metrics, log) =
+        start(dir.path(), &["--spill-exclusive", "--spill-no-promote"]);
+    assert!(log.contains("serves its hits in place"), "{log}");
+    read_all(gateway, &files);
+    read_all(gateway, &files);
+    assert_eq!(
+        [
+            metric(metrics, "spill_kept_total"),
+            metric(metrics, "spill_taken_total"),
+            metric(metrics, "spill_misses_total"),
+        ],
+        [2 * (12 + 20), 0, 0],
+        "each pass reads all 32 blocks from the SSD and leaves them there"
+    );
+    let mut server = server;
+    terminate(server.take());
 }
 
 #[test]
@@ -232,6 +251,16 @@ fn spill_flags_are_checked_before_listening() {
             "--spill-policy",
         ),
         (vec!["--spill-size", "1GiB"], "--spill"),
+        (
+            vec![
+                "--spill",
+                "s.img",
+                "--spill-size",
+                "64MiB",
+                "--spill-no-promote",
+            ],
+            "--spill-exclusive",
+        ),
     ] {
         let output = cairn()
             .current_dir(dir.path())

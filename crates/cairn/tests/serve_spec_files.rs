@@ -72,12 +72,18 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
     std::fs::write(videos.join("movie.mp4"), &movie).unwrap();
 
     let mut spill_hits = Vec::new();
-    for run in 0..3 {
+    for run in 0..4 {
         if run >= 1 {
             // `direct = true` opens the same spill `O_DIRECT`, warm; then
             // `exclusive = true` too: the blocks read leave the SSD and the
-            // stop hands DRAM's down again.
-            let extra = ["", "\ndirect = true", "\ndirect = true\nexclusive = true"][run];
+            // stop hands DRAM's down again; then `promote = false`: the
+            // blocks are read where they are.
+            let extra = [
+                "",
+                "\ndirect = true",
+                "\ndirect = true\nexclusive = true",
+                "\ndirect = true\nexclusive = true\npromote = false",
+            ][run];
             let changed = spec().replace(
                 "path = \"media.spill\"",
                 &format!("path = \"media.spill\"{extra}"),
@@ -134,10 +140,16 @@ fn a_spec_serves_a_file_export_beside_its_block_export() {
             run == 2,
             "{log}"
         );
+        assert_eq!(
+            log.contains("serves its hits in place")
+                && log.contains("(exclusive: 3 reads served in place; 0 DRAM blocks handed down"),
+            run == 3,
+            "{log}"
+        );
     }
     assert!(dir.path().join("cairn-data/media.spill.map").is_file());
     // 3,000,000 bytes: 46 blocks of 64 KiB, from the SSD on the later runs.
-    assert_eq!(spill_hits, [0, 46, 46]);
+    assert_eq!(spill_hits, [0, 46, 46, 46]);
 }
 
 #[test]
@@ -167,6 +179,10 @@ fn a_spec_whose_file_exports_reuse_a_name_is_refused() {
         (
             "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\n[files.spill]\npath = \"x.spill\"\n",
             "x.spill: no such file; give spill.size SIZE to create it",
+        ),
+        (
+            "\n[[files]]\nname = \"other\"\nsource = [\"other\"]\nlisten = \"tcp:127.0.0.1:0\"\n[files.spill]\npath = \"x.spill\"\nsize = \"16MiB\"\npromote = false\n",
+            "spill.promote = false needs spill.exclusive = true",
         ),
         (
             "\n[[files]]\nname = \"other\"\nsource = [\"missing\"]\nlisten = \"tcp:127.0.0.1:0\"\n",

@@ -141,6 +141,20 @@ pub trait Backend: Send + Sync {
         self.read_at(key, offset, buf)
     }
 
+    /// [`read_part`](Self::read_part) for a cache above that would take the
+    /// block, saying whether a level of the backend's own served all of it
+    /// and keeps it (an exclusive spill that does not promote): the cache
+    /// above must then not hold it too. False by default.
+    fn read_kept(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, BackendError> {
+        self.read_part(part, key, offset, buf).map(|()| false)
+    }
+
     /// Part `part`'s busy clock, nanoseconds of modelled service time (a
     /// [`ThrottledBackend`]'s), if it keeps one; the cache then times its
     /// reads by it rather than by the wall clock.
@@ -209,6 +223,15 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
         buf: &mut [u8],
     ) -> Result<(), BackendError> {
         (**self).read_part(part, key, offset, buf)
+    }
+    fn read_kept(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, BackendError> {
+        (**self).read_kept(part, key, offset, buf)
     }
     fn busy_ns(&self, part: u16) -> Option<u64> {
         (**self).busy_ns(part)

@@ -65,7 +65,12 @@ fn prefetch_thread<B: Backend>(
     loop {
         let job = lock(jobs).recv();
         let Ok(job) = job else { return };
-        let result = read_block(backend, costs, job.part, &job.key, job.offset, job.len);
+        // Admitted at issue: the block moves up whatever a level below
+        // would rather keep.
+        let result = read_block(
+            backend, costs, job.part, &job.key, job.offset, job.len, false,
+        )
+        .map(|(block, _)| block);
         let cell = &shards[job.cell];
         let mut shard = lock(&cell.shard);
         let ours = matches!(shard.map.get(&job.cache_key),

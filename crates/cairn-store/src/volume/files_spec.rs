@@ -76,4 +76,13 @@ pub struct SpillSpec {
     /// false: inclusive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
+    /// Exclusive only: a block DRAM reads from the SSD moves up (true), or
+    /// is served from the SSD and stays there (false, `--spill-no-promote`).
+    /// Default true.
+    #[serde(default = "promotes", skip_serializing_if = "Clone::clone")]
+    pub promote: bool,
+}
+
+fn promotes() -> bool {
+    true
 }

@@ -346,6 +346,16 @@ pub struct ServeArgs {
     #[arg(long, requires = "spill")]
     spill_exclusive: bool,
 
+    /// With --spill-exclusive: a block the DRAM cache reads from the SSD is
+    /// served from there and stays there, rather than moving up into DRAM
+    /// (and pushing a DRAM block down: a write per SSD hit). DRAM then takes
+    /// blocks only from the backend. Pick it when an SSD hit is about as
+    /// fast as a DRAM hit (a spill the page cache holds, a fast flash
+    /// drive) and the writes cost more than the moves gain: many readers
+    /// streaming the same files.
+    #[arg(long, requires = "spill_exclusive")]
+    spill_no_promote: bool,
+
     /// With --file: create the file sparse, or grow it, to SIZE (e.g. 10GiB).
     /// Without it the file must exist and its size is the volume's.
     #[arg(long, value_name = "SIZE", requires = "file")]
@@ -475,6 +485,7 @@ pub fn run(args: &ServeArgs, quiet: bool) -> Result<()> {
                     policy: policy("--spill-policy", &args.spill_policy)?,
                     direct: args.spill_direct,
                     exclusive: args.spill_exclusive,
+                    promote: !args.spill_no_promote,
                 }),
                 None => None,
             },

@@ -38,12 +38,16 @@
 //! change, so a crash that brings an evicted copy back brings back the
 //! right bytes. A clean stop hands the DRAM cache's blocks down first
 //! ([`FileCache::demote_all`](crate::FileCache::demote_all)), so a restart
-//! is warm with both levels' blocks.
+//! is warm with both levels' blocks. Not promoting
+//! ([`SpillConfig::promote`] off), a read the tier serves whole
+//! ([`Tier::read_cached`]) for a cache above that asks by
+//! [`Backend::read_kept`] stays on the SSD, and the cache above does not
+//! take it: an SSD hit is a read and no write.
 
 pub mod map;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use cairn_policy::PolicyConfig;
@@ -86,6 +90,11 @@ pub struct SpillConfig {
     /// Hold only what the DRAM cache drops, and let go of what it takes
     /// back (see the module docs). Default off (inclusive).
     pub exclusive: bool,
+    /// Exclusive only: a block the DRAM cache reads from the SSD moves up
+    /// into DRAM and leaves the SSD (true, the default), or is served from
+    /// the SSD and stays there (false: DRAM takes blocks only from the
+    /// origin, and an SSD hit costs no write).
+    pub promote: bool,
 }
 
 impl SpillConfig {
@@ -101,6 +110,7 @@ impl SpillConfig {
             unit,
             direct: false,
             exclusive: false,
+            promote: true,
         }
     }
 
@@ -388,6 +398,9 @@ pub struct SpillBackend {
     opened: Opened,
     closed: std::sync::atomic::AtomicBool,
     exclusive: bool,
+    promote: bool,
+    /// Reads served from the SSD and kept there (`promote` off).
+    kept: AtomicU64,
 }
 
 impl SpillBackend {
@@ -423,6 +436,13 @@ impl SpillBackend {
             path: config.path.clone(),
             message,
         };
+        if !config.promote && !config.exclusive {
+            return Err(device_error(
+                "a spill that does not promote must be exclusive (an inclusive spill keeps \
+                 what DRAM takes anyway): add `exclusive = true` (--spill-exclusive)"
+                    .into(),
+            ));
+        }
         let map_path = config.map_path();
         let loaded = match map::load(&map_path) {
             Ok(loaded) => Ok(loaded),
@@ -519,6 +539,8 @@ impl SpillBackend {
             opened,
             closed: std::sync::atomic::AtomicBool::new(false),
             exclusive: config.exclusive,
+            promote: config.promote,
+            kept: AtomicU64::new(0),
         })
     }
 
@@ -547,16 +569,19 @@ impl SpillBackend {
     /// record could not be written when [`locate`](Backend::locate) opened
     /// it, which logged why) from the backend by `from_backend`: no second
     /// backend lookup or map append for every block of such a key; the next
-    /// open tries to record it again.
+    /// open tries to record it again. With `may_keep` (the cache above asks
+    /// by [`Backend::read_kept`]) and a spill that does not promote, a read
+    /// the SSD served whole stays there and `true` says so.
     fn read(
         &self,
         key: &str,
         offset: u64,
         buf: &mut [u8],
+        may_keep: bool,
         from_backend: impl FnOnce(&mut [u8]) -> Result<(), BackendError>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let Some(span) = self.spans.read().by_key.get(key).map(Arc::clone) else {
-            return from_backend(buf);
+            return from_backend(buf).map(|()| false);
         };
         if offset + buf.len() as u64 > span.entry.size {
             return Err(BackendError::new(
@@ -569,14 +594,20 @@ impl SpillBackend {
             ));
         }
         let at = span.entry.base + offset;
-        self.tier
-            .read_at(buf, at)
+        let cached = self
+            .tier
+            .read_cached(buf, at)
             .map_err(|e| backend_error(key, &e))?;
-        if self.exclusive {
-            // The DRAM cache holds it now.
-            self.let_go(key, &span, offset, buf.len() as u64);
+        if !self.exclusive {
+            return Ok(false);
         }
-        Ok(())
+        if cached && may_keep && !self.promote {
+            self.kept.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        // The DRAM cache holds it now.
+        self.let_go(key, &span, offset, buf.len() as u64);
+        Ok(false)
     }
 
     /// Drops the tier's copy of `len` bytes of `span` at `offset`; the
@@ -609,6 +640,18 @@ impl SpillBackend {
     pub fn exclusive(&self) -> bool {
         self.exclusive
     }
+
+    /// Whether a block the cache above reads from the SSD moves up
+    /// ([`SpillConfig::promote`]).
+    pub fn promotes(&self) -> bool {
+        self.promote
+    }
+
+    /// Reads served from the SSD and kept there (a spill that does not
+    /// promote).
+    pub fn kept(&self) -> u64 {
+        self.kept.load(Ordering::Relaxed)
+    }
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -623,7 +666,10 @@ impl Backend for SpillBackend {
     }
 
     fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.read(key, offset, buf, |buf| self.inner.read_at(key, offset, buf))
+        self.read(key, offset, buf, false, |buf| {
+            self.inner.read_at(key, offset, buf)
+        })
+        .map(drop)
     }
 
     fn list(
@@ -657,7 +703,20 @@ impl Backend for SpillBackend {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), BackendError> {
-        self.read(key, offset, buf, |buf| {
+        self.read(key, offset, buf, false, |buf| {
+            self.inner.read_part(part, key, offset, buf)
+        })
+        .map(drop)
+    }
+
+    fn read_kept(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, BackendError> {
+        self.read(key, offset, buf, true, |buf| {
             self.inner.read_part(part, key, offset, buf)
         })
     }
@@ -730,6 +789,11 @@ impl Backend for SpillBackend {
             "spill_taken",
             t.taken_blocks,
             "blocks an exclusive spill let go as the DRAM cache read them",
+        );
+        m.counter(
+            "spill_kept",
+            self.kept.load(Ordering::Relaxed),
+            "reads a spill that does not promote served from the SSD and kept there",
         );
         m.gauge(
             "spill_cached_bytes",

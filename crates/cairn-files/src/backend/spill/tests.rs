@@ -357,19 +357,30 @@ fn a_map_that_cannot_be_appended_to_passes_reads_to_the_backend() {
     assert_eq!(read_all(&cache, "k"), new);
 }
 
-/// A spill (LRU, 64 KiB tier blocks) that caches `ssd` bytes, exclusive or
-/// not, under a DRAM cache of `dram` bytes (LRU).
+/// How the two levels share blocks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Levels {
+    Inclusive,
+    /// Exclusive, an SSD hit moving up.
+    Exclusive,
+    /// Exclusive, an SSD hit served in place.
+    InPlace,
+}
+
+/// A spill (LRU, 64 KiB tier blocks) that caches `ssd` bytes, sharing as
+/// `levels` says, under a DRAM cache of `dram` bytes (LRU).
 fn two_levels(
     dir: &Path,
     origin: &Arc<MemoryBackend>,
-    exclusive: bool,
+    levels: Levels,
     dram: u64,
     ssd: u64,
 ) -> (FileCache<Arc<SpillBackend>>, Arc<SpillBackend>) {
     let mut config = SpillConfig::new(dir.join("spill"), BLOCK);
     config.block_size = 64 * KIB as u32;
     config.policy = PolicyConfig::default_for("lru").expect("lru");
-    config.exclusive = exclusive;
+    config.exclusive = levels != Levels::Inclusive;
+    config.promote = levels != Levels::InPlace;
     config.size = Some(config.device_bytes_for(ssd));
     let inner: Arc<dyn Backend> = Arc::clone(origin) as Arc<dyn Backend>;
     dram_of(SpillBackend::open(inner, &config).expect("spill"), dram)
@@ -379,24 +390,28 @@ fn two_levels(
 fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
     // 7 MiB read over and over through 4 MiB of DRAM and a 4 MiB spill:
     // exclusive, the two levels hold it all; inclusive, the spill holds
-    // DRAM's blocks again and the origin is read on every pass.
+    // DRAM's blocks again and the origin is read on every pass. In place,
+    // the SSD serves its blocks where they are: once the cold pass is
+    // handed down, nothing moves and nothing is written.
     let files = [
         ("x", pattern((4 * MIB + 5) as usize, 31)),
         ("y", pattern((3 * MIB - 7 * KIB) as usize, 32)),
     ];
     let mut origin_reads = Vec::new();
-    for exclusive in [true, false] {
+    for levels in [Levels::Exclusive, Levels::Inclusive, Levels::InPlace] {
         let dir = tempfile::tempdir().unwrap();
         let origin = Arc::new(MemoryBackend::new());
         for (key, bytes) in &files {
             origin.put(key, bytes.clone(), at(1));
         }
-        let (cache, spill) = two_levels(dir.path(), &origin, exclusive, 4 * MIB, 4 * MIB);
-        assert_eq!(spill.takes_demotions(), exclusive);
+        let (cache, spill) = two_levels(dir.path(), &origin, levels, 4 * MIB, 4 * MIB);
+        assert_eq!(spill.takes_demotions(), levels != Levels::Inclusive);
         for (key, bytes) in &files {
             assert_eq!(&read_all(&cache, key), bytes, "{key} cold");
         }
         let cold = origin.reads();
+        cache.wait_for_demotions();
+        let handed = spill.tier().metrics().promotions;
         for pass in 0..3 {
             for (key, bytes) in &files {
                 assert_eq!(&read_all(&cache, key), bytes, "{key} pass {pass}");
@@ -405,10 +420,15 @@ fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
         origin_reads.push(origin.reads() - cold);
         cache.wait_for_demotions();
         let t = spill.tier().metrics();
-        if exclusive {
-            assert!(t.taken_blocks > 0 && t.promotions > 0, "{t:?}");
-        } else {
-            assert_eq!(t.taken_blocks, 0, "{t:?}");
+        match levels {
+            Levels::Exclusive => assert!(t.taken_blocks > 0 && t.promotions > handed, "{t:?}"),
+            Levels::Inclusive => assert_eq!(t.taken_blocks, 0, "{t:?}"),
+            Levels::InPlace => {
+                // Of the 29 blocks, the 13 DRAM dropped in the cold pass
+                // are read from the SSD on each pass, and none moves.
+                assert_eq!(spill.kept(), 13 * 3, "{t:?}");
+                assert_eq!((t.taken_blocks, t.promotions), (0, handed), "{t:?}");
+            }
         }
         spill
             .tier()
@@ -423,6 +443,23 @@ fn an_exclusive_spill_holds_what_dram_drops_and_the_two_hold_their_sum() {
         origin_reads[1] >= 3 * 4,
         "inclusive: the origin is read on every pass ({origin_reads:?})"
     );
+    assert_eq!(origin_reads[2], 0, "in place: the two levels hold it all");
+}
+
+#[test]
+fn a_spill_that_serves_in_place_must_be_exclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SpillConfig::new(dir.path().join("spill"), BLOCK);
+    config.size = Some(config.device_bytes_for(4 * MIB));
+    config.promote = false;
+    let origin: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let e = SpillBackend::open(Arc::clone(&origin), &config)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("must be exclusive"), "{e}");
+    config.exclusive = true;
+    let spill = SpillBackend::open(origin, &config).expect("exclusive, in place");
+    assert!(spill.exclusive() && !spill.promotes());
 }
 
 #[test]
@@ -434,14 +471,14 @@ fn an_exclusive_spill_takes_dram_at_a_clean_stop_so_a_restart_is_warm() {
     let bytes = pattern((2 * MIB - 3) as usize, 41);
     origin.put("z", bytes.clone(), at(1));
     {
-        let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 4 * MIB);
+        let (cache, spill) = two_levels(dir.path(), &origin, Levels::Exclusive, 4 * MIB, 4 * MIB);
         assert_eq!(read_all(&cache, "z"), bytes);
         assert_eq!(spill.tier().metrics().cached_blocks, 0);
         assert_eq!(cache.demote_all(), 8);
         spill.close().expect("close");
     }
     let before = origin.reads();
-    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 4 * MIB);
+    let (cache, spill) = two_levels(dir.path(), &origin, Levels::Exclusive, 4 * MIB, 4 * MIB);
     assert!(spill.opened().clean, "{:?}", spill.opened());
     assert_eq!(read_all(&cache, "z"), bytes);
     assert_eq!(origin.reads(), before, "warm: every block from the SSD");
@@ -454,7 +491,14 @@ fn under_concurrent_readers_an_exclusive_spill_holds_every_block_in_exactly_one_
     // 7 MiB (28 blocks, 112 tier blocks) read by 8 threads at once through
     // 4 MiB of DRAM over a spill that caches 6 MiB: whatever the order of
     // drops, hand-downs and blocks taken back, once the hand-downs are done
-    // each block is in DRAM or on the SSD, not in both and not in neither.
+    // each block is in DRAM or on the SSD, not in both and not in neither;
+    // whether an SSD hit moves up or is served in place.
+    for levels in [Levels::Exclusive, Levels::InPlace] {
+        one_level_each(levels);
+    }
+}
+
+fn one_level_each(levels: Levels) {
     let files = [
         ("x", pattern((4 * MIB) as usize, 51)),
         ("y", pattern((3 * MIB) as usize, 52)),
@@ -464,7 +508,7 @@ fn under_concurrent_readers_an_exclusive_spill_holds_every_block_in_exactly_one_
     for (key, bytes) in &files {
         origin.put(key, bytes.clone(), at(1));
     }
-    let (cache, spill) = two_levels(dir.path(), &origin, true, 4 * MIB, 6 * MIB);
+    let (cache, spill) = two_levels(dir.path(), &origin, levels, 4 * MIB, 6 * MIB);
     for round in 0..5u64 {
         std::thread::scope(|scope| {
             for t in 0..8u64 {
@@ -493,7 +537,7 @@ fn under_concurrent_readers_an_exclusive_spill_holds_every_block_in_exactly_one_
         assert_eq!(
             dram + ssd,
             112,
-            "round {round}: {dram} tier blocks' worth in DRAM, {ssd} on the SSD"
+            "{levels:?} round {round}: {dram} tier blocks' worth in DRAM, {ssd} on the SSD"
         );
         spill
             .tier()

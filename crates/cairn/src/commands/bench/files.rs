@@ -56,7 +56,8 @@ while under it, so it may hold more than --cache). When it held more, Cairn
 runs the phases again with that much cache (whole blocks, rounded down), so
 the last two columns compare the two at the same memory. --spill SIZE puts
 an exclusive SSD spill that caches SIZE under each Cairn front's DRAM cache
-(--spill-inclusive: an inclusive one), a fresh file in a temporary directory
+(--spill-inclusive: an inclusive one; --spill-no-promote: one whose hits stay
+on the SSD), a fresh file in a temporary directory
 each time, read through the page cache as nginx's cache files are; with
 --cache C --spill C Cairn is configured with nginx's max_size on disk and C
 in DRAM beside it. A second table
@@ -205,6 +206,11 @@ pub struct FilesBenchArgs {
     /// With --spill: an inclusive spill (`serve --spill` alone) instead.
     #[arg(long, requires = "spill")]
     spill_inclusive: bool,
+
+    /// With --spill: an exclusive spill that serves its hits in place
+    /// (`serve --spill-exclusive --spill-no-promote`).
+    #[arg(long, requires = "spill", conflicts_with = "spill_inclusive")]
+    spill_no_promote: bool,
 }
 
 /// Parses a throttle `OP,BANDWIDTH` — `2ms,200MiB/s`, `500us,1GiB/s` — or
@@ -683,9 +689,20 @@ struct Prepared {
     origin: InProcess,
     url: String,
     nginx_found: bool,
-    /// --spill: the spill's capacity, whether exclusive, and where the
-    /// fronts' spill files go.
-    spill: Option<(u64, bool, tempfile::TempDir)>,
+    /// --spill.
+    spill: Option<BenchSpill>,
+}
+
+/// --spill: the spill under each Cairn front.
+struct BenchSpill {
+    /// Its capacity, bytes.
+    bytes: u64,
+    /// Not --spill-inclusive.
+    exclusive: bool,
+    /// Not --spill-no-promote.
+    promote: bool,
+    /// Where the fronts' spill files go.
+    dir: tempfile::TempDir,
 }
 
 impl Prepared {
@@ -711,14 +728,15 @@ impl Prepared {
     fn cairn_front(&self, policy: &cairn_policy::PolicyConfig, cache: u64) -> Result<InProcess> {
         static FRONTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let config = self.front_config(policy, cache);
-        let Some((bytes, exclusive, dir)) = &self.spill else {
+        let Some(under) = &self.spill else {
             return serve(self.origin_backend()?, &config, "files");
         };
         let n = FRONTS.fetch_add(1, Ordering::Relaxed);
-        let path = dir.path().join(format!("spill{n}.img"));
+        let path = under.dir.path().join(format!("spill{n}.img"));
         let mut spill = cairn_files::SpillConfig::new(&path, self.block);
-        spill.size = Some(spill.device_bytes_for(*bytes));
-        spill.exclusive = *exclusive;
+        spill.size = Some(spill.device_bytes_for(under.bytes));
+        spill.exclusive = under.exclusive;
+        spill.promote = under.promote;
         let origin: Arc<dyn Backend> = Arc::new(self.origin_backend()?);
         let spilled = cairn_files::SpillBackend::open(origin, &spill).context("--spill")?;
         serve(Arc::new(spilled), &config, "files")
@@ -778,7 +796,12 @@ fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
             let dir = tempfile::Builder::new()
                 .prefix("cairn-bench-spill")
                 .tempdir()?;
-            Some((bytes("spill", text)?, !args.spill_inclusive, dir))
+            Some(BenchSpill {
+                bytes: bytes("spill", text)?,
+                exclusive: !args.spill_inclusive,
+                promote: !args.spill_no_promote,
+                dir,
+            })
         }
         None => None,
     };
@@ -879,9 +902,14 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         args.objects,
         args.throttle,
         match &p.spill {
-            Some((bytes, exclusive, _)) => format!(
-                " (Cairn's DRAM, over an {} spill of {bytes} B)",
-                if *exclusive { "exclusive" } else { "inclusive" }
+            Some(spill) => format!(
+                " (Cairn's DRAM, over an {} spill of {} B)",
+                match (spill.exclusive, spill.promote) {
+                    (true, true) => "exclusive",
+                    (true, false) => "exclusive, in-place",
+                    (false, _) => "inclusive",
+                },
+                spill.bytes
             ),
             None => String::new(),
         },

@@ -78,6 +78,8 @@ pub(super) struct Names {
     spill: &'static str,
     spill_map: &'static str,
     spill_size: &'static str,
+    spill_exclusive: &'static str,
+    spill_no_promote: &'static str,
 }
 
 /// `cairn serve --files`' flags.
@@ -91,6 +93,8 @@ pub(super) const FLAGS: Names = Names {
     spill: "--spill",
     spill_map: "--spill-map",
     spill_size: "--spill-size",
+    spill_exclusive: "--spill-exclusive",
+    spill_no_promote: "--spill-no-promote",
 };
 
 /// A spec's `[[files]]` fields (the error's context names the table).
@@ -104,6 +108,8 @@ pub(super) const FIELDS: Names = Names {
     spill: "spill.path",
     spill_map: "spill.map",
     spill_size: "spill.size",
+    spill_exclusive: "spill.exclusive = true",
+    spill_no_promote: "spill.promote = false",
 };
 
 /// The listeners beside a lone file export (`cairn serve --files`).
@@ -132,6 +138,8 @@ pub(super) struct SpillArgs {
     pub direct: bool,
     /// --spill-exclusive.
     pub exclusive: bool,
+    /// Not --spill-no-promote.
+    pub promote: bool,
 }
 
 /// The backend behind a spill on `spill`, if asked for: opened (warm),
@@ -147,6 +155,14 @@ fn spill(
     config.map.clone_from(&spill.map);
     config.direct = spill.direct;
     config.exclusive = spill.exclusive;
+    config.promote = spill.promote;
+    if !spill.promote && !spill.exclusive {
+        bail!(
+            "{} needs {}: an inclusive spill keeps what the DRAM cache takes anyway",
+            n.spill_no_promote,
+            n.spill_exclusive
+        );
+    }
     if config.map.is_none() && std::fs::metadata(&spill.path).is_ok_and(|m| !m.is_file()) {
         bail!(
             "{} {}: not a regular file; give {} FILE for its map (it cannot sit beside a \
@@ -169,10 +185,12 @@ fn spill(
     }
     let spilled = SpillBackend::open(backend, &config).context(n.spill)?;
     let opened = spilled.opened();
-    let kind = if config.exclusive {
-        "exclusive: it holds what the DRAM cache drops"
-    } else {
-        "inclusive"
+    let kind = match (config.exclusive, config.promote) {
+        (true, true) => "exclusive: it holds what the DRAM cache drops",
+        (true, false) => {
+            "exclusive: it holds what the DRAM cache drops, and serves its hits in place"
+        }
+        (false, _) => "inclusive",
     };
     if let Some(why) = &opened.formatted {
         tracing::info!("spill: formatted {} ({why}); {kind}", spilled.describe());
@@ -501,10 +519,12 @@ impl Started {
                 t.misses,
                 t.promotions,
                 if spilled.exclusive() {
-                    format!(
-                        " (exclusive: {} taken back up; {handed} DRAM blocks handed down at the stop)",
-                        t.taken_blocks
-                    )
+                    let up = if spilled.promotes() {
+                        format!("{} taken back up", t.taken_blocks)
+                    } else {
+                        format!("{} reads served in place", spilled.kept())
+                    };
+                    format!(" (exclusive: {up}; {handed} DRAM blocks handed down at the stop)")
                 } else {
                     String::new()
                 },
@@ -710,6 +730,7 @@ impl FilesArgs {
                 policy: s.policy.as_ref().map(|p| p.0.clone()),
                 direct: s.direct,
                 exclusive: s.exclusive,
+                promote: s.promote,
             }),
             names: &FIELDS,
         })
