@@ -85,13 +85,14 @@ use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::Readahead;
 use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
+use cairn_store::device::BufferPool;
 use cairn_store::stats::{GroupStats, Metric, MetricSink};
 use hashbrown::HashMap;
 
 use crate::backend::{Backend, BackendError, BackendErrorKind, ObjectInfo};
 use crate::limits::{
-    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, OBJECTS_MAX,
-    PREFETCH_WINDOW_MAX, SHARDS_MAX,
+    BLOCK_INDEX_BITS, BLOCK_SIZE_DEFAULT, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, IDLE_BUFFERS,
+    OBJECTS_MAX, PREFETCH_WINDOW_MAX, SHARDS_MAX,
 };
 
 /// Fibonacci hashing constant: spreads keys over shards.
@@ -546,6 +547,8 @@ pub struct FileCache<B> {
     prefetch: Option<Prefetch>,
     /// Each backend part's read times and the costs learned from them.
     costs: Arc<CostEstimator>,
+    /// Whole-block buffers, reused as blocks are let go.
+    buffers: Arc<BufferPool>,
     /// With a backend that takes demotions: the hand-down's thread.
     demoter: Option<Demoter<B>>,
 }
@@ -665,11 +668,13 @@ impl<B: Backend + 'static> FileCache<B> {
                 block_shift: block.trailing_zeros(),
             }))
         });
+        let buffers = BufferPool::new(block as usize, IDLE_BUFFERS);
         let prefetch = (config.prefetch_window_blocks > 0).then(|| {
             Prefetch::start(
                 &backend,
                 &cells,
                 &costs,
+                &buffers,
                 config.prefetch_window_blocks,
                 shards,
             )
@@ -688,35 +693,54 @@ impl<B: Backend + 'static> FileCache<B> {
             capacity_bytes: per_shard_blocks * block * shards as u64,
             prefetch,
             costs,
+            buffers,
             demoter,
         })
     }
 }
 
 /// A block's `len` bytes of `key` at `offset`, read from `part` of
-/// `backend` into a buffer of its own; a successful read's time is recorded
-/// for `part`'s cost group: the part's busy clock's advance if it keeps
-/// one, else the wall time.
-/// Reads a block from the backend, timed for the cost groups. With
-/// `may_keep` (a demand read, not yet admitted) the backend may keep it in a
-/// level of its own ([`Backend::read_kept`]); the `bool` says it did.
+/// `backend` into a buffer of its own (one of `buffers` if it is a whole
+/// block: a backend's read fills all of its buffer or fails, so a reused
+/// buffer's old bytes are never served); a successful read's time is
+/// recorded for `part`'s cost group: the part's busy clock's advance if it
+/// keeps one, else the wall time. With `may_keep` (a demand read, not yet
+/// admitted) the backend may keep the block in a level of its own
+/// ([`Backend::read_kept`]); the `bool` says it did.
+#[allow(clippy::too_many_arguments)] // one read's where, what and how
 fn read_block<B: Backend>(
     backend: &B,
     costs: &CostEstimator,
+    buffers: &Arc<BufferPool>,
     part: u16,
     key: &str,
     offset: u64,
     len: usize,
     may_keep: bool,
 ) -> Result<(BlockRef, bool), BackendError> {
-    let mut buf = vec![0u8; len];
+    let whole = len == buffers.buffer_len();
+    let mut buf = if whole {
+        buffers.take()
+    } else {
+        vec![0u8; len]
+    };
     let clock = backend.busy_ns(part);
     let start = Instant::now();
-    let kept = if may_keep {
-        backend.read_kept(part, key, offset, &mut buf)?
+    let read = if may_keep {
+        backend.read_kept(part, key, offset, &mut buf)
     } else {
-        backend.read_part(part, key, offset, &mut buf)?;
-        false
+        backend
+            .read_part(part, key, offset, &mut buf)
+            .map(|()| false)
+    };
+    let kept = match read {
+        Ok(kept) => kept,
+        Err(e) => {
+            if whole {
+                buffers.give_back(buf);
+            }
+            return Err(e);
+        }
     };
     let ns = match clock {
         Some(before) => backend
@@ -726,7 +750,12 @@ fn read_block<B: Backend>(
         None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
     };
     costs.record(part, len as u64, ns, true);
-    Ok((BlockRef::shared(Arc::new(buf)), kept))
+    let block = if whole {
+        BlockRef::pooled(buf, buffers)
+    } else {
+        BlockRef::shared(Arc::new(buf))
+    };
+    Ok((block, kept))
 }
 
 impl<B: Backend> FileCache<B> {
@@ -1075,6 +1104,7 @@ impl<B: Backend> FileCache<B> {
         let result = read_block(
             &*self.backend,
             &self.costs,
+            &self.buffers,
             object.part,
             key,
             offset,

@@ -57,6 +57,11 @@ pub const PREFETCH_IN_FLIGHT_MIN: u64 = 64;
 /// which bounds the blocks held in transit beside the cache's capacity.
 pub const DEMOTE_QUEUE: usize = 16;
 
+/// Whole-block buffers the cache keeps idle for its next reads, rather than
+/// zeroing new ones (at most this many blocks of memory beside its
+/// capacity).
+pub const IDLE_BUFFERS: usize = 8;
+
 /// Most servers (directories) an object may be striped over.
 pub const SERVERS_MAX: usize = 64;
 /// Most members of a union of backends (`--files A --files B`), each its
@@ -77,7 +82,7 @@ const _: () = {
     assert!(BLOCKS_PER_WRITE >= 1 && BLOCKS_PER_WRITE < 1024);
     assert!(LIST_KEYS_MAX <= LIST_SCAN_MAX);
     assert!(PREFETCH_WINDOW_MAX >= 1 && PREFETCH_IN_FLIGHT_MIN >= 1);
-    assert!(DEMOTE_QUEUE >= 1);
+    assert!(DEMOTE_QUEUE >= 1 && IDLE_BUFFERS >= 1);
     // A union member's index is its cost group, a u16.
     assert!(SERVERS_MAX >= 1 && UNION_MAX >= 1 && UNION_MAX <= u16::MAX as usize);
 };

@@ -102,7 +102,9 @@ pub trait Backend: Send + Sync {
     fn stat(&self, key: &str) -> Result<ObjectInfo, BackendError>;
 
     /// Reads `buf.len()` bytes of `key` at `offset`. Fewer bytes (the object
-    /// shrank) is an error of kind [`BackendErrorKind::Other`].
+    /// shrank) is an error of kind [`BackendErrorKind::Other`]: an `Ok` has
+    /// written every byte of `buf`, which the cache reads into reused
+    /// buffers whose old bytes a short read would otherwise serve.
     fn read_at(&self, key: &str, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
 
     /// Appends to `out`, in key order, up to `max` objects whose key starts

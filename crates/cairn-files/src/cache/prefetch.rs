@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::{Readahead, readahead};
+use cairn_store::device::BufferPool;
 
 use super::{Job, Prefetch, ShardCell, Slot, lock, read_block};
 use crate::backend::Backend;
@@ -17,6 +18,7 @@ impl Prefetch {
         backend: &Arc<B>,
         shards: &Arc<[ShardCell]>,
         costs: &Arc<CostEstimator>,
+        buffers: &Arc<BufferPool>,
         window: u64,
         readaheads: usize,
     ) -> Prefetch {
@@ -28,10 +30,13 @@ impl Prefetch {
             .filter_map(|i| {
                 let (backend, shards) = (Arc::clone(backend), Arc::clone(shards));
                 let (jobs, in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
-                let costs = Arc::clone(costs);
+                let (costs, buffers) = (Arc::clone(costs), Arc::clone(buffers));
                 std::thread::Builder::new()
                     .name(format!("cairn-prefetch-{i}"))
-                    .spawn(move || prefetch_thread(&*backend, &shards, &costs, &jobs, &in_flight))
+                    .spawn(move || {
+                        let reader = (&*backend, &*costs, &buffers);
+                        prefetch_thread(reader, &shards, &jobs, &in_flight);
+                    })
                     .ok()
             })
             .collect();
@@ -56,9 +61,8 @@ impl Prefetch {
 
 /// A prefetch thread: reads queued blocks until the queue closes.
 fn prefetch_thread<B: Backend>(
-    backend: &B,
+    (backend, costs, buffers): (&B, &CostEstimator, &Arc<BufferPool>),
     shards: &[ShardCell],
-    costs: &CostEstimator,
     jobs: &Mutex<std::sync::mpsc::Receiver<Job>>,
     in_flight: &AtomicU64,
 ) {
@@ -68,7 +72,7 @@ fn prefetch_thread<B: Backend>(
         // Admitted at issue: the block moves up whatever a level below
         // would rather keep.
         let result = read_block(
-            backend, costs, job.part, &job.key, job.offset, job.len, false,
+            backend, costs, buffers, job.part, &job.key, job.offset, job.len, false,
         )
         .map(|(block, _)| block);
         let cell = &shards[job.cell];

@@ -693,3 +693,43 @@ fn a_failed_read_ahead_leaves_nothing_behind() {
         .is_err()
     );
 }
+
+#[test]
+fn a_let_go_blocks_buffer_is_read_into_again_and_never_shows_its_old_bytes() {
+    // 1 MiB of LRU (4 blocks) over two 2 MiB objects: every block read past
+    // the fourth evicts one, whose buffer the next read reuses.
+    let cache = cache(MIB, "lru");
+    let (a, b) = (
+        pattern((2 * MIB) as usize, 1),
+        pattern((2 * MIB) as usize, 2),
+    );
+    cache.backend().put("a", a.clone(), SystemTime::UNIX_EPOCH);
+    cache.backend().put("b", b.clone(), SystemTime::UNIX_EPOCH);
+    let block = 256usize << 10;
+    let mut used = std::collections::HashSet::new();
+    let object = cache.open("a").expect("open");
+    for i in 0..8u64 {
+        let got = cache.block("a", &object, i).expect("a");
+        assert!(got[..] == a[i as usize * block..][..block], "a block {i}");
+        used.insert(got.as_ptr() as usize);
+    }
+    assert!(
+        cache.buffers.idle() >= 1,
+        "evicted blocks gave their buffers back"
+    );
+    // A failed read gives its buffer back too; none of its bytes are served.
+    let object = cache.open("b").expect("open");
+    cache.backend().fail_next_read(BackendErrorKind::Timeout);
+    cache.block("b", &object, 0).expect_err("failed");
+    let mut reused = 0;
+    for i in 0..8u64 {
+        let got = cache.block("b", &object, i).expect("b");
+        assert!(got[..] == b[i as usize * block..][..block], "b block {i}");
+        reused += usize::from(used.contains(&(got.as_ptr() as usize)));
+    }
+    assert!(
+        reused >= 4,
+        "{reused} of b's 8 blocks were read into a's buffers"
+    );
+    assert!(cache.buffers.idle() <= crate::limits::IDLE_BUFFERS);
+}

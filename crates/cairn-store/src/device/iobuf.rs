@@ -9,12 +9,14 @@
 //! - [`BlockRef`] / [`BlockSlice`]: reference-counted handles on a block's
 //!   bytes (a cache frame, or a memory device's stripe), what
 //!   [`Device::read_lent`](super::Device::read_lent) lends instead of copying.
+//! - [`BufferPool`]: byte buffers a [`BlockRef`] gives back when its last
+//!   handle drops, filled again without being zeroed (the file gateway's).
 //!
 //! They live here, beneath both the devices and the cache, so that the device
 //! layer never names a type of the layer above it.
 
 use std::ops::{Deref, DerefMut, Range};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// The alignment every [`IoBuf`] has: a page, which satisfies every device's
 /// [`super::Device::alignment`] in this crate.
@@ -149,6 +151,78 @@ pub struct BlockRef {
 enum Backing {
     Frame(Arc<Frame>),
     Bytes(Arc<Vec<u8>>),
+    Pooled(Arc<Pooled>),
+}
+
+/// Byte buffers of one length, each given back by the [`BlockRef`] made of
+/// it ([`BlockRef::pooled`]) when its last handle drops, and handed out
+/// again as it is, not zeroed: for a reader that overwrites every byte
+/// before any is read (the file gateway reads each missed block into one;
+/// zeroing a fresh 1 MiB buffer per miss cost as much as the read's own
+/// copy from the page cache). At most `max` idle buffers are kept; the rest
+/// are freed. One short lock per take and per give-back.
+pub struct BufferPool {
+    len: usize,
+    max: usize,
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    /// A pool of `len`-byte buffers keeping at most `max` idle.
+    pub fn new(len: usize, max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            len,
+            max,
+            idle: Mutex::new(Vec::with_capacity(max)),
+        })
+    }
+
+    /// The buffers' length.
+    pub fn buffer_len(&self) -> usize {
+        self.len
+    }
+
+    /// A buffer of the pool's length: an idle one, holding whatever its last
+    /// user left there (the caller overwrites every byte before reading
+    /// any), or a new zeroed one.
+    pub fn take(&self) -> Vec<u8> {
+        let idle = self.lock().pop();
+        idle.unwrap_or_else(|| vec![0u8; self.len])
+    }
+
+    /// Keeps `bytes` for a later [`take`](Self::take), if it is of the
+    /// pool's length and fewer than `max` are idle; frees it otherwise.
+    pub fn give_back(&self, bytes: Vec<u8>) {
+        if bytes.len() == self.len {
+            let mut idle = self.lock();
+            if idle.len() < self.max {
+                idle.push(bytes);
+            }
+        }
+    }
+
+    /// Buffers idle now.
+    pub fn idle(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A pooled buffer while handles on it live; its drop gives it back.
+struct Pooled {
+    bytes: Vec<u8>,
+    home: Weak<BufferPool>,
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.upgrade() {
+            home.give_back(std::mem::take(&mut self.bytes));
+        }
+    }
 }
 
 impl BlockRef {
@@ -172,11 +246,26 @@ impl BlockRef {
         }
     }
 
+    /// A handle on `bytes`, shared as [`shared`](Self::shared)'s are, which
+    /// go back to `pool` when the last handle drops. Panics if `bytes` is
+    /// 4 GiB or longer.
+    pub fn pooled(bytes: Vec<u8>, pool: &Arc<BufferPool>) -> Self {
+        let len = u32::try_from(bytes.len()).expect("a pooled buffer under 4 GiB");
+        Self {
+            backing: Backing::Pooled(Arc::new(Pooled {
+                bytes,
+                home: Arc::downgrade(pool),
+            })),
+            len,
+        }
+    }
+
     /// Whether both handles share one buffer (the same load of the block).
     pub fn same_buffer(&self, other: &BlockRef) -> bool {
         match (&self.backing, &other.backing) {
             (Backing::Frame(a), Backing::Frame(b)) => Arc::ptr_eq(a, b),
             (Backing::Bytes(a), Backing::Bytes(b)) => Arc::ptr_eq(a, b),
+            (Backing::Pooled(a), Backing::Pooled(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -204,6 +293,7 @@ impl Deref for BlockRef {
         let bytes = match &self.backing {
             Backing::Frame(frame) => frame.bytes(),
             Backing::Bytes(bytes) => bytes.as_slice(),
+            Backing::Pooled(pooled) => pooled.bytes.as_slice(),
         };
         &bytes[..self.len as usize]
     }
@@ -248,6 +338,37 @@ impl Deref for BlockSlice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pooled_block_gives_its_buffer_back_when_its_last_handle_drops() {
+        let pool = BufferPool::new(4096, 2);
+        let fresh = pool.take();
+        assert!(fresh.len() == 4096 && fresh.iter().all(|&x| x == 0));
+        let mut bytes = fresh;
+        bytes[..3].copy_from_slice(b"old");
+        let ptr = bytes.as_ptr();
+        let block = BlockRef::pooled(bytes, &pool);
+        let other = block.clone();
+        assert!(block.same_buffer(&other) && &block[..3] == b"old");
+        drop(block);
+        assert_eq!(pool.idle(), 0, "a handle still lives");
+        drop(other);
+        assert_eq!(pool.idle(), 1);
+        // Handed out again as it was: the taker overwrites it.
+        let again = pool.take();
+        assert!(again.as_ptr() == ptr && &again[..3] == b"old");
+        // At most `max` idle; a buffer of another length is not kept.
+        for _ in 0..3 {
+            pool.give_back(vec![0; 4096]);
+        }
+        pool.give_back(vec![0; 100]);
+        assert_eq!(pool.idle(), 2);
+        // A handle that outlives its pool frees its buffer.
+        let orphan = BlockRef::pooled(again, &pool);
+        drop(pool);
+        assert_eq!(&orphan[..3], b"old");
+        drop(orphan);
+    }
 
     #[test]
     fn aligned_zeroed_and_sized() {

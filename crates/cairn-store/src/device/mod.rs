@@ -29,7 +29,7 @@ pub use claim::{Claim, DirClaim, Holder, claim, holder};
 pub use compose::{ConcatDevice, SharedDevice, StripedDevice};
 pub use faulty::{Counts, CrashMode, FaultyDevice, Power};
 pub use file::{DirectAlignment, FileDevice, FileOptions};
-pub use iobuf::{BlockRef, BlockSlice, IO_ALIGN, IoBuf, is_aligned};
+pub use iobuf::{BlockRef, BlockSlice, BufferPool, IO_ALIGN, IoBuf, is_aligned};
 pub(crate) use iobuf::{Frame, PAGE};
 pub use memory::MemoryDevice;
 pub use throttled::{Pace, Throttle, ThrottledDevice};
