@@ -58,7 +58,8 @@ the last two columns compare the two at the same memory. --spill SIZE puts
 an exclusive SSD spill that caches SIZE under each Cairn front's DRAM cache
 (--spill-inclusive: an inclusive one; --spill-no-promote: one whose hits stay
 on the SSD), a fresh file in a temporary directory
-each time, read through the page cache as nginx's cache files are; with
+each time, read through the page cache as nginx's cache files are
+(--spill-direct: O_DIRECT, so Cairn's memory is its DRAM cache alone); with
 --cache C --spill C Cairn is configured with nginx's max_size on disk and C
 in DRAM beside it. A second table
 compares the policies at the largest reader count, with the gateway's block
@@ -189,9 +190,9 @@ pub struct FilesBenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     rounds: u32,
 
-    /// With --workload restart: open the spill with `O_DIRECT` (`serve
-    /// --spill-direct`), so that its re-reads come from the disk rather than
-    /// the page cache.
+    /// With --workload restart, or --spill: open the spill with `O_DIRECT`
+    /// (`serve --spill-direct`), so that its reads come from the disk rather
+    /// than the page cache (and Cairn's memory is its DRAM cache alone).
     #[arg(long)]
     spill_direct: bool,
 
@@ -701,6 +702,8 @@ struct BenchSpill {
     exclusive: bool,
     /// Not --spill-no-promote.
     promote: bool,
+    /// --spill-direct.
+    direct: bool,
     /// Where the fronts' spill files go.
     dir: tempfile::TempDir,
 }
@@ -737,6 +740,7 @@ impl Prepared {
         spill.size = Some(spill.device_bytes_for(under.bytes));
         spill.exclusive = under.exclusive;
         spill.promote = under.promote;
+        spill.direct = under.direct;
         let origin: Arc<dyn Backend> = Arc::new(self.origin_backend()?);
         let spilled = cairn_files::SpillBackend::open(origin, &spill).context("--spill")?;
         serve(Arc::new(spilled), &config, "files")
@@ -800,6 +804,7 @@ fn prepare(args: &FilesBenchArgs) -> Result<Prepared> {
                 bytes: bytes("spill", text)?,
                 exclusive: !args.spill_inclusive,
                 promote: !args.spill_no_promote,
+                direct: args.spill_direct,
                 dir,
             })
         }
@@ -903,13 +908,14 @@ pub fn run(args: &FilesBenchArgs) -> Result<()> {
         args.throttle,
         match &p.spill {
             Some(spill) => format!(
-                " (Cairn's DRAM, over an {} spill of {} B)",
+                " (Cairn's DRAM, over an {} spill of {} B{})",
                 match (spill.exclusive, spill.promote) {
                     (true, true) => "exclusive",
                     (true, false) => "exclusive, in-place",
                     (false, _) => "inclusive",
                 },
-                spill.bytes
+                spill.bytes,
+                if spill.direct { ", O_DIRECT" } else { "" }
             ),
             None => String::new(),
         },
