@@ -6,10 +6,11 @@
 use std::process::Command;
 
 fn cairn(args: &[&str]) -> String {
-    // Temporary files in the target directory: a spill there takes
-    // `--spill-direct` (tmpfs before Linux 6.6 refuses `O_DIRECT`).
+    // Temporary files in TMPDIR, where nginx's workers can reach its cache
+    // (a target directory under a private checkout they cannot); a spill
+    // there opened `--spill-direct` needs a file system that takes
+    // `O_DIRECT` (tmpfs does from Linux 6.6).
     let output = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .args(args)
         .output()
         .unwrap();
