@@ -16,7 +16,7 @@
 //! layer never names a type of the layer above it.
 
 use std::ops::{Deref, DerefMut, Range};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 
 /// The alignment every [`IoBuf`] has: a page, which satisfies every device's
 /// [`super::Device::alignment`] in this crate.
@@ -160,21 +160,19 @@ enum Backing {
 /// before any is read (the file gateway reads each missed block into one;
 /// zeroing a fresh 1 MiB buffer per miss cost as much as the read's own
 /// copy from the page cache). At most `max` idle buffers are kept; the rest
-/// are freed. One short lock per take and per give-back.
+/// are freed. Lock-free: the idle buffers sit in a bounded channel
+/// (`crossbeam-channel`'s array queue), taken and given back without a lock.
 pub struct BufferPool {
     len: usize,
-    max: usize,
-    idle: Mutex<Vec<Vec<u8>>>,
+    give: crossbeam_channel::Sender<Vec<u8>>,
+    take: crossbeam_channel::Receiver<Vec<u8>>,
 }
 
 impl BufferPool {
     /// A pool of `len`-byte buffers keeping at most `max` idle.
     pub fn new(len: usize, max: usize) -> Arc<Self> {
-        Arc::new(Self {
-            len,
-            max,
-            idle: Mutex::new(Vec::with_capacity(max)),
-        })
+        let (give, take) = crossbeam_channel::bounded(max);
+        Arc::new(Self { len, give, take })
     }
 
     /// The buffers' length.
@@ -186,28 +184,21 @@ impl BufferPool {
     /// user left there (the caller overwrites every byte before reading
     /// any), or a new zeroed one.
     pub fn take(&self) -> Vec<u8> {
-        let idle = self.lock().pop();
-        idle.unwrap_or_else(|| vec![0u8; self.len])
+        self.take.try_recv().unwrap_or_else(|_| vec![0u8; self.len])
     }
 
     /// Keeps `bytes` for a later [`take`](Self::take), if it is of the
     /// pool's length and fewer than `max` are idle; frees it otherwise.
     pub fn give_back(&self, bytes: Vec<u8>) {
         if bytes.len() == self.len {
-            let mut idle = self.lock();
-            if idle.len() < self.max {
-                idle.push(bytes);
-            }
+            // Full: dropped here, freed.
+            let _ = self.give.try_send(bytes);
         }
     }
 
     /// Buffers idle now.
     pub fn idle(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        self.take.len()
     }
 }
 
