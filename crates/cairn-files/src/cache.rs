@@ -83,7 +83,7 @@ use std::time::{Duration, Instant};
 
 use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::Readahead;
-use cairn_policy::{Access, Capacity, FileState, NEVER, Op, Policy, PolicyConfig};
+use cairn_policy::{Access, Capacity, NEVER, Op, Policy, PolicyConfig};
 use cairn_store::BlockRef;
 use cairn_store::device::BufferPool;
 use cairn_store::stats::{GroupStats, Metric, MetricSink};
@@ -245,176 +245,6 @@ impl Object {
     /// member, 0 for any other backend. Its blocks' cost group.
     pub fn backend(&self) -> u16 {
         self.part
-    }
-}
-
-/// A snapshot of the counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FileCacheStats {
-    /// Blocks served from the cache.
-    pub hits: u64,
-    /// Blocks read from the backend (one read each).
-    pub misses: u64,
-    /// Blocks served by waiting for another reader's backend read.
-    pub coalesced: u64,
-    /// Backend calls that failed, by kind: looking a key up
-    /// ([`FileCache::open`]) and block reads (nothing was cached).
-    pub backend_errors: BackendErrorCounts,
-    /// Bytes served from the cache (hits and coalesced waits), whole blocks.
-    pub bytes_from_cache: u64,
-    /// Bytes read from the backend.
-    pub bytes_from_backend: u64,
-    /// Blocks resident now.
-    pub resident_blocks: u64,
-    /// Blocks the readahead read (or is reading) ahead of any demand.
-    pub prefetch_issued: u64,
-    /// Of those, blocks a demand access then found (resident or in flight).
-    pub prefetch_used: u64,
-    /// Of those, blocks evicted before any demand access (wasted reads).
-    pub prefetch_wasted: u64,
-    /// Blocks the readahead named but did not read: too many reads in flight.
-    pub prefetch_dropped: u64,
-    /// Bytes of the resident blocks (an object's last block holds only its
-    /// remaining bytes).
-    pub resident_bytes: u64,
-    /// The capacity, bytes.
-    pub capacity_bytes: u64,
-    /// A file-aware policy's state (`dual`), summed over shards (the preface:
-    /// the largest of them); `None` for the other policies.
-    pub files: Option<FileState>,
-}
-
-/// Failed backend calls by what the client was told.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BackendErrorCounts {
-    /// No such object (the client got `404`).
-    pub not_found: u64,
-    /// The backend did not answer in time (`504`).
-    pub timeout: u64,
-    /// Anything else: forbidden, retryable, an I/O error (`403`, `502`).
-    pub other: u64,
-}
-
-impl BackendErrorCounts {
-    /// Every failed call.
-    pub fn total(&self) -> u64 {
-        self.not_found + self.timeout + self.other
-    }
-}
-
-impl FileCacheStats {
-    /// The counters and levels as named metrics (`cairn stats` prints them,
-    /// Prometheus sees them as `cairn_files_<name>`, `_total` added to
-    /// counters). Backend errors are left out: they carry a label (`kind`),
-    /// which a metric list has no room for.
-    pub fn metrics(&self) -> Vec<Metric> {
-        let mut metrics = Vec::with_capacity(16);
-        let mut m = MetricSink(&mut metrics);
-        m.counter("hits", self.hits, "blocks served from the cache");
-        m.counter(
-            "misses",
-            self.misses,
-            "blocks read from the backend (one read each)",
-        );
-        m.counter(
-            "coalesced",
-            self.coalesced,
-            "blocks served by waiting for another reader's backend read of the same block",
-        );
-        m.counter(
-            "cache_bytes",
-            self.bytes_from_cache,
-            "bytes of the blocks served from the cache (hits and coalesced waits)",
-        );
-        m.counter(
-            "backend_read_bytes",
-            self.bytes_from_backend,
-            "bytes read from the backend",
-        );
-        m.gauge("resident_blocks", self.resident_blocks, "blocks cached now");
-        m.gauge(
-            "resident_bytes",
-            self.resident_bytes,
-            "bytes of the blocks cached now",
-        );
-        m.gauge(
-            "capacity_bytes",
-            self.capacity_bytes,
-            "the cache's capacity",
-        );
-        m.counter(
-            "prefetch_issued",
-            self.prefetch_issued,
-            "blocks the readahead read (or is reading) ahead of any demand",
-        );
-        m.counter(
-            "prefetch_used",
-            self.prefetch_used,
-            "blocks read ahead that a demand access then found",
-        );
-        m.counter(
-            "prefetch_wasted",
-            self.prefetch_wasted,
-            "blocks read ahead and evicted before any demand access",
-        );
-        m.counter(
-            "prefetch_dropped",
-            self.prefetch_dropped,
-            "blocks the readahead named but did not read (too many reads in flight)",
-        );
-        if let Some(files) = self.files {
-            m.gauge(
-                "dual_preface_blocks",
-                files.preface_blocks,
-                "dual: the preface size, blocks (a file's first blocks, kept in the front-part cache)",
-            );
-            m.gauge(
-                "dual_active_files",
-                files.active_files,
-                "dual: files tracked as active",
-            );
-        }
-        metrics
-    }
-}
-
-/// A shard's counters, bumped on the I/O path (relaxed) and summed by
-/// [`FileCache::stats`]. A new one is a field here, one in [`FileCacheStats`] summed in `stats`, and a line in
-/// [`FileCacheStats::metrics`]: `cairn stats` and Prometheus
-/// (`cairn_files_<name>_total`) then show it with nothing else to change.
-#[derive(Default)]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-    coalesced: AtomicU64,
-    errors: ErrorCounters,
-    bytes_from_cache: AtomicU64,
-    bytes_from_backend: AtomicU64,
-    prefetch_issued: AtomicU64,
-    prefetch_used: AtomicU64,
-}
-
-/// Failed backend calls, by [`BackendErrorCounts`]' kinds.
-#[derive(Default)]
-struct ErrorCounters([AtomicU64; 3]);
-
-impl ErrorCounters {
-    #[inline]
-    fn count(&self, kind: BackendErrorKind) {
-        let index = match kind {
-            BackendErrorKind::NotFound => 0,
-            BackendErrorKind::Timeout => 1,
-            BackendErrorKind::Forbidden | BackendErrorKind::Retryable | BackendErrorKind::Other => {
-                2
-            }
-        };
-        self.0[index].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn add_to(&self, counts: &mut BackendErrorCounts) {
-        counts.not_found += self.0[0].load(Ordering::Relaxed);
-        counts.timeout += self.0[1].load(Ordering::Relaxed);
-        counts.other += self.0[2].load(Ordering::Relaxed);
     }
 }
 
@@ -699,63 +529,71 @@ impl<B: Backend + 'static> FileCache<B> {
     }
 }
 
-/// A block's `len` bytes of `key` at `offset`, read from `part` of
-/// `backend` into a buffer of its own (one of `buffers` if it is a whole
-/// block: a backend's read fills all of its buffer or fails, so a reused
-/// buffer's old bytes are never served); a successful read's time is
-/// recorded for `part`'s cost group: the part's busy clock's advance if it
-/// keeps one, else the wall time. With `may_keep` (a demand read, not yet
-/// admitted) the backend may keep the block in a level of its own
-/// ([`Backend::read_kept`]); the `bool` says it did.
-#[allow(clippy::too_many_arguments)] // one read's where, what and how
-fn read_block<B: Backend>(
-    backend: &B,
-    costs: &CostEstimator,
-    buffers: &Arc<BufferPool>,
-    part: u16,
-    key: &str,
-    offset: u64,
-    len: usize,
-    may_keep: bool,
-) -> Result<(BlockRef, bool), BackendError> {
-    let whole = len == buffers.buffer_len();
-    let mut buf = if whole {
-        buffers.take()
-    } else {
-        vec![0u8; len]
-    };
-    let clock = backend.busy_ns(part);
-    let start = Instant::now();
-    let read = if may_keep {
-        backend.read_kept(part, key, offset, &mut buf)
-    } else {
-        backend
-            .read_part(part, key, offset, &mut buf)
-            .map(|()| false)
-    };
-    let kept = match read {
-        Ok(kept) => kept,
-        Err(e) => {
-            if whole {
-                buffers.give_back(buf);
+/// What a block read needs: the backend, the cost groups its reads are
+/// timed for, and the buffers it reads into.
+struct BlockReader<'a, B> {
+    backend: &'a B,
+    costs: &'a CostEstimator,
+    buffers: &'a Arc<BufferPool>,
+}
+
+impl<B: Backend> BlockReader<'_, B> {
+    /// A block's `len` bytes of `key` at `offset`, read from `part` into a
+    /// buffer of its own (a reused one if it is a whole block: a backend's
+    /// read fills all of its buffer or fails, so a reused buffer's old
+    /// bytes are never served); a successful read's time is recorded for
+    /// `part`'s cost group: the part's busy clock's advance if it keeps
+    /// one, else the wall time. With `may_keep` (a demand read, not yet
+    /// admitted) the backend may keep the block in a level of its own
+    /// ([`Backend::read_kept`]); the `bool` says it did.
+    fn read(
+        &self,
+        part: u16,
+        key: &str,
+        offset: u64,
+        len: usize,
+        may_keep: bool,
+    ) -> Result<(BlockRef, bool), BackendError> {
+        let (backend, buffers) = (self.backend, self.buffers);
+        let whole = len == buffers.buffer_len();
+        let mut buf = if whole {
+            buffers.take()
+        } else {
+            vec![0u8; len]
+        };
+        let clock = backend.busy_ns(part);
+        let start = Instant::now();
+        let read = if may_keep {
+            backend.read_kept(part, key, offset, &mut buf)
+        } else {
+            backend
+                .read_part(part, key, offset, &mut buf)
+                .map(|()| false)
+        };
+        let kept = match read {
+            Ok(kept) => kept,
+            Err(e) => {
+                if whole {
+                    buffers.give_back(buf);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-    };
-    let ns = match clock {
-        Some(before) => backend
-            .busy_ns(part)
-            .unwrap_or(before)
-            .saturating_sub(before),
-        None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
-    };
-    costs.record(part, len as u64, ns, true);
-    let block = if whole {
-        BlockRef::pooled(buf, buffers)
-    } else {
-        BlockRef::shared(Arc::new(buf))
-    };
-    Ok((block, kept))
+        };
+        let ns = match clock {
+            Some(before) => backend
+                .busy_ns(part)
+                .unwrap_or(before)
+                .saturating_sub(before),
+            None => start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
+        };
+        self.costs.record(part, len as u64, ns, true);
+        let block = if whole {
+            BlockRef::pooled(buf, buffers)
+        } else {
+            BlockRef::shared(Arc::new(buf))
+        };
+        Ok((block, kept))
+    }
 }
 
 impl<B: Backend> FileCache<B> {
@@ -1024,13 +862,10 @@ impl<B: Backend> FileCache<B> {
                 let resident = shard.policy.lookup(&access);
                 debug_assert!(resident, "a ready or read-ahead block is in the policy");
                 drop(shard);
-                cell.counters.hits.fetch_add(1, Ordering::Relaxed);
+                cell.counters.hit(len);
                 if first_use {
                     cell.counters.prefetch_used.fetch_add(1, Ordering::Relaxed);
                 }
-                cell.counters
-                    .bytes_from_cache
-                    .fetch_add(len as u64, Ordering::Relaxed);
                 return Ok(block);
             }
             Some(Slot::Loading(flight)) if flight.prefetch => {
@@ -1046,10 +881,7 @@ impl<B: Backend> FileCache<B> {
                 }
                 let result = flight.wait();
                 if result.is_ok() {
-                    cell.counters.coalesced.fetch_add(1, Ordering::Relaxed);
-                    cell.counters
-                        .bytes_from_cache
-                        .fetch_add(len as u64, Ordering::Relaxed);
+                    cell.counters.coalesced(len);
                 }
                 return result;
             }
@@ -1069,10 +901,7 @@ impl<B: Backend> FileCache<B> {
                         shard.policy.lookup(&access);
                     }
                     drop(shard);
-                    cell.counters.coalesced.fetch_add(1, Ordering::Relaxed);
-                    cell.counters
-                        .bytes_from_cache
-                        .fetch_add(len as u64, Ordering::Relaxed);
+                    cell.counters.coalesced(len);
                 }
                 return result;
             }
@@ -1090,10 +919,7 @@ impl<B: Backend> FileCache<B> {
             let block = transit.block.clone();
             shard.install(cache_key, &access, &block);
             self.release(shard);
-            cell.counters.hits.fetch_add(1, Ordering::Relaxed);
-            cell.counters
-                .bytes_from_cache
-                .fetch_add(len as u64, Ordering::Relaxed);
+            cell.counters.hit(len);
             return Ok(block);
         }
         let flight = Flight::new(false);
@@ -1101,16 +927,12 @@ impl<B: Backend> FileCache<B> {
             .map
             .insert(cache_key, Slot::Loading(Arc::clone(&flight)));
         drop(shard);
-        let result = read_block(
-            &*self.backend,
-            &self.costs,
-            &self.buffers,
-            object.part,
-            key,
-            offset,
-            len,
-            true,
-        );
+        let reader = BlockReader {
+            backend: &*self.backend,
+            costs: &self.costs,
+            buffers: &self.buffers,
+        };
+        let result = reader.read(object.part, key, offset, len, true);
         let mut shard = lock(&cell.shard);
         let result = match result {
             Ok((block, kept)) => {
@@ -1122,10 +944,7 @@ impl<B: Backend> FileCache<B> {
                     shard.install(cache_key, &access, &block);
                     self.release(shard);
                 }
-                cell.counters.misses.fetch_add(1, Ordering::Relaxed);
-                cell.counters
-                    .bytes_from_backend
-                    .fetch_add(len as u64, Ordering::Relaxed);
+                cell.counters.miss(len);
                 Ok(block)
             }
             Err(e) => {
@@ -1243,5 +1062,9 @@ impl Shard {
 
 mod hand_down;
 mod prefetch;
+mod stats;
+
+pub use stats::{BackendErrorCounts, FileCacheStats};
+use stats::{Counters, ErrorCounters};
 #[cfg(test)]
 mod tests;

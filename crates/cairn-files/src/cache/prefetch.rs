@@ -8,7 +8,7 @@ use cairn_policy::cost::CostEstimator;
 use cairn_policy::prefetch::{Readahead, readahead};
 use cairn_store::device::BufferPool;
 
-use super::{Job, Prefetch, ShardCell, Slot, lock, read_block};
+use super::{BlockReader, Job, Prefetch, ShardCell, Slot, lock};
 use crate::backend::Backend;
 use crate::limits::PREFETCH_IN_FLIGHT_MIN;
 
@@ -34,8 +34,12 @@ impl Prefetch {
                 std::thread::Builder::new()
                     .name(format!("cairn-prefetch-{i}"))
                     .spawn(move || {
-                        let reader = (&*backend, &*costs, &buffers);
-                        prefetch_thread(reader, &shards, &jobs, &in_flight);
+                        let reader = BlockReader {
+                            backend: &*backend,
+                            costs: &costs,
+                            buffers: &buffers,
+                        };
+                        prefetch_thread(&reader, &shards, &jobs, &in_flight);
                     })
                     .ok()
             })
@@ -61,7 +65,7 @@ impl Prefetch {
 
 /// A prefetch thread: reads queued blocks until the queue closes.
 fn prefetch_thread<B: Backend>(
-    (backend, costs, buffers): (&B, &CostEstimator, &Arc<BufferPool>),
+    reader: &BlockReader<'_, B>,
     shards: &[ShardCell],
     jobs: &Mutex<std::sync::mpsc::Receiver<Job>>,
     in_flight: &AtomicU64,
@@ -71,10 +75,9 @@ fn prefetch_thread<B: Backend>(
         let Ok(job) = job else { return };
         // Admitted at issue: the block moves up whatever a level below
         // would rather keep.
-        let result = read_block(
-            backend, costs, buffers, job.part, &job.key, job.offset, job.len, false,
-        )
-        .map(|(block, _)| block);
+        let result = reader
+            .read(job.part, &job.key, job.offset, job.len, false)
+            .map(|(block, _)| block);
         let cell = &shards[job.cell];
         let mut shard = lock(&cell.shard);
         let ours = matches!(shard.map.get(&job.cache_key),
