@@ -11,22 +11,41 @@
 # Both run strictly single-threaded: `cairn sim --threads 1` decodes and
 # simulates on one thread, like `cachesim --num-thread 1`. THREADS=0 instead
 # lets Cairn decode on a second thread (its default). PIN=1 pins both programs
-# to one core (`taskset -c 0`).
+# to one core (`taskset -c 0`). CAIRN=/path/to/cairn times that binary instead of
+# building target/release/cairn.
+#
+# POLICIES is a list of names both tools know, or OURS=THEIRS pairs where the
+# names differ (random-two=randomTwo). ALL=1 runs every policy `cachesim`
+# aa0fc40 and Cairn both have (GL-Cache and LRB need a peer built with
+# XGBoost / LightGBM and are left out).
 #
 # Prints, per policy: wall seconds (best of REPS), requests/s, peak RSS, the
-# ratio Cairn/libCacheSim in requests/s, and both miss ratios (must agree).
+# ratio Cairn/libCacheSim in requests/s, and both miss ratios. They agree
+# where docs/policies.md says the policy is exact with aa0fc40; where it names
+# another version or a documented difference they may not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${CACHESIM:?set CACHESIM to a libCacheSim cachesim binary}"
 size=${2:-0.1}
 reps=${3:-3}
 policies=${POLICIES:-"lru fifo sieve s3fifo arc"}
+if [ "${ALL:-0}" = 1 ]; then
+  policies="lru fifo clock sieve arc twoq=2q s4lru=slru lirs lfu lfuda gdsf size
+    lecar cacheus tinylfu=wTinyLFU s3fifo-v0=s3-fifo s3fifod qdlp s3lru sfifo
+    lp-sfifo lp-arc lp-twoq fifo-merge lru-prob flashprob=flashProb lhd random
+    random-two=randomTwo random-lru=RandomLRU hyperbolic opt:bypass=false=belady
+    beladysize=beladySize fifo-belady lru-belady sieve-belady"
+fi
 threads=${THREADS:-1}
 pin=()
 [ "${PIN:-0}" = 1 ] && pin=(taskset -c 0)
 
-cargo build -q --release
-cairn=target/release/cairn
+if [ -n "${CAIRN:-}" ]; then
+  cairn=$CAIRN
+else
+  cargo build -q --release
+  cairn=target/release/cairn
+fi
 trace=${1:-}
 if [ -z "$trace" ]; then
   trace=target/bench/zipf1.0_1M_10M.oracleGeneral.bin
@@ -43,14 +62,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 best() { sort -n "$1" | head -1; }
 echo "trace $trace ($requests requests), size $size, best of $reps, cairn --threads $threads, pinned=${PIN:-0}"
-printf '%-8s %9s %9s %8s | %9s %9s %8s | %6s | %-7s %-7s\n' policy cairn_s Mreq/s MiB lcs_s Mreq/s MiB ratio mr_ours mr_lcs
-for policy in $policies; do
+printf '%-24s %9s %9s %8s | %9s %9s %8s | %6s | %-7s %-7s\n' policy cairn_s Mreq/s MiB lcs_s Mreq/s MiB ratio mr_ours mr_lcs
+for pair in $policies; do
+  policy=${pair%=*}
+  theirs=${pair##*=}
+  [ "$pair" = "${pair%%=*}" ] && theirs=$pair
   : > "$tmp/ours"; : > "$tmp/lcs"
   for _ in $(seq "$reps"); do
     /usr/bin/time -f "%e %M" -o "$tmp/t" "${pin[@]}" "$cairn" sim -q --threads "$threads" --trace "$trace" \
       -p "$policy" -s "$ours_size" > "$tmp/ours.out"
     cat "$tmp/t" >> "$tmp/ours"
-    /usr/bin/time -f "%e %M" -o "$tmp/t" "${pin[@]}" "$CACHESIM" "$trace" oracleGeneral "$policy" "$size" \
+    /usr/bin/time -f "%e %M" -o "$tmp/t" "${pin[@]}" "$CACHESIM" "$trace" oracleGeneral "$theirs" "$size" \
       --ignore-obj-size 1 --num-thread 1 > "$tmp/lcs.out" 2>&1
     cat "$tmp/t" >> "$tmp/lcs"
   done
@@ -58,8 +80,8 @@ for policy in $policies; do
   read -r lcs_s lcs_kib < <(best "$tmp/lcs")
   mr_ours=$(awk 'NR == 2 { print $2 }' "$tmp/ours.out")
   mr_lcs=$(grep -o 'miss ratio [0-9.]*' "$tmp/lcs.out" | awk '{ print $3 }')
-  awk -v p="$policy" -v os="$ours_s" -v ok="$ours_kib" -v ls="$lcs_s" -v lk="$lcs_kib" \
+  awk -v p="$pair" -v os="$ours_s" -v ok="$ours_kib" -v ls="$lcs_s" -v lk="$lcs_kib" \
       -v n="$requests" -v mo="$mr_ours" -v ml="$mr_lcs" 'BEGIN {
-    printf "%-8s %9.2f %9.2f %8.0f | %9.2f %9.2f %8.0f | %5.2fx | %-7s %-7s\n",
+    printf "%-24s %9.2f %9.2f %8.0f | %9.2f %9.2f %8.0f | %5.2fx | %-7s %-7s\n",
       p, os, n / os / 1e6, ok / 1024, ls, n / ls / 1e6, lk / 1024, ls / os, mo, ml }'
 done
