@@ -11,13 +11,13 @@
 //!
 //! Maps to libCacheSim 0.3.5's `BeladySize` (the Python wheel; read from its
 //! machine code, whose source differs from both `aa0fc40` and later
-//! commits):
+//! commits), with `version = "0.3.5"`:
 //! - a unit whose next access is [`NEVER`] is not inserted, but the units
 //!   its miss needed room for are evicted first; a unit hit for the last
 //!   time leaves (the hit still counts; see below);
 //! - an eviction draws `n_sample` (128) units with libCacheSim's sampler
-//!   ([`ChainedTable::sample`], as for [`random`](crate::random)), repeats
-//!   allowed, and evicts the first with the largest score
+//!   ([`ChainedTable::sample`](crate::libcachesim::ChainedTable::sample), as
+//!   for [`random`](crate::random)), repeats allowed, and evicts the first with the largest score
 //!   `ln(size) + ln(next − now)` (libm's `log`, in `f64`), starting from a
 //!   bar of −1; units of size 0 or with a next access not after now score
 //!   −∞ or NaN and are never picked. If no sample clears the bar
@@ -39,16 +39,21 @@
 //! two admissions, and it is not accessed again), so every eviction sees
 //! the same residents.
 //!
-//! Knobs: `n_sample` (128, libCacheSim's `n-sample`), `version` ("0.3.5"),
-//! `seed` (unset) and `hash_power` (24) as for [`random`](crate::random).
-//! `version = "aa0fc40"` selects that version's table and generator only:
-//! its integer score `size × distance` is not replicated (nor compared).
+//! Knobs: `n_sample` (128, libCacheSim's `n-sample`), `version` ("cairn"),
+//! `seed` (unset) and `hash_power` (unset: 24 for libCacheSim's tables,
+//! refused with "cairn") as for [`random`](crate::random). The default
+//! `version = "cairn"` draws the samples uniformly from Cairn's
+//! [`Residents`](crate::residents::Residents) (all `n_sample` slots loading
+//! before any is scored), so its victims are not libCacheSim's but its
+//! rule and score are; `version = "0.3.5"` replicates the wheel victim for
+//! victim. `version = "aa0fc40"` selects that version's table and
+//! generator only: its integer score `size × distance` is not replicated
+//! (nor compared).
 
 use serde::{Deserialize, Serialize};
 
-use crate::libcachesim::{ChainedTable, Version, check_seed, lcs_rng};
-use crate::residents::check_hash_power;
-use crate::{Access, Capacity, ConfigError, NEVER, Policy};
+use crate::residents::{SampledTable, SamplerVersion};
+use crate::{Access, Ahead, Capacity, ConfigError, NEVER, Policy};
 
 /// Sampling rounds before an eviction gives up on the score (see the module
 /// doc).
@@ -60,28 +65,33 @@ const MAX_ROUNDS: u32 = 64;
 pub struct BeladySizeConfig {
     /// Residents sampled per eviction, 1..=1024. Default 128 (libCacheSim).
     pub n_sample: u32,
-    /// Whose table and generator: "0.3.5" (default) or "aa0fc40".
-    pub version: Version,
-    /// The generator's starting state (non-zero for 0.3.5). Default unset:
-    /// a fresh libCacheSim thread's.
+    /// Whose table and generator: "cairn" (default), "0.3.5" or "aa0fc40".
+    pub version: SamplerVersion,
+    /// The generator's starting state (non-zero for "cairn" and "0.3.5").
+    /// Default unset: `0xdeadbeef`, or a fresh libCacheSim thread's.
     pub seed: Option<u64>,
-    /// The sampled table starts with `2^hash_power` buckets, 1..=31.
-    /// Default 24 (the wheel's `hashpower`, which `BeladySize` uses whole).
-    pub hash_power: u32,
+    /// libCacheSim's sampled table starts with `2^hash_power` buckets,
+    /// 1..=31. Default unset: 24 (the wheel's `hashpower`, which
+    /// `BeladySize` uses whole); refused with version "cairn".
+    pub hash_power: Option<u32>,
 }
+
+/// libCacheSim's `BeladySize` samples the cache's own table: the wheel's
+/// `hashpower`.
+const LIBCACHESIM_HASH_POWER: u32 = 24;
 
 impl Default for BeladySizeConfig {
     fn default() -> Self {
         Self {
             n_sample: 128,
-            version: Version::default(),
+            version: SamplerVersion::default(),
             seed: None,
-            hash_power: 24,
+            hash_power: None,
         }
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Entry {
     charge: u64,
     /// Logical time of the unit's next access.
@@ -121,9 +131,10 @@ fn beats(charge: u64, distance: i64, best: &mut (u128, Option<f64>, u64, i64)) -
 #[derive(Debug)]
 pub struct BeladySize {
     capacity: Capacity,
-    n_sample: u32,
     used: u64,
-    table: ChainedTable<Entry>,
+    table: SampledTable<Entry>,
+    /// One eviction round's draws (`n_sample` slots).
+    samples: Vec<u32>,
     /// Units hit for the last time, to leave before the next eviction.
     held: Vec<u64>,
 }
@@ -131,8 +142,6 @@ pub struct BeladySize {
 impl BeladySize {
     /// An empty `BeladySize` cache.
     pub fn new(capacity: Capacity, config: &BeladySizeConfig) -> Result<Self, ConfigError> {
-        check_hash_power("beladysize", config.hash_power)?;
-        check_seed("beladysize", config.version, config.seed)?;
         if !(1..=1024).contains(&config.n_sample) {
             return Err(ConfigError::OutOfRange {
                 policy: "beladysize",
@@ -141,28 +150,31 @@ impl BeladySize {
                 expected: "1 to 1024",
             });
         }
+        // Unset, libCacheSim's table is the cache's own (Cairn's has none to
+        // size, and refuses the knob).
+        let hash_power = match config.version.libcachesim() {
+            Some(_) => Some(config.hash_power.unwrap_or(LIBCACHESIM_HASH_POWER)),
+            None => config.hash_power,
+        };
         Ok(Self {
             capacity,
-            n_sample: config.n_sample,
             used: 0,
-            table: ChainedTable::new(
-                config.hash_power,
-                config.version,
-                lcs_rng(config.version, config.seed),
-            ),
+            table: SampledTable::new("beladysize", config.version, config.seed, hash_power)?,
+            samples: vec![0; config.n_sample as usize],
             held: Vec::new(),
         })
     }
 
     /// The slot to evict at logical time `now`.
     fn victim(&mut self, now: u64) -> u32 {
-        let mut last = None;
+        assert!(!self.table.is_empty(), "used > 0 means residents");
         for _ in 0..MAX_ROUNDS {
+            // Drawn in order (libCacheSim's slots are stable while it
+            // samples); Cairn's are loading before the first is scored.
+            self.table.sample_into(&mut self.samples);
             let mut best = None;
             let mut score = (0u128, None, 0, 0);
-            for _ in 0..self.n_sample {
-                let slot = self.table.sample().expect("used > 0 means residents");
-                last = Some(slot);
+            for &slot in &self.samples {
                 let entry = self.table.value(slot);
                 let distance = (entry.next as i64).wrapping_sub(now as i64);
                 if beats(entry.charge, distance, &mut score) {
@@ -179,7 +191,7 @@ impl BeladySize {
                 return slot;
             }
         }
-        last.expect("n_sample >= 1")
+        *self.samples.last().expect("n_sample >= 1")
     }
 
     /// Removes `slot`; returns its key.
@@ -209,6 +221,10 @@ impl BeladySize {
 impl Policy for BeladySize {
     fn name(&self) -> &'static str {
         "beladysize"
+    }
+
+    fn prefetch(&self, key: u64, ahead: Ahead) {
+        self.table.prefetch(key, ahead);
     }
 
     fn lookup(&mut self, access: &Access) -> bool {
@@ -278,16 +294,75 @@ impl Policy for BeladySize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::libcachesim::NaiveChains;
+    use crate::libcachesim::{NaiveChains, Version, lcs_rng};
+    use crate::rng::{Generator, Rng};
     use crate::testing::{self, Reference};
     use proptest::prelude::*;
 
-    /// Naive `BeladySize` over a vector of chains of `(charge, next)`, scoring
-    /// with the logarithms directly.
+    /// The residents of the naive model, drawn from as each sampler draws.
+    enum NaiveTable {
+        /// libCacheSim's chains.
+        Chains(NaiveChains<(u64, u64)>),
+        /// Cairn's sampler as plainly as it can be said: the residents in a
+        /// vector (a removal moves the last into the hole, an insert
+        /// appends), a draw the high half of `r × len` of the next Lehmer64
+        /// number.
+        Members(Vec<(u64, (u64, u64))>, Rng),
+    }
+
+    impl NaiveTable {
+        fn find(&mut self, key: u64) -> Option<&mut (u64, u64)> {
+            match self {
+                NaiveTable::Chains(table) => table.find(key),
+                NaiveTable::Members(members, _) => {
+                    members.iter_mut().find(|m| m.0 == key).map(|m| &mut m.1)
+                }
+            }
+        }
+
+        fn sample(&mut self) -> (u64, (u64, u64)) {
+            match self {
+                NaiveTable::Chains(table) => table.sample(),
+                NaiveTable::Members(members, rng) => {
+                    let at = (u128::from(rng.next_u64()) * members.len() as u128) >> 64;
+                    members[at as usize]
+                }
+            }
+        }
+
+        fn remove(&mut self, key: u64) {
+            match self {
+                NaiveTable::Chains(table) => {
+                    table.remove(key);
+                }
+                NaiveTable::Members(members, _) => {
+                    let at = members.iter().position(|m| m.0 == key).unwrap();
+                    members.swap_remove(at);
+                }
+            }
+        }
+
+        fn insert(&mut self, key: u64, value: (u64, u64)) {
+            match self {
+                NaiveTable::Chains(table) => table.insert(key, value),
+                NaiveTable::Members(members, _) => members.push((key, value)),
+            }
+        }
+
+        fn used(&self) -> u64 {
+            match self {
+                NaiveTable::Chains(table) => table.chains.iter().flatten().map(|e| e.1.0).sum(),
+                NaiveTable::Members(members, _) => members.iter().map(|m| m.1.0).sum(),
+            }
+        }
+    }
+
+    /// Naive `BeladySize` over either sampler's residents of `(charge,
+    /// next)`, scoring with the logarithms directly.
     struct NaiveBeladySize {
         capacity: Capacity,
         n_sample: u32,
-        table: NaiveChains<(u64, u64)>,
+        table: NaiveTable,
         /// Hit for the last time: they leave at the next miss.
         last_hit: Vec<u64>,
     }
@@ -310,9 +385,7 @@ mod tests {
             if charge > self.capacity.limit() {
                 return (false, victims);
             }
-            let used =
-                |t: &NaiveChains<(u64, u64)>| t.chains.iter().flatten().map(|e| e.1.0).sum::<u64>();
-            while used(&self.table) + charge > self.capacity.limit() {
+            while self.table.used() + charge > self.capacity.limit() {
                 let mut chosen = None;
                 let mut last = 0;
                 for _ in 0..MAX_ROUNDS {
@@ -345,7 +418,7 @@ mod tests {
     fn beladysize(
         capacity: Capacity,
         n_sample: u32,
-        version: Version,
+        version: SamplerVersion,
         seed: u64,
         power: u32,
     ) -> BeladySize {
@@ -353,7 +426,7 @@ mod tests {
             n_sample,
             version,
             seed: Some(seed),
-            hash_power: power,
+            hash_power: version.libcachesim().map(|_| power),
         };
         BeladySize::new(capacity, &config).unwrap()
     }
@@ -371,7 +444,7 @@ mod tests {
         // 10 bytes: 1 (4 bytes, back in 10), 2 (2 bytes, back in 30: 60),
         // 3 (4 bytes, back in 12: 48). 4 needs 4 bytes: 2 goes, though 1
         // is as large and 3 comes back later per byte.
-        let mut cache = beladysize(Capacity::Bytes(10), 64, Version::V0_3_5, 1, 2);
+        let mut cache = beladysize(Capacity::Bytes(10), 64, SamplerVersion::V0_3_5, 1, 2);
         let mut victims = vec![];
         for access in [at(1, 4, 0, 10), at(2, 2, 1, 31), at(3, 4, 2, 14)] {
             assert!(!cache.access(&access, &mut victims));
@@ -387,7 +460,7 @@ mod tests {
 
     #[test]
     fn units_never_accessed_again_do_not_stay() {
-        let mut cache = beladysize(Capacity::Objects(2), 8, Version::V0_3_5, 1, 2);
+        let mut cache = beladysize(Capacity::Objects(2), 8, SamplerVersion::V0_3_5, 1, 2);
         let mut victims = vec![];
         cache.access(&at(1, 1, 0, 3), &mut victims);
         cache.access(&at(2, 1, 1, 4), &mut victims);
@@ -446,28 +519,46 @@ mod tests {
 
     #[test]
     fn knobs_are_checked() {
-        let bad = |n_sample, hash_power, seed| {
+        let bad = |n_sample, version, hash_power, seed| {
             let config = BeladySizeConfig {
                 n_sample,
+                version,
                 seed,
                 hash_power,
-                ..BeladySizeConfig::default()
             };
             BeladySize::new(Capacity::Objects(1), &config).is_err()
         };
-        assert!(bad(0, 8, None) && bad(1025, 8, None) && bad(128, 0, None) && bad(128, 32, None));
-        assert!(bad(128, 8, Some(0)) && !bad(1, 1, Some(1)));
+        let (cairn, lcs) = (SamplerVersion::Cairn, SamplerVersion::V0_3_5);
+        for version in [cairn, lcs] {
+            assert!(bad(0, version, None, None) && bad(1025, version, None, None));
+            assert!(bad(128, version, None, Some(0)) && !bad(1, version, None, Some(1)));
+        }
+        assert!(bad(128, lcs, Some(0), None) && bad(128, lcs, Some(32), None));
+        assert!(!bad(128, lcs, Some(1), None) && !bad(128, lcs, None, None));
+        assert!(
+            bad(128, cairn, Some(24), None),
+            "hash_power sizes libCacheSim's table only"
+        );
     }
 
     proptest! {
         #[test]
         fn matches_naive_model(trace in testing::trace_strategy(40, 400, 5), cap in 1u64..20, bytes: bool, seed in 1u64.., power in 1u32..8, n_sample in 1u32..8, old: bool) {
             let capacity = if bytes { Capacity::Bytes(cap) } else { Capacity::Objects(cap) };
-            let version = if old { Version::Aa0fc40 } else { Version::V0_3_5 };
-            let table = NaiveChains::new(power, version, lcs_rng(version, Some(seed)));
+            let (version, lcs) = if old {
+                (SamplerVersion::Aa0fc40, Version::Aa0fc40)
+            } else {
+                (SamplerVersion::V0_3_5, Version::V0_3_5)
+            };
+            let table = NaiveTable::Chains(NaiveChains::new(power, lcs, lcs_rng(lcs, Some(seed))));
             let mut naive = NaiveBeladySize { capacity, n_sample, table, last_hit: vec![] };
             testing::assert_matches_reference(&mut beladysize(capacity, n_sample, version, seed, power), &mut naive, &trace);
             testing::replay_checked(&mut beladysize(capacity, n_sample, version, seed, power), &trace);
+            let cairn = SamplerVersion::Cairn;
+            let table = NaiveTable::Members(vec![], Rng::new(Generator::Lehmer64, seed));
+            let mut naive = NaiveBeladySize { capacity, n_sample, table, last_hit: vec![] };
+            testing::assert_matches_reference(&mut beladysize(capacity, n_sample, cairn, seed, power), &mut naive, &trace);
+            testing::replay_checked(&mut beladysize(capacity, n_sample, cairn, seed, power), &trace);
         }
     }
 }

@@ -25,6 +25,7 @@
 
 use std::path::PathBuf;
 
+use cairn_policy::beladysize::BeladySizeConfig;
 use cairn_policy::cacheus::CacheusConfig;
 use cairn_policy::clockpro::{ClockProConfig, ClockProVariant};
 use cairn_policy::flashprob::FlashProbConfig;
@@ -108,7 +109,7 @@ const LIBCACHESIM_0_3_5_FRESH: &[MissCounts] = &[
     ("lhd",        [95276, 93797, 91580, 82793], Some([93087, 91235, 88688, 82117])),
     // Reads the trace's next-access times; its table is the cache's own
     // (`hash_power` 24).
-    ("beladysize", [90347, 80179, 71706, 62049], Some([88215, 77098, 68439, 60203])),
+    ("beladysize-0.3.5", [90347, 80179, 71706, 62049], Some([88215, 77098, 68439, 60203])),
 ];
 
 /// libCacheSim commit aa0fc40, where it differs from 0.3.5.
@@ -195,6 +196,10 @@ fn config(name: &str) -> PolicyConfig {
         "hyperbolic-0.3.5" => PolicyConfig::Hyperbolic(HyperbolicConfig {
             version: SamplerVersion::V0_3_5,
             ..HyperbolicConfig::default()
+        }),
+        "beladysize-0.3.5" => PolicyConfig::Beladysize(BeladySizeConfig {
+            version: SamplerVersion::V0_3_5,
+            ..BeladySizeConfig::default()
         }),
         "random-aa0fc40" => PolicyConfig::Random(RandomConfig {
             version: SamplerVersion::Aa0fc40,
@@ -311,8 +316,8 @@ fn randomized_policies_equal_libcachesim_0_3_5_from_a_fresh_generator() {
 
 /// Cairn's own sampler (`version = "cairn"`, the default) draws other
 /// victims than libCacheSim's, from the same distribution for `random` and
-/// near it for `hyperbolic` (libCacheSim's draws are not uniform over
-/// residents); over the sample trace's 113,872 requests its miss counts
+/// near it for `hyperbolic` and `beladysize` (libCacheSim's draws are not
+/// uniform over residents); over the sample trace's 113,872 requests its miss counts
 /// stay within [`SAMPLER_TOLERANCE`] of 0.3.5's at every size, both modes,
 /// for the default seed and four others.
 #[test]
@@ -320,7 +325,7 @@ fn cairns_sampler_tracks_libcachesim_0_3_5() {
     let accesses = sample_accesses();
     let mut worst = 0.0f64;
     let mut differences = Vec::new();
-    for name in ["random", "hyperbolic"] {
+    for name in ["random", "hyperbolic", "beladysize"] {
         let &(_, objects, bytes) = LIBCACHESIM_0_3_5_FRESH
             .iter()
             .find(|row| row.0 == format!("{name}-0.3.5"))
@@ -334,9 +339,13 @@ fn cairns_sampler_tracks_libcachesim_0_3_5() {
                         seed,
                         ..RandomConfig::default()
                     }),
-                    _ => PolicyConfig::Hyperbolic(HyperbolicConfig {
+                    "hyperbolic" => PolicyConfig::Hyperbolic(HyperbolicConfig {
                         seed,
                         ..HyperbolicConfig::default()
+                    }),
+                    _ => PolicyConfig::Beladysize(BeladySizeConfig {
+                        seed,
+                        ..BeladySizeConfig::default()
                     }),
                 };
                 let mut policy = config.build(capacity).expect("builds");
