@@ -94,8 +94,12 @@ pub fn prepass(
 /// Accesses per batch of the first pass.
 const BATCH: usize = 4096;
 
-/// How far ahead the first pass prefetches the key set's slot.
-const PREFETCH_AHEAD: usize = 16;
+/// How far ahead the first pass prefetches the key set's slot. The set of a
+/// large trace is far bigger than the core's caches and spans thousands of
+/// 4 KiB pages, so a slot is a page walk and a memory read away: 16 ahead
+/// left half the pass stalled on that load (zipf10m, 763,661 keys in a
+/// 16 MiB set); 64 ahead made whole `-s 1%` runs 4–9 % faster.
+const PREFETCH_AHEAD: usize = 64;
 
 /// The set of distinct keys: linear probing over the keys themselves, at most
 /// half full, so a future key's slot can be prefetched (one cache line) while
