@@ -31,6 +31,7 @@ pub mod analyze;
 pub mod cost;
 pub mod groups;
 mod hierarchy;
+mod hints;
 mod levels;
 pub mod metrics;
 pub mod mrc;

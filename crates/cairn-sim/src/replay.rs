@@ -26,6 +26,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::Instant;
 
 use cairn_policy::{
     Access, AdmissionConfig, Ahead, Capacity, KeyMap, Op, Policy, PolicyConfig, PrefetchConfig,
@@ -34,6 +35,7 @@ use cairn_policy::{
 use cairn_trace::TraceError;
 
 use crate::cost::CostModel;
+use crate::hints::HintTuner;
 use crate::levels::{Level2, SecondLevel};
 use crate::metrics::{Level2Report, Metrics, Report};
 use crate::stream::AccessSource;
@@ -131,48 +133,6 @@ const BLOCKS_PER_REQUEST_SLACK: usize = 256;
 /// memory access (~100 ns) behind the work of the accesses in between.
 const PREFETCH_AHEAD: usize = 6;
 
-/// The fewest resident keys at which a replay gives a policy its
-/// [`Policy::prefetch`] hints: one per 16 bytes of the core's L2 cache.
-/// Below it the policy's index and nodes mostly hit in the CPU's caches and
-/// the hints are pure cost; above it they hide the misses. The crossover was
-/// measured on two machines (LRU, 10M-request Zipf trace): a 1 MiB-L2 EPYC
-/// (hints cost below 65,536 keys) and a 2 MiB-L2 Xeon (at 76K keys 1.15 user
-/// seconds without hints against 1.46 with, about even at 152K, 1.92 without
-/// against 1.18 with at 229K). 65,536 when the L2's size is unknown.
-fn hints_from_keys() -> usize {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *FROM.get_or_init(|| {
-        l2_bytes()
-            .map_or(1 << 16, |bytes| (bytes / 16) as usize)
-            .clamp(1 << 14, 1 << 20)
-    })
-}
-
-/// The first core's L2 cache size, from Linux's sysfs (`2048K`).
-fn l2_bytes() -> Option<u64> {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    (0..8).find_map(|index| {
-        let read = |name: &str| std::fs::read_to_string(dir.join(format!("index{index}/{name}")));
-        if read("level").ok()?.trim() != "2" || read("type").ok()?.trim() == "Instruction" {
-            return None;
-        }
-        cache_size(&read("size").ok()?)
-    })
-}
-
-/// A sysfs cache size (`2048K`, `1M`, `512`) in bytes.
-fn cache_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, scale) = if let Some(digits) = text.strip_suffix('K') {
-        (digits, 1 << 10)
-    } else if let Some(digits) = text.strip_suffix('M') {
-        (digits, 1 << 20)
-    } else {
-        (text, 1)
-    };
-    digits.parse::<u64>().ok()?.checked_mul(scale)
-}
-
 /// One policy instance and its counters, owned by one worker.
 struct Slot {
     index: usize,
@@ -190,6 +150,8 @@ struct Slot {
     /// With TTL: how long a unit a prefetcher loads lives (the default TTL),
     /// µs; `None`: forever.
     prefetch_ttl_us: Option<u64>,
+    /// Whether its batches run with [`Policy::prefetch`] hints.
+    hints: HintTuner,
 }
 
 /// A prefetcher beside a policy, and what it loaded.
@@ -276,9 +238,9 @@ impl Slot {
             self.run_levels(chunk, victims);
             return;
         }
-        // A policy this small stays in the CPU's caches: hints would only
-        // cost their own work.
-        let hints = self.policy.len() >= hints_from_keys();
+        let timed = self.hints.choose(self.policy.len());
+        let hints = timed == Some(true);
+        let started = timed.map(|_| Instant::now());
         for (at, access) in chunk.iter().enumerate() {
             if hints {
                 if let Some(far) = chunk.get(at + 3 * PREFETCH_AHEAD) {
@@ -309,6 +271,10 @@ impl Slot {
                     None,
                 );
             }
+        }
+        if let Some(started) = started {
+            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.hints.record(nanos, chunk.len());
         }
     }
 }
@@ -444,6 +410,7 @@ pub fn replay(
             warmup: options.warmup_accesses,
             expiring: Expiring::new(),
             prefetch_ttl_us: accesses.ttl().and_then(|ttl| ttl.default_us),
+            hints: HintTuner::default(),
         });
     }
     let chunk_accesses = options.chunk_accesses.max(1);
@@ -651,20 +618,4 @@ pub fn policy_name(config: &PolicyConfig) -> String {
         .ok()
         .and_then(|v| v.get("policy").and_then(|p| p.as_str().map(str::to_owned)))
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_sizes_read_as_sysfs_writes_them() {
-        assert_eq!(cache_size("2048K\n"), Some(2 << 20));
-        assert_eq!(cache_size("1M"), Some(1 << 20));
-        assert_eq!(cache_size("512"), Some(512));
-        assert_eq!(cache_size("K"), None);
-        assert_eq!(cache_size("big"), None);
-        // One hint threshold per 16 bytes of L2, within bounds.
-        assert!((1 << 14..=1 << 20).contains(&hints_from_keys()));
-    }
 }
