@@ -17,10 +17,10 @@
 //!   time leaves (the hit still counts; see below);
 //! - an eviction draws `n_sample` (128) units with libCacheSim's sampler
 //!   ([`ChainedTable::sample`](crate::libcachesim::ChainedTable::sample), as
-//!   for [`random`](crate::random)), repeats allowed, and evicts the first with the largest score
-//!   `ln(size) + ln(next − now)` (libm's `log`, in `f64`), starting from a
-//!   bar of −1; units of size 0 or with a next access not after now score
-//!   −∞ or NaN and are never picked. If no sample clears the bar
+//!   for [`random`](crate::random)), repeats allowed, and evicts the first
+//!   with the largest score `ln(size) + ln(next − now)` (libm's `log`, in
+//!   `f64`), starting from a bar of −1; units of size 0 or with a next
+//!   access not after now score −∞ or NaN and are never picked. If no sample clears the bar
 //!   libCacheSim samples again; so does this, up to 64 rounds, then evicts
 //!   the last unit drawn (libCacheSim would loop for ever);
 //! - the sampled table starts as the cache's own, `2^24` buckets (the
