@@ -63,7 +63,7 @@ pub type LcsRng = Rng;
 
 /// The generator of `version`, starting from `seed`, or from the state a
 /// fresh libCacheSim thread has (0 for aa0fc40, `0xdeadbeef` for 0.3.5). A
-/// 0.3.5 seed must not be 0 (`lehmer64` would stay at 0; [`check_seed`]).
+/// 0.3.5 seed must not be 0 (`lehmer64` would stay at 0; `check_seed`).
 pub fn lcs_rng(version: Version, seed: Option<u64>) -> LcsRng {
     let generator = version.generator();
     Rng::new(generator, seed.unwrap_or(generator.default_seed()))

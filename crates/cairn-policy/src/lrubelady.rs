@@ -11,7 +11,7 @@
 //!   a miss inserts at the head.
 //! - To make room, look at the tail. If the unit is *due back*, move it to
 //!   the head and look again; otherwise evict it. Due back means its next
-//!   access is at most `capacity / miss ratio` requests away ([`Horizon`]:
+//!   access is at most `capacity / miss ratio` requests away (`Horizon`:
 //!   the requests a unit takes to cross the cache at the current miss
 //!   ratio), with the miss ratio taken before the current miss.
 //! - When every resident is due back, libCacheSim turns the queue forever

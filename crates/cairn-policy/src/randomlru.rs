@@ -10,7 +10,7 @@
 //! the oldest stamp. aa0fc40 parses an `n-samples` parameter (default 16,
 //! printed in the cache's name) but its eviction always draws 64; our
 //! `n_sample` defaults to the 64 it draws. The body is
-//! [`RandomTwo`](crate::randomtwo::RandomTwo)'s with more draws.
+//! [`RandomTwo`]'s with more draws.
 //!
 //! Knobs:
 //! - `n_sample` (64): residents drawn per eviction, 1..=1024.

@@ -8,7 +8,7 @@
 //! them nothing is ever due back and it admits nothing.
 //!
 //! - Every request counts, and every miss once the request is done (the
-//!   [`Horizon`] `lru-belady` uses). A unit is *due back* when its next
+//!   `Horizon` `lru-belady` uses). A unit is *due back* when its next
 //!   access is at most `capacity / miss ratio` requests away, the miss ratio
 //!   taken before the current miss.
 //! - A hit records the unit's next access; nothing moves. (libCacheSim also

@@ -8,7 +8,7 @@
 //!   counters, and a device cost model (latency + size / bandwidth per group)
 //!   giving modelled time and throughput, as papers/004 measures.
 //! - [`groups`]: cost groups by device and sequential/random pattern.
-//! - [`levels`]: two-level hierarchies (a DRAM cache over a flash tier),
+//! - `levels`: two-level hierarchies (a DRAM cache over a flash tier),
 //!   inclusive as the engine stacks them, or exclusive.
 //! - [`ttl`]: time to live as libCacheSim defines it (expiry set at insert,
 //!   not refreshed by hits, checked lazily on access), at no cost without it.
