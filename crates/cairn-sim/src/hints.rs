@@ -22,9 +22,9 @@
 //! The noise of timing is one-sided, a period slowed by the machine being
 //! busy elsewhere and never sped up, so the way being run costs the least of
 //! its last [`RECENT`] periods (one slow period moves nothing; a real
-//! slowdown shows once it fills them) and the other way its latest
-//! exploration. Hints never change what a policy decides, so the choice
-//! moves only the time.
+//! slowdown shows once it fills them), and each exploration of the other
+//! way replaces that way's figure with its own. Hints never change what a
+//! policy decides, so the choice moves only the time.
 //!
 //! [`Policy::prefetch`]: cairn_policy::Policy::prefetch
 
@@ -42,19 +42,27 @@ pub(crate) const EXPLORE_EVERY: u64 = 32;
 /// Periods of the way being run whose least cost is its cost.
 pub(crate) const RECENT: usize = 4;
 
-/// The latest costs of one way, nanoseconds per access.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// The latest costs of one way, nanoseconds per access; an empty place
+/// holds infinity.
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Recent {
     samples: [f64; RECENT],
-    len: usize,
     next: usize,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Self {
+            samples: [f64::INFINITY; RECENT],
+            next: 0,
+        }
+    }
 }
 
 impl Recent {
     fn push(&mut self, sample: f64) {
         self.samples[self.next] = sample;
         self.next = (self.next + 1) % RECENT;
-        self.len = (self.len + 1).min(RECENT);
     }
 
     fn replace(&mut self, sample: f64) {
@@ -64,7 +72,8 @@ impl Recent {
 
     /// The least of the costs held, if any.
     fn cost(&self) -> Option<f64> {
-        self.samples[..self.len].iter().copied().reduce(f64::min)
+        let least = self.samples.iter().copied().fold(f64::INFINITY, f64::min);
+        least.is_finite().then_some(least)
     }
 }
 
