@@ -1,6 +1,7 @@
 //! The file cache's counters: each shard's, bumped on the I/O path
-//! (relaxed atomics), and the snapshot [`FileCache::stats`](crate::FileCache::stats) sums them into,
-//! with its metrics.
+//! (relaxed atomics), and the snapshot
+//! [`FileCache::stats`](crate::FileCache::stats) sums them into, with its
+//! metrics.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -140,7 +141,8 @@ impl FileCacheStats {
 }
 
 /// A shard's counters, bumped on the I/O path (relaxed) and summed by
-/// [`FileCache::stats`](crate::FileCache::stats). A new one is a field here, one in [`FileCacheStats`] summed in `stats`, and a line in
+/// [`FileCache::stats`](crate::FileCache::stats). A new one is a field
+/// here, one in [`FileCacheStats`] summed in `stats`, and a line in
 /// [`FileCacheStats::metrics`]: `cairn stats` and Prometheus
 /// (`cairn_files_<name>_total`) then show it with nothing else to change.
 #[derive(Default)]
